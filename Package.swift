@@ -1,0 +1,55 @@
+// swift-tools-version:6.0
+// appbox: iOS-style sandboxed app containers on Linux.
+// Targets are listed in dependency order; every dependency points down this list.
+import PackageDescription
+
+let package = Package(
+  name: "appbox",
+  products: [
+    .executable(name: "appbox", targets: ["appbox"]),
+    .executable(name: "appbox-sandbox", targets: ["appbox-sandbox"]),
+    .library(
+      name: "AppboxKit",
+      targets: ["AppboxCore", "AppboxContainer"]),
+  ],
+  targets: [
+    // C libraries, one door each: only the module named in the comment imports it.
+    .systemLibrary(  // imported by AppboxArchive
+      name: "CArchive", pkgConfig: "libarchive", providers: [.apt(["libarchive-dev"])]),
+    .systemLibrary(  // imported by AppboxStore
+      name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+    .systemLibrary(  // imported by AppboxCrypto
+      name: "COpenSSL", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+    // Syscalls Swift cannot call directly (openat2, renameat2, xattrs, Landlock probe).
+    .target(name: "CSystem"),
+    // The confinement helper: plain C, so it runs without the Swift runtime.
+    .executableTarget(
+      name: "appbox-sandbox",
+      linkerSettings: [.unsafeFlags(["-static-stdlib", "-Xlinker", "--gc-sections", "-Xlinker", "--as-needed"])]),
+
+    // Errno, descriptors, contained paths, xattrs, locks, property lists.
+    .target(name: "AppboxCore", dependencies: ["CSystem"]),
+    // SQLite connection, statements, transactions, migrations.
+    .target(name: "AppboxStore", dependencies: ["AppboxCore", "CSQLite"]),
+    // SHA-256, AES-256-GCM, random bytes over libcrypto.
+    .target(name: "AppboxCrypto", dependencies: ["AppboxCore", "COpenSSL"]),
+    // pax tar reading and writing over libarchive.
+    .target(name: "AppboxArchive", dependencies: ["AppboxCore", "CArchive"]),
+    // Device root, registry, bundles, seals, homes, install, sandbox.
+    .target(
+      name: "AppboxContainer",
+      dependencies: ["AppboxCore", "AppboxStore", "AppboxCrypto"]),
+    // Command-line parsing, the commands, text and JSON output.
+    .target(name: "AppboxCLI", dependencies: ["AppboxCore", "AppboxContainer"]),
+    // The executable: a few lines that hand over to AppboxCLI.
+    .executableTarget(name: "appbox", dependencies: ["AppboxCLI"]),
+
+    .testTarget(name: "AppboxCoreTests", dependencies: ["AppboxCore"]),
+    .testTarget(name: "AppboxStoreTests", dependencies: ["AppboxStore"]),
+    .testTarget(name: "AppboxCryptoTests", dependencies: ["AppboxCrypto"]),
+    .testTarget(name: "AppboxArchiveTests", dependencies: ["AppboxArchive"]),
+    .testTarget(name: "AppboxContainerTests", dependencies: ["AppboxContainer"]),
+    .testTarget(name: "AppboxCLITests", dependencies: ["AppboxCLI"]),
+    .testTarget(name: "EndToEndTests", dependencies: ["AppboxCore"]),
+  ]
+)

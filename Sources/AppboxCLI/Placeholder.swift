@@ -1,0 +1,3 @@
+public enum AppboxCLI {
+  public static func main() {}
+}

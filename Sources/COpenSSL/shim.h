@@ -1,0 +1,7 @@
+#ifndef APPBOX_COPENSSL_SHIM_H
+#define APPBOX_COPENSSL_SHIM_H
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <openssl/err.h>
+#include <openssl/crypto.h>
+#endif

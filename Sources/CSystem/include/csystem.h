@@ -1,0 +1,36 @@
+/* The system calls and constants Swift cannot reach through Glibc:
+ * variadic syscall() wrappers, <sys/xattr.h>, and dirent field access.
+ * No <linux/...> header is included here so the module imports cleanly. */
+#ifndef APPBOX_CSYSTEM_H
+#define APPBOX_CSYSTEM_H
+
+#include <dirent.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/xattr.h>
+
+/* openat2(2) resolve flags (values from <linux/openat2.h>). */
+#define APPBOX_RESOLVE_NO_XDEV 0x01
+#define APPBOX_RESOLVE_NO_MAGICLINKS 0x02
+#define APPBOX_RESOLVE_NO_SYMLINKS 0x04
+#define APPBOX_RESOLVE_BENEATH 0x08
+
+/* renameat2(2) flags (values from <linux/fs.h>). */
+#define APPBOX_RENAME_NOREPLACE 1u
+#define APPBOX_RENAME_EXCHANGE 2u
+
+/* openat2(2); returns a descriptor or -1 with errno set (ENOSYS when the kernel lacks it). */
+int appbox_openat2(int dirfd, const char *path, int flags, unsigned int mode, uint64_t resolve);
+
+/* renameat2(2); returns 0 or -1 with errno set. */
+int appbox_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);
+
+/* The Landlock ABI version the running kernel supports, or 0 when it has none. */
+int appbox_landlock_abi(void);
+
+/* Field access for struct dirent (d_name is a fixed array that imports as a tuple). */
+static inline const char *appbox_dirent_name(const struct dirent *entry) { return entry->d_name; }
+static inline unsigned char appbox_dirent_type(const struct dirent *entry) { return entry->d_type; }
+static inline uint64_t appbox_dirent_ino(const struct dirent *entry) { return (uint64_t)entry->d_ino; }
+
+#endif

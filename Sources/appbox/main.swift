@@ -1,0 +1,3 @@
+import AppboxCLI
+
+AppboxCLI.main()
