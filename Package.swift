@@ -44,12 +44,15 @@ let package = Package(
     // The executable: a few lines that hand over to AppboxCLI.
     .executableTarget(name: "appbox", dependencies: ["AppboxCLI"]),
 
-    .testTarget(name: "AppboxCoreTests", dependencies: ["AppboxCore"]),
-    .testTarget(name: "AppboxStoreTests", dependencies: ["AppboxStore"]),
-    .testTarget(name: "AppboxCryptoTests", dependencies: ["AppboxCrypto"]),
-    .testTarget(name: "AppboxArchiveTests", dependencies: ["AppboxArchive"]),
-    .testTarget(name: "AppboxContainerTests", dependencies: ["AppboxContainer"]),
-    .testTarget(name: "AppboxCLITests", dependencies: ["AppboxCLI"]),
-    .testTarget(name: "EndToEndTests", dependencies: ["AppboxCore"]),
+    // Helpers shared by the tests: temp directories, fixtures, running the built binary.
+    .target(name: "AppboxTestSupport", dependencies: ["AppboxCore"]),
+
+    .testTarget(name: "AppboxCoreTests", dependencies: ["AppboxCore", "AppboxTestSupport"]),
+    .testTarget(name: "AppboxStoreTests", dependencies: ["AppboxStore", "AppboxTestSupport"]),
+    .testTarget(name: "AppboxCryptoTests", dependencies: ["AppboxCrypto", "AppboxTestSupport"]),
+    .testTarget(name: "AppboxArchiveTests", dependencies: ["AppboxArchive", "AppboxTestSupport"]),
+    .testTarget(name: "AppboxContainerTests", dependencies: ["AppboxContainer", "AppboxTestSupport"]),
+    .testTarget(name: "AppboxCLITests", dependencies: ["AppboxCLI", "AppboxTestSupport"]),
+    .testTarget(name: "EndToEndTests", dependencies: ["AppboxCore", "AppboxTestSupport"]),
   ]
 )

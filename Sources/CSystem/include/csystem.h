@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/file.h>
 #include <sys/xattr.h>
 
 /* openat2(2) resolve flags (values from <linux/openat2.h>). */
@@ -27,6 +28,9 @@ int appbox_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char
 
 /* The Landlock ABI version the running kernel supports, or 0 when it has none. */
 int appbox_landlock_abi(void);
+
+/* flock(2): in Swift the name resolves to `struct flock` first. */
+static inline int appbox_flock(int fd, int operation) { return flock(fd, operation); }
 
 /* Field access for struct dirent (d_name is a fixed array that imports as a tuple). */
 static inline const char *appbox_dirent_name(const struct dirent *entry) { return entry->d_name; }

@@ -1,0 +1,57 @@
+# appbox — build, test and demo. `make demo` and `make test` work on a fresh Debian
+# machine: each installs the missing system packages first.
+
+SWIFT ?= swift
+APT_PACKAGES := libarchive-dev libsqlite3-dev libssl-dev pkg-config
+BENCH_PACKAGES := libarchive-tools restic time
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: all deps build release test demo bench bench-large bench-deps format lint clean
+
+all: build
+
+# Install the C libraries' development packages when pkg-config cannot find them.
+deps:
+	@if ! pkg-config --exists libarchive sqlite3 libcrypto 2>/dev/null; then \
+	  echo "make deps: installing $(APT_PACKAGES)"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
+	fi
+
+build: deps
+	$(SWIFT) build
+
+release: deps
+	$(SWIFT) build -c release
+
+# Builds everything (the appbox and appbox-sandbox executables too) and runs every test.
+test: deps
+	$(SWIFT) build --build-tests
+	$(SWIFT) test --skip-build
+
+# The main job end to end on a throwaway device root.
+demo: release
+	@bash scripts/demo.sh "$$($(SWIFT) build -c release --show-bin-path)"
+
+bench-deps: deps
+	@for tool in bsdtar restic /usr/bin/time; do command -v $$tool >/dev/null || missing=1; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make bench: installing $(BENCH_PACKAGES)"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(BENCH_PACKAGES) >/dev/null; \
+	fi
+
+bench: release bench-deps
+	@bash Benchmarks/run.sh small "$$($(SWIFT) build -c release --show-bin-path)"
+
+bench-large: release bench-deps
+	@bash Benchmarks/run.sh large "$$($(SWIFT) build -c release --show-bin-path)"
+
+format:
+	$(SWIFT) format -i -r Sources Tests Package.swift
+
+lint:
+	$(SWIFT) format lint -r Sources Tests Package.swift
+
+clean:
+	rm -rf .build

@@ -1,0 +1,69 @@
+import AppboxContainer
+import AppboxCore
+import Foundation
+import Glibc
+
+/// The appbox command line.
+public enum AppboxCLI {
+  public static let version = "0.1.0"
+
+  /// Every top-level command, in the order help lists them.
+  public static let commands: [any ParsableCommand.Type] = [
+    DeviceCommand.self, InstallCommand.self, ListCommand.self, InspectCommand.self, PathCommand.self,
+    UninstallCommand.self,
+  ]
+
+  public static let runner = CommandRunner(commands: commands, version: version)
+
+  /// Runs the process's command line and exits with its status.
+  public static func main() -> Never {
+    let status = runner.run(
+      Array(CommandLine.arguments.dropFirst()), environment: ProcessInfo.processInfo.environment,
+      stdout: DescriptorSink(fd: 1), stderr: DescriptorSink(fd: 2))
+    exit(status)
+  }
+}
+
+extension CommandContext {
+  /// The device root chosen by --root, $APPBOX_ROOT or the default.
+  var deviceRoot: DeviceRoot { DeviceRoot.resolve(explicit: globals.root, environment: environment) }
+
+  /// Opens the device; mutating commands take its lock and finish interrupted work first.
+  func openDevice(mutating: Bool) throws -> DeviceSession {
+    try DeviceSession.open(root: deviceRoot, mutating: mutating, recovery: recoverySteps, environment: environment)
+  }
+
+  var recoverySteps: [any RecoveryStep] { [ContainerRecovery()] }
+}
+
+/// Formats dates as ISO 8601 in UTC, the same in text and JSON.
+func timestamp(_ date: Date) -> String {
+  let formatter = ISO8601DateFormatter()
+  formatter.timeZone = TimeZone(identifier: "UTC")
+  return formatter.string(from: date)
+}
+
+/// Lays out rows in columns padded to the widest cell (the last column is not padded).
+func table(_ header: [String], _ rows: [[String]]) -> String {
+  let all = [header] + rows
+  let widths = header.indices.map { column in all.map { $0[column].count }.max() ?? 0 }
+  return all.map { row in
+    row.enumerated().map { index, cell in
+      index == row.count - 1 ? cell : cell.padding(toLength: widths[index], withPad: " ", startingAt: 0)
+    }.joined(separator: "  ")
+  }.joined(separator: "\n")
+}
+
+/// "1.2 MB"-style sizes for people (JSON always has exact bytes).
+func byteCount(_ bytes: Int64) -> String {
+  let units = ["B", "KB", "MB", "GB", "TB"]
+  var value = Double(bytes)
+  var unit = 0
+  while value >= 1000 && unit < units.count - 1 {
+    value /= 1000
+    unit += 1
+  }
+  return unit == 0 ? "\(bytes) B" : String(format: "%.1f %@", value, units[unit])
+}
+
+let appArgument = CommandDescription.Positional("APP", help: "A bundle identifier or container id.")

@@ -1,0 +1,155 @@
+import AppboxContainer
+import AppboxCore
+import Foundation
+
+struct InstallCommand: ParsableCommand {
+  static let description = CommandDescription(
+    name: "install", abstract: "Validate and seal a bundle, and install it into a new home.",
+    positionals: [.init("BUNDLE.app", help: "The app bundle directory to install.")])
+  let bundle: String
+  init(_ arguments: ParsedArguments) throws { bundle = arguments.positional(0)! }
+
+  func run(_ context: CommandContext) throws -> CommandOutput {
+    let session = try context.openDevice(mutating: true)
+    let result = try session.install(bundleAt: bundle)
+    let app = result.app
+    return CommandOutput(
+      text: """
+        Installed \(app.bundleIdentifier) \(app.version) (\(app.bundleDirectoryName))
+          container  \(app.containerID)
+          home       \(result.home)
+        """,
+      json: .object([
+        ("bundleIdentifier", .string(app.bundleIdentifier)), ("containerID", .string(app.containerID)),
+        ("home", .string(result.home)), ("version", .string(app.version)),
+      ]))
+  }
+}
+
+struct ListCommand: ParsableCommand {
+  static let description = CommandDescription(name: "list", abstract: "List installed apps.")
+  init(_ arguments: ParsedArguments) throws {}
+
+  func run(_ context: CommandContext) throws -> CommandOutput {
+    let apps = try context.openDevice(mutating: false).registry.apps()
+    let text = apps.isEmpty
+      ? "No apps installed."
+      : table(["BUNDLE ID", "VERSION", "CONTAINER ID"], apps.map { [$0.bundleIdentifier, $0.version, $0.containerID] })
+    return CommandOutput(
+      text: text,
+      json: .array(apps.map { app in
+        .object([
+          ("bundleIdentifier", .string(app.bundleIdentifier)), ("containerID", .string(app.containerID)),
+          ("version", .string(app.version)),
+        ])
+      }))
+  }
+}
+
+struct InspectCommand: ParsableCommand {
+  static let description = CommandDescription(
+    name: "inspect",
+    abstract: "Show an app's home, version, seal, and each standard directory's files, bytes and backup policy.",
+    positionals: [appArgument])
+  let app: String
+  init(_ arguments: ParsedArguments) throws { app = arguments.positional(0)! }
+
+  func run(_ context: CommandContext) throws -> CommandOutput {
+    let session = try context.openDevice(mutating: false)
+    let report = try session.inspect(try session.app(app))
+    let record = report.app
+    var lines = [
+      "\(record.bundleIdentifier) (\(record.displayName)) version \(record.version)"
+        + (record.shortVersion.map { " (\($0))" } ?? ""),
+      "  container     \(record.containerID)",
+      "  home          \(report.home)",
+      "  bundle        \(record.bundleDirectoryName)",
+      "  installed     \(timestamp(record.installedAt))",
+      "  seal          \(report.seal.summary)",
+      "  file sharing  \(record.fileSharingEnabled ? "enabled" : "disabled")",
+    ]
+    if let updated = record.updatedAt { lines.insert("  updated       \(timestamp(updated))", at: 5) }
+    if let team = record.teamIdentifier { lines.append("  team          \(team)") }
+    if !record.keychainAccessGroups.isEmpty {
+      lines.append("  keychain      \(record.keychainAccessGroups.joined(separator: ", "))")
+    }
+    lines.append("")
+    lines.append(
+      table(
+        ["LOCATION", "FILES", "BYTES", "EXCLUDED", "BACKUP"],
+        report.locations.map {
+          [$0.name, String($0.files), byteCount($0.bytes), String($0.excludedItems), $0.policy]
+        }))
+    var seal: [(String, JSONValue)] = [("valid", .bool(report.seal.isValid))]
+    if case .broken(let path, let reason) = report.seal {
+      seal += [("path", .string(path)), ("reason", .string(reason))]
+    }
+    return CommandOutput(
+      text: lines.joined(separator: "\n"),
+      json: .object([
+        ("bundleIdentifier", .string(record.bundleIdentifier)), ("containerID", .string(record.containerID)),
+        ("version", .string(record.version)), ("shortVersion", .optional(record.shortVersion)),
+        ("name", .string(record.displayName)), ("home", .string(report.home)),
+        ("bundle", .string(record.bundleDirectoryName)), ("installedAt", .string(timestamp(record.installedAt))),
+        ("updatedAt", record.updatedAt.map { .string(timestamp($0)) } ?? .null),
+        ("fileSharingEnabled", .bool(record.fileSharingEnabled)), ("teamIdentifier", .optional(record.teamIdentifier)),
+        ("keychainAccessGroups", .array(record.keychainAccessGroups.map(JSONValue.string))),
+        ("seal", .object(seal)),
+        ("locations", .array(report.locations.map { location in
+          .object([
+            ("name", .string(location.name)), ("files", .int(location.files)), ("bytes", .int(location.bytes)),
+            ("backedUp", .bool(location.backedUp)), ("policy", .string(location.policy)),
+            ("excludedItems", .int(location.excludedItems)),
+          ])
+        })),
+      ]))
+  }
+}
+
+struct PathCommand: ParsableCommand {
+  static let description = CommandDescription(
+    name: "path", abstract: "Print one absolute path of an app's home.",
+    positionals: [
+      appArgument,
+      .init("LOCATION", help: "bundle, data (the home; the default), documents, library, preferences, caches or tmp.",
+            optional: true),
+    ])
+  let app: String
+  let location: HomeLocation
+
+  init(_ arguments: ParsedArguments) throws {
+    app = arguments.positional(0)!
+    let name = arguments.positional(1) ?? "data"
+    guard let location = HomeLocation(rawValue: name) else {
+      throw arguments.usage(
+        "unknown location '\(name)' (expected one of: \(HomeLocation.allCases.map(\.rawValue).joined(separator: ", ")))")
+    }
+    self.location = location
+  }
+
+  func run(_ context: CommandContext) throws -> CommandOutput {
+    let session = try context.openDevice(mutating: false)
+    let path = session.home(of: try session.app(app)).path(of: location)
+    return CommandOutput(text: path, json: .object([("path", .string(path)), ("location", .string(location.rawValue))]))
+  }
+}
+
+struct UninstallCommand: ParsableCommand {
+  static let description = CommandDescription(
+    name: "uninstall", abstract: "Remove an app: its home, its registry entry and its keychain items.",
+    positionals: [appArgument])
+  let app: String
+  init(_ arguments: ParsedArguments) throws { app = arguments.positional(0)! }
+
+  func run(_ context: CommandContext) throws -> CommandOutput {
+    let session = try context.openDevice(mutating: true)
+    let record = try session.app(app)
+    try session.uninstall(record)
+    return CommandOutput(
+      text: "Uninstalled \(record.bundleIdentifier) (container \(record.containerID))",
+      json: .object([
+        ("bundleIdentifier", .string(record.bundleIdentifier)), ("containerID", .string(record.containerID)),
+        ("uninstalled", .bool(true)),
+      ]))
+  }
+}

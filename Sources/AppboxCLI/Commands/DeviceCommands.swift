@@ -1,0 +1,67 @@
+import AppboxContainer
+import AppboxCore
+
+struct DeviceCommand: CommandGroup {
+  static let description = CommandDescription(
+    name: "device", abstract: "Show or create the device identity (UDID, name, capabilities).",
+    subcommands: [DeviceShow.self, DeviceInit.self], defaultSubcommand: "show")
+}
+
+func deviceOutput(_ identity: DeviceIdentity, root: DeviceRoot, verb: String? = nil) -> CommandOutput {
+  var text = [
+    "UDID:          \(identity.udid)",
+    "Name:          \(identity.name)",
+    "Capabilities:  \(identity.capabilities.joined(separator: ", "))",
+    "Root:          \(root.path)",
+  ]
+  if let verb { text.insert(verb, at: 0) }
+  return CommandOutput(
+    text: text.joined(separator: "\n"),
+    json: .object([
+      ("udid", .string(identity.udid)), ("name", .string(identity.name)),
+      ("capabilities", .array(identity.capabilities.map(JSONValue.string))), ("root", .string(root.path)),
+      ("created", .string(timestamp(identity.created))),
+    ]))
+}
+
+struct DeviceShow: ParsableCommand {
+  static let description = CommandDescription(
+    name: "show", abstract: "Print the device's UDID, name and capabilities (creating the root on first use).")
+  init(_ arguments: ParsedArguments) throws {}
+  func run(_ context: CommandContext) throws -> CommandOutput {
+    let session = try context.openDevice(mutating: false)
+    return deviceOutput(session.identity, root: session.root)
+  }
+}
+
+struct DeviceInit: ParsableCommand {
+  static let description = CommandDescription(
+    name: "init",
+    abstract: "Create the device root explicitly, or rename it and set its capabilities (the UDID never changes).",
+    options: [
+      .init("name", value: "N", help: "The device's name."),
+      .init("capabilities", value: "a,b,...", help: "The device's capabilities, comma-separated (replaces the list)."),
+    ])
+  let name: String?
+  let capabilities: [String]?
+
+  init(_ arguments: ParsedArguments) throws {
+    name = arguments.value("name")
+    if let name, name.trimmingCharacters(in: .whitespaces).isEmpty { throw arguments.usage("--name may not be empty") }
+    capabilities = arguments.value("capabilities").map {
+      $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+    }
+  }
+
+  func run(_ context: CommandContext) throws -> CommandOutput {
+    let root = context.deviceRoot
+    let existed = try root.identityIfPresent() != nil
+    let session = try context.openDevice(mutating: true)
+    var identity = session.identity
+    if let name { identity.name = name }
+    if let capabilities { identity.capabilities = capabilities }
+    if identity != session.identity { try root.saveIdentity(identity) }
+    let verb = existed ? (identity != session.identity ? "Updated device" : "Device exists") : "Created device"
+    return deviceOutput(identity, root: root, verb: verb)
+  }
+}

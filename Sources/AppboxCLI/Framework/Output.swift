@@ -1,0 +1,74 @@
+import AppboxCore
+import Foundation
+import Glibc
+
+/// What a command produced: text for people, JSON for scripts, or raw bytes (a secret,
+/// a file's content), and the exit status (non-zero only for `run`/`launch`).
+public struct CommandOutput: Sendable {
+  public var text: String?
+  public var json: JSONValue?
+  public var raw: [UInt8]?
+  public var exitStatus: Int32
+
+  public init(text: String? = nil, json: JSONValue? = nil, raw: [UInt8]? = nil, exitStatus: Int32 = 0) {
+    self.text = text
+    self.json = json
+    self.raw = raw
+    self.exitStatus = exitStatus
+  }
+}
+
+/// Where output goes; tests capture it, the real program writes to file descriptors.
+public protocol OutputSink: AnyObject, Sendable {
+  func write(_ bytes: [UInt8])
+  /// Whether this sink is a terminal (progress bars are drawn only there).
+  var isTerminal: Bool { get }
+}
+
+extension OutputSink {
+  public func write(_ text: String) { write(Array(text.utf8)) }
+}
+
+/// A sink over a file descriptor (1 or 2).
+public final class DescriptorSink: OutputSink, @unchecked Sendable {
+  let fd: Int32
+  public init(fd: Int32) { self.fd = fd }
+  public func write(_ bytes: [UInt8]) { try? FileDescriptor(rawValue: fd).writeAll(bytes) }
+  public var isTerminal: Bool { isatty(fd) == 1 }
+}
+
+/// A sink that keeps what is written, for tests.
+public final class CapturingSink: OutputSink, @unchecked Sendable {
+  private let lock = NSLock()
+  private var storage: [UInt8] = []
+  public init() {}
+  public func write(_ bytes: [UInt8]) { lock.withLock { storage += bytes } }
+  public var isTerminal: Bool { false }
+  public var bytes: [UInt8] { lock.withLock { storage } }
+  public var text: String { String(decoding: bytes, as: UTF8.self) }
+}
+
+/// Everything a command may use while it runs.
+public final class CommandContext: @unchecked Sendable {
+  public let globals: GlobalOptions
+  public let environment: [String: String]
+  public let stdout: OutputSink
+  public let stderr: OutputSink
+
+  public init(globals: GlobalOptions, environment: [String: String], stdout: OutputSink, stderr: OutputSink) {
+    self.globals = globals
+    self.environment = environment
+    self.stdout = stdout
+    self.stderr = stderr
+  }
+
+  /// A warning line on stderr (shown even with --json, suppressed by --quiet).
+  public func warn(_ message: String) {
+    if !globals.quiet { stderr.write("warning: \(message)\n") }
+  }
+
+  /// A progress or status line on stderr, for people only.
+  public func note(_ message: String) {
+    if !globals.quiet && !globals.json { stderr.write(message + "\n") }
+  }
+}

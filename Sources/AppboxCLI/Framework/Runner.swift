@@ -1,0 +1,102 @@
+import AppboxCore
+import Foundation
+
+/// Runs one command line start to finish: parse, validate, run, print, and map any
+/// error to one stderr line and a sysexits status. The only place exit codes are chosen.
+public struct CommandRunner: Sendable {
+  public let parser: ArgumentParser
+  public let version: String
+
+  public init(commands: [any ParsableCommand.Type], version: String) {
+    parser = ArgumentParser(commands: commands)
+    self.version = version
+  }
+
+  public func run(_ arguments: [String], environment: [String: String], stdout: OutputSink, stderr: OutputSink)
+    -> Int32
+  {
+    let invocation: Invocation
+    do {
+      invocation = try parser.parse(arguments)
+    } catch let error as UsageError {
+      reportUsage(error, stderr: stderr)
+      return ExitStatus.usage
+    } catch {
+      stderr.write("Error: \(error)\n")
+      return ExitStatus.usage
+    }
+    let globals = invocation.globals
+    if globals.version {
+      stdout.write(globals.json ? JSONValue.object([("version", .string(version))]).serialized() + "\n" : "appbox \(version)\n")
+      return 0
+    }
+    if globals.help || invocation.command == nil {
+      let text = invocation.chain.isEmpty
+        ? HelpFormatter.rootHelp(commands: parser.commands, version: version)
+        : HelpFormatter.commandHelp(chain: invocation.chain)
+      stdout.write(text)
+      return 0
+    }
+    let context = CommandContext(globals: globals, environment: environment, stdout: stdout, stderr: stderr)
+    do {
+      let command = try invocation.command!.init(invocation.arguments)
+      let output = try command.run(context)
+      if globals.json {
+        if let json = output.json { stdout.write(json.serialized() + "\n") }
+      } else if let raw = output.raw {
+        stdout.write(raw)
+      } else if let text = output.text, !globals.quiet, !text.isEmpty {
+        stdout.write(text.hasSuffix("\n") ? text : text + "\n")
+      }
+      return output.exitStatus
+    } catch let error as UsageError {
+      reportUsage(error, stderr: stderr)
+      return ExitStatus.usage
+    } catch {
+      let status = ExitStatus.of(error)
+      let message = String(describing: error).replacingOccurrences(of: "\n", with: " ")
+      stderr.write("Error: \(message)\n")
+      if globals.json {
+        stdout.write(
+          JSONValue.object([("error", .object([("status", .int(status)), ("message", .string(message))]))])
+            .serialized() + "\n")
+      }
+      return status
+    }
+  }
+
+  private func reportUsage(_ error: UsageError, stderr: OutputSink) {
+    let path = error.commandPath.map { $0.isEmpty ? "" : " \($0)" } ?? ""
+    stderr.write("Error: \(error.message)\nSee 'appbox\(path) --help'\n")
+  }
+}
+
+/// The sysexits statuses of the command-line contract.
+public enum ExitStatus {
+  public static let usage: Int32 = 64
+  public static let dataError: Int32 = 65
+  public static let noInput: Int32 = 66
+  public static let unavailable: Int32 = 69
+  public static let cannotCreate: Int32 = 73
+  public static let ioError: Int32 = 74
+  public static let tempFailure: Int32 = 75
+  public static let noPermission: Int32 = 77
+
+  public static func of(_ kind: FailureKind) -> Int32 {
+    switch kind {
+    case .invalidArgument: return usage
+    case .badData: return dataError
+    case .notFound: return noInput
+    case .unavailable: return unavailable
+    case .cannotCreate: return cannotCreate
+    case .io: return ioError
+    case .busy: return tempFailure
+    case .denied: return noPermission
+    }
+  }
+
+  public static func of(_ error: Error) -> Int32 {
+    if let failure = error as? any AppboxFailure { return of(failure.kind) }
+    return ioError
+  }
+}

@@ -1,3 +1,0 @@
-public enum AppboxCLI {
-  public static func main() {}
-}

@@ -1,0 +1,66 @@
+import AppboxCore
+import Foundation
+import Glibc
+
+/// The result of an install.
+public struct InstallResult: Sendable {
+  public var app: AppRecord
+  public var home: String
+}
+
+extension DeviceSession {
+  /// Installs the bundle at `bundlePath` into a new home: validates and seals a staged
+  /// copy, commits the registry row, then renames the home into place. All or nothing:
+  /// a refused bundle leaves nothing under ApplicationRoot.
+  public func install(bundleAt bundlePath: String) throws -> InstallResult {
+    precondition(isLocked, "install needs the root's lock")
+    let staged = try HomeStaging.stage(bundleAt: bundlePath, root: root, device: identity)
+    let applicationRoot = try FileDescriptor.open(root.applicationRoot, O_RDONLY | O_DIRECTORY)
+    defer { applicationRoot.close() }
+    do {
+      if let existing = try registry.appIfPresent(staged.info.identifier) {
+        throw ContainerError(
+          .alreadyInstalled,
+          "'\(staged.info.identifier)' is already installed (version \(existing.version), container "
+            + "\(existing.containerID)); use 'appbox update \(staged.info.identifier) BUNDLE.app' to replace it")
+      }
+      let app = staged.record()
+      try registry.database.inTransaction {
+        try registry.insert(app)
+        try registry.record(.init(bundleIdentifier: app.bundleIdentifier, event: "install",
+                                  containerID: app.containerID, version: app.version))
+      }
+      CrashPoint.hit("install.committed")
+      try applicationRoot.rename(staged.stagingName, to: staged.containerID, flags: .noReplace)
+      try applicationRoot.sync()
+      return InstallResult(app: app, home: root.home(app.containerID))
+    } catch {
+      if (try? registry.appIfPresent(staged.info.identifier))??.containerID != staged.containerID {
+        try? FileTree.remove(staged.stagingName, in: applicationRoot)
+      }
+      throw error
+    }
+  }
+
+  /// Removes the app: its home (renamed to trash first, so a crash finishes the job on
+  /// the next run), its registry row, and whatever `alsoRemove` does (its keychain items)
+  /// inside the same transaction.
+  public func uninstall(_ app: AppRecord, alsoRemove: (() throws -> Void)? = nil) throws {
+    precondition(isLocked, "uninstall needs the root's lock")
+    let applicationRoot = try FileDescriptor.open(root.applicationRoot, O_RDONLY | O_DIRECTORY)
+    defer { applicationRoot.close() }
+    let trash = HomeStaging.trashPrefix + app.containerID
+    if try applicationRoot.statusIfPresent(of: app.containerID) != nil {
+      try applicationRoot.rename(app.containerID, to: trash, flags: .noReplace)
+      try applicationRoot.sync()
+    }
+    CrashPoint.hit("uninstall.trashed")
+    try registry.database.inTransaction {
+      try registry.remove(bundleIdentifier: app.bundleIdentifier)
+      try registry.record(.init(bundleIdentifier: app.bundleIdentifier, event: "uninstall",
+                                previousContainerID: app.containerID, previousVersion: app.version))
+      try alsoRemove?()
+    }
+    try FileTree.remove(trash, in: applicationRoot)
+  }
+}

@@ -1,0 +1,78 @@
+import AppboxCore
+import Foundation
+
+/// A device's identity, kept in `<root>/device.plist`.
+public struct DeviceIdentity: Sendable, Equatable {
+  /// An uppercase UUID, fixed when the device is created.
+  public var udid: String
+  public var name: String
+  public var capabilities: [String]
+  public var created: Date
+
+  public static let defaultCapabilities = [
+    "arm64", "wifi", "gps", "still-camera", "microphone", "accelerometer", "gyroscope", "bluetooth-le", "metal",
+  ]
+
+  public init(udid: String = UUID().uuidString, name: String, capabilities: [String], created: Date = Date()) {
+    self.udid = udid
+    self.name = name
+    self.capabilities = capabilities
+    self.created = Date(timeIntervalSince1970: created.timeIntervalSince1970.rounded(.down))
+  }
+
+  var propertyList: PropertyList {
+    .dictionary([
+      "UDID": .string(udid),
+      "DeviceName": .string(name),
+      "Capabilities": .array(capabilities.map(PropertyList.string)),
+      "Created": .date(created),
+    ])
+  }
+
+  init(propertyList plist: PropertyList, path: String) throws {
+    guard let udid = plist["UDID"]?.string, UUID(uuidString: udid) != nil,
+      let name = plist["DeviceName"]?.string,
+      let capabilities = plist["Capabilities"]?.array?.compactMap(\.string)
+    else {
+      throw ContainerError(.invalidDevice, "Device identity '\(path)' is missing UDID, DeviceName or Capabilities")
+    }
+    self.init(udid: udid, name: name, capabilities: capabilities, created: plist["Created"]?.date ?? Date())
+  }
+}
+
+extension DeviceRoot {
+  /// Reads the device identity, or nil when the root has none yet.
+  public func identityIfPresent() throws -> DeviceIdentity? {
+    guard let bytes = FileManager.default.contents(atPath: deviceFile) else {
+      if FileManager.default.fileExists(atPath: deviceFile) {
+        throw ContainerError(.invalidDevice, "Unable to read device identity '\(deviceFile)'")
+      }
+      return nil
+    }
+    let plist: PropertyList
+    do {
+      plist = try PropertyList.decode(bytes)
+    } catch {
+      throw ContainerError(.invalidDevice, "Device identity '\(deviceFile)' is not a valid property list: \(error)")
+    }
+    return try DeviceIdentity(propertyList: plist, path: deviceFile)
+  }
+
+  /// Writes `identity` to `device.plist` atomically.
+  public func saveIdentity(_ identity: DeviceIdentity) throws {
+    try AtomicFile.write(identity.propertyList.xmlData(), toPath: deviceFile, mode: 0o644)
+  }
+
+  /// The device, creating the root with a fresh identity on first use.
+  public func prepare() throws -> DeviceIdentity {
+    try createLayout()
+    if let identity = try identityIfPresent() { return identity }
+    let lock = try self.lock()
+    defer { withExtendedLifetime(lock) {} }
+    if let identity = try identityIfPresent() { return identity }
+    let host = ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "linux"
+    let identity = DeviceIdentity(name: "appbox device (\(host))", capabilities: DeviceIdentity.defaultCapabilities)
+    try saveIdentity(identity)
+    return identity
+  }
+}

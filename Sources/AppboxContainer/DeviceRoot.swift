@@ -1,0 +1,87 @@
+import AppboxCore
+import Foundation
+import Glibc
+
+/// One device: a root directory holding its identity, registry, homes, keychain and
+/// default backup repository.
+///
+///     <root>/device.plist            identity
+///     <root>/registry.db             installed apps
+///     <root>/ApplicationRoot/<ID>/   homes
+///     <root>/Keychains/              keychain store and device key (0700)
+///     <root>/Backups/                default backup repository
+///     <root>/.appbox/                locks, journals, running-app locks
+public struct DeviceRoot: Sendable {
+  /// The root's absolute path.
+  public let path: String
+
+  public init(path: String) {
+    self.path = DeviceRoot.absolute(path)
+  }
+
+  /// The root named by `--root`, else `$APPBOX_ROOT`, else `${XDG_DATA_HOME:-~/.local/share}/appbox`.
+  public static func resolve(explicit: String?, environment: [String: String]) -> DeviceRoot {
+    if let explicit, !explicit.isEmpty { return DeviceRoot(path: explicit) }
+    if let root = environment["APPBOX_ROOT"], !root.isEmpty { return DeviceRoot(path: root) }
+    let data: String
+    if let xdg = environment["XDG_DATA_HOME"], !xdg.isEmpty {
+      data = xdg
+    } else {
+      data = (environment["HOME"] ?? NSHomeDirectory()) + "/.local/share"
+    }
+    return DeviceRoot(path: data + "/appbox")
+  }
+
+  static func absolute(_ path: String) -> String {
+    var result = path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
+    while result.count > 1 && result.hasSuffix("/") { result.removeLast() }
+    return result
+  }
+
+  public var deviceFile: String { path + "/device.plist" }
+  public var registryFile: String { path + "/registry.db" }
+  public var applicationRoot: String { path + "/ApplicationRoot" }
+  public var keychains: String { path + "/Keychains" }
+  public var backups: String { path + "/Backups" }
+  public var stateDirectory: String { path + "/.appbox" }
+  public var journalDirectory: String { stateDirectory + "/journal" }
+  public var runningDirectory: String { stateDirectory + "/running" }
+  var lockFile: String { stateDirectory + "/lock" }
+
+  /// The home of container `id`.
+  public func home(_ containerID: String) -> String { applicationRoot + "/" + containerID }
+
+  /// Creates the root's directories if missing (mode 0700 for the private ones).
+  public func createLayout() throws {
+    try makeDirectory(path, mode: 0o755)
+    try makeDirectory(applicationRoot, mode: 0o755)
+    try makeDirectory(keychains, mode: 0o700)
+    try makeDirectory(backups, mode: 0o700)
+    try makeDirectory(stateDirectory, mode: 0o700)
+    try makeDirectory(journalDirectory, mode: 0o700)
+    try makeDirectory(runningDirectory, mode: 0o700)
+  }
+
+  private func makeDirectory(_ path: String, mode: mode_t) throws {
+    if Glibc.mkdir(path, mode) == 0 { return }
+    let errno = Errno.current
+    if errno == .noEntry {
+      // A missing parent: create the chain (the root may be a new nested path).
+      try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+      return
+    }
+    guard errno == .exists else { throw SystemError("create directory", path: path, errno: errno) }
+    var st = stat()
+    guard lstat(path, &st) == 0, FileStatus(st).type == .directory else {
+      throw ContainerError(.invalidDevice, "Device root is unusable: '\(path)' is not a directory")
+    }
+  }
+
+  /// Takes the root's exclusive lock: one mutating appbox command at a time. Waits up to
+  /// `$APPBOX_LOCK_TIMEOUT` seconds (default 5), then fails as busy (exit 75).
+  public func lock(environment: [String: String] = ProcessInfo.processInfo.environment) throws -> FileLock {
+    let seconds = environment["APPBOX_LOCK_TIMEOUT"].flatMap(Double.init) ?? 5
+    return try FileLock.acquire(
+      lockFile, exclusive: true, timeout: .milliseconds(Int(seconds * 1000)), what: "Device root '\(path)'")
+  }
+}

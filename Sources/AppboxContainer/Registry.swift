@@ -1,0 +1,197 @@
+import AppboxCore
+import AppboxStore
+import Foundation
+
+/// An installed app as the registry records it.
+public struct AppRecord: Sendable, Equatable {
+  public var bundleIdentifier: String
+  public var containerID: String
+  /// The bundle directory's name without ".app" ("Notes" for Notes.app).
+  public var bundleName: String
+  public var displayName: String
+  public var executable: String
+  public var version: String
+  public var shortVersion: String?
+  public var teamIdentifier: String?
+  public var applicationIdentifier: String?
+  /// Keychain access groups from the entitlements, in order.
+  public var keychainAccessGroups: [String]
+  public var fileSharingEnabled: Bool
+  /// SHA-256 (hex) of the bundle's `_CodeSignature/CodeResources`: the seal's identity.
+  public var seal: String
+  public var installedAt: Date
+  public var updatedAt: Date?
+
+  public var bundleDirectoryName: String { bundleName + ".app" }
+}
+
+/// `registry.db`: installed apps and their history. SQLite in WAL mode, schema versioned
+/// with `user_version`; every change is one transaction.
+public final class Registry {
+  public let database: Database
+  let path: String
+
+  static let migrations = [
+    """
+    CREATE TABLE apps(
+      bundle_id TEXT PRIMARY KEY NOT NULL,
+      container_id TEXT NOT NULL UNIQUE,
+      bundle_name TEXT NOT NULL,
+      display_name TEXT NOT NULL,
+      executable TEXT NOT NULL,
+      version TEXT NOT NULL,
+      short_version TEXT,
+      team_id TEXT,
+      application_id TEXT,
+      access_groups TEXT NOT NULL,
+      file_sharing INTEGER NOT NULL,
+      seal TEXT NOT NULL,
+      installed_at REAL NOT NULL,
+      updated_at REAL
+    );
+    CREATE TABLE history(
+      id INTEGER PRIMARY KEY,
+      bundle_id TEXT NOT NULL,
+      event TEXT NOT NULL,
+      container_id TEXT,
+      previous_container_id TEXT,
+      version TEXT,
+      previous_version TEXT,
+      snapshot TEXT,
+      time REAL NOT NULL
+    );
+    CREATE INDEX history_by_app ON history(bundle_id, id);
+    """
+  ]
+
+  public init(root: DeviceRoot) throws {
+    path = root.registryFile
+    database = try Database(path: path)
+    try database.setJournalModeWAL()
+    try database.migrate(Self.migrations)
+  }
+
+  static let columns = """
+    bundle_id, container_id, bundle_name, display_name, executable, version, short_version, team_id,
+    application_id, access_groups, file_sharing, seal, installed_at, updated_at
+    """
+
+  private func record(_ row: Statement) -> AppRecord {
+    AppRecord(
+      bundleIdentifier: row.text(0) ?? "", containerID: row.text(1) ?? "", bundleName: row.text(2) ?? "",
+      displayName: row.text(3) ?? "", executable: row.text(4) ?? "", version: row.text(5) ?? "",
+      shortVersion: row.text(6), teamIdentifier: row.text(7), applicationIdentifier: row.text(8),
+      keychainAccessGroups: (row.text(9) ?? "").split(separator: "\n").map(String.init),
+      fileSharingEnabled: row.int64(10) != 0, seal: row.text(11) ?? "",
+      installedAt: Date(timeIntervalSince1970: row.double(12)),
+      updatedAt: row.isNull(13) ? nil : Date(timeIntervalSince1970: row.double(13)))
+  }
+
+  /// Every installed app, by bundle identifier.
+  public func apps() throws -> [AppRecord] {
+    try database.prepare("SELECT \(Self.columns) FROM apps ORDER BY bundle_id").rows(record)
+  }
+
+  /// The app whose bundle identifier or container id is `name`, or nil.
+  public func appIfPresent(_ name: String) throws -> AppRecord? {
+    let statement = try database.prepare(
+      "SELECT \(Self.columns) FROM apps WHERE bundle_id = ?1 OR container_id = ?1 COLLATE NOCASE")
+    try statement.bind([.text(name)])
+    return try statement.rows(record).first
+  }
+
+  /// The app whose bundle identifier or container id is `name`; not found is exit 66.
+  public func app(_ name: String) throws -> AppRecord {
+    guard let app = try appIfPresent(name) else {
+      throw ContainerError(.appNotFound, "No installed app '\(name)' (give a bundle identifier or container id)")
+    }
+    return app
+  }
+
+  private func values(_ app: AppRecord) -> [SQLValue] {
+    [
+      .text(app.bundleIdentifier), .text(app.containerID), .text(app.bundleName), .text(app.displayName),
+      .text(app.executable), .text(app.version), app.shortVersion.map(SQLValue.text) ?? .null,
+      app.teamIdentifier.map(SQLValue.text) ?? .null, app.applicationIdentifier.map(SQLValue.text) ?? .null,
+      .text(app.keychainAccessGroups.joined(separator: "\n")), .integer(app.fileSharingEnabled ? 1 : 0),
+      .text(app.seal), .real(app.installedAt.timeIntervalSince1970),
+      app.updatedAt.map { .real($0.timeIntervalSince1970) } ?? .null,
+    ]
+  }
+
+  /// Adds an app (inside the caller's transaction, if any).
+  public func insert(_ app: AppRecord) throws {
+    let statement = try database.prepare(
+      "INSERT INTO apps(\(Self.columns)) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)")
+    try statement.bind(values(app))
+    _ = try statement.step()
+  }
+
+  /// Replaces the row of `app.bundleIdentifier` (an update moves it to a new container).
+  public func replace(_ app: AppRecord) throws {
+    try database.execute("DELETE FROM apps WHERE bundle_id = ?1", .text(app.bundleIdentifier))
+    try insert(app)
+  }
+
+  /// Removes the app's row.
+  public func remove(bundleIdentifier: String) throws {
+    try database.execute("DELETE FROM apps WHERE bundle_id = ?1", .text(bundleIdentifier))
+  }
+
+  /// One line of the app's history.
+  public struct Event: Sendable, Equatable {
+    public var bundleIdentifier: String
+    public var event: String
+    public var containerID: String?
+    public var previousContainerID: String?
+    public var version: String?
+    public var previousVersion: String?
+    public var snapshot: String?
+    public var time: Date
+
+    public init(
+      bundleIdentifier: String, event: String, containerID: String? = nil, previousContainerID: String? = nil,
+      version: String? = nil, previousVersion: String? = nil, snapshot: String? = nil, time: Date = Date()
+    ) {
+      self.bundleIdentifier = bundleIdentifier
+      self.event = event
+      self.containerID = containerID
+      self.previousContainerID = previousContainerID
+      self.version = version
+      self.previousVersion = previousVersion
+      self.snapshot = snapshot
+      self.time = time
+    }
+  }
+
+  public func record(_ event: Event) throws {
+    let statement = try database.prepare(
+      """
+      INSERT INTO history(bundle_id, event, container_id, previous_container_id, version, previous_version,
+        snapshot, time) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+      """)
+    try statement.bind([
+      .text(event.bundleIdentifier), .text(event.event), event.containerID.map(SQLValue.text) ?? .null,
+      event.previousContainerID.map(SQLValue.text) ?? .null, event.version.map(SQLValue.text) ?? .null,
+      event.previousVersion.map(SQLValue.text) ?? .null, event.snapshot.map(SQLValue.text) ?? .null,
+      .real(event.time.timeIntervalSince1970),
+    ])
+    _ = try statement.step()
+  }
+
+  /// The app's history, newest first.
+  public func history(of bundleIdentifier: String) throws -> [Event] {
+    let statement = try database.prepare(
+      """
+      SELECT bundle_id, event, container_id, previous_container_id, version, previous_version, snapshot, time
+      FROM history WHERE bundle_id = ?1 ORDER BY id DESC
+      """)
+    try statement.bind([.text(bundleIdentifier)])
+    return try statement.rows { row in
+      Event(
+        bundleIdentifier: row.text(0) ?? "", event: row.text(1) ?? "", containerID: row.text(2),
+        previousContainerID: row.text(3), version: row.text(4), previousVersion: row.text(5),
+        snapshot: row.text(6), time: Date(timeIntervalSince1970: row.double(7)))
+    }
+  }
+}
