@@ -4,4 +4,5 @@
 #include <openssl/rand.h>
 #include <openssl/err.h>
 #include <openssl/crypto.h>
+#include <openssl/kdf.h>
 #endif

@@ -1,0 +1,57 @@
+import AppboxCore
+import CSQLite
+
+/// Owns one `sqlite3*`. `Database` and every `Statement` hold a reference, so the handle is
+/// closed only after the last statement prepared on it has been finalized.
+final class Connection {
+  let handle: OpaquePointer
+  let path: String
+
+  init(handle: OpaquePointer, path: String) {
+    self.handle = handle
+    self.path = path
+  }
+
+  /// Uses `sqlite3_close_v2`.
+  deinit {
+    sqlite3_close_v2(handle)
+  }
+
+  /// The error for a failed call on this connection, with SQLite's current message.
+  /// Uses `sqlite3_errmsg` and `sqlite3_system_errno`.
+  func error(_ resultCode: Int32, operation: String, sql: String?) -> StoreError {
+    StoreError.from(handle: handle, resultCode: resultCode, path: path, operation: operation, sql: sql)
+  }
+
+  /// An error appbox raises itself (no SQLite message to read).
+  func error(
+    _ resultCode: Int32, message: String, operation: String, sql: String?, kind: FailureKind? = nil
+  ) -> StoreError {
+    StoreError(
+      extendedCode: resultCode, message: message, sql: sql, path: path, operation: operation, kind: kind)
+  }
+}
+
+extension StoreError {
+  /// Reads the message and, for open and I/O failures, the OS `errno` from a handle.
+  /// Uses `sqlite3_errmsg` and `sqlite3_system_errno`.
+  static func from(
+    handle: OpaquePointer?, resultCode: Int32, path: String, operation: String, sql: String?
+  ) -> StoreError {
+    let message: String
+    if let handle, let text = sqlite3_errmsg(handle) {
+      message = String(cString: text)
+    } else {
+      message = String(cString: sqlite3_errstr(resultCode))
+    }
+    var systemErrno: Int32?
+    let primary = resultCode & 0xFF
+    if let handle, primary == SQLITE_CANTOPEN || primary == SQLITE_IOERR {
+      let value = sqlite3_system_errno(handle)
+      systemErrno = value == 0 ? nil : value
+    }
+    return StoreError(
+      extendedCode: resultCode, message: message, sql: sql, path: path, operation: operation,
+      systemErrno: systemErrno)
+  }
+}

@@ -1,0 +1,148 @@
+import AppboxCore
+import CSQLite
+
+extension Database {
+  // MARK: Transactions
+
+  /// Runs `body` in a transaction: commits when it returns, rolls back when it throws (and
+  /// rethrows its error). Called while a transaction is already open, it uses a SAVEPOINT
+  /// instead, so an inner failure undoes only the inner work; `kind` then has no effect.
+  /// A failed COMMIT is rolled back too, so the connection never stays mid-transaction.
+  /// Uses `BEGIN`, `SAVEPOINT` and `sqlite3_get_autocommit`.
+  public func inTransaction<T>(_ kind: TransactionKind = .immediate, _ body: () throws -> T) throws -> T {
+    if isInTransaction {
+      return try inSavepoint(body)
+    }
+    try execute("BEGIN \(kind.rawValue) TRANSACTION")
+    let result: T
+    do {
+      result = try body()
+    } catch {
+      rollbackIfOpen()
+      throw error
+    }
+    do {
+      try execute("COMMIT TRANSACTION")
+    } catch {
+      rollbackIfOpen()
+      throw error
+    }
+    return result
+  }
+
+  private func inSavepoint<T>(_ body: () throws -> T) throws -> T {
+    savepointDepth += 1
+    defer { savepointDepth -= 1 }
+    let name = "appbox_savepoint_\(savepointDepth)"
+    try execute("SAVEPOINT \(name)")
+    let result: T
+    do {
+      result = try body()
+    } catch {
+      // If SQLite already rolled the whole transaction back (disk full, I/O error), there is
+      // no savepoint left; the caller's own rollback will find nothing to undo either.
+      if isInTransaction {
+        try? execute("ROLLBACK TRANSACTION TO SAVEPOINT \(name)")
+        try? execute("RELEASE SAVEPOINT \(name)")
+      }
+      throw error
+    }
+    try execute("RELEASE SAVEPOINT \(name)")
+    return result
+  }
+
+  /// Some errors (SQLITE_FULL, SQLITE_IOERR, ...) end the transaction inside SQLite; a second
+  /// ROLLBACK would then fail and hide the original error.
+  private func rollbackIfOpen() {
+    if isInTransaction {
+      try? execute("ROLLBACK TRANSACTION")
+    }
+  }
+
+  // MARK: Migrations
+
+  /// The schema version stored in the file header. Uses `PRAGMA user_version`.
+  public func userVersion() throws -> Int {
+    guard case .integer(let version) = try scalar("PRAGMA user_version") else { return 0 }
+    return Int(version)
+  }
+
+  /// Brings the schema up to `migrations.count`: a database at version `v` runs
+  /// `migrations[v...]` in order, each in its own immediate transaction that also sets
+  /// `PRAGMA user_version` to its 1-based number, so a migration runs once or not at all.
+  /// The version is re-read inside each transaction, so two processes migrating the same file
+  /// do not both run a step. A database newer than `migrations.count` is refused with
+  /// `.badData`: this code does not know its schema. Uses `PRAGMA user_version`.
+  public func migrate(_ migrations: [String]) throws {
+    let known = migrations.count
+    if try checkedVersion(known: known) == known { return }
+    while true {
+      let done = try inTransaction(.immediate) { () throws -> Bool in
+        let version = try checkedVersion(known: known)
+        guard version < known else { return true }
+        do {
+          try execute(migrations[version])
+        } catch let error as StoreError {
+          throw StoreError(
+            extendedCode: error.extendedCode, message: error.message, sql: error.sql, path: path,
+            operation: "migrate to schema version \(version + 1)", systemErrno: error.systemErrno,
+            kind: error.kind)
+        }
+        try execute("PRAGMA user_version = \(version + 1)")
+        return false
+      }
+      if done { return }
+    }
+  }
+
+  private func checkedVersion(known: Int) throws -> Int {
+    let version = try userVersion()
+    guard version <= known else {
+      throw connection.error(
+        SQLITE_ERROR,
+        message: "schema version \(version) is newer than the newest this program knows (\(known))",
+        operation: "migrate schema", sql: nil, kind: .badData)
+    }
+    return version
+  }
+
+  // MARK: Pragmas
+
+  /// Switches to write-ahead logging, which persists in the file, and checks that SQLite
+  /// agreed (an in-memory database, for one, cannot). Uses `PRAGMA journal_mode = WAL`.
+  public func setJournalModeWAL() throws {
+    let mode = try journalMode(setting: "WAL")
+    guard mode == "wal" else {
+      throw connection.error(
+        SQLITE_ERROR, message: "journal mode stayed '\(mode)' instead of 'wal'",
+        operation: "enable WAL", sql: "PRAGMA journal_mode = WAL", kind: .unavailable)
+    }
+  }
+
+  /// The current journal mode in lowercase ("delete", "wal", ...). Uses `PRAGMA journal_mode`.
+  public func journalMode() throws -> String {
+    try journalMode(setting: nil)
+  }
+
+  private func journalMode(setting mode: String?) throws -> String {
+    let sql = mode.map { "PRAGMA journal_mode = \($0)" } ?? "PRAGMA journal_mode"
+    guard case .text(let current) = try scalar(sql) else { return "" }
+    return current.lowercased()
+  }
+
+  /// Sets how often SQLite waits for data to reach the disk. Uses `PRAGMA synchronous`.
+  public func setSynchronous(_ level: Synchronous) throws {
+    try execute("PRAGMA synchronous = \(level.rawValue)")
+  }
+
+  /// The current synchronous level. Uses `PRAGMA synchronous`.
+  public func synchronous() throws -> Synchronous {
+    guard case .integer(let level) = try scalar("PRAGMA synchronous") else { return .full }
+    switch level {
+    case 0: return .off
+    case 1: return .normal
+    case 3: return .extra
+    default: return .full
+    }
+  }
+}
