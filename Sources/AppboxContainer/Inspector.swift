@@ -44,7 +44,7 @@ struct TreeMeasure {
           guard fstatat(directory.rawValue, cName, &st, AT_SYMLINK_NOFOLLOW) == 0 else { throw SystemError("stat") }
           return FileStatus(st)
         }) else { continue }
-        if status.type != .symlink, isExcluded(entry.name, in: directory) { result.excluded += 1 }
+        if status.type != .symlink, directory.entryHasExtendedAttribute(entry.name, excludeFromBackupAttribute) { result.excluded += 1 }
         if status.type == .directory {
           if let child = try? directory.open(rawName: entry.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW) {
             stack.append((child, false))
@@ -56,12 +56,6 @@ struct TreeMeasure {
       }
     }
     return result
-  }
-
-  private static func isExcluded(_ name: [UInt8], in directory: FileDescriptor) -> Bool {
-    // Through /proc/self/fd so the check needs no open of the file (which may be a FIFO).
-    let path = Array("/proc/self/fd/\(directory.rawValue)/".utf8) + name
-    return withCName(path) { lgetxattr($0, excludeFromBackupAttribute, nil, 0) >= 0 }
   }
 }
 

@@ -68,7 +68,7 @@ public enum HomeStaging {
         staging, from: source, directoryName: directoryName, containerID: containerID, device: device,
         invalid: invalid)
       // One syncfs makes the whole staged tree durable before anything points at it.
-      guard syncfs(staging.rawValue) == 0 else { throw SystemError("sync", path: root.applicationRoot) }
+      try staging.syncFileSystem()
       return staged
     } catch {
       try? FileTree.remove(stagingName, in: applicationRoot)

@@ -135,8 +135,16 @@ public struct ContainedDirectory: Sendable {
       let flags = isLast ? finalFlags : (O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
       let fd = retryingOnInterrupt { Glibc.openat(current.rawValue, component, flags, mode) }
       let errno = Errno.current
+      guard fd >= 0 else {
+        // O_NOFOLLOW reports a symlink as ELOOP, or as ENOTDIR with O_DIRECTORY: look.
+        let isSymlink = (try? current.status(of: component))?.type == .symlink
+        current.close()
+        if isSymlink && (errno == .notDirectory || errno == .tooManyLinks) {
+          throw ContainmentError(path: path.description, reason: .symlink, container: container)
+        }
+        throw translate(errno, path: path)
+      }
       current.close()
-      guard fd >= 0 else { throw translate(errno, path: path) }
       current = FileDescriptor(rawValue: fd)
     }
     return current
@@ -146,9 +154,6 @@ public struct ContainedDirectory: Sendable {
     switch errno {
     case .crossDevice: return ContainmentError(path: path.description, reason: .escapes, container: container)
     case .tooManyLinks: return ContainmentError(path: path.description, reason: .symlink, container: container)
-    case .notDirectory:
-      // O_NOFOLLOW|O_DIRECTORY on a symlink to a directory reports ENOTDIR; say what it is.
-      return SystemError("open", path: path.description, errno: errno)
     default: return SystemError("open", path: path.description, errno: errno)
     }
   }

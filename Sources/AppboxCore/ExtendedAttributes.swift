@@ -55,3 +55,19 @@ extension FileDescriptor {
     }
   }
 }
+
+extension FileDescriptor {
+  /// Whether entry `name` of this directory carries extended attribute `attribute`,
+  /// without opening the entry or following a symlink there. Uses `lgetxattr(2)` through
+  /// `/proc/self/fd`.
+  public func entryHasExtendedAttribute(_ name: [UInt8], _ attribute: String) -> Bool {
+    let path = Array("/proc/self/fd/\(rawValue)/".utf8) + name
+    return withCName(path) { lgetxattr($0, attribute, nil, 0) >= 0 }
+  }
+
+  /// Flushes the whole file system holding this descriptor: one call that makes a
+  /// freshly written tree durable. Uses `syncfs(2)`.
+  public func syncFileSystem() throws {
+    guard appbox_syncfs(rawValue) == 0 else { throw SystemError("sync file system") }
+  }
+}

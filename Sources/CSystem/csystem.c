@@ -39,3 +39,5 @@ int appbox_landlock_abi(void) {
   long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
   return abi < 0 ? 0 : (int)abi;
 }
+
+int appbox_syncfs(int fd) { return syncfs(fd); }

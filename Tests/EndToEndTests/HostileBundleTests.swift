@@ -6,13 +6,19 @@ import Testing
 
 /// Every hostile bundle is refused with exit 65 and one stderr line, leaves nothing under
 /// ApplicationRoot, and never prints content of a file outside the bundle.
+/// A damaged copy of a bundle; keeps its temp directory alive while tests use the path.
+struct HostileBundle {
+  let dir: TemporaryDirectory
+  let path: String
+}
+
 struct HostileBundleTests {
   /// A copy of Notes 1.0 in a temp dir, for `mutate` to damage.
-  func hostileBundle(_ mutate: (String) throws -> Void) throws -> (TemporaryDirectory, String) {
+  func hostileBundle(_ mutate: (String) throws -> Void) throws -> HostileBundle {
     let dir = TemporaryDirectory("hostile")
     try copyTree(fixturePath("bundles/Notes-1.0/Notes.app"), to: dir.url("Notes.app"))
     try mutate(dir.url("Notes.app"))
-    return (dir, dir.url("Notes.app"))
+    return HostileBundle(dir: dir, path: dir.url("Notes.app"))
   }
 
   func writeInfo(_ bundle: String, _ changes: [String: PropertyList?]) throws {
@@ -22,11 +28,11 @@ struct HostileBundleTests {
     try PropertyList.dictionary(dictionary).binaryData().write(to: URL(fileURLWithPath: path))
   }
 
-  func expectRefused(_ bundlePath: String, mentioning fragment: String, sourceLocation: SourceLocation = #_sourceLocation)
+  func expectRefused(_ bundle: HostileBundle, mentioning fragment: String, sourceLocation: SourceLocation = #_sourceLocation)
     throws
   {
     let device = Device()
-    let result = try device.run("install", bundlePath)
+    let result = try withExtendedLifetime(bundle) { try device.run("install", bundle.path) }
     #expect(result.status == 65, "\(fragment): status \(result.status) \(result.err)", sourceLocation: sourceLocation)
     #expect(result.err.contains(fragment), "stderr was: \(result.err)", sourceLocation: sourceLocation)
     #expect(result.err.split(separator: "\n").count == 1, "\(result.err)", sourceLocation: sourceLocation)
@@ -36,31 +42,31 @@ struct HostileBundleTests {
   }
 
   @Test func brokenInfoPlists() throws {
-    let (_, missing) = try hostileBundle { try FileManager.default.removeItem(atPath: $0 + "/Info.plist") }
+    let missing = try hostileBundle { try FileManager.default.removeItem(atPath: $0 + "/Info.plist") }
     try expectRefused(missing, mentioning: "Info.plist is missing")
 
-    let (_, garbage) = try hostileBundle { try Data("<plist><dict><key>x".utf8).write(to: URL(fileURLWithPath: $0 + "/Info.plist")) }
+    let garbage = try hostileBundle { try Data("<plist><dict><key>x".utf8).write(to: URL(fileURLWithPath: $0 + "/Info.plist")) }
     try expectRefused(garbage, mentioning: "Info.plist is not a valid property list")
 
-    let (_, truncated) = try hostileBundle { bundle in
+    let truncated = try hostileBundle { bundle in
       let data = PropertyList.dictionary(["CFBundleIdentifier": .string("com.example.notes")]).binaryData()
       try data.prefix(data.count - 7).write(to: URL(fileURLWithPath: bundle + "/Info.plist"))
     }
     try expectRefused(truncated, mentioning: "Info.plist is not a valid property list")
 
-    let (_, nested) = try hostileBundle { bundle in
+    let nested = try hostileBundle { bundle in
       let text = "<plist><dict><key>k</key>" + String(repeating: "<array>", count: 50_000) + String(repeating: "</array>", count: 50_000) + "</dict></plist>"
       try Data(text.utf8).write(to: URL(fileURLWithPath: bundle + "/Info.plist"))
     }
     try expectRefused(nested, mentioning: "Info.plist is not a valid property list")
 
-    let (_, linked) = try hostileBundle { bundle in
+    let linked = try hostileBundle { bundle in
       try FileManager.default.removeItem(atPath: bundle + "/Info.plist")
       #expect(symlink("/etc/passwd", bundle + "/Info.plist") == 0)
     }
     try expectRefused(linked, mentioning: "points outside the bundle")
 
-    let (_, innerLink) = try hostileBundle { bundle in
+    let innerLink = try hostileBundle { bundle in
       try FileManager.default.moveItem(atPath: bundle + "/Info.plist", toPath: bundle + "/Real.plist")
       #expect(symlink("Real.plist", bundle + "/Info.plist") == 0)
     }
@@ -79,39 +85,39 @@ struct HostileBundleTests {
       (nil, "CFBundleIdentifier is missing"),
     ]
     for (value, message) in cases {
-      let (_, bundle) = try hostileBundle { try writeInfo($0, ["CFBundleIdentifier": value]) }
+      let bundle = try hostileBundle { try writeInfo($0, ["CFBundleIdentifier": value]) }
       try expectRefused(bundle, mentioning: message)
     }
   }
 
   @Test func badVersionsAndExecutables() throws {
-    let (_, version) = try hostileBundle { try writeInfo($0, ["CFBundleVersion": .string("1.0beta")]) }
+    let version = try hostileBundle { try writeInfo($0, ["CFBundleVersion": .string("1.0beta")]) }
     try expectRefused(version, mentioning: "is not dotted integers")
-    let (_, noVersion) = try hostileBundle { try writeInfo($0, ["CFBundleVersion": nil]) }
+    let noVersion = try hostileBundle { try writeInfo($0, ["CFBundleVersion": nil]) }
     try expectRefused(noVersion, mentioning: "CFBundleVersion is missing")
-    let (_, missingExecutable) = try hostileBundle { try FileManager.default.removeItem(atPath: $0 + "/Notes") }
+    let missingExecutable = try hostileBundle { try FileManager.default.removeItem(atPath: $0 + "/Notes") }
     try expectRefused(missingExecutable, mentioning: "the executable 'Notes' (CFBundleExecutable) is missing")
-    let (_, slashExecutable) = try hostileBundle { try writeInfo($0, ["CFBundleExecutable": .string("bin/Notes")]) }
+    let slashExecutable = try hostileBundle { try writeInfo($0, ["CFBundleExecutable": .string("bin/Notes")]) }
     try expectRefused(slashExecutable, mentioning: "must be a file name directly in the bundle")
-    let (_, dirExecutable) = try hostileBundle { try writeInfo($0, ["CFBundleExecutable": .string("Base.lproj")]) }
+    let dirExecutable = try hostileBundle { try writeInfo($0, ["CFBundleExecutable": .string("Base.lproj")]) }
     try expectRefused(dirExecutable, mentioning: "is missing or not a regular file")
   }
 
   @Test func escapingSymlinksAndSpecialFiles() throws {
-    let (_, absolute) = try hostileBundle { #expect(symlink("/etc/passwd", $0 + "/passwd") == 0) }
+    let absolute = try hostileBundle { #expect(symlink("/etc/passwd", $0 + "/passwd") == 0) }
     try expectRefused(absolute, mentioning: "symbolic link 'passwd' points outside the bundle")
-    let (_, relative) = try hostileBundle { #expect(symlink("../../../etc", $0 + "/Base.lproj/up") == 0) }
+    let relative = try hostileBundle { #expect(symlink("../../../etc", $0 + "/Base.lproj/up") == 0) }
     try expectRefused(relative, mentioning: "symbolic link 'Base.lproj/up' points outside the bundle")
     // Each link stays inside on its own, but together they climb out.
-    let (_, chained) = try hostileBundle { bundle in
+    let chained = try hostileBundle { bundle in
       #expect(symlink(".", bundle + "/self") == 0)
       #expect(symlink("self/../escape", bundle + "/out") == 0)
     }
     try expectRefused(chained, mentioning: "symbolic link 'out' points outside the bundle")
-    let (_, fifo) = try hostileBundle { #expect(mkfifo($0 + "/pipe", 0o644) == 0) }
+    let fifo = try hostileBundle { #expect(mkfifo($0 + "/pipe", 0o644) == 0) }
     try expectRefused(fifo, mentioning: "'pipe' is a FIFO")
-    let (_, device) = try hostileBundle { bundle in
-      if mknod(bundle + "/null", S_IFCHR | 0o644, makedev(1, 3)) != 0 {
+    let device = try hostileBundle { bundle in
+      if mknod(bundle + "/null", S_IFCHR | 0o644, dev_t((1 << 8) | 3)) != 0 {
         // Without CAP_MKNOD, a socket stands in as the special file.
         _ = mkfifo(bundle + "/null", 0o644)
       }
@@ -123,17 +129,17 @@ struct HostileBundleTests {
     let dir = TemporaryDirectory("hostile")
     try copyTree(fixturePath("bundles/Notes-1.0/Notes.app"), to: dir.url("Real.app"))
     try dir.symlink("Notes.app", to: dir.url("Real.app"))
-    try expectRefused(dir.url("Notes.app"), mentioning: "the bundle itself is a symbolic link")
+    try expectRefused(HostileBundle(dir: dir, path: dir.url("Notes.app")), mentioning: "the bundle itself is a symbolic link")
     try dir.makeDirectory("Plain")
-    try expectRefused(dir.url("Plain"), mentioning: "a bundle is a directory named <Name>.app")
+    try expectRefused(HostileBundle(dir: dir, path: dir.url("Plain")), mentioning: "a bundle is a directory named <Name>.app")
   }
 
   @Test func missingCapabilitiesAreNamed() throws {
-    let (_, bundle) = try hostileBundle {
+    let bundle = try hostileBundle {
       try writeInfo($0, ["UIRequiredDeviceCapabilities": .array([.string("arm64"), .string("nfc"), .string("telephony")])])
     }
     try expectRefused(bundle, mentioning: "lacks required capabilities nfc, telephony")
-    let (_, dictionary) = try hostileBundle {
+    let dictionary = try hostileBundle {
       try writeInfo($0, ["UIRequiredDeviceCapabilities": .dictionary(["wifi": .bool(false)])])
     }
     try expectRefused(dictionary, mentioning: "must not run on a device with wifi")
@@ -143,13 +149,13 @@ struct HostileBundleTests {
     let dir = TemporaryDirectory("hostile")
     try copyTree(fixturePath("bundles/Journal-1.0/Journal.app"), to: dir.url("Journal.app"))
     try Data("#!/bin/sh\necho changed\n".utf8).write(to: URL(fileURLWithPath: dir.url("Journal.app/Journal")))
-    try expectRefused(dir.url("Journal.app"), mentioning: "seal check failed: 'Journal' was modified")
+    try expectRefused(HostileBundle(dir: dir, path: dir.url("Journal.app")), mentioning: "seal check failed: 'Journal' was modified")
   }
 
   @Test func setuidBitsAreNeverCopied() throws {
-    let (_, bundle) = try hostileBundle { #expect(chmod($0 + "/Notes", 0o6755) == 0) }
+    let bundle = try hostileBundle { #expect(chmod($0 + "/Notes", 0o6755) == 0) }
     let device = Device()
-    let id = try device.install(path: bundle)
+    let id = try withExtendedLifetime(bundle) { try device.install(path: bundle.path) }
     var st = stat()
     #expect(stat(device.root + "/ApplicationRoot/\(id)/Notes.app/Notes", &st) == 0)
     #expect(st.st_mode & 0o7777 == 0o755)

@@ -26,6 +26,9 @@ int appbox_openat2(int dirfd, const char *path, int flags, unsigned int mode, ui
 /* renameat2(2); returns 0 or -1 with errno set. */
 int appbox_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);
 
+/* syncfs(2): flushes the whole file system holding fd (a _GNU_SOURCE call). */
+int appbox_syncfs(int fd);
+
 /* The Landlock ABI version the running kernel supports, or 0 when it has none. */
 int appbox_landlock_abi(void);
 
