@@ -22,7 +22,9 @@ extension ArchiveEntry {
       if linkTarget?.isEmpty ?? true { return "a link needs a non-empty target" }
     case .other(let bits):
       let allowed = [Glibc.S_IFIFO, Glibc.S_IFCHR, Glibc.S_IFBLK, Glibc.S_IFSOCK]
-      if !allowed.contains(bits) { return "file type \(String(bits, radix: 8)) is not a FIFO, device or socket" }
+      if !allowed.contains(bits) {
+        return "file type \(String(bits, radix: 8)) is not a FIFO, device or socket"
+      }
     case .regular, .directory:
       break
     }

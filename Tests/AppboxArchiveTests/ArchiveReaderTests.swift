@@ -22,7 +22,8 @@ func readFailure(_ path: String, allowCompressed: Bool = true) -> ArchiveError? 
     try withTemporaryDirectory { dir in
       try FileManager.default.createDirectory(atPath: dir + "/in", withIntermediateDirectories: false)
       try createFile(b(dir + "/in/hello.txt"), b("hello\n"))
-      let made = try runTool("/usr/bin/bsdtar", ["--format", format, "-cf", dir + "/out", "-C", dir + "/in", "."])
+      let made = try runTool(
+        "/usr/bin/bsdtar", ["--format", format, "-cf", dir + "/out", "-C", dir + "/in", "."])
       try #require(made.status == 0, "bsdtar: \(made.stderr)")
       let error = readFailure(dir + "/out")
       #expect(error?.kind == .badData)
@@ -32,14 +33,16 @@ func readFailure(_ path: String, allowCompressed: Bool = true) -> ArchiveError? 
 
   @Test func plainTextEmptyAndCompressedTextAreNotTar() throws {
     try withTemporaryDirectory { dir in
-      try createFile(b(dir + "/text"), Array(repeating: b("just some text, not an archive\n"), count: 100).flatMap { $0 })
+      try createFile(
+        b(dir + "/text"), Array(repeating: b("just some text, not an archive\n"), count: 100).flatMap { $0 })
       try createFile(b(dir + "/empty"))
       try createFile(b(dir + "/zeros"), [UInt8](repeating: 0, count: 100))
       _ = try runTool("/usr/bin/gzip", ["-k", dir + "/text"])
       for name in ["text", "empty", "zeros", "text.gz"] {
         let error = readFailure(dir + "/" + name)
         #expect(error?.kind == .badData, "\(name)")
-        #expect(error?.message.hasPrefix("not a tar archive") == true, "\(name): \(String(describing: error))")
+        #expect(
+          error?.message.hasPrefix("not a tar archive") == true, "\(name): \(String(describing: error))")
       }
     }
   }
@@ -79,7 +82,9 @@ func readFailure(_ path: String, allowCompressed: Bool = true) -> ArchiveError? 
     try withTemporaryDirectory { dir in
       let path = dir + "/a" + compression.fileSuffix
       let data = patternBytes(count: 300_000, seed: 3)
-      try writeArchive([Member(entry: .file(b("big"), size: Int64(data.count)), data: data)], to: path, compression: compression)
+      try writeArchive(
+        [Member(entry: .file(b("big"), size: Int64(data.count)), data: data)], to: path,
+        compression: compression)
       let whole = try readFile(b(path))
       try createFile(b(path), Array(whole[0..<(whole.count / 2)]))
       let reader = try ArchiveReader(path: path)
@@ -98,7 +103,10 @@ func readFailure(_ path: String, allowCompressed: Bool = true) -> ArchiveError? 
       try writeArchive(
         [
           Member(entry: .file(b("first"), size: 1), data: b("1")),
-          Member(entry: .file(b("second"), size: 1, modificationTime: ArchiveTimestamp(seconds: 5, nanoseconds: 5)), data: b("2")),
+          Member(
+            entry: .file(
+              b("second"), size: 1, modificationTime: ArchiveTimestamp(seconds: 5, nanoseconds: 5)),
+            data: b("2")),
         ], to: path)
       let whole = try readFile(b(path))
       // Cut inside the second member's pax extended header (it starts at 1024).
@@ -141,7 +149,10 @@ func readFailure(_ path: String, allowCompressed: Bool = true) -> ArchiveError? 
         // Varying sizes and names (some need pax headers, some not) move headers around.
         let data = patternBytes(count: index * 1000 + index % 3, seed: UInt64(index))
         let name = index % 2 == 0 ? b("Documents/file-\(index)") : b("Documents/naïve-\(index)-") + [0xFF]
-        return Member(entry: .file(name, size: Int64(data.count), modificationTime: index % 3 == 0 ? time : ArchiveTimestamp(seconds: 9)), data: data)
+        return Member(
+          entry: .file(
+            name, size: Int64(data.count),
+            modificationTime: index % 3 == 0 ? time : ArchiveTimestamp(seconds: 9)), data: data)
       }
       let offsets = try writeArchive(members, to: path)
 
@@ -172,7 +183,10 @@ func readFailure(_ path: String, allowCompressed: Bool = true) -> ArchiveError? 
       let path = dir + "/a.tar.gz"
       let data = patternBytes(count: 200_000, seed: 9)
       try writeArchive(
-        [Member(entry: .file(b("skipped"), size: Int64(data.count)), data: data), Member(entry: .file(b("kept"), size: 2), data: b("ok"))],
+        [
+          Member(entry: .file(b("skipped"), size: Int64(data.count)), data: data),
+          Member(entry: .file(b("kept"), size: 2), data: b("ok")),
+        ],
         to: path, compression: .gzip)
       let reader = try ArchiveReader(path: path)
       #expect(archiveError { try reader.skipData() }?.kind == .invalidArgument)
@@ -185,6 +199,39 @@ func readFailure(_ path: String, allowCompressed: Bool = true) -> ArchiveError? 
       #expect(try reader.readAllData() == b("ok"))
       #expect(try reader.nextEntry() == nil)
       #expect(try reader.nextEntry() == nil)
+    }
+  }
+
+  @Test func readsFromAPipe() throws {
+    try withTemporaryDirectory { dir in
+      let path = dir + "/a.tar.zst"
+      let members = sampleMembers()
+      try writeArchive(members, to: path, compression: .zstd)
+      let bytes = try readFile(b(path))
+      var ends: [Int32] = [0, 0]
+      try #require(pipe(&ends) == 0)
+      let (readEnd, writeEnd) = (ends[0], ends[1])
+      defer { close(readEnd) }
+      // A pipe cannot seek: skipping falls back to reading and discarding.
+      let feeder = Thread {
+        bytes.withUnsafeBytes { buffer in
+          var done = 0
+          while done < buffer.count {
+            let count = write(writeEnd, buffer.baseAddress! + done, buffer.count - done)
+            if count <= 0 { break }
+            done += count
+          }
+        }
+        close(writeEnd)
+      }
+      feeder.start()
+      let reader = try ArchiveReader(fileDescriptor: readEnd)
+      var paths: [[UInt8]] = []
+      while let entry = try reader.nextEntry() {
+        paths.append(entry.path)
+        if entry.path == b("Documents/a.txt") { #expect(try reader.readAllData() == b("lower")) }
+      }
+      #expect(paths == members.map(\.entry.path))
     }
   }
 }

@@ -15,7 +15,8 @@ func sampleMembers() -> [Member] {
     ArchiveExtendedAttribute(name: "user.com.apple.exclude", value: b("1")),
   ]
   var documents = ArchiveEntry.directory(
-    b("Documents"), permissions: 0o750, modificationTime: ArchiveTimestamp(seconds: 1_600_000_000, nanoseconds: 1))
+    b("Documents"), permissions: 0o750,
+    modificationTime: ArchiveTimestamp(seconds: 1_600_000_000, nanoseconds: 1))
   documents.extendedAttributes = [ArchiveExtendedAttribute(name: "user.dir", value: [0xFF])]
   var owned = ArchiveEntry.file(b("Library/owned"), size: 2, permissions: 0o600, modificationTime: time)
   owned.uid = 501
@@ -35,9 +36,14 @@ func sampleMembers() -> [Member] {
     Member(entry: .file(b("Documents/naïve 日本.txt"), size: 3, modificationTime: time), data: b("utf")),
     Member(entry: .file([0x66, 0xFF, 0x66], size: 3, modificationTime: time), data: b("raw")),
     Member(entry: .directory(b("Library"), permissions: 0o700, modificationTime: time)),
-    Member(entry: .file(b("Library/tool"), size: 1, permissions: 0o4755, modificationTime: time), data: b("#")),
+    Member(
+      entry: .file(b("Library/tool"), size: 1, permissions: 0o4755, modificationTime: time), data: b("#")),
     Member(entry: .file(b("Library/sticky"), size: 0, permissions: 0o1777, modificationTime: time)),
     Member(entry: owned, data: b("ok")),
+    Member(
+      entry: ArchiveEntry(
+        path: b("Library/fifo"), type: .other(UInt32(Glibc.S_IFIFO)), permissions: 0o620,
+        modificationTime: time)),
   ]
 }
 
@@ -62,7 +68,8 @@ func sampleMembers() -> [Member] {
   func outputStartsWithTheRightMagic(compression: ArchiveCompression) throws {
     try withTemporaryDirectory { dir in
       let path = dir + "/a" + compression.fileSuffix
-      try writeArchive([Member(entry: .file(b("f"), size: 1), data: b("x"))], to: path, compression: compression)
+      try writeArchive(
+        [Member(entry: .file(b("f"), size: 1), data: b("x"))], to: path, compression: compression)
       let bytes = try readFile(b(path))
       switch compression {
       case .none: #expect(Array(bytes[257..<262]) == b("ustar"))
@@ -113,7 +120,9 @@ func sampleMembers() -> [Member] {
   @Test func invalidCompressionLevelsAreRefused() throws {
     let fd = open("/dev/null", O_WRONLY)
     defer { close(fd) }
-    let tooHigh = archiveError { _ = try ArchiveWriter(fileDescriptor: fd, compression: .zstd, compressionLevel: 99) }
+    let tooHigh = archiveError {
+      _ = try ArchiveWriter(fileDescriptor: fd, compression: .zstd, compressionLevel: 99)
+    }
     #expect(tooHigh?.kind == .invalidArgument)
     let withoutCompression = archiveError {
       _ = try ArchiveWriter(fileDescriptor: fd, compression: .none, compressionLevel: 3)
@@ -134,7 +143,10 @@ func sampleMembers() -> [Member] {
           Member(entry: .file(b("/abs/../path"), size: 0)),
         ], to: path)
       let entries = try readArchive(path).map(\.entry)
-      #expect(entries.map(\.path) == [b("."), b("Documents"), b("Documents/x"), b("Documents/y"), b("Documents/z"), b("/abs/../path")])
+      #expect(
+        entries.map(\.path) == [
+          b("."), b("Documents"), b("Documents/x"), b("Documents/y"), b("Documents/z"), b("/abs/../path"),
+        ])
       #expect(entries[3].linkTarget == b("Documents/x"))
       #expect(entries[4].linkTarget == b("./x/"), "symlink targets stay verbatim")
     }

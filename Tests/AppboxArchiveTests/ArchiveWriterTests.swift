@@ -118,13 +118,32 @@ import Testing
       // A ustar header (no pax header needed: ASCII name, whole-second mtime) and 700 bytes
       // padded to 1024.
       #expect(writer.uncompressedOffset == 1536)
-      try writer.writeHeader(.file(b("g"), size: 0, modificationTime: ArchiveTimestamp(seconds: 1, nanoseconds: 5)))
+      try writer.writeHeader(
+        .file(b("g"), size: 0, modificationTime: ArchiveTimestamp(seconds: 1, nanoseconds: 5)))
       try writer.finishEntry()
       // The nanoseconds need a pax extended header: its header and one block of records.
       #expect(writer.uncompressedOffset == 1536 + 1536)
       try writer.finish()
       #expect(writer.uncompressedOffset == 3072 + 1024)
       #expect(try lstatOf(b(path)).st_size == 3072 + 1024)
+    }
+  }
+
+  @Test(arguments: [ArchiveCompression.gzip, .zstd])
+  func offsetsCountTheUncompressedStream(compression: ArchiveCompression) throws {
+    try withTemporaryDirectory { dir in
+      let members = sampleMembers()
+      let plainOffsets = try writeArchive(members, to: dir + "/a.tar")
+      let compressed = dir + "/a" + compression.fileSuffix
+      let compressedOffsets = try writeArchive(members, to: compressed, compression: compression)
+      // archive_filter_bytes(a, 0) counts what enters the compressor, so the offsets are those of
+      // the tar stream, identical with and without compression...
+      #expect(compressedOffsets == plainOffsets)
+      // ...and that stream is byte for byte the uncompressed archive.
+      let tool = compression == .gzip ? "/usr/bin/gzip" : "/usr/bin/zstd"
+      let decompressed = try runTool(tool, ["-dc", compressed])
+      #expect(decompressed.status == 0)
+      #expect(decompressed.stdout == (try readFile(b(dir + "/a.tar"))))
     }
   }
 }

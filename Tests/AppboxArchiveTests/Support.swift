@@ -86,7 +86,8 @@ func directoryNames(_ path: [UInt8]) throws -> Set<[UInt8]> {
   defer { closedir(dir) }
   var names: Set<[UInt8]> = []
   while let entry = readdir(dir) {
-    let name = Array(UnsafeRawBufferPointer(start: appbox_dirent_name(entry), count: strlen(appbox_dirent_name(entry))))
+    let name = Array(
+      UnsafeRawBufferPointer(start: appbox_dirent_name(entry), count: strlen(appbox_dirent_name(entry))))
     if name != b(".") && name != b("..") { names.insert(name) }
   }
   return names
@@ -99,12 +100,16 @@ func getExtendedAttribute(_ path: [UInt8], _ name: String) -> [UInt8]? {
 }
 
 func setExtendedAttribute(_ path: [UInt8], _ name: String, _ value: [UInt8]) throws {
-  let status = withCPath(path) { cPath in value.withUnsafeBytes { lsetxattr(cPath, name, $0.baseAddress, $0.count, 0) } }
+  let status = withCPath(path) { cPath in
+    value.withUnsafeBytes { lsetxattr(cPath, name, $0.baseAddress, $0.count, 0) }
+  }
   guard status == 0 else { throw POSIXFailure(call: "lsetxattr", code: errno) }
 }
 
 func setModificationTime(_ path: [UInt8], seconds: Int, nanoseconds: Int) throws {
-  var times = [timespec(tv_sec: seconds, tv_nsec: nanoseconds), timespec(tv_sec: seconds, tv_nsec: nanoseconds)]
+  var times = [
+    timespec(tv_sec: seconds, tv_nsec: nanoseconds), timespec(tv_sec: seconds, tv_nsec: nanoseconds),
+  ]
   guard withCPath(path, { utimensat(AT_FDCWD, $0, &times, AT_SYMLINK_NOFOLLOW) }) == 0 else {
     throw POSIXFailure(call: "utimensat", code: errno)
   }
@@ -136,7 +141,8 @@ func runTool(_ executable: String, _ arguments: [String], locale: String = "C.UT
   group.wait()
   process.waitUntilExit()
   return ToolResult(
-    status: process.terminationStatus, stdout: Array(outputBytes), stderr: String(decoding: errorBytes, as: UTF8.self))
+    status: process.terminationStatus, stdout: Array(outputBytes),
+    stderr: String(decoding: errorBytes, as: UTF8.self))
 }
 
 /// A member to write: its header and, for regular files, its data.
@@ -190,7 +196,9 @@ func patternBytes(count: Int, seed: UInt64) -> [UInt8] {
 }
 
 /// Runs `body` and returns the ArchiveError it throws, failing the test if it throws nothing.
-func archiveError(_ body: () throws -> Void, sourceLocation: SourceLocation = #_sourceLocation) -> ArchiveError? {
+func archiveError(_ body: () throws -> Void, sourceLocation: SourceLocation = #_sourceLocation)
+  -> ArchiveError?
+{
   do {
     try body()
     Issue.record("expected an ArchiveError", sourceLocation: sourceLocation)
