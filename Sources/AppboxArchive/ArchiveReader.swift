@@ -172,7 +172,8 @@ public final class ArchiveReader {
     return count
   }
 
-  /// All of the current member's remaining data. Uses `archive_read_data`.
+  /// All of the current member's remaining data, in memory: for small members (property lists,
+  /// tests). Stream large ones with `readData(into:)`. Uses `archive_read_data`.
   public func readAllData() throws(ArchiveError) -> [UInt8] {
     var result: [UInt8] = []
     let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)

@@ -103,10 +103,12 @@ public final class ArchiveWriter {
   /// Read it after `finishEntry()` (or before the first header) to record where a member begins;
   /// `ArchiveReader(fileDescriptor:startingAt:)` can start there later. Inside an entry it is the
   /// end of what has been written so far (data padding to 512 bytes is added by `finishEntry`).
-  /// It counts bytes libarchive has accepted, including ones still buffered; for an uncompressed
-  /// archive it therefore equals the file offset once `finish()` has flushed. (Filter -1, the
-  /// last filter, reports compressed bytes actually emitted, which lag behind by the compressor's
-  /// buffer.) Uses `archive_filter_bytes(a, 0)`.
+  /// It counts from where the writer started on the descriptor and includes bytes libarchive has
+  /// accepted but not yet written, so for an uncompressed archive it is ahead of the file until
+  /// `finish()` flushes, and equal to the archive's length after. With compression it is still
+  /// the uncompressed position (the compressor is filter 0's consumer); `archive_filter_bytes(a,
+  /// -1)` would instead report compressed bytes emitted so far, which lag by the compressor's
+  /// buffer and say nothing about member boundaries. Uses `archive_filter_bytes(a, 0)`.
   public var uncompressedOffset: Int64 { archive_filter_bytes(handle, 0) }
 
   /// Writes `entry`'s header. For a regular file, exactly `entry.size` bytes of data must follow.
@@ -125,7 +127,8 @@ public final class ArchiveWriter {
     archive_entry_clear(scratchEntry)
     entry.copy(into: scratchEntry)
     let status = UTF8CharacterType.perform { archive_write_header(handle, scratchEntry) }
-    // ARCHIVE_WARN only says a name was stored as raw bytes (hdrcharset=BINARY).
+    // ARCHIVE_WARN: the header was written, but a name could not be converted to UTF-8 and was
+    // stored as raw bytes (hdrcharset=BINARY); that is the byte-exact outcome we want.
     if status != ArchiveStatus.ok && status != ArchiveStatus.warn {
       throw failure(status, .writeHeader, entry.path)
     }
