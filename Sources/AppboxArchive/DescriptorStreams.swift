@@ -1,0 +1,132 @@
+// libarchive's client callbacks over a file descriptor the caller owns.
+//
+// We use our own callbacks instead of `archive_write_open_fd` / `archive_read_open_fd` so that
+// (1) a failure of the descriptor itself is told apart from malformed data: the callback records
+// the errno, and the reader and writer report `.io` for those and `.badData` / `.invalidArgument`
+// for everything libarchive decides on its own; and (2) the reader can start at any byte offset of
+// an uncompressed archive. The descriptor is never closed here.
+
+import CArchive
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// The write side: hands libarchive's blocks to `write(2)`.
+final class DescriptorSink {
+  let fd: Int32
+  /// The errno of the first failed `write(2)`, if any.
+  fileprivate(set) var failure: Int32?
+
+  init(fd: Int32) { self.fd = fd }
+
+  /// Writes all of `buffer`, retrying on EINTR and short writes. Uses `write(2)`.
+  fileprivate func write(_ buffer: UnsafeRawBufferPointer) -> Int32? {
+    var done = 0
+    while done < buffer.count {
+      let count = Glibc.write(fd, buffer.baseAddress! + done, buffer.count - done)
+      if count < 0 {
+        if errno == EINTR { continue }
+        return errno
+      }
+      if count == 0 { return EIO }
+      done += count
+    }
+    return nil
+  }
+
+  /// Connects `handle` to this sink; `self` must outlive the archive.
+  ///
+  /// Uses `archive_write_open2`.
+  func open(_ handle: OpaquePointer) -> Int32 {
+    let context = Unmanaged.passUnretained(self).toOpaque()
+    return archive_write_open2(handle, context, nil, writeCallback, nil, nil)
+  }
+}
+
+private func writeCallback(
+  _ handle: OpaquePointer?, _ context: UnsafeMutableRawPointer?, _ buffer: UnsafeRawPointer?,
+  _ length: Int
+) -> la_ssize_t {
+  let sink = Unmanaged<DescriptorSink>.fromOpaque(context!).takeUnretainedValue()
+  if let code = sink.write(UnsafeRawBufferPointer(start: buffer, count: length)) {
+    if sink.failure == nil { sink.failure = code }
+    appbox_archive_set_error(handle, code, "write to the archive failed")
+    return -1
+  }
+  return la_ssize_t(length)
+}
+
+/// The read side: `read(2)` into a private buffer, `lseek(2)` to skip when the descriptor can seek.
+final class DescriptorSource {
+  let fd: Int32
+  /// The errno of the first failed `read(2)` or `lseek(2)`, if any.
+  fileprivate(set) var failure: Int32?
+  fileprivate let buffer: UnsafeMutableRawBufferPointer
+  fileprivate let canSeek: Bool
+
+  /// Prepares reading `fd` from `offset` (nil: from where the descriptor is now).
+  ///
+  /// Uses `lseek(2)`.
+  init(fd: Int32, startingAt offset: Int64?) throws(ArchiveError) {
+    self.fd = fd
+    // 64 KiB: a few tar records per read(2) without holding much memory.
+    buffer = .allocate(byteCount: 64 * 1024, alignment: 16)
+    var stats = stat()
+    canSeek = fstat(fd, &stats) == 0 && (stats.st_mode & Glibc.S_IFMT) == Glibc.S_IFREG
+    if let offset, lseek(fd, off_t(offset), SEEK_SET) < 0 {
+      let code = errno
+      buffer.deallocate()
+      throw ArchiveError(
+        kind: offset < 0 ? .invalidArgument : .io, operation: .open, archive: "descriptor \(fd)",
+        message: "cannot seek to offset \(offset)", errno: code)
+    }
+  }
+
+  deinit { buffer.deallocate() }
+
+  /// Connects `handle` to this source; `self` must outlive the archive.
+  ///
+  /// Uses `archive_read_set_callback_data`, `archive_read_set_read_callback`,
+  /// `archive_read_set_skip_callback` and `archive_read_open1`.
+  func open(_ handle: OpaquePointer) -> Int32 {
+    let context = Unmanaged.passUnretained(self).toOpaque()
+    archive_read_set_callback_data(handle, context)
+    archive_read_set_read_callback(handle, readCallback)
+    archive_read_set_skip_callback(handle, skipCallback)
+    return archive_read_open1(handle)
+  }
+}
+
+private func readCallback(
+  _ handle: OpaquePointer?, _ context: UnsafeMutableRawPointer?,
+  _ output: UnsafeMutablePointer<UnsafeRawPointer?>?
+) -> la_ssize_t {
+  let source = Unmanaged<DescriptorSource>.fromOpaque(context!).takeUnretainedValue()
+  output?.pointee = UnsafeRawPointer(source.buffer.baseAddress)
+  while true {
+    let count = read(source.fd, source.buffer.baseAddress, source.buffer.count)
+    if count >= 0 { return la_ssize_t(count) }
+    if errno == EINTR { continue }
+    let code = errno
+    if source.failure == nil { source.failure = code }
+    appbox_archive_set_error(handle, code, "read from the archive failed")
+    return -1
+  }
+}
+
+private func skipCallback(
+  _ handle: OpaquePointer?, _ context: UnsafeMutableRawPointer?, _ request: la_int64_t
+) -> la_int64_t {
+  let source = Unmanaged<DescriptorSource>.fromOpaque(context!).takeUnretainedValue()
+  // Returning 0 tells libarchive to read and discard instead (pipes, or nothing to skip).
+  guard source.canSeek, request > 0 else { return 0 }
+  if lseek(source.fd, off_t(request), SEEK_CUR) < 0 {
+    let code = errno
+    if source.failure == nil { source.failure = code }
+    appbox_archive_set_error(handle, code, "seek in the archive failed")
+    return -1
+  }
+  // Skipping past the end is fine: the next read returns 0 and libarchive reports truncation.
+  return request
+}
