@@ -44,6 +44,9 @@ let package = Package(
     // The executable: a few lines that hand over to AppboxCLI.
     .executableTarget(name: "appbox", dependencies: ["AppboxCLI"]),
 
+    // The benchmark: a seeded home generator and the side-by-side runner (`make bench`).
+    .executableTarget(name: "appbox-bench", path: "Benchmarks/Sources/appbox-bench"),
+
     // Helpers shared by the tests: temp directories, fixtures, running the built binary.
     .target(name: "AppboxTestSupport", dependencies: ["AppboxCore"]),
 

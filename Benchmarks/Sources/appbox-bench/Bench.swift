@@ -1,0 +1,206 @@
+import Foundation
+import Glibc
+
+enum BenchSize: String {
+  case small, large
+  var shape: HomeShape {
+    switch self {
+    case .small: return HomeShape(files: 10_000, bytes: 150_000_000, seed: 1)
+    case .large: return HomeShape(files: 100_000, bytes: 1_500_000_000, seed: 1)
+    }
+  }
+  var defaultRuns: Int { self == .small ? 5 : 3 }
+}
+
+/// The side-by-side run: one generated home, every tool on the same tree, the same
+/// exclusions (the bundle, Library/Caches, tmp), warm page cache, medians of `runs`.
+struct Bench {
+  let size: BenchSize
+  let appbox: String
+  var runs: Int
+  var work: String
+  var shell = Shell()
+
+  init(size: BenchSize, appbox: String) {
+    self.size = size
+    self.appbox = appbox
+    runs = size.defaultRuns
+    work = "/tmp/appbox-bench-\(size.rawValue)"
+    shell.environment["RESTIC_PASSWORD"] = "appbox-bench"
+    shell.environment["RESTIC_CACHE_DIR"] = work + "/restic-cache"
+    shell.environment.removeValue(forKey: "APPBOX_ROOT")
+  }
+
+  var root: String { work + "/device" }
+  var ab: String { "\(appbox) --root \(root)" }
+  let app = "com.example.bench"
+  var tarExcludes: String { "--exclude=./Bench.app --exclude=./Library/Caches --exclude=./tmp" }
+  var bsdtarExcludes: String { "--exclude ./Bench.app --exclude ./Library/Caches --exclude ./tmp" }
+  func resticExcludes(_ home: String) -> String {
+    "--exclude \(home)/Bench.app --exclude \(home)/Library/Caches --exclude \(home)/tmp"
+  }
+  func home() throws -> String { try shell.run("\(ab) path \(app)").trimmingCharacters(in: .whitespacesAndNewlines) }
+
+  mutating func runAll() throws -> String {
+    let shape = size.shape
+    try shell.run("rm -rf \(work) && mkdir -p \(work)")
+    progress("generating a \(shape.files)-file, \(shape.bytes / 1_000_000) MB home in \(work)")
+    try generateBundle(at: work + "/Bench.app", seed: 7)
+    try shell.run("\(ab) install \(work)/Bench.app")
+    var home = try self.home()
+    try generateData(home: home, shape: shape)
+    let backedUp = try shell.run(
+      "cd \(home) && find . -path ./Bench.app -prune -o -path ./Library/Caches -prune -o -path ./tmp -prune -o -type f -print | wc -l"
+    ).trimmingCharacters(in: .whitespacesAndNewlines)
+    let bytes = try shell.run("du -sb --exclude=Bench.app --exclude=Caches --exclude=tmp \(home) | cut -f1")
+      .trimmingCharacters(in: .whitespacesAndNewlines)
+    let notes = [
+      "tree: \(shape.files) files / \(shape.bytes / 1_000_000) MB generated (seed \(shape.seed)); backed up: \(backedUp) files, \(Int64(bytes).map { $0 / 1_000_000 } ?? 0) MB (the bundle, Library/Caches and tmp are excluded by every tool)",
+      "machine: \(ProcessInfo.processInfo.activeProcessorCount) cores, \(ProcessInfo.processInfo.physicalMemory >> 30) GiB; warm page cache; medians of \(runs) runs",
+      "tools: \(toolVersions())",
+    ]
+    // Warm the cache once, then the floors.
+    try shell.run("cat \(home)/Documents/*/* >/dev/null 2>&1 || true; find \(home) -type f -exec cat {} + >/dev/null")
+    var scenarios: [Scenario] = []
+    scenarios.append(try floors(home))
+    scenarios.append(try fullBackup(home))
+    let (incremental, noChange) = try incrementalAndNoChange(home)
+    scenarios += [incremental, noChange]
+    scenarios.append(try restore(home))
+    scenarios.append(try update(&home))
+    return report(scenarios, title: "appbox benchmark (\(size.rawValue))", notes: notes)
+  }
+
+  func toolVersions() -> String {
+    let tar = (try? shell.run("tar --version | head -1"))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "?"
+    let bsdtar = (try? shell.run("bsdtar --version"))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "?"
+    let restic = (try? shell.run("restic version | cut -d' ' -f1-2"))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "?"
+    return [tar, bsdtar.split(separator: " ").prefix(2).joined(separator: " "), restic].joined(separator: "; ")
+  }
+
+  /// The walk floor and the read floor over the backed-up part of the home.
+  func floors(_ home: String) throws -> Scenario {
+    var scenario = Scenario(name: "floors", reference: "stat walk (find -printf)")
+    let prune = "-path ./Bench.app -prune -o -path ./Library/Caches -prune -o -path ./tmp -prune -o"
+    var walk: [Sample] = []
+    var read: [Sample] = []
+    for _ in 0..<runs {
+      walk.append(try shell.time("cd \(home) && find . \(prune) -printf '%s %T@ %C@ %i %m %p\\n' >/dev/null"))
+      read.append(try shell.time("cd \(home) && find . \(prune) -type f -print0 | xargs -0 cat >/dev/null"))
+    }
+    scenario.rows = [("stat walk (find -printf)", walk), ("read every byte (cat)", read)]
+    return scenario
+  }
+
+  func fullBackup(_ home: String) throws -> Scenario {
+    var scenario = Scenario(name: "full backup", reference: "bsdtar (pax)")
+    var rows: [String: [Sample]] = [:]
+    for run in 0..<runs {
+      try shell.run("rm -rf \(work)/full && mkdir -p \(work)/full && restic -q -r \(work)/full/restic init")
+      rows["appbox", default: []].append(
+        try shell.time("\(ab) --quiet backup \(app) --full --repo \(work)/full/appbox", memory: true))
+      rows["GNU tar level 0", default: []].append(
+        try shell.time("tar -C \(home) \(tarExcludes) --listed-incremental=\(work)/full/snar -cf \(work)/full/l0.tar ."))
+      rows["bsdtar (pax)", default: []].append(
+        try shell.time("bsdtar --format pax -cf \(work)/full/bsd.tar -C \(home) \(bsdtarExcludes) ."))
+      rows["restic", default: []].append(
+        try shell.time("restic -q -r \(work)/full/restic backup \(resticExcludes(home)) \(home)"))
+      progress("full backup run \(run + 1)/\(runs)")
+    }
+    scenario.rows = ["appbox", "GNU tar level 0", "bsdtar (pax)", "restic"].map { ($0, rows[$0] ?? []) }
+    scenario.targets = [("appbox", "bsdtar (pax)", 1.1)]
+    return scenario
+  }
+
+  /// Each tool keeps its own chain; after every 1% mutation all of them back up the same tree.
+  mutating func incrementalAndNoChange(_ home: String) throws -> (Scenario, Scenario) {
+    let base = work + "/chain"
+    try shell.run("rm -rf \(base) && mkdir -p \(base) && restic -q -r \(base)/restic init")
+    try shell.run("\(ab) --quiet backup \(app) --repo \(base)/appbox")
+    try shell.run("tar -C \(home) \(tarExcludes) --listed-incremental=\(base)/snar -cf \(base)/l0.tar .")
+    try shell.run("restic -q -r \(base)/restic backup \(resticExcludes(home)) \(home)")
+    var incremental = Scenario(name: "incremental backup after a 1% change", reference: "GNU tar level 1")
+    var noChange = Scenario(name: "no-change backup", reference: "stat walk (find -printf)")
+    var inc: [String: [Sample]] = [:]
+    var same: [String: [Sample]] = [:]
+    let prune = "-path ./Bench.app -prune -o -path ./Library/Caches -prune -o -path ./tmp -prune -o"
+    for run in 0..<runs {
+      _ = try mutate(home: home, percent: 1, seed: UInt64(100 + run))
+      inc["appbox", default: []].append(try shell.time("\(ab) --quiet backup \(app) --repo \(base)/appbox", memory: true))
+      try shell.run("cp \(base)/snar \(base)/snar.\(run)")
+      inc["GNU tar level 1", default: []].append(
+        try shell.time("tar -C \(home) \(tarExcludes) --listed-incremental=\(base)/snar.\(run) -cf \(base)/l1-\(run).tar ."))
+      inc["restic", default: []].append(
+        try shell.time("restic -q -r \(base)/restic backup \(resticExcludes(home)) \(home)"))
+      try shell.run("mv \(base)/snar.\(run) \(base)/snar")
+      // Nothing changed since: the no-change backups.
+      same["appbox", default: []].append(try shell.time("\(ab) --quiet backup \(app) --repo \(base)/appbox", memory: true))
+      try shell.run("cp \(base)/snar \(base)/snar.nc")
+      same["GNU tar level 1", default: []].append(
+        try shell.time("tar -C \(home) \(tarExcludes) --listed-incremental=\(base)/snar.nc -cf \(base)/nc.tar ."))
+      same["restic", default: []].append(
+        try shell.time("restic -q -r \(base)/restic backup \(resticExcludes(home)) \(home)"))
+      same["stat walk (find -printf)", default: []].append(
+        try shell.time("cd \(home) && find . \(prune) -printf '%s %T@ %C@ %i %m %p\\n' >/dev/null"))
+      progress("incremental and no-change run \(run + 1)/\(runs)")
+    }
+    incremental.rows = ["appbox", "GNU tar level 1", "restic"].map { ($0, inc[$0] ?? []) }
+    incremental.targets = [("appbox", "GNU tar level 1", 0.7), ("appbox", "restic", 0.05)]
+    noChange.rows = ["appbox", "GNU tar level 1", "restic", "stat walk (find -printf)"].map { ($0, same[$0] ?? []) }
+    noChange.targets = [("appbox", "stat walk (find -printf)", 1.5)]
+    return (incremental, noChange)
+  }
+
+  func restore(_ home: String) throws -> Scenario {
+    let base = work + "/chain"
+    var scenario = Scenario(name: "restore of the latest snapshot", reference: "tar -x (level 0)")
+    var rows: [String: [Sample]] = [:]
+    for run in 0..<runs {
+      try shell.run("rm -rf \(work)/restore && mkdir -p \(work)/restore/tar \(work)/restore/restic")
+      rows["appbox", default: []].append(
+        try shell.time("\(ab) --quiet restore \(app) --snapshot latest --repo \(base)/appbox", memory: true))
+      rows["tar -x (level 0)", default: []].append(try shell.time("tar -xf \(base)/l0.tar -C \(work)/restore/tar"))
+      rows["restic restore", default: []].append(
+        try shell.time("restic -q -r \(base)/restic restore latest --target \(work)/restore/restic"))
+      progress("restore run \(run + 1)/\(runs)")
+    }
+    scenario.rows = ["appbox", "tar -x (level 0)", "restic restore"].map { ($0, rows[$0] ?? []) }
+    scenario.targets = [("appbox", "tar -x (level 0)", 1.2)]
+    return scenario
+  }
+
+  /// `appbox update` to a new bundle version vs copying the data with `cp -a`, and the
+  /// migration step alone (from the update's JSON report) vs a `mv` of a directory.
+  func update(_ home: inout String) throws -> Scenario {
+    var scenario = Scenario(name: "update migration", reference: "cp -a Documents Library")
+    var rows: [String: [Sample]] = [:]
+    for run in 0..<runs {
+      let version = run + 2
+      let bundle = "\(work)/v\(version)/Bench.app"
+      try shell.run(
+        "rm -rf \(work)/v\(version) && mkdir -p \(work)/v\(version) && cp -a \(work)/Bench.app \(bundle) && rm -rf \(bundle)/_CodeSignature && sed -i 's|<string>1</string>|<string>\(version)</string>|' \(bundle)/Info.plist"
+      )
+      try shell.run("rm -rf \(work)/copy && mkdir -p \(work)/copy")
+      rows["cp -a Documents Library", default: []].append(
+        try shell.time("cp -a \(home)/Documents \(home)/Library \(work)/copy/"))
+      try shell.run("mkdir -p \(work)/mv && rm -rf \(work)/mv/*")
+      rows["mv of a directory", default: []].append(try shell.time("mv \(work)/copy \(work)/mv/moved"))
+      let start = DispatchTime.now().uptimeNanoseconds
+      let output = try shell.run("\(ab) --json update \(app) \(bundle)")
+      let total = Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9
+      rows["appbox update (whole)", default: []].append(Sample(seconds: total))
+      if let data = output.data(using: .utf8),
+        let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+        let durations = object["durations"] as? [String: Any], let migration = durations["migration"] as? Double
+      {
+        rows["appbox migration step", default: []].append(Sample(seconds: migration))
+      }
+      home = try self.home()
+      progress("update run \(run + 1)/\(runs)")
+    }
+    scenario.rows = ["appbox update (whole)", "appbox migration step", "cp -a Documents Library", "mv of a directory"]
+      .compactMap { tool in rows[tool].map { (tool, $0) } }
+    scenario.targets = [("appbox update (whole)", "cp -a Documents Library", 0.25)]
+    return scenario
+  }
+}

@@ -1,0 +1,231 @@
+import Foundation
+import Glibc
+
+/// A small, fast, seeded generator (SplitMix64): the same seed gives the same tree on
+/// every machine.
+struct SeededRandom {
+  private var state: UInt64
+  init(seed: UInt64) { state = seed &+ 0x9E37_79B9_7F4A_7C15 }
+
+  mutating func next() -> UInt64 {
+    state &+= 0x9E37_79B9_7F4A_7C15
+    var z = state
+    z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+    z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+    return z ^ (z >> 31)
+  }
+
+  mutating func below(_ bound: Int) -> Int { Int(next() % UInt64(max(bound, 1))) }
+  mutating func unit() -> Double { Double(next() >> 11) / Double(1 << 53) }
+
+  /// Fills `buffer` with pseudo-random bytes (incompressible content).
+  mutating func fill(_ buffer: UnsafeMutableRawBufferPointer) {
+    var index = 0
+    while index + 8 <= buffer.count {
+      buffer.storeBytes(of: next(), toByteOffset: index, as: UInt64.self)
+      index += 8
+    }
+    while index < buffer.count {
+      buffer[index] = UInt8(truncatingIfNeeded: next())
+      index += 1
+    }
+  }
+}
+
+/// Writes files of pseudo-random content, reusing one buffer.
+final class ContentWriter {
+  private var random: SeededRandom
+  private let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
+  private var text: [UInt8]
+
+  init(seed: UInt64) {
+    random = SeededRandom(seed: seed)
+    random.fill(buffer)
+    // Some files compress (text-like); most do not (photos, media, databases).
+    text = Array("The quick brown fox jumps over the lazy dog; appbox benchmark line.\n".utf8)
+  }
+
+  deinit { buffer.deallocate() }
+
+  /// Creates (or replaces) `path` with `size` bytes; `compressible` files repeat text.
+  func write(_ path: String, size: Int, compressible: Bool = false) throws {
+    let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+    guard fd >= 0 else { throw GeneratorError("cannot create \(path): \(String(cString: strerror(errno)))") }
+    defer { close(fd) }
+    var remaining = size
+    while remaining > 0 {
+      let chunk = min(remaining, buffer.count)
+      if compressible {
+        let written = text.withUnsafeBytes { source -> Int in
+          var offset = 0
+          while offset < chunk {
+            let n = min(source.count, chunk - offset)
+            (buffer.baseAddress! + offset).copyMemory(from: source.baseAddress!, byteCount: n)
+            offset += n
+          }
+          return chunk
+        }
+        _ = written
+      } else {
+        // Fresh bytes at the start of every chunk keep files distinct; the rest is reused.
+        random.fill(UnsafeMutableRawBufferPointer(rebasing: buffer[0..<min(64, chunk)]))
+      }
+      var offset = 0
+      while offset < chunk {
+        let n = Glibc.write(fd, buffer.baseAddress! + offset, chunk - offset)
+        guard n > 0 else { throw GeneratorError("cannot write \(path): \(String(cString: strerror(errno)))") }
+        offset += n
+      }
+      remaining -= chunk
+    }
+  }
+
+  var rng: SeededRandom {
+    get { random }
+    set { random = newValue }
+  }
+}
+
+struct GeneratorError: Error, CustomStringConvertible {
+  var description: String
+  init(_ description: String) { self.description = description }
+}
+
+func makeDirectories(_ path: String) throws {
+  try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+}
+
+/// The shape of a generated home.
+struct HomeShape {
+  var files: Int
+  var bytes: Int64
+  var seed: UInt64
+}
+
+/// Generates a bundle like a real app's: ~200 files, ~30 MB (an executable, frameworks,
+/// many small assets, localizations, plists).
+func generateBundle(at path: String, seed: UInt64) throws {
+  let writer = ContentWriter(seed: seed ^ 0xB0B)
+  try makeDirectories(path)
+  try makeDirectories(path + "/Frameworks")
+  try makeDirectories(path + "/Assets")
+  let info = """
+    <?xml version="1.0" encoding="UTF-8"?>
+    <!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
+    <plist version="1.0">
+    <dict>
+    \t<key>CFBundleExecutable</key>\t<string>Bench</string>
+    \t<key>CFBundleIdentifier</key>\t<string>com.example.bench</string>
+    \t<key>CFBundleName</key>\t<string>Bench</string>
+    \t<key>CFBundleShortVersionString</key>\t<string>1.0</string>
+    \t<key>CFBundleVersion</key>\t<string>1</string>
+    \t<key>UIFileSharingEnabled</key>\t<true/>
+    </dict>
+    </plist>
+
+    """
+  try info.write(toFile: path + "/Info.plist", atomically: false, encoding: .utf8)
+  try "#!/bin/sh\necho Bench\n".write(toFile: path + "/Bench", atomically: false, encoding: .utf8)
+  chmod(path + "/Bench", 0o755)
+  try writer.write(path + "/Bench.bin", size: 4 << 20)
+  for index in 0..<6 { try writer.write(path + "/Frameworks/Lib\(index).so", size: 3 << 20) }
+  for language in ["Base", "en", "fr", "de", "ja"] {
+    try makeDirectories(path + "/\(language).lproj")
+    for index in 0..<4 {
+      try writer.write(path + "/\(language).lproj/Strings\(index).strings", size: 6000, compressible: true)
+    }
+  }
+  // The rest: assets, ~2% of them larger.
+  var random = SeededRandom(seed: seed ^ 0xA55E7)
+  for index in 0..<170 {
+    let size = random.below(50) == 0 ? 2 << 20 : 8_000 + random.below(40_000)
+    try writer.write(path + "/Assets/asset-\(index).png", size: size)
+  }
+}
+
+/// Fills a home's Documents, Library, Library/Caches and tmp with `shape.files` files and
+/// about `shape.bytes` bytes: many small files, some medium, a few large; nested folders;
+/// a few plists in Library/Preferences.
+func generateData(home: String, shape: HomeShape) throws {
+  var random = SeededRandom(seed: shape.seed)
+  let writer = ContentWriter(seed: shape.seed ^ 0xDA7A)
+  // Where files go: Documents 60%, Library 15%, Library/Caches 20%, tmp 5%.
+  let areas: [(String, Double)] = [("Documents", 0.60), ("Library/Application Support", 0.15),
+                                   ("Library/Caches", 0.20), ("tmp", 0.05)]
+  // Sizes: 90% small (1-16 KB), 9% medium (64 KB-1 MB), 1% large; scaled to the byte budget.
+  var sizes: [Int] = (0..<shape.files).map { _ in
+    let roll = random.below(1000)
+    if roll < 900 { return 1024 + random.below(15 * 1024) }
+    if roll < 990 { return 65536 + random.below(960 * 1024) }
+    return 4 << 20 + random.below(12 << 20)
+  }
+  let total = sizes.reduce(0, +)
+  let scale = Double(shape.bytes) / Double(max(total, 1))
+  sizes = sizes.map { max(0, Int(Double($0) * scale)) }
+
+  for preference in ["com.example.bench", "com.example.bench.widgets", "com.apple.analytics"] {
+    try makeDirectories(home + "/Library/Preferences")
+    try writer.write(home + "/Library/Preferences/\(preference).plist", size: 2_000, compressible: true)
+  }
+  var fileIndex = 0
+  for (area, share) in areas {
+    let count = area == "tmp" ? shape.files - fileIndex : Int(Double(shape.files) * share)
+    var directory = home + "/" + area
+    var inDirectory = 0
+    for _ in 0..<max(count, 0) where fileIndex < shape.files {
+      // A new folder every 20-80 files, nested up to four levels deep.
+      if inDirectory == 0 || inDirectory > 20 + random.below(60) {
+        let depth = 1 + random.below(4)
+        directory = home + "/" + area + (0..<depth).map { level in "/folder-\(level)-\(random.below(12))" }.joined()
+        try makeDirectories(directory)
+        inDirectory = 0
+      }
+      let compressible = random.below(4) == 0
+      try writer.write(directory + "/file-\(fileIndex).\(compressible ? "txt" : "bin")", size: sizes[fileIndex],
+                       compressible: compressible)
+      fileIndex += 1
+      inDirectory += 1
+    }
+  }
+}
+
+/// Modifies, adds and deletes `percent`% of the files in Documents and Library (not Caches):
+/// half rewritten in place (same size, new bytes at the front), a quarter deleted, and as
+/// many new files added beside them.
+func mutate(home: String, percent: Double, seed: UInt64) throws -> (modified: Int, deleted: Int, added: Int) {
+  var files: [String] = []
+  for area in ["Documents", "Library"] {
+    guard let enumerator = FileManager.default.enumerator(atPath: home + "/" + area) else { continue }
+    while let relative = enumerator.nextObject() as? String {
+      if area == "Library" && relative.hasPrefix("Caches") { continue }
+      let path = home + "/" + area + "/" + relative
+      var st = stat()
+      if lstat(path, &st) == 0 && st.st_mode & S_IFMT == S_IFREG { files.append(path) }
+    }
+  }
+  files.sort()
+  var random = SeededRandom(seed: seed)
+  let writer = ContentWriter(seed: seed ^ 0x3A7E)
+  let count = max(1, Int(Double(files.count) * percent / 100))
+  var chosen = Set<Int>()
+  while chosen.count < min(count, files.count) { chosen.insert(random.below(files.count)) }
+  var result = (modified: 0, deleted: 0, added: 0)
+  for (order, index) in chosen.sorted().enumerated() {
+    let path = files[index]
+    switch order % 4 {
+    case 0, 1:
+      var st = stat()
+      lstat(path, &st)
+      try writer.write(path, size: Int(st.st_size))
+      result.modified += 1
+    case 2:
+      unlink(path)
+      result.deleted += 1
+    default:
+      let directory = String(path[..<path.lastIndex(of: "/")!])
+      try writer.write(directory + "/added-\(seed)-\(order).bin", size: 2048 + random.below(30_000))
+      result.added += 1
+    }
+  }
+  return result
+}

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# make bench / make bench-large: the side-by-side benchmark with the release build.
+set -euo pipefail
+SIZE=${1:?usage: run.sh small|large BIN_DIR}
+BIN_DIR=${2:?usage: run.sh small|large BIN_DIR}
+cd "$(dirname "$0")/.."
+exec "$BIN_DIR/appbox-bench" run "$SIZE" --appbox "$BIN_DIR/appbox" --results Benchmarks/results
