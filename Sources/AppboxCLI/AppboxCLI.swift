@@ -10,7 +10,7 @@ public enum AppboxCLI {
   /// Every top-level command, in the order help lists them.
   public static let commands: [any ParsableCommand.Type] = [
     DeviceCommand.self, InstallCommand.self, ListCommand.self, InspectCommand.self, PathCommand.self,
-    UninstallCommand.self,
+    UninstallCommand.self, UpdateCommand.self,
   ]
 
   public static let runner = CommandRunner(commands: commands, version: version)
@@ -33,7 +33,7 @@ extension CommandContext {
     try DeviceSession.open(root: deviceRoot, mutating: mutating, recovery: recoverySteps, environment: environment)
   }
 
-  var recoverySteps: [any RecoveryStep] { [ContainerRecovery()] }
+  var recoverySteps: [any RecoveryStep] { [UpdateRecovery(), ContainerRecovery()] }
 }
 
 /// Formats dates as ISO 8601 in UTC, the same in text and JSON.

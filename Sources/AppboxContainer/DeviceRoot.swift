@@ -77,6 +77,15 @@ public struct DeviceRoot: Sendable {
     }
   }
 
+  /// Whether a killed appbox left work behind: journal entries, or staging and trash
+  /// directories in ApplicationRoot. Two directory reads.
+  public func hasPendingRecovery() -> Bool {
+    let fileManager = FileManager.default
+    if let journal = try? fileManager.contentsOfDirectory(atPath: journalDirectory), !journal.isEmpty { return true }
+    let homes = (try? fileManager.contentsOfDirectory(atPath: applicationRoot)) ?? []
+    return homes.contains { $0.hasPrefix(".") }
+  }
+
   /// Takes the root's exclusive lock: one mutating appbox command at a time. Waits up to
   /// `$APPBOX_LOCK_TIMEOUT` seconds (default 5), then fails as busy (exit 75).
   public func lock(environment: [String: String] = ProcessInfo.processInfo.environment) throws -> FileLock {

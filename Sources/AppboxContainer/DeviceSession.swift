@@ -15,7 +15,7 @@ public final class DeviceSession {
   public let identity: DeviceIdentity
   public let registry: Registry
   public let environment: [String: String]
-  private let lock: FileLock?
+  private var lock: FileLock?
 
   private init(root: DeviceRoot, identity: DeviceIdentity, registry: Registry, lock: FileLock?,
                environment: [String: String]) {
@@ -27,19 +27,23 @@ public final class DeviceSession {
   }
 
   /// Opens the device at `root`, creating it on first use. A mutating session takes the
-  /// exclusive lock (busy after a few seconds: exit 75) and runs `recovery` first.
+  /// exclusive lock (busy after a few seconds: exit 75) and runs `recovery` first. A
+  /// read-only session takes the lock only briefly, when a killed appbox left work to
+  /// finish, so that nothing ever reads a half-done state.
   public static func open(
     root: DeviceRoot, mutating: Bool, recovery: [any RecoveryStep] = [ContainerRecovery()],
     environment: [String: String] = ProcessInfo.processInfo.environment
   ) throws -> DeviceSession {
     let identity = try root.prepare()
-    let lock = mutating ? try root.lock(environment: environment) : nil
+    let recover = mutating || root.hasPendingRecovery()
+    let lock = recover ? try root.lock(environment: environment) : nil
     let registry = try Registry(root: root)
     let session = DeviceSession(root: root, identity: identity, registry: registry, lock: lock,
                                 environment: environment)
-    if mutating {
+    if recover {
       for step in recovery { try step.recover(session) }
     }
+    if !mutating { session.lock = nil }
     return session
   }
 

@@ -1,0 +1,90 @@
+import AppboxContainer
+import AppboxCore
+import Foundation
+
+struct UpdateCommand: ParsableCommand {
+  static let description = CommandDescription(
+    name: "update",
+    abstract: "Update an app to a new bundle: a new home, the data moved over, a migration report.",
+    discussion: """
+      The new bundle must have the same CFBundleIdentifier and a higher CFBundleVersion. A pre-update \
+      snapshot is taken first; Documents and Library (Caches included) are moved into the new home with \
+      rename(2); tmp and anything else in the old home are dropped. Keychain items are not touched.
+      """,
+    positionals: [appArgument, .init("BUNDLE.app", help: "The new version of the app's bundle.")],
+    options: [.init("allow-downgrade", help: "Accept a bundle whose version is not higher (a downgrade or reinstall).")])
+  let app: String
+  let bundle: String
+  let allowDowngrade: Bool
+
+  init(_ arguments: ParsedArguments) throws {
+    app = arguments.positional(0)!
+    bundle = arguments.positional(1)!
+    allowDowngrade = arguments.flag("allow-downgrade")
+  }
+
+  func run(_ context: CommandContext) throws -> CommandOutput {
+    let session = try context.openDevice(mutating: true)
+    let record = try session.app(app)
+    let report = try session.update(record, toBundleAt: bundle, allowDowngrade: allowDowngrade) { app in
+      try context.preUpdateSnapshot(of: app, in: session)
+    }
+    if !report.staleAbsolutePaths.isEmpty {
+      context.warn(
+        "\(report.staleAbsolutePaths.count) file(s) still mention the old home's absolute path "
+          + "(\(report.staleAbsolutePaths.prefix(5).joined(separator: ", "))"
+          + "\(report.staleAbsolutePaths.count > 5 ? ", …" : "")); store paths relative to the home instead")
+    }
+    return CommandOutput(text: updateText(report), json: updateJSON(report))
+  }
+}
+
+func updateText(_ report: UpdateReport, verb: String = "Updated") -> String {
+  var lines = [
+    "\(verb) \(report.bundleIdentifier) \(report.oldVersion) → \(report.newVersion)",
+    "  container  \(report.oldContainerID) → \(report.newContainerID)",
+    "  home       \(report.newHome)",
+    "  moved      Documents, Library (\(report.movedFiles) files, \(byteCount(report.movedBytes)))",
+    "  dropped    tmp (\(report.droppedTmpFiles) files, \(byteCount(report.droppedTmpBytes)))"
+      + (report.droppedItems.isEmpty ? "" : "; other items: " + report.droppedItems.joined(separator: ", ")),
+  ]
+  if let snapshot = report.preUpdateSnapshot { lines.append("  snapshot   \(snapshot) (taken before the update)") }
+  lines.append(
+    String(
+      format: "  took       %.3f s (snapshot %.3f s, migration %.1f ms)", report.totalSeconds, report.snapshotSeconds,
+      report.migrationSeconds * 1000))
+  if !report.staleAbsolutePaths.isEmpty {
+    lines.append("  stale paths (files mentioning the old home):")
+    lines += report.staleAbsolutePaths.map { "    \($0)" }
+  }
+  return lines.joined(separator: "\n")
+}
+
+func updateJSON(_ report: UpdateReport) -> JSONValue {
+  .object([
+    ("bundleIdentifier", .string(report.bundleIdentifier)),
+    ("oldContainerID", .string(report.oldContainerID)), ("newContainerID", .string(report.newContainerID)),
+    ("oldVersion", .string(report.oldVersion)), ("newVersion", .string(report.newVersion)),
+    ("home", .string(report.newHome)),
+    ("moved", .object([
+      ("directories", .array([.string("Documents"), .string("Library")])), ("files", .int(report.movedFiles)),
+      ("bytes", .int(report.movedBytes)),
+    ])),
+    ("dropped", .object([
+      ("tmpFiles", .int(report.droppedTmpFiles)), ("tmpBytes", .int(report.droppedTmpBytes)),
+      ("items", .array(report.droppedItems.map(JSONValue.string))),
+    ])),
+    ("preUpdateSnapshot", .optional(report.preUpdateSnapshot)),
+    ("staleAbsolutePaths", .array(report.staleAbsolutePaths.map(JSONValue.string))),
+    ("durations", .object([
+      ("snapshot", .number(report.snapshotSeconds)), ("migration", .number(report.migrationSeconds)),
+      ("total", .number(report.totalSeconds)),
+    ])),
+  ])
+}
+
+extension CommandContext {
+  /// The snapshot an update takes first, in the device's default repository.
+  /// (Wired to the backup engine once it lands; until then no snapshot is taken.)
+  func preUpdateSnapshot(of app: AppRecord, in session: DeviceSession) throws -> String? { nil }
+}

@@ -1,0 +1,201 @@
+import AppboxCore
+import Foundation
+import Glibc
+
+/// What an update did, for the migration report.
+public struct UpdateReport: Sendable {
+  public var bundleIdentifier: String
+  public var oldContainerID: String
+  public var newContainerID: String
+  public var oldVersion: String
+  public var newVersion: String
+  public var newHome: String
+  /// Documents and Library as moved (Library/Caches included).
+  public var movedFiles: Int
+  public var movedBytes: Int64
+  /// What was left behind: tmp's contents and stray top-level items.
+  public var droppedTmpFiles: Int
+  public var droppedTmpBytes: Int64
+  public var droppedItems: [String]
+  public var preUpdateSnapshot: String?
+  /// Files (relative to the new home) that still mention the old home's absolute path.
+  public var staleAbsolutePaths: [String]
+  public var snapshotSeconds: Double
+  /// The migration itself: moving the data, committing, switching homes.
+  public var migrationSeconds: Double
+  public var totalSeconds: Double
+}
+
+/// App update, the platform's way: the new bundle gets a NEW home; Documents and Library
+/// are moved there with rename(2) (cost independent of the data's size); the registry
+/// commits the switch; the old home is deleted. Keychain items are not touched.
+///
+/// Crash safety: a journal entry `update-<NEW-ID>` is written before the first move.
+/// Until the registry commit the update rolls back (data moved back to the old home,
+/// staging removed); after it, it rolls forward (staging renamed into place, old home
+/// removed). `UpdateRecovery` does this on the next mutating command.
+extension DeviceSession {
+  public func update(
+    _ app: AppRecord, toBundleAt bundlePath: String, allowDowngrade: Bool,
+    snapshot: (AppRecord) throws -> String?
+  ) throws -> UpdateReport {
+    precondition(isLocked, "update needs the root's lock")
+    let started = DispatchTime.now().uptimeNanoseconds
+    let staged = try HomeStaging.stage(bundleAt: bundlePath, root: root, device: identity)
+    let applicationRoot = try FileDescriptor.open(root.applicationRoot, O_RDONLY | O_DIRECTORY)
+    defer { applicationRoot.close() }
+    var journaled = false
+    do {
+      try checkUpdate(app, staged: staged, allowDowngrade: allowDowngrade)
+      let snapshotStart = DispatchTime.now().uptimeNanoseconds
+      let snapshotID = try snapshot(app)
+      let snapshotSeconds = seconds(since: snapshotStart)
+
+      // What will be dropped: measured before anything moves.
+      let oldHome = root.home(app.containerID)
+      let tmp = TreeMeasure.measure(oldHome + "/tmp")
+      let keep: Set<String> = ["Documents", "Library", "tmp", app.bundleDirectoryName, Home.metadataFile]
+      let strays = ((try? FileManager.default.contentsOfDirectory(atPath: oldHome)) ?? []).filter { !keep.contains($0) }
+        .sorted()
+
+      let migrationStart = DispatchTime.now().uptimeNanoseconds
+      let journal = Journal(root: root)
+      let entry = "update-" + staged.containerID
+      try journal.write(entry, [
+        "bundleIdentifier": app.bundleIdentifier, "oldContainerID": app.containerID,
+        "newContainerID": staged.containerID,
+      ])
+      journaled = true
+      CrashPoint.hit("update.journaled")
+      let old = try applicationRoot.open(app.containerID, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+      defer { old.close() }
+      let staging = try applicationRoot.open(staged.stagingName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+      defer { staging.close() }
+      for directory in ["Documents", "Library"] {
+        try FileTree.remove(directory, in: staging)  // the empty ones staging made
+        if try old.statusIfPresent(of: directory) != nil {
+          try old.rename(directory, to: directory, in: staging, flags: .noReplace)
+        } else {
+          try staging.makeDirectory(directory, mode: 0o755)
+        }
+        CrashPoint.hit("update.moved-one")
+      }
+      // Library/Preferences and Library/Caches exist in every home.
+      for directory in ["Library/Preferences", "Library/Caches"] where try staging.statusIfPresent(of: directory) == nil {
+        try staging.makeDirectory(directory, mode: 0o755)
+      }
+      try staging.sync()
+      try old.sync()
+      CrashPoint.hit("update.moved")
+
+      var record = staged.record(installedAt: app.installedAt)
+      record.updatedAt = Date()
+      try registry.database.inTransaction {
+        try registry.replace(record)
+        try registry.record(.init(
+          bundleIdentifier: app.bundleIdentifier, event: "update", containerID: record.containerID,
+          previousContainerID: app.containerID, version: record.version, previousVersion: app.version,
+          snapshot: snapshotID))
+      }
+      CrashPoint.hit("update.committed")
+      try finishUpdate(oldContainerID: app.containerID, newContainerID: staged.containerID, in: applicationRoot)
+      try journal.remove(entry)
+      let migrationSeconds = seconds(since: migrationStart)
+
+      let newHome = root.home(staged.containerID)
+      let documents = TreeMeasure.measure(newHome + "/Documents")
+      let library = TreeMeasure.measure(newHome + "/Library")
+      return UpdateReport(
+        bundleIdentifier: app.bundleIdentifier, oldContainerID: app.containerID, newContainerID: staged.containerID,
+        oldVersion: app.version, newVersion: record.version, newHome: newHome,
+        movedFiles: documents.files + library.files, movedBytes: documents.bytes + library.bytes,
+        droppedTmpFiles: tmp.files, droppedTmpBytes: tmp.bytes, droppedItems: strays, preUpdateSnapshot: snapshotID,
+        staleAbsolutePaths: StalePathScanner.scan(home: newHome, oldHome: oldHome),
+        snapshotSeconds: snapshotSeconds, migrationSeconds: migrationSeconds, totalSeconds: seconds(since: started))
+    } catch {
+      if !journaled { try? FileTree.remove(staged.stagingName, in: applicationRoot) }
+      throw error
+    }
+  }
+
+  private func checkUpdate(_ app: AppRecord, staged: StagedHome, allowDowngrade: Bool) throws {
+    guard staged.info.identifier == app.bundleIdentifier else {
+      throw ContainerError(
+        .invalidBundle,
+        "Cannot update '\(app.bundleIdentifier)' with a bundle of '\(staged.info.identifier)': the identifiers differ")
+    }
+    guard let current = BundleVersion(app.version) else { return }
+    let new = staged.info.version
+    if new == current && !allowDowngrade {
+      throw ContainerError(
+        .invalidBundle,
+        "Cannot update '\(app.bundleIdentifier)': version \(new) is already installed (use --allow-downgrade to reinstall)")
+    }
+    if new < current && !allowDowngrade {
+      throw ContainerError(
+        .invalidBundle,
+        "Cannot update '\(app.bundleIdentifier)' from \(current) to \(new): that is a downgrade (use --allow-downgrade)")
+    }
+  }
+
+  /// After the registry commit: the staging home takes its final name and the old home
+  /// goes (first renamed to trash, so a crash leaves no ambiguity). Idempotent.
+  func finishUpdate(oldContainerID: String, newContainerID: String, in applicationRoot: FileDescriptor) throws {
+    let stagingName = HomeStaging.prefix + newContainerID
+    if try applicationRoot.statusIfPresent(of: stagingName) != nil {
+      try applicationRoot.rename(stagingName, to: newContainerID, flags: .noReplace)
+    }
+    let trash = HomeStaging.trashPrefix + oldContainerID
+    if try applicationRoot.statusIfPresent(of: oldContainerID) != nil {
+      try applicationRoot.rename(oldContainerID, to: trash, flags: .noReplace)
+    }
+    try applicationRoot.sync()
+    CrashPoint.hit("update.switched")
+    try FileTree.remove(trash, in: applicationRoot)
+  }
+}
+
+func seconds(since start: UInt64) -> Double { Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9 }
+
+/// Finishes or rolls back updates a crash interrupted (see `DeviceSession.update`).
+/// Runs before `ContainerRecovery`, which would otherwise take the staging home for debris.
+public struct UpdateRecovery: RecoveryStep {
+  public init() {}
+
+  public func recover(_ session: DeviceSession) throws {
+    let journal = Journal(root: session.root)
+    for (name, fields) in try journal.entries(prefix: "update-") {
+      guard let bundle = fields["bundleIdentifier"], let oldID = fields["oldContainerID"],
+        let newID = fields["newContainerID"]
+      else {
+        throw ContainerError(.invalidDevice, "Journal entry '\(name)' lacks its container ids; inspect it by hand")
+      }
+      let applicationRoot = try FileDescriptor.open(session.root.applicationRoot, O_RDONLY | O_DIRECTORY)
+      defer { applicationRoot.close() }
+      if try session.registry.appIfPresent(bundle)?.containerID == newID {
+        try session.finishUpdate(oldContainerID: oldID, newContainerID: newID, in: applicationRoot)
+      } else {
+        try rollBack(oldID: oldID, stagingName: HomeStaging.prefix + newID, in: applicationRoot)
+      }
+      try journal.remove(name)
+    }
+  }
+
+  /// Moves Documents and Library back from the staging home if they went there, then
+  /// removes the staging home.
+  private func rollBack(oldID: String, stagingName: String, in applicationRoot: FileDescriptor) throws {
+    guard try applicationRoot.statusIfPresent(of: stagingName) != nil else { return }
+    let staging = try applicationRoot.open(stagingName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+    defer { staging.close() }
+    if try applicationRoot.statusIfPresent(of: oldID) != nil {
+      let old = try applicationRoot.open(oldID, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+      defer { old.close() }
+      for directory in ["Documents", "Library"]
+      where try old.statusIfPresent(of: directory) == nil && staging.statusIfPresent(of: directory) != nil {
+        try staging.rename(directory, to: directory, in: old, flags: .noReplace)
+      }
+      try old.sync()
+    }
+    try FileTree.remove(stagingName, in: applicationRoot)
+  }
+}
