@@ -49,8 +49,17 @@ head -c 200000 /dev/urandom > "$NOTES_HOME/Library/Caches/thumbnails.bin"
 step inspect com.example.notes
 step path com.example.notes documents
 
+section "Update Notes 1.0 -> 2.0: a new home, the data moved with rename(2)"
+mkdir -p "$NOTES_HOME/Library/Application Support"
+printf '{"database": "%s/Documents/notes.db"}\n' "$NOTES_HOME" > "$NOTES_HOME/Library/Application Support/config.json"
+step update com.example.notes "$FIXTURES/Notes-2.0/Notes.app"
+NOTES_HOME=$("$APPBOX" path com.example.notes)
+step list
+cat "$NOTES_HOME/Documents/hello.txt"
+
 section "Refusals are one clear line with the spec's exit status"
 refused install "$FIXTURES/Notes-2.0/Notes.app"
+refused update com.example.notes "$FIXTURES/Notes-1.0/Notes.app"
 refused inspect com.example.missing
 
 printf '\n%sDemo finished.%s\n' "$bold" "$reset"
