@@ -1,0 +1,27 @@
+import AppboxKeychain
+
+extension AppRecord {
+  /// The app as the keychain sees it: its entitlements' access groups, then its application
+  /// identifier (or its bundle identifier when it has no entitlements).
+  public var keychainClient: KeychainClient {
+    KeychainClient(
+      bundleIdentifier: bundleIdentifier, teamIdentifier: teamIdentifier,
+      applicationIdentifier: applicationIdentifier, keychainAccessGroups: keychainAccessGroups)
+  }
+}
+
+extension DeviceSession {
+  /// The device's keychain (`<root>/Keychains`), created with its device key on first use.
+  public func openKeychain() throws -> Keychain {
+    try Keychain(directory: root.keychains)
+  }
+
+  /// Deletes every keychain item only `app` can reach: items in its groups that no other
+  /// installed app lists. Uninstall runs it (and recovery repeats it for an interrupted
+  /// uninstall); `keychain APP reset` runs it for an installed app. Returns how many went.
+  @discardableResult
+  public func deleteKeychainItems(of app: AppRecord) throws -> Int {
+    let others = try registry.apps().filter { $0.bundleIdentifier != app.bundleIdentifier }
+    return try openKeychain().deleteItems(onlyReachableBy: app.keychainClient, others: others.map(\.keychainClient))
+  }
+}
