@@ -8,7 +8,7 @@ struct KeychainCommand: CommandGroup {
   static let description = CommandDescription(
     name: "keychain", abstract: "Add, read, change and delete an app's keychain items.",
     discussion: """
-      Items live outside the sandbox, encrypted under the device key. An app sees the items of its \
+      Items live outside the sandbox, encrypted under the device key. An app sees the items of its
       access groups: its entitlements' keychain-access-groups, then its application identifier.
       """,
     subcommands: [
@@ -22,10 +22,12 @@ struct KeychainCommand: CommandGroup {
 
 private enum KeychainOptions {
   static let service = CommandDescription.Option(
-    "service", value: "S", help: "The item's service (usually a bundle identifier).")
-  static let account = CommandDescription.Option("account", value: "A", help: "The item's account.")
+    "service", value: "S", help: "The item's service (usually a bundle identifier).", required: true)
+  static let account = CommandDescription.Option("account", value: "A", help: "The item's account.", required: true)
   static let group = CommandDescription.Option(
-    "group", value: "G", help: "The access group (default: all of the app's groups; add uses the first).")
+    "group", value: "G", help: "Only this access group (default: every group the app can see).")
+  static let addGroup = CommandDescription.Option(
+    "group", value: "G", help: "The access group to add to (default: the app's first group).")
   static let data = CommandDescription.Option(
     "data", value: "D", help: "The secret, as text (it shows in the process list: prefer --data-file).")
   static let dataFile = CommandDescription.Option(
@@ -38,7 +40,7 @@ extension ParsedArguments {
   /// The APP before the keychain subcommand.
   fileprivate var app: String { groupPositionals.first ?? "" }
 
-  /// `--name`, required.
+  /// A required `--name` (the parser has checked that it is there).
   fileprivate func required(_ name: String) throws -> String {
     guard let value = value(name) else { throw usage("missing --\(name)") }
     return value
@@ -108,7 +110,7 @@ struct KeychainAdd: ParsableCommand {
     options: [
       KeychainOptions.service, KeychainOptions.account, KeychainOptions.data, KeychainOptions.dataFile,
       .init("class", help: "The item's class (default: generic).", choices: ["generic", "internet"]),
-      KeychainOptions.group, KeychainOptions.label, KeychainOptions.comment,
+      KeychainOptions.addGroup, KeychainOptions.label, KeychainOptions.comment,
     ])
   let app: String
   let item: KeychainItem
