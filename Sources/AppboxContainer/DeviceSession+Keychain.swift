@@ -22,6 +22,7 @@ extension DeviceSession {
   @discardableResult
   public func deleteKeychainItems(of app: AppRecord) throws -> Int {
     let others = try registry.apps().filter { $0.bundleIdentifier != app.bundleIdentifier }
-    return try openKeychain().deleteItems(onlyReachableBy: app.keychainClient, others: others.map(\.keychainClient))
+    return try openKeychain().deleteItems(
+      onlyReachableBy: app.keychainClient, others: others.map(\.keychainClient))
   }
 }

@@ -21,8 +21,10 @@ struct DeviceKey {
 
   init(bytes: [UInt8]) throws {
     itemKey = try HKDF.derive(key: bytes, salt: [], info: Array("appbox keychain v1".utf8), length: 32)
-    exportKey = try HKDF.derive(key: bytes, salt: [], info: Array("appbox keychain export v1".utf8), length: 32)
-    identifier = try HKDF.derive(key: bytes, salt: [], info: Array("appbox keychain key id v1".utf8), length: 16)
+    exportKey = try HKDF.derive(
+      key: bytes, salt: [], info: Array("appbox keychain export v1".utf8), length: 32)
+    identifier = try HKDF.derive(
+      key: bytes, salt: [], info: Array("appbox keychain key id v1".utf8), length: 16)
   }
 
   /// Reads the key in `directory`, or returns nil when there is none yet. A key file that is

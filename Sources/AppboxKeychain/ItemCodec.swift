@@ -85,7 +85,9 @@ struct ByteReader {
 
   mutating func string() throws -> String {
     let bytes = try field()
-    guard let text = String(validating: bytes, as: UTF8.self) else { throw corrupt("a text field is not UTF-8") }
+    guard let text = String(validating: bytes, as: UTF8.self) else {
+      throw corrupt("a text field is not UTF-8")
+    }
     return text
   }
 

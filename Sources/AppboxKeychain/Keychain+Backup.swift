@@ -60,7 +60,8 @@ extension Keychain {
   /// Replaces the items of the exported groups the client is entitled to (see above).
   public func importItems(_ bytes: [UInt8], for client: KeychainClient) throws -> KeychainImportResult {
     var reader = ByteReader(bytes, what: "keychain export")
-    guard bytes.count >= Self.exportMagic.count, try reader.raw(Self.exportMagic.count) == Self.exportMagic else {
+    guard bytes.count >= Self.exportMagic.count, try reader.raw(Self.exportMagic.count) == Self.exportMagic
+    else {
       throw reader.corrupt("it is not a keychain export")
     }
     let version = try reader.uint8()
@@ -68,8 +69,10 @@ extension Keychain {
     let identifier = try reader.raw(key.identifier.count)
     guard identifier == key.identifier else {
       return .otherDevice(
-        reason: "the keychain items were backed up on another device (key \(Self.hex(identifier.prefix(4)))…, "
-          + "this device's is \(Self.hex(key.identifier.prefix(4)))…); they can be restored only to that device")
+        reason:
+          "the keychain items were backed up on another device (key \(Self.hex(identifier.prefix(4)))…, "
+          + "this device's is \(Self.hex(key.identifier.prefix(4)))…); they can be restored only to that device"
+      )
     }
     let headerCount = Self.exportMagic.count + 1 + key.identifier.count
     let plaintext: [UInt8]
@@ -97,7 +100,8 @@ extension Keychain {
           VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
           """,
           .text(item.itemClass.rawValue), .text(item.service), .text(item.account), .text(group),
-          .integer(Self.milliseconds(item.created!)), .integer(Self.milliseconds(item.modified!)), .blob(sealed))
+          .integer(Self.milliseconds(item.created!)), .integer(Self.milliseconds(item.modified!)),
+          .blob(sealed))
       }
     }
     return .restored(count: restored.count)
@@ -118,7 +122,8 @@ extension Keychain {
       }
       let item = KeychainItem(
         itemClass: itemClass, service: try reader.string(), account: try reader.string(),
-        accessGroup: try reader.string(), label: try reader.optionalString(), comment: try reader.optionalString(),
+        accessGroup: try reader.string(), label: try reader.optionalString(),
+        comment: try reader.optionalString(),
         created: try reader.date(), modified: try reader.date())
       items.append((item, try reader.field()))
     }

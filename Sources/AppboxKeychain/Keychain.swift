@@ -86,7 +86,9 @@ public final class Keychain {
   public func add(_ item: KeychainItem, for client: KeychainClient) throws -> KeychainItem {
     try Self.checkIdentity(service: item.service, account: item.account)
     try Self.checkDescription(label: item.label, comment: item.comment)
-    guard let data = item.data else { throw KeychainError(.invalidParameter, "An item needs data to be added") }
+    guard let data = item.data else {
+      throw KeychainError(.invalidParameter, "An item needs data to be added")
+    }
     try Self.checkData(data)
     let group = try accessGroup(item.accessGroup, for: client)
     var stored = item
@@ -136,7 +138,9 @@ public final class Keychain {
   /// re-sealing each under a fresh nonce, and returns how many changed. No match is
   /// `.itemNotFound`; no change at all is `.invalidParameter`.
   @discardableResult
-  public func update(_ query: KeychainQuery, changes: KeychainChanges, for client: KeychainClient) throws -> Int {
+  public func update(_ query: KeychainQuery, changes: KeychainChanges, for client: KeychainClient) throws
+    -> Int
+  {
     guard !changes.isEmpty else {
       throw KeychainError(.invalidParameter, "Nothing to update: give new data, a label or a comment")
     }
@@ -222,7 +226,8 @@ public final class Keychain {
   }
 
   /// The rows in `groups` (in that order of preference) that match `query`'s attributes.
-  func rows(inGroups groups: [String], query: KeychainQuery = KeychainQuery(), opening: Bool) throws -> [Row] {
+  func rows(inGroups groups: [String], query: KeychainQuery = KeychainQuery(), opening: Bool) throws -> [Row]
+  {
     if groups.isEmpty { return [] }
     var values = groups.map(SQLValue.text)
     var sql = """
@@ -313,7 +318,8 @@ struct Row {
 
   init(_ row: Statement, path: String) throws {
     guard let itemClass = KeychainItemClass(rawValue: row.text(1) ?? "") else {
-      throw KeychainError(.corrupt, "The keychain has an item of unknown class '\(row.text(1) ?? "")'", path: path)
+      throw KeychainError(
+        .corrupt, "The keychain has an item of unknown class '\(row.text(1) ?? "")'", path: path)
     }
     id = row.int64(0)
     self.itemClass = itemClass
@@ -332,7 +338,9 @@ struct Row {
 
   func item(includingData: Bool) -> KeychainItem {
     KeychainItem(
-      itemClass: itemClass, service: service, account: account, accessGroup: accessGroup, label: secret?.label,
-      comment: secret?.comment, data: includingData ? secret?.data : nil, created: created, modified: modified)
+      itemClass: itemClass, service: service, account: account, accessGroup: accessGroup,
+      label: secret?.label,
+      comment: secret?.comment, data: includingData ? secret?.data : nil, created: created, modified: modified
+    )
   }
 }

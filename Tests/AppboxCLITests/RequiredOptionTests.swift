@@ -7,14 +7,18 @@ import Testing
 struct Needy: ParsableCommand {
   static let description = CommandDescription(
     name: "needy", abstract: "Needs --service.",
-    options: [.init("service", value: "S", help: "A service.", required: true), .init("label", value: "L", help: "L.")])
+    options: [
+      .init("service", value: "S", help: "A service.", required: true),
+      .init("label", value: "L", help: "L."),
+    ])
   init(_ arguments: ParsedArguments) throws {}
   func run(_ context: CommandContext) throws -> CommandOutput { CommandOutput(text: "ran") }
 }
 
 struct NeedyGroup: CommandGroup {
   static let description = CommandDescription(
-    name: "box", abstract: "A group.", subcommands: [Needy.self], groupPositionals: [.init("APP", help: "An app.")])
+    name: "box", abstract: "A group.", subcommands: [Needy.self],
+    groupPositionals: [.init("APP", help: "An app.")])
 }
 
 struct RequiredOptionTests {

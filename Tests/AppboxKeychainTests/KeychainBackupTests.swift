@@ -16,7 +16,8 @@ struct KeychainBackupTests {
     #expect(export.firstRange(of: secret("first")) == nil, "the export is sealed")
 
     // Change things after the backup: edit, add, delete.
-    try keychain.update(KeychainQuery(service: "a"), changes: .init(data: secret("edited")), for: Clients.notes)
+    try keychain.update(
+      KeychainQuery(service: "a"), changes: .init(data: secret("edited")), for: Clients.notes)
     try keychain.add(item("later"), for: Clients.notes)
     try keychain.delete(KeychainQuery(service: "b"), for: Clients.notes)
 
@@ -75,8 +76,11 @@ struct KeychainBackupTests {
     truncated.removeLast(5)
     var badVersion = export
     badVersion[8] = 9
-    for bytes in [tampered, truncated, badVersion, Array("not an export".utf8), [], Array(export.prefix(10))] {
-      let error = try #require(throws: KeychainError.self) { try fixture.keychain.importItems(bytes, for: Clients.notes) }
+    for bytes in [tampered, truncated, badVersion, Array("not an export".utf8), [], Array(export.prefix(10))]
+    {
+      let error = try #require(throws: KeychainError.self) {
+        try fixture.keychain.importItems(bytes, for: Clients.notes)
+      }
       #expect(error.code == .corrupt && error.kind == .badData, "\(error)")
     }
     #expect(try fixture.keychain.items(for: Clients.notes).count == 1, "a refused import changes nothing")

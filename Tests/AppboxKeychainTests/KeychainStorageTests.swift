@@ -40,7 +40,8 @@ struct KeychainStorageTests {
     #expect(!names.contains { $0.contains(".tmp-") }, "no temp key left behind: \(names)")
     // Everyone agreed on that key: an item added by one connection opens in another.
     try Keychain(directory: path).add(item(), for: Clients.notes)
-    #expect(try Keychain(directory: path).find(KeychainQuery(returnsData: true), for: Clients.notes)[0].data != nil)
+    #expect(
+      try Keychain(directory: path).find(KeychainQuery(returnsData: true), for: Clients.notes)[0].data != nil)
   }
 
   @Test func aMissingKeyIsNotReplacedWhileItemsNeedIt() throws {
@@ -77,9 +78,12 @@ struct KeychainStorageTests {
     // Copy Alice's sealed secret over Mallory's row, as someone with write access to the file could.
     let database = try Database(path: fixture.path + "/keychain.db")
     try database.execute(
-      "UPDATE items SET sealed = (SELECT sealed FROM items WHERE account = 'alice') WHERE account = 'mallory'")
+      "UPDATE items SET sealed = (SELECT sealed FROM items WHERE account = 'alice') WHERE account = 'mallory'"
+    )
     let query = KeychainQuery(service: "bank", account: "mallory", returnsData: true)
-    let error = try #require(throws: KeychainError.self) { try fixture.keychain.find(query, for: Clients.notes) }
+    let error = try #require(throws: KeychainError.self) {
+      try fixture.keychain.find(query, for: Clients.notes)
+    }
     #expect(error.code == .corrupt && error.kind == .badData)
     #expect(error.description.contains("mallory"))
   }
@@ -95,9 +99,11 @@ struct KeychainStorageTests {
       [first, second, label, comment].flatMap { filesContaining(secret($0), under: root) }
     }
     try fixture.keychain.add(item(data: first, label: label, comment: comment), for: Clients.notes)
-    #expect(FileManager.default.fileExists(atPath: fixture.path + "/keychain.db-wal"), "the change sits in the WAL")
+    #expect(
+      FileManager.default.fileExists(atPath: fixture.path + "/keychain.db-wal"), "the change sits in the WAL")
     #expect(leaks() == [])
-    try fixture.keychain.update(KeychainQuery(service: "svc"), changes: .init(data: secret(second)), for: Clients.notes)
+    try fixture.keychain.update(
+      KeychainQuery(service: "svc"), changes: .init(data: secret(second)), for: Clients.notes)
     #expect(leaks() == [])
     try fixture.keychain.delete(KeychainQuery(service: "svc"), for: Clients.notes)
     #expect(leaks() == [])

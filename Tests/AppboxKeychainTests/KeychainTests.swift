@@ -26,7 +26,9 @@ struct KeychainTests {
     let fixture = try KeychainFixture()
     try fixture.keychain.add(item(), for: Clients.notes)
     #expect(status { try fixture.keychain.add(item(data: "other"), for: Clients.notes) } == .duplicateItem)
-    let error = try #require(throws: KeychainError.self) { try fixture.keychain.add(item(), for: Clients.notes) }
+    let error = try #require(throws: KeychainError.self) {
+      try fixture.keychain.add(item(), for: Clients.notes)
+    }
     #expect(error.kind == .cannotCreate)
     #expect(error.description.contains("service 'svc' account 'acct'"))
     #expect(!error.description.contains("s3cret"))
@@ -41,8 +43,11 @@ struct KeychainTests {
     let added = try fixture.keychain.add(item(label: "old label", comment: "old"), for: Clients.notes)
     Thread.sleep(forTimeInterval: 0.01)
     let query = KeychainQuery(service: "svc", account: "acct")
-    #expect(try fixture.keychain.update(query, changes: KeychainChanges(data: secret("new")), for: Clients.notes) == 1)
-    #expect(try fixture.keychain.update(query, changes: KeychainChanges(comment: "new"), for: Clients.notes) == 1)
+    #expect(
+      try fixture.keychain.update(query, changes: KeychainChanges(data: secret("new")), for: Clients.notes)
+        == 1)
+    #expect(
+      try fixture.keychain.update(query, changes: KeychainChanges(comment: "new"), for: Clients.notes) == 1)
     var withData = query
     withData.returnsData = true
     let found = try fixture.keychain.find(withData, for: Clients.notes)[0]
@@ -57,10 +62,14 @@ struct KeychainTests {
     let fixture = try KeychainFixture()
     let query = KeychainQuery(service: "svc", account: "nobody")
     #expect(status { _ = try fixture.keychain.find(query, for: Clients.notes) } == .itemNotFound)
-    #expect(status { try fixture.keychain.update(query, changes: .init(label: "x"), for: Clients.notes) } == .itemNotFound)
+    #expect(
+      status { try fixture.keychain.update(query, changes: .init(label: "x"), for: Clients.notes) }
+        == .itemNotFound)
     #expect(status { try fixture.keychain.delete(query, for: Clients.notes) } == .itemNotFound)
     #expect(try fixture.keychain.items(for: Clients.notes).isEmpty, "listing nothing is not an error")
-    let error = try #require(throws: KeychainError.self) { try fixture.keychain.delete(query, for: Clients.notes) }
+    let error = try #require(throws: KeychainError.self) {
+      try fixture.keychain.delete(query, for: Clients.notes)
+    }
     #expect(error.kind == .notFound)
   }
 
@@ -73,7 +82,8 @@ struct KeychainTests {
     #expect(try fixture.keychain.delete(inShared, for: Clients.notes) == 1)
     #expect(try fixture.keychain.items(for: Clients.notes).count == 2)
     try fixture.keychain.add(item(group: Clients.shared), for: Clients.notes)
-    #expect(try fixture.keychain.delete(KeychainQuery(service: "svc", account: "acct"), for: Clients.notes) == 2)
+    #expect(
+      try fixture.keychain.delete(KeychainQuery(service: "svc", account: "acct"), for: Clients.notes) == 2)
     #expect(try fixture.keychain.items(for: Clients.notes).map(\.account) == ["keep"])
   }
 
@@ -81,13 +91,18 @@ struct KeychainTests {
     let fixture = try KeychainFixture()
     try fixture.keychain.add(item("svc", "a", label: "work"), for: Clients.notes)
     try fixture.keychain.add(item("svc", "b", label: "home"), for: Clients.notes)
-    try fixture.keychain.add(item("svc", "c", group: Clients.shared, label: "work", comment: "c"), for: Clients.notes)
+    try fixture.keychain.add(
+      item("svc", "c", group: Clients.shared, label: "work", comment: "c"), for: Clients.notes)
     let work = try fixture.keychain.find(KeychainQuery(label: "work"), for: Clients.notes)
     #expect(work.map(\.account) == ["a", "c"], "private group first, then shared")
-    #expect(try fixture.keychain.find(KeychainQuery(comment: "c"), for: Clients.notes).map(\.account) == ["c"])
-    #expect(try fixture.keychain.find(KeychainQuery(label: "work", limit: .one), for: Clients.notes).count == 1)
+    #expect(
+      try fixture.keychain.find(KeychainQuery(comment: "c"), for: Clients.notes).map(\.account) == ["c"])
+    #expect(
+      try fixture.keychain.find(KeychainQuery(label: "work", limit: .one), for: Clients.notes).count == 1)
     #expect(try fixture.keychain.delete(KeychainQuery(label: "home"), for: Clients.notes) == 1)
-    #expect(status { _ = try fixture.keychain.find(KeychainQuery(label: "home"), for: Clients.notes) } == .itemNotFound)
+    #expect(
+      status { _ = try fixture.keychain.find(KeychainQuery(label: "home"), for: Clients.notes) }
+        == .itemNotFound)
   }
 
   @Test func malformedRequestsAreBadParameters() throws {
@@ -96,7 +111,9 @@ struct KeychainTests {
     #expect(status { try keychain.add(item(""), for: Clients.notes) } == .invalidParameter)
     #expect(status { try keychain.add(item("svc", ""), for: Clients.notes) } == .invalidParameter)
     #expect(status { try keychain.add(item("a\u{0}b"), for: Clients.notes) } == .invalidParameter)
-    #expect(status { try keychain.add(item(String(repeating: "x", count: 5000)), for: Clients.notes) } == .invalidParameter)
+    #expect(
+      status { try keychain.add(item(String(repeating: "x", count: 5000)), for: Clients.notes) }
+        == .invalidParameter)
     #expect(status { try keychain.add(item(group: ""), for: Clients.notes) } == .invalidParameter)
     var noData = item()
     noData.data = nil
@@ -104,10 +121,13 @@ struct KeychainTests {
     var huge = item()
     huge.data = [UInt8](repeating: 1, count: Keychain.maximumDataByteCount + 1)
     #expect(status { try keychain.add(huge, for: Clients.notes) } == .invalidParameter)
-    #expect(status { _ = try keychain.find(KeychainQuery(service: ""), for: Clients.notes) } == .invalidParameter)
+    #expect(
+      status { _ = try keychain.find(KeychainQuery(service: ""), for: Clients.notes) } == .invalidParameter)
     try keychain.add(item(), for: Clients.notes)
     let query = KeychainQuery(service: "svc")
-    #expect(status { try keychain.update(query, changes: KeychainChanges(), for: Clients.notes) } == .invalidParameter)
+    #expect(
+      status { try keychain.update(query, changes: KeychainChanges(), for: Clients.notes) }
+        == .invalidParameter)
     let error = try #require(throws: KeychainError.self) { try keychain.add(item(""), for: Clients.notes) }
     #expect(error.kind == .invalidArgument)
     // Empty data is a valid secret.

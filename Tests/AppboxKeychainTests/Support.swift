@@ -14,7 +14,8 @@ enum Clients {
     applicationIdentifier: "ABCDE12345.com.example.journal",
     keychainAccessGroups: ["ABCDE12345.com.example.journal", "ABCDE12345.shared"])
   static let other = KeychainClient(
-    bundleIdentifier: "org.other.app", teamIdentifier: "ZZZZZ99999", applicationIdentifier: "ZZZZZ99999.org.other.app",
+    bundleIdentifier: "org.other.app", teamIdentifier: "ZZZZZ99999",
+    applicationIdentifier: "ZZZZZ99999.org.other.app",
     keychainAccessGroups: ["ZZZZZ99999.org.other.app"])
   static let shared = "ABCDE12345.shared"
 }
@@ -40,7 +41,8 @@ func item(
   itemClass: KeychainItemClass = .generic, label: String? = nil, comment: String? = nil
 ) -> KeychainItem {
   KeychainItem(
-    itemClass: itemClass, service: service, account: account, accessGroup: group, label: label, comment: comment,
+    itemClass: itemClass, service: service, account: account, accessGroup: group, label: label,
+    comment: comment,
     data: secret(data))
 }
 

@@ -22,11 +22,15 @@ struct KeychainEndToEndTests {
 
   @Test func addGetUpdateDeleteWithTheirStatuses() throws {
     let device = try threeApps()
-    let add = try device.run("keychain", Self.notes, "add", "--service", "mail", "--account", "bob", "--data", "pw1")
+    let add = try device.run(
+      "keychain", Self.notes, "add", "--service", "mail", "--account", "bob", "--data", "pw1")
     #expect(add.status == 0, "\(add.err)")
-    #expect(add.out.contains("generic password service 'mail' account 'bob' in group 'ABCDE12345.com.example.notes'"))
+    #expect(
+      add.out.contains(
+        "generic password service 'mail' account 'bob' in group 'ABCDE12345.com.example.notes'"))
 
-    let duplicate = try device.run("keychain", Self.notes, "add", "--service", "mail", "--account", "bob", "--data", "x")
+    let duplicate = try device.run(
+      "keychain", Self.notes, "add", "--service", "mail", "--account", "bob", "--data", "x")
     #expect(duplicate.status == 73)
     #expect(duplicate.err.hasPrefix("Error: The keychain already holds"))
     #expect(duplicate.err.split(separator: "\n").count == 1)
@@ -35,12 +39,15 @@ struct KeychainEndToEndTests {
     #expect(get.status == 0 && get.out == "pw1", "raw data, no newline added")
 
     let update = try device.run(
-      "keychain", Self.notes, "update", "--service", "mail", "--account", "bob", "--data", "pw2", "--label", "Mail")
+      "keychain", Self.notes, "update", "--service", "mail", "--account", "bob", "--data", "pw2", "--label",
+      "Mail")
     #expect(update.status == 0, "\(update.err)")
-    #expect(try device.run("keychain", Self.notes, "get", "--service", "mail", "--account", "bob").out == "pw2")
+    #expect(
+      try device.run("keychain", Self.notes, "get", "--service", "mail", "--account", "bob").out == "pw2")
 
     let object = try #require(
-      try device.json("keychain", Self.notes, "get", "--service", "mail", "--account", "bob") as? [String: Any])
+      try device.json("keychain", Self.notes, "get", "--service", "mail", "--account", "bob")
+        as? [String: Any])
     #expect(
       Set(object.keys) == [
         "class", "service", "account", "accessGroup", "label", "comment", "created", "modified", "data",
@@ -50,10 +57,12 @@ struct KeychainEndToEndTests {
     #expect(object["class"] as? String == "generic")
 
     let deleted = try #require(
-      try device.json("keychain", Self.notes, "delete", "--service", "mail", "--account", "bob") as? [String: Any])
+      try device.json("keychain", Self.notes, "delete", "--service", "mail", "--account", "bob")
+        as? [String: Any])
     #expect(deleted["deleted"] as? Int == 1)
     for subcommand in ["get", "delete"] {
-      let missing = try device.run("keychain", Self.notes, subcommand, "--service", "mail", "--account", "bob")
+      let missing = try device.run(
+        "keychain", Self.notes, subcommand, "--service", "mail", "--account", "bob")
       #expect(missing.status == 66, "\(subcommand)")
       #expect(missing.err.hasPrefix("Error: No keychain item with service 'mail', account 'bob'"))
     }
@@ -72,7 +81,10 @@ struct KeychainEndToEndTests {
       (["add", "--service", "s", "--account", "a"], "missing --data or --data-file"),
       (["add", "--service", "", "--account", "a", "--data", "x"], "service must not be empty"),
       (["add", "--account", "a", "--data", "x"], "missing --service"),
-      (["add", "--service", "s", "--account", "a", "--data", "x", "--class", "certificate"], "--class must be one of"),
+      (
+        ["add", "--service", "s", "--account", "a", "--data", "x", "--class", "certificate"],
+        "--class must be one of"
+      ),
       (["update", "--service", "s", "--account", "a"], "nothing to update"),
       (["get", "--service", "s", "--account", ""], "account must not be empty"),
     ]
@@ -82,7 +94,8 @@ struct KeychainEndToEndTests {
       #expect(result.err.contains(message), "\(arguments): \(result.err)")
     }
     let noFile = try device.run(
-      "keychain", Self.notes, "add", "--service", "s", "--account", "a", "--data-file", device.dir.url("nope"))
+      "keychain", Self.notes, "add", "--service", "s", "--account", "a", "--data-file", device.dir.url("nope")
+    )
     #expect(noFile.status == 66)
     #expect((try device.json("keychain", Self.notes, "list") as? [Any])?.isEmpty == true)
   }
@@ -93,26 +106,32 @@ struct KeychainEndToEndTests {
     let file = device.dir.url("secret.bin")
     try Data(binary).write(to: URL(fileURLWithPath: file))
     #expect(
-      try device.run("keychain", Self.notes, "add", "--service", "f", "--account", "a", "--data-file", file).status == 0)
-    #expect(try device.run("keychain", Self.notes, "get", "--service", "f", "--account", "a").stdout == binary)
+      try device.run("keychain", Self.notes, "add", "--service", "f", "--account", "a", "--data-file", file)
+        .status == 0)
+    #expect(
+      try device.run("keychain", Self.notes, "get", "--service", "f", "--account", "a").stdout == binary)
 
     let piped = try device.run(
       "keychain", Self.notes, "add", "--service", "p", "--account", "a", "--data-file", "-",
       input: Array("from a pipe\n".utf8))
     #expect(piped.status == 0, "\(piped.err)")
-    #expect(try device.run("keychain", Self.notes, "get", "--service", "p", "--account", "a").out == "from a pipe\n")
+    #expect(
+      try device.run("keychain", Self.notes, "get", "--service", "p", "--account", "a").out == "from a pipe\n"
+    )
     let updated = try device.run(
       "keychain", Self.notes, "update", "--service", "p", "--account", "a", "--data-file", "-",
       input: Array("rotated".utf8))
     #expect(updated.status == 0)
-    #expect(try device.run("keychain", Self.notes, "get", "--service", "p", "--account", "a").out == "rotated")
+    #expect(
+      try device.run("keychain", Self.notes, "get", "--service", "p", "--account", "a").out == "rotated")
   }
 
   @Test func aTeamSharesThroughItsGroupAndOtherTeamsAreRefused() throws {
     let device = try threeApps()
     #expect(
       try device.run(
-        "keychain", Self.notes, "add", "--service", "sync", "--account", "token", "--data", "team-secret", "--group",
+        "keychain", Self.notes, "add", "--service", "sync", "--account", "token", "--data", "team-secret",
+        "--group",
         Self.shared, "--class", "internet"
       ).status == 0)
     let journal = try device.run("keychain", Self.journal, "get", "--service", "sync", "--account", "token")
@@ -121,12 +140,15 @@ struct KeychainEndToEndTests {
     let refused = try device.run(
       "keychain", Self.other, "get", "--service", "sync", "--account", "token", "--group", Self.shared)
     #expect(refused.status == 77)
-    #expect(refused.err == "Error: org.other.app is not entitled to keychain access group 'ABCDE12345.shared' "
-      + "(its groups: ZZZZZ99999.org.other.app)\n")
+    #expect(
+      refused.err == "Error: org.other.app is not entitled to keychain access group 'ABCDE12345.shared' "
+        + "(its groups: ZZZZZ99999.org.other.app)\n")
     let addRefused = try device.run(
-      "keychain", Self.other, "add", "--service", "x", "--account", "y", "--data", "z", "--group", Self.shared)
+      "keychain", Self.other, "add", "--service", "x", "--account", "y", "--data", "z", "--group", Self.shared
+    )
     #expect(addRefused.status == 77)
-    #expect(try device.run("keychain", Self.other, "get", "--service", "sync", "--account", "token").status == 66)
+    #expect(
+      try device.run("keychain", Self.other, "get", "--service", "sync", "--account", "token").status == 66)
 
     let list = try #require(try device.json("keychain", Self.journal, "list") as? [[String: Any]])
     #expect(list.count == 1)
@@ -140,16 +162,21 @@ struct KeychainEndToEndTests {
     let device = try threeApps()
     let first = "first-\(UUID().uuidString)"
     let second = "second-\(UUID().uuidString)"
-    func leaks() -> [String] { [first, second].flatMap { filesContaining(Array($0.utf8), under: device.root) } }
+    func leaks() -> [String] {
+      [first, second].flatMap { filesContaining(Array($0.utf8), under: device.root) }
+    }
     try device.run(
-      "keychain", Self.notes, "add", "--service", "s", "--account", "a", "--data-file", "-", input: Array(first.utf8))
+      "keychain", Self.notes, "add", "--service", "s", "--account", "a", "--data-file", "-",
+      input: Array(first.utf8))
     #expect(leaks() == [])
     #expect(try device.run("keychain", Self.notes, "get", "--service", "s", "--account", "a").out == first)
     try device.run("keychain", Self.notes, "update", "--service", "s", "--account", "a", "--data", second)
     #expect(leaks() == [])
     try device.run("keychain", Self.notes, "delete", "--service", "s", "--account", "a")
     #expect(leaks() == [])
-    #expect(!filesContaining(Array("CREATE TABLE items".utf8), under: device.root).isEmpty, "the search sees the store")
+    #expect(
+      !filesContaining(Array("CREATE TABLE items".utf8), under: device.root).isEmpty,
+      "the search sees the store")
   }
 
   @Test func twoProcessesAddingAtOnceLoseNothing() throws {
@@ -159,7 +186,10 @@ struct KeychainEndToEndTests {
       for index in 0..<50 {
         do {
           let result = try appbox(
-            ["keychain", Self.notes, "add", "--service", "load", "--account", "w\(writer)-\(index)", "--data", "x"],
+            [
+              "keychain", Self.notes, "add", "--service", "load", "--account", "w\(writer)-\(index)",
+              "--data", "x",
+            ],
             root: device.root, environment: ["APPBOX_LOCK_TIMEOUT": "60"])
           if result.status != 0 { failures.append("w\(writer)-\(index): \(result.status) \(result.err)") }
         } catch {
@@ -183,7 +213,8 @@ struct KeychainEndToEndTests {
     let key = FileManager.default.contents(atPath: device.root + "/Keychains/device.key")
     try device.install("Notes-1.0/Notes.app")
     try device.run("keychain", Self.notes, "add", "--service", "s", "--account", "a", "--data", "x")
-    #expect(FileManager.default.contents(atPath: device.root + "/Keychains/device.key") == key, "never replaced")
+    #expect(
+      FileManager.default.contents(atPath: device.root + "/Keychains/device.key") == key, "never replaced")
   }
 
   @Test func aRootMadeBeforeTheKeychainGetsItsKeyOnFirstUse() throws {

@@ -22,7 +22,9 @@ struct KeychainLifecycleEndToEndTests {
   }
 
   func add(_ device: Device, _ app: String, _ service: String, group: String? = nil) throws {
-    var arguments = ["keychain", app, "add", "--service", service, "--account", "a", "--data", service + "-secret"]
+    var arguments = [
+      "keychain", app, "add", "--service", service, "--account", "a", "--data", service + "-secret",
+    ]
     if let group { arguments += ["--group", group] }
     let result = try appbox(arguments, root: device.root)
     #expect(result.status == 0, "\(result.err)")
@@ -59,7 +61,8 @@ struct KeychainLifecycleEndToEndTests {
 
   @Test func anInterruptedUninstallFinishesItsKeychainCleanup() throws {
     let device = try seeded()
-    let killed = try device.run("uninstall", Self.notes, environment: ["APPBOX_CRASH_AT": "uninstall.trashed"])
+    let killed = try device.run(
+      "uninstall", Self.notes, environment: ["APPBOX_CRASH_AT": "uninstall.trashed"])
     #expect(killed.status == 128 + SIGKILL)
     // The app is still registered, its items still there: the next mutating command finishes.
     try device.run("device", "init")

@@ -23,7 +23,8 @@ struct KeychainCommand: CommandGroup {
 private enum KeychainOptions {
   static let service = CommandDescription.Option(
     "service", value: "S", help: "The item's service (usually a bundle identifier).", required: true)
-  static let account = CommandDescription.Option("account", value: "A", help: "The item's account.", required: true)
+  static let account = CommandDescription.Option(
+    "account", value: "A", help: "The item's account.", required: true)
   static let group = CommandDescription.Option(
     "group", value: "G", help: "Only this access group (default: every group the app can see).")
   static let addGroup = CommandDescription.Option(
@@ -118,12 +119,15 @@ struct KeychainAdd: ParsableCommand {
 
   init(_ arguments: ParsedArguments) throws {
     app = arguments.app
-    guard let secret = try arguments.secretSource() else { throw arguments.usage("missing --data or --data-file") }
+    guard let secret = try arguments.secretSource() else {
+      throw arguments.usage("missing --data or --data-file")
+    }
     self.secret = secret
     item = KeychainItem(
       itemClass: KeychainItemClass(rawValue: arguments.value("class") ?? "generic") ?? .generic,
       service: try arguments.required("service"), account: try arguments.required("account"),
-      accessGroup: arguments.value("group"), label: arguments.value("label"), comment: arguments.value("comment"))
+      accessGroup: arguments.value("group"), label: arguments.value("label"),
+      comment: arguments.value("comment"))
   }
 
   func run(_ context: CommandContext) throws -> CommandOutput {
@@ -163,7 +167,8 @@ struct KeychainGet: ParsableCommand {
 
 struct KeychainUpdate: ParsableCommand {
   static let description = CommandDescription(
-    name: "update", abstract: "Change an item's data, comment or label (in every group of the app that has it).",
+    name: "update",
+    abstract: "Change an item's data, comment or label (in every group of the app that has it).",
     options: [
       KeychainOptions.service, KeychainOptions.account, KeychainOptions.data, KeychainOptions.dataFile,
       KeychainOptions.comment, KeychainOptions.label,
@@ -176,7 +181,8 @@ struct KeychainUpdate: ParsableCommand {
 
   init(_ arguments: ParsedArguments) throws {
     app = arguments.app
-    query = KeychainQuery(service: try arguments.required("service"), account: try arguments.required("account"))
+    query = KeychainQuery(
+      service: try arguments.required("service"), account: try arguments.required("account"))
     secret = try arguments.secretSource()
     label = arguments.value("label")
     comment = arguments.value("comment")
@@ -257,7 +263,8 @@ struct KeychainReset: ParsableCommand {
     let record = try session.app(app)
     let count = try session.deleteKeychainItems(of: record)
     return CommandOutput(
-      text: "Deleted \(count) keychain item\(count == 1 ? "" : "s") only \(record.bundleIdentifier) could see",
+      text:
+        "Deleted \(count) keychain item\(count == 1 ? "" : "s") only \(record.bundleIdentifier) could see",
       json: .object([("deleted", .int(count))]))
   }
 }

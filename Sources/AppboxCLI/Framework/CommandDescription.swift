@@ -54,7 +54,9 @@ public struct CommandDescription: Sendable {
     public var choices: [String]?
     /// Whether the parser insists on it (`missing --service`); help shows it without brackets.
     public var isRequired: Bool
-    public init(_ name: String, value: String? = nil, help: String, choices: [String]? = nil, required: Bool = false) {
+    public init(
+      _ name: String, value: String? = nil, help: String, choices: [String]? = nil, required: Bool = false
+    ) {
       self.name = name
       self.valueName = value
       self.help = help
