@@ -49,6 +49,9 @@ extension DeviceSession {
   /// the row are still there and recovery finishes the uninstall (deletion is idempotent).
   public func uninstall(_ app: AppRecord, alsoRemove: (() throws -> Void)? = nil) throws {
     precondition(isLocked, "uninstall needs the root's lock")
+    // Opened first: a keychain that cannot open (say, its device key is gone) refuses the
+    // uninstall before anything moves, rather than leaving trash every later command trips on.
+    let keychain = try openKeychain()
     let applicationRoot = try FileDescriptor.open(root.applicationRoot, O_RDONLY | O_DIRECTORY)
     defer { applicationRoot.close() }
     let trash = HomeStaging.trashPrefix + app.containerID
@@ -61,7 +64,7 @@ extension DeviceSession {
       try registry.remove(bundleIdentifier: app.bundleIdentifier)
       try registry.record(.init(bundleIdentifier: app.bundleIdentifier, event: "uninstall",
                                 previousContainerID: app.containerID, previousVersion: app.version))
-      try deleteKeychainItems(of: app)
+      try deleteKeychainItems(of: app, in: keychain)
       try alsoRemove?()
     }
     try FileTree.remove(trash, in: applicationRoot)

@@ -126,18 +126,20 @@ public struct KeychainClient: Sendable, Equatable {
     self.accessGroups = unique
   }
 
-  /// The platform rule: the entitlements' `keychain-access-groups` (already prefixed by the
-  /// team id), then the application identifier (`TEAMID.bundle.id`, derived from the team
-  /// when the entitlements do not spell it out). An app without entitlements gets only its
-  /// bundle identifier.
-  public init(
-    bundleIdentifier: String, teamIdentifier: String?, applicationIdentifier: String?,
-    keychainAccessGroups: [String]
-  ) {
-    let application = applicationIdentifier ?? teamIdentifier.map { "\($0).\(bundleIdentifier)" }
-    var groups = keychainAccessGroups
-    groups.append(application ?? bundleIdentifier)
-    self.init(name: bundleIdentifier, accessGroups: groups)
+  /// The platform rule: the entitlements' `keychain-access-groups` (each prefixed by the
+  /// team id), then the application identifier `TEAMID.bundle.id`. An app without a team gets
+  /// only its bundle identifier. Groups not prefixed by the app's own team are dropped (the
+  /// installer refuses such bundles; this keeps the rule true for any caller), and the
+  /// application identifier is built from the team rather than taken from the entitlements,
+  /// which the installer checks against the same `TEAMID.bundle.id` only when a team is given.
+  public init(bundleIdentifier: String, teamIdentifier: String?, keychainAccessGroups: [String]) {
+    guard let team = teamIdentifier, !team.isEmpty else {
+      self.init(name: bundleIdentifier, accessGroups: [bundleIdentifier])
+      return
+    }
+    let prefix = team + "."
+    let groups = keychainAccessGroups.filter { $0.hasPrefix(prefix) && $0.count > prefix.count }
+    self.init(name: bundleIdentifier, accessGroups: groups + [prefix + bundleIdentifier])
   }
 
   /// Whether the app may use `group`.

@@ -7,19 +7,20 @@ struct AccessGroupTests {
     // Entitlement groups first, then the application identifier when not already listed.
     let listed = KeychainClient(
       bundleIdentifier: "com.example.a", teamIdentifier: "ABCDE12345",
-      applicationIdentifier: "ABCDE12345.com.example.a",
       keychainAccessGroups: ["ABCDE12345.shared"])
     #expect(listed.accessGroups == ["ABCDE12345.shared", "ABCDE12345.com.example.a"])
-    // A team but no application-identifier: TEAMID.bundle.id is derived.
-    let derived = KeychainClient(
-      bundleIdentifier: "com.example.b", teamIdentifier: "ABCDE12345", applicationIdentifier: nil,
-      keychainAccessGroups: [])
-    #expect(derived.accessGroups == ["ABCDE12345.com.example.b"])
     // No entitlements at all: only the bundle identifier.
     let bare = KeychainClient(
-      bundleIdentifier: "com.example.c", teamIdentifier: nil, applicationIdentifier: nil,
-      keychainAccessGroups: [])
+      bundleIdentifier: "com.example.c", teamIdentifier: nil, keychainAccessGroups: [])
     #expect(bare.accessGroups == ["com.example.c"])
+    // Groups of another team, or groups without a team, are never granted.
+    let stray = KeychainClient(
+      bundleIdentifier: "com.example.d", teamIdentifier: "ZZZZZ99999",
+      keychainAccessGroups: ["ABCDE12345.shared", "ZZZZZ99999.", "ZZZZZ99999.team"])
+    #expect(stray.accessGroups == ["ZZZZZ99999.team", "ZZZZZ99999.com.example.d"])
+    let teamless = KeychainClient(
+      bundleIdentifier: "com.example.e", teamIdentifier: nil, keychainAccessGroups: ["ABCDE12345.shared"])
+    #expect(teamless.accessGroups == ["com.example.e"])
   }
 
   @Test func appsOfOneTeamShareThroughTheCommonGroup() throws {

@@ -7,15 +7,12 @@ import Testing
 enum Clients {
   static let notes = KeychainClient(
     bundleIdentifier: "com.example.notes", teamIdentifier: "ABCDE12345",
-    applicationIdentifier: "ABCDE12345.com.example.notes",
     keychainAccessGroups: ["ABCDE12345.com.example.notes", "ABCDE12345.shared"])
   static let journal = KeychainClient(
     bundleIdentifier: "com.example.journal", teamIdentifier: "ABCDE12345",
-    applicationIdentifier: "ABCDE12345.com.example.journal",
     keychainAccessGroups: ["ABCDE12345.com.example.journal", "ABCDE12345.shared"])
   static let other = KeychainClient(
     bundleIdentifier: "org.other.app", teamIdentifier: "ZZZZZ99999",
-    applicationIdentifier: "ZZZZZ99999.org.other.app",
     keychainAccessGroups: ["ZZZZZ99999.org.other.app"])
   static let shared = "ABCDE12345.shared"
 }

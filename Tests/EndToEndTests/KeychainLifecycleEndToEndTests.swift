@@ -71,4 +71,16 @@ struct KeychainLifecycleEndToEndTests {
     try device.install("Notes-1.0/Notes.app")
     #expect(try services(device, Self.notes) == ["team"])
   }
+
+  @Test func anUnopenableKeychainRefusesTheUninstallBeforeAnythingMoves() throws {
+    let device = try seeded()
+    let before = device.applicationRootEntries()
+    #expect(unlink(device.root + "/Keychains/device.key") == 0)
+    let refused = try device.run("uninstall", Self.notes)
+    #expect(refused.status == 65)
+    #expect(refused.err.contains("device key is missing"))
+    #expect(device.applicationRootEntries() == before, "no trash left for later commands to trip on")
+    #expect(try device.run("inspect", Self.notes).status == 0)
+    #expect(try device.run("install", fixturePath("bundles/Other-1.0/Other.app")).status == 0)
+  }
 }
