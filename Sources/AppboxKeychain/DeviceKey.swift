@@ -39,14 +39,18 @@ struct DeviceKey {
       throw KeychainError(.corrupt, "The device key is a symbolic link", path: displayPath)
     }
     let bytes = try fd.closeAfter { fd -> [UInt8] in
-      guard try fd.status().type == .regular else {
+      let status = try fd.status()
+      guard status.type == .regular else {
         throw KeychainError(.corrupt, "The device key is not a regular file", path: displayPath)
       }
-      return try fd.readAll(limit: 4096)
+      guard status.size == Int64(byteCount) else {
+        throw KeychainError(
+          .corrupt, "The device key is \(status.size) bytes instead of \(byteCount)", path: displayPath)
+      }
+      return try fd.readAll(limit: byteCount)
     }
     guard bytes.count == byteCount else {
-      throw KeychainError(
-        .corrupt, "The device key is \(bytes.count) bytes instead of \(byteCount)", path: displayPath)
+      throw KeychainError(.corrupt, "The device key changed while it was read", path: displayPath)
     }
     return try DeviceKey(bytes: bytes)
   }

@@ -56,6 +56,8 @@ struct KeychainStorageTests {
     let fixture = try KeychainFixture()
     try Data(repeating: 1, count: 31).write(to: URL(fileURLWithPath: fixture.path + "/device.key"))
     #expect(status { _ = try fixture.reopen() } == .corrupt)
+    try Data(repeating: 1, count: 5000).write(to: URL(fileURLWithPath: fixture.path + "/device.key"))
+    #expect(status { _ = try fixture.reopen() } == .corrupt)
     #expect(unlink(fixture.path + "/device.key") == 0)
     #expect(symlink("/etc/hostname", fixture.path + "/device.key") == 0)
     #expect(status { _ = try fixture.reopen() } == .corrupt)
