@@ -10,7 +10,7 @@ let package = Package(
     .executable(name: "appbox-sandbox", targets: ["appbox-sandbox"]),
     .library(
       name: "AppboxKit",
-      targets: ["AppboxCore", "AppboxContainer"]),
+      targets: ["AppboxCore", "AppboxKeychain", "AppboxContainer"]),
   ],
   targets: [
     // C libraries, one door each: only the module named in the comment imports it.
@@ -35,12 +35,14 @@ let package = Package(
     .target(name: "AppboxCrypto", dependencies: ["AppboxCore", "COpenSSL"]),
     // pax tar reading and writing over libarchive.
     .target(name: "AppboxArchive", dependencies: ["AppboxCore", "CArchive"]),
+    // The device-bound encrypted item store: access groups, device key, backup hooks.
+    .target(name: "AppboxKeychain", dependencies: ["AppboxCore", "AppboxStore", "AppboxCrypto"]),
     // Device root, registry, bundles, seals, homes, install, sandbox.
     .target(
       name: "AppboxContainer",
-      dependencies: ["AppboxCore", "AppboxStore", "AppboxCrypto"]),
+      dependencies: ["AppboxCore", "AppboxStore", "AppboxCrypto", "AppboxKeychain"]),
     // Command-line parsing, the commands, text and JSON output.
-    .target(name: "AppboxCLI", dependencies: ["AppboxCore", "AppboxContainer"]),
+    .target(name: "AppboxCLI", dependencies: ["AppboxCore", "AppboxKeychain", "AppboxContainer"]),
     // The executable: a few lines that hand over to AppboxCLI.
     .executableTarget(name: "appbox", dependencies: ["AppboxCLI"]),
 
@@ -54,6 +56,7 @@ let package = Package(
     .testTarget(name: "AppboxStoreTests", dependencies: ["AppboxStore", "AppboxTestSupport"]),
     .testTarget(name: "AppboxCryptoTests", dependencies: ["AppboxCrypto", "AppboxTestSupport"]),
     .testTarget(name: "AppboxArchiveTests", dependencies: ["AppboxArchive", "AppboxTestSupport"]),
+    .testTarget(name: "AppboxKeychainTests", dependencies: ["AppboxKeychain", "AppboxTestSupport"]),
     .testTarget(name: "AppboxContainerTests", dependencies: ["AppboxContainer", "AppboxTestSupport"]),
     .testTarget(name: "AppboxCLITests", dependencies: ["AppboxCLI", "AppboxTestSupport"]),
     .testTarget(name: "EndToEndTests", dependencies: ["AppboxCore", "AppboxTestSupport"]),

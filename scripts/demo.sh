@@ -62,4 +62,21 @@ refused install "$FIXTURES/Notes-2.0/Notes.app"
 refused update com.example.notes "$FIXTURES/Notes-1.0/Notes.app"
 refused inspect com.example.missing
 
+section "Keychain: encrypted, shared within a team, refused across teams"
+step install "$FIXTURES/Other-1.0/Other.app"
+printf '%s$ printf %%s "correct horse battery staple" | appbox keychain com.example.notes add --service sync --account alice --group ABCDE12345.shared --label "Sync token" --data-file -%s\n' "$dim" "$reset"
+printf %s "correct horse battery staple" | "$APPBOX" keychain com.example.notes add --service sync \
+  --account alice --group ABCDE12345.shared --label "Sync token" --data-file -
+step keychain com.example.notes get --service sync --account alice
+printf '\n'
+step keychain com.example.journal list
+step keychain com.example.journal get --service sync --account alice
+printf '\n'
+refused keychain org.other.app get --service sync --account alice --group ABCDE12345.shared
+if grep -rqF "correct horse battery staple" "$APPBOX_ROOT"; then
+  echo "the secret is in plain text under the root" >&2
+  exit 1
+fi
+printf '%s(the secret appears nowhere under %s in plain text)%s\n' "$dim" "$APPBOX_ROOT" "$reset"
+
 printf '\n%sDemo finished.%s\n' "$bold" "$reset"

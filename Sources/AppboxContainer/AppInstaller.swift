@@ -43,10 +43,15 @@ extension DeviceSession {
   }
 
   /// Removes the app: its home (renamed to trash first, so a crash finishes the job on
-  /// the next run), its registry row, and whatever `alsoRemove` does (its keychain items)
-  /// inside the same transaction.
+  /// the next run), its registry row, the keychain items no other installed app can reach,
+  /// and whatever `alsoRemove` does, inside the registry transaction. The keychain is a
+  /// separate database: if its deletion commits and the registry's does not, the trash and
+  /// the row are still there and recovery finishes the uninstall (deletion is idempotent).
   public func uninstall(_ app: AppRecord, alsoRemove: (() throws -> Void)? = nil) throws {
     precondition(isLocked, "uninstall needs the root's lock")
+    // Opened first: a keychain that cannot open (say, its device key is gone) refuses the
+    // uninstall before anything moves, rather than leaving trash every later command trips on.
+    let keychain = try openKeychain()
     let applicationRoot = try FileDescriptor.open(root.applicationRoot, O_RDONLY | O_DIRECTORY)
     defer { applicationRoot.close() }
     let trash = HomeStaging.trashPrefix + app.containerID
@@ -59,6 +64,7 @@ extension DeviceSession {
       try registry.remove(bundleIdentifier: app.bundleIdentifier)
       try registry.record(.init(bundleIdentifier: app.bundleIdentifier, event: "uninstall",
                                 previousContainerID: app.containerID, previousVersion: app.version))
+      try deleteKeychainItems(of: app, in: keychain)
       try alsoRemove?()
     }
     try FileTree.remove(trash, in: applicationRoot)

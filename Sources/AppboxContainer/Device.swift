@@ -1,4 +1,5 @@
 import AppboxCore
+import AppboxKeychain
 import Foundation
 
 /// A device's identity, kept in `<root>/device.plist`.
@@ -72,6 +73,9 @@ extension DeviceRoot {
     if let identity = try identityIfPresent() { return identity }
     let host = ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "linux"
     let identity = DeviceIdentity(name: "appbox device (\(host))", capabilities: DeviceIdentity.defaultCapabilities)
+    // The device key is born with the device: made before the identity, so a root with an
+    // identity always has one (a root made before the keychain gets it on first keychain use).
+    try Keychain.prepare(directory: keychains)
     try saveIdentity(identity)
     return identity
   }

@@ -60,8 +60,9 @@ public final class DeviceSession {
 /// - an install commits the registry row, then renames `.staging-<ID>` to `<ID>`;
 ///   so a row whose home is missing but whose staging directory exists is finished,
 ///   and a staging directory no row names is removed;
-/// - an uninstall renames `<ID>` to `.trash-<ID>`, then deletes the row; so trash whose
-///   row still exists is an uninstall to finish, and any other trash is removed.
+/// - an uninstall renames `<ID>` to `.trash-<ID>`, then deletes the app's keychain items
+///   and its row; so trash whose row still exists is an uninstall to finish (keychain
+///   items included), and any other trash is removed.
 public struct ContainerRecovery: RecoveryStep {
   public init() {}
 
@@ -86,6 +87,7 @@ public struct ContainerRecovery: RecoveryStep {
         let id = String(name.dropFirst(HomeStaging.trashPrefix.count))
         if let app = apps.first(where: { $0.containerID == id }) {
           try session.registry.database.inTransaction {
+            try session.deleteKeychainItems(of: app)
             try session.registry.remove(bundleIdentifier: app.bundleIdentifier)
             try session.registry.record(.init(bundleIdentifier: app.bundleIdentifier, event: "uninstall",
                                               previousContainerID: id, previousVersion: app.version))

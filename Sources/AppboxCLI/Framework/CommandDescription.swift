@@ -52,11 +52,16 @@ public struct CommandDescription: Sendable {
     public var help: String
     /// Allowed values, checked by the parser and shown in help as `a|b|c`.
     public var choices: [String]?
-    public init(_ name: String, value: String? = nil, help: String, choices: [String]? = nil) {
+    /// Whether the parser insists on it (`missing --service`); help shows it without brackets.
+    public var isRequired: Bool
+    public init(
+      _ name: String, value: String? = nil, help: String, choices: [String]? = nil, required: Bool = false
+    ) {
       self.name = name
       self.valueName = value
       self.help = help
       self.choices = choices
+      self.isRequired = required
     }
     public var takesValue: Bool { valueName != nil || choices != nil }
   }

@@ -20,10 +20,11 @@ enum HelpFormatter {
   static func commandHelp(chain: [any ParsableCommand.Type]) -> String {
     guard let command = chain.last else { return "" }
     let description = command.description
-    let path = chain.map { $0.description.name }.joined(separator: " ")
     var lines = ["OVERVIEW: \(description.abstract)", ""]
     if let discussion = description.discussion { lines += [discussion, ""] }
-    let groupPositionals = chain.dropLast().flatMap { $0.description.groupPositionals }
+    // A group's own positionals come before its subcommand (`files APP SUBCOMMAND`).
+    let groupPositionals = (description.subcommands.isEmpty ? Array(chain.dropLast()) : chain)
+      .flatMap { $0.description.groupPositionals }
     let prefix = (["appbox", chain[0].description.name] + groupPositionals.map(\.name)
       + chain.dropFirst().map { $0.description.name }).joined(separator: " ")
     if description.subcommands.isEmpty {
@@ -52,7 +53,7 @@ enum HelpFormatter {
     lines += ["", "GLOBAL OPTIONS:"]
     lines += GlobalOptions.descriptions.map { row(optionLabel($0), $0.help) }
     if description.subcommands.isEmpty == false {
-      lines += ["", "See 'appbox \(path) SUBCOMMAND --help' for a subcommand's arguments and options."]
+      lines += ["", "See '\(prefix) SUBCOMMAND --help' for a subcommand's arguments and options."]
     }
     return lines.joined(separator: "\n") + "\n"
   }
@@ -69,7 +70,7 @@ enum HelpFormatter {
       return positional.isOptional || positional.isRepeating ? "[\(text)]" : text
     }
     if options {
-      parts += description.options.map { "[\(optionLabel($0))]" }
+      parts += description.options.map { $0.isRequired ? optionLabel($0) : "[\(optionLabel($0))]" }
     }
     if let trailing = description.trailing {
       parts.append(trailing.isRequired ? "-- \(trailing.name)" : "[-- \(trailing.name)]")

@@ -180,6 +180,9 @@ public struct ArgumentParser: Sendable {
     if !specs.contains(where: \.isRepeating), parsed.positionals.count > specs.count {
       throw parsed.usage("unexpected argument '\(parsed.positionals[specs.count])'")
     }
+    if let missing = description.options.first(where: { $0.isRequired && parsed.values[$0.name] == nil }) {
+      throw parsed.usage("missing --\(missing.name)")
+    }
     if let trailing = description.trailing, trailing.isRequired, (parsed.trailing ?? []).isEmpty {
       throw parsed.usage("missing \(trailing.name) after '--'")
     }
