@@ -44,9 +44,11 @@ extension DeviceSession {
 
   /// Removes the app: its home (renamed to trash first, so a crash finishes the job on
   /// the next run), its registry row, and whatever `alsoRemove` does (its keychain items)
-  /// inside the same transaction.
+  /// inside the same transaction. A running app is refused (exit 75).
   public func uninstall(_ app: AppRecord, alsoRemove: (() throws -> Void)? = nil) throws {
     precondition(isLocked, "uninstall needs the root's lock")
+    let running = try ensureNotRunning(app)
+    defer { withExtendedLifetime(running) {} }
     let applicationRoot = try FileDescriptor.open(root.applicationRoot, O_RDONLY | O_DIRECTORY)
     defer { applicationRoot.close() }
     let trash = HomeStaging.trashPrefix + app.containerID
@@ -62,5 +64,6 @@ extension DeviceSession {
       try alsoRemove?()
     }
     try FileTree.remove(trash, in: applicationRoot)
+    removeRunningLock(of: app)
   }
 }

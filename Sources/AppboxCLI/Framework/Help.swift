@@ -29,14 +29,14 @@ enum HelpFormatter {
     if description.subcommands.isEmpty {
       lines.append("USAGE: " + ([prefix] + usageTail(description)).joined(separator: " "))
     } else {
-      lines.append("USAGE: \(prefix) SUBCOMMAND")
+      lines.append("USAGE: " + ([prefix] + description.groupPositionals.map(\.name) + ["SUBCOMMAND"]).joined(separator: " "))
       lines += ["", "SUBCOMMANDS:"]
       for sub in description.subcommands {
         lines.append(row(usageHead(sub.description), sub.description.abstract))
       }
       if let name = description.defaultSubcommand { lines += ["", "With no subcommand, runs '\(name)'."] }
     }
-    let positionals = groupPositionals + description.positionals
+    let positionals = groupPositionals + description.groupPositionals + description.positionals
     if !positionals.isEmpty {
       lines += ["", "ARGUMENTS:"]
       lines += positionals.map { row($0.name, $0.help) }
