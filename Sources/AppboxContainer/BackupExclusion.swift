@@ -23,11 +23,13 @@ extension DeviceSession {
     guard top == "Documents" || (top == "Library" && second != "Caches") else {
       let reason: String
       if top == "tmp" || (top == "Library" && second == "Caches") {
-        reason = "'\(relative)' is never backed up (tmp and Library/Caches never are), so there is nothing to exclude"
+        reason =
+          "'\(relative)' is never backed up (tmp and Library/Caches never are), so there is nothing to exclude"
       } else if top == app.bundleDirectoryName {
         reason = "'\(relative)' is in the sealed bundle, which is backed up whole and cannot be marked"
       } else {
-        reason = "Only files and folders in Documents and Library can be excluded from backup, not '\(relative)'"
+        reason =
+          "Only files and folders in Documents and Library can be excluded from backup, not '\(relative)'"
       }
       throw ContainerError(.invalidRequest, reason)
     }
@@ -39,9 +41,11 @@ extension DeviceSession {
       parent = try home.duplicate()
       name = top
     } else {
-      let folder = ContainedDirectory(descriptor: try home.open(top, O_RDONLY | O_DIRECTORY | O_NOFOLLOW), container: top)
+      let folder = ContainedDirectory(
+        descriptor: try home.open(top, O_RDONLY | O_DIRECTORY | O_NOFOLLOW), container: top)
       defer { folder.close() }
-      let rest = try RelativePath(validating: relative.components.dropFirst().joined(separator: "/"), container: top)
+      let rest = try RelativePath(
+        validating: relative.components.dropFirst().joined(separator: "/"), container: top)
       let resolved: ContainedPath
       do {
         resolved = try folder.resolveParent(of: rest)

@@ -61,14 +61,17 @@ public final class SharedDocuments {
     defer { fd.close() }
     var result: [SharedFileEntry] = []
     for entry in try fd.entries().sorted(by: { $0.name.lexicographicallyPrecedes($1.name) }) {
-      guard let status = try? withCName(entry.name, { try fd.status(of: String(cString: $0)) }) else { continue }
+      guard let status = try? withCName(entry.name, { try fd.status(of: String(cString: $0)) }) else {
+        continue
+      }
       var target: String?
       if status.type == .symlink {
         target = (try? fd.readLink(entry.nameString)).map { String(decoding: $0, as: UTF8.self) }
       }
       result.append(
         SharedFileEntry(
-          name: entry.nameString, type: status.type, size: status.size, modificationTime: status.modificationTime,
+          name: entry.nameString, type: status.type, size: status.size,
+          modificationTime: status.modificationTime,
           symlinkTarget: target))
     }
     return result
@@ -82,10 +85,12 @@ public final class SharedDocuments {
     if destination == nil && source == "-" {
       throw ContainerError(.invalidRequest, "Name the destination in Documents when pushing from stdin")
     }
-    let input = source == "-" ? try FileDescriptor(rawValue: 0).duplicate() : try FileDescriptor.open(source, O_RDONLY)
+    let input =
+      source == "-" ? try FileDescriptor(rawValue: 0).duplicate() : try FileDescriptor.open(source, O_RDONLY)
     defer { input.close() }
     if try input.status().type == .directory {
-      throw ContainerError(.invalidRequest, "Cannot push '\(source)': it is a directory (push files one by one)")
+      throw ContainerError(
+        .invalidRequest, "Cannot push '\(source)': it is a directory (push files one by one)")
     }
     let target = try resolveDestination(destination ?? sourceName, sourceName: sourceName)
     defer { target.close() }
@@ -111,10 +116,13 @@ public final class SharedDocuments {
     var hostPath = destination
     var isDirectory: ObjCBool = false
     if FileManager.default.fileExists(atPath: destination, isDirectory: &isDirectory), isDirectory.boolValue {
-      hostPath = (destination.hasSuffix("/") ? destination : destination + "/") + (try relative(path)).lastComponent
+      hostPath =
+        (destination.hasSuffix("/") ? destination : destination + "/") + (try relative(path)).lastComponent
     }
     let (directoryPath, name) = splitPath(hostPath)
-    guard !name.isEmpty else { throw ContainerError(.invalidRequest, "Name a file to pull into, not '\(destination)'") }
+    guard !name.isEmpty else {
+      throw ContainerError(.invalidRequest, "Name a file to pull into, not '\(destination)'")
+    }
     let directory = try FileDescriptor.open(directoryPath, O_RDONLY | O_DIRECTORY)
     defer { directory.close() }
     let bytes = try AtomicFile.copy(from: file, to: name, in: directory, displayPath: hostPath)
@@ -152,7 +160,8 @@ public final class SharedDocuments {
       return try documents.resolveParent(of: destination)
     }
     guard sourceName != "-" else {
-      throw ContainerError(.invalidRequest, "'Documents/\(destination)' is a folder: name the file to write from stdin")
+      throw ContainerError(
+        .invalidRequest, "'Documents/\(destination)' is a folder: name the file to write from stdin")
     }
     return try documents.resolveParent(of: try destination.appending(sourceName))
   }
@@ -169,7 +178,8 @@ public final class SharedDocuments {
     }
     guard try file.status().type == .regular else {
       file.close()
-      throw ContainerError(.invalidRequest, "Cannot pull 'Documents/\(relativePath)': it is not a regular file")
+      throw ContainerError(
+        .invalidRequest, "Cannot pull 'Documents/\(relativePath)': it is not a regular file")
     }
     return file
   }

@@ -29,7 +29,9 @@ public enum PreferenceType: String, CaseIterable, Sendable {
       guard let value = Int64(text) else { throw invalid("a whole number (for --type int)") }
       return .integer(value)
     case .float:
-      guard let value = Double(text), value.isFinite else { throw invalid("a finite number (for --type float)") }
+      guard let value = Double(text), value.isFinite else {
+        throw invalid("a finite number (for --type float)")
+      }
       return .real(value)
     case .bool:
       switch text.lowercased() {
@@ -96,7 +98,8 @@ public struct Preferences: Sendable {
   /// Removes `key`; a missing key (or file) is exit 66.
   public func removeValue(forKey key: String) throws {
     try withFolder { folder in
-      guard let folder, var dictionary = try read(from: folder), dictionary.removeValue(forKey: key) != nil else {
+      guard let folder, var dictionary = try read(from: folder), dictionary.removeValue(forKey: key) != nil
+      else {
         throw missing(key)
       }
       try write(dictionary, to: folder)
@@ -122,7 +125,9 @@ public struct Preferences: Sendable {
       guard creating else { return try body(nil) }
       let library = try contained.open(try RelativePath(validating: "Library"), O_RDONLY | O_DIRECTORY)
       try library.closeAfter { library in
-        do { try library.makeDirectory("Preferences") } catch let error as SystemError where error.errno == .exists {}
+        do { try library.makeDirectory("Preferences") } catch let error as SystemError
+          where error.errno == .exists
+        {}
       }
       folder = try contained.open(path, O_RDONLY | O_DIRECTORY)
     }
@@ -147,7 +152,8 @@ public struct Preferences: Sendable {
     }
     let bytes: [UInt8] = try file.closeAfter { file in
       guard try file.status().type == .regular else {
-        throw ContainerError(.invalidData, "Preferences '\(relativePath)' of \(app.bundleIdentifier) is not a file")
+        throw ContainerError(
+          .invalidData, "Preferences '\(relativePath)' of \(app.bundleIdentifier) is not a file")
       }
       return try file.readAll(limit: 64 << 20)
     }
@@ -156,7 +162,8 @@ public struct Preferences: Sendable {
       plist = try PropertyList.decode(Data(bytes))
     } catch {
       throw ContainerError(
-        .invalidData, "Preferences '\(relativePath)' of \(app.bundleIdentifier) are not a valid property list: \(error)")
+        .invalidData,
+        "Preferences '\(relativePath)' of \(app.bundleIdentifier) are not a valid property list: \(error)")
     }
     guard let dictionary = plist.dictionary else {
       throw ContainerError(

@@ -51,9 +51,12 @@ extension DeviceSession {
   /// Runs `command` (a program and its arguments; the program is searched in PATH)
   /// confined to `app`'s sandbox, in its home, and waits for it. Returns its exit
   /// status, or 128 + N when signal N ended it. tmp is left as it is.
-  public func run(_ app: AppRecord, command: [String], options: SandboxOptions = SandboxOptions()) throws -> Int32 {
+  public func run(_ app: AppRecord, command: [String], options: SandboxOptions = SandboxOptions()) throws
+    -> Int32
+  {
     guard !command.isEmpty else { throw ContainerError(.invalidRequest, "No command given to run") }
-    let confined = try ConfinedCommand(home: home(of: app), command: command, options: options, environment: environment)
+    let confined = try ConfinedCommand(
+      home: home(of: app), command: command, options: options, environment: environment)
     let lock = try holdRunningLock(of: app, purgingTemporaryFiles: false)
     return try withExtendedLifetime(lock) { try confined.run(holding: lock) }
   }
@@ -107,11 +110,13 @@ extension DeviceSession {
     } else {
       let seconds = environment["APPBOX_LOCK_TIMEOUT"].flatMap(Double.init) ?? 5
       lock = try FileLock.acquire(
-        path, exclusive: false, timeout: .milliseconds(Int(seconds * 1000)), what: "App \(app.bundleIdentifier)")
+        path, exclusive: false, timeout: .milliseconds(Int(seconds * 1000)),
+        what: "App \(app.bundleIdentifier)")
     }
     guard try registry.appIfPresent(app.containerID)?.containerID == app.containerID else {
       throw ContainerError(
-        .appNotFound, "\(app.bundleIdentifier) was uninstalled or updated while it was being started; try again")
+        .appNotFound,
+        "\(app.bundleIdentifier) was uninstalled or updated while it was being started; try again")
     }
     return lock
   }
@@ -152,7 +157,8 @@ private struct ConfinedCommand {
       flags.append("--allow-unconfined")
       if environment["APPBOX_ASSUME_NO_LANDLOCK"] == "1" { flags.append("--assume-no-landlock") }
     }
-    arguments = SandboxProfile(home: home).helperArguments + ["--chdir", home.path] + flags + ["--"] + command
+    arguments =
+      SandboxProfile(home: home).helperArguments + ["--chdir", home.path] + flags + ["--"] + command
     self.environment = Sandbox.environment(for: home, inheriting: environment)
     self.options = options
   }
@@ -160,10 +166,13 @@ private struct ConfinedCommand {
   /// Starts the helper with the lock's descriptor and waits for the command to end.
   func run(holding lock: FileLock) throws -> Int32 {
     var inherited: [ChildProcess.Inherited] = []
-    for (descriptor, target) in [(options.standardInput, 0), (options.standardOutput, 1), (options.standardError, 2)] {
+    for (descriptor, target) in [
+      (options.standardInput, 0), (options.standardOutput, 1), (options.standardError, 2),
+    ] {
       if let descriptor { inherited.append(.init(source: descriptor, target: Int32(target))) }
     }
-    let lockTarget = ChildProcess.freeTarget(avoiding: inherited.map(\.source.rawValue) + [lock.descriptor.rawValue])
+    let lockTarget = ChildProcess.freeTarget(
+      avoiding: inherited.map(\.source.rawValue) + [lock.descriptor.rawValue])
     inherited.insert(.init(source: lock.descriptor, target: lockTarget), at: 0)
     let pid = try ChildProcess.spawn(
       helper, arguments: [Sandbox.helperName, "--lock-fd", String(lockTarget)] + arguments,

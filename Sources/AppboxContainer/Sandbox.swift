@@ -60,7 +60,8 @@ public struct SandboxOptions: Sendable {
   public var standardError: FileDescriptor?
 
   public init(
-    allowUnconfined: Bool = false, standardInput: FileDescriptor? = nil, standardOutput: FileDescriptor? = nil,
+    allowUnconfined: Bool = false, standardInput: FileDescriptor? = nil,
+    standardOutput: FileDescriptor? = nil,
     standardError: FileDescriptor? = nil
   ) {
     self.allowUnconfined = allowUnconfined

@@ -13,7 +13,8 @@ extension AtomicFile {
   ) throws -> Int64 {
     let temp = ".\(name).tmp-\(UInt32.random(in: 0...UInt32.max))"
     let shown = displayPath ?? name
-    let fd = try directory.open(temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: mode, displayPath: shown)
+    let fd = try directory.open(
+      temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: mode, displayPath: shown)
     var total: Int64 = 0
     do {
       try fd.closeAfter { fd in

@@ -4,14 +4,16 @@ import Foundation
 
 struct DefaultsCommand: CommandGroup {
   static let description = CommandDescription(
-    name: "defaults", abstract: "Read and change an app's preferences (Library/Preferences/<bundle-id>.plist).",
+    name: "defaults",
+    abstract: "Read and change an app's preferences (Library/Preferences/<bundle-id>.plist).",
     discussion: """
       Keys are case-sensitive. Dates are ISO 8601 in UTC (2024-01-02T03:04:05Z); data is base64, in and
       out. The file is written as a binary property list, atomically. A preferences file that is not a
       property-list dictionary is bad data (exit 65); one the app replaced by a symbolic link is refused
       (exit 77).
       """,
-    subcommands: [DefaultsRead.self, DefaultsWrite.self, DefaultsDelete.self], groupPositionals: [appArgument])
+    subcommands: [DefaultsRead.self, DefaultsWrite.self, DefaultsDelete.self], groupPositionals: [appArgument]
+  )
 }
 
 struct DefaultsRead: ParsableCommand {
@@ -45,10 +47,13 @@ struct DefaultsRead: ParsableCommand {
 struct DefaultsWrite: ParsableCommand {
   static let description = CommandDescription(
     name: "write", abstract: "Set a preference.",
-    positionals: [.init("KEY", help: "The preference to set."), .init("VALUE", help: "Its value, as --type says.")],
+    positionals: [
+      .init("KEY", help: "The preference to set."), .init("VALUE", help: "Its value, as --type says."),
+    ],
     options: [
       .init(
-        "type", help: "How to read VALUE (default: string).", choices: PreferenceType.allCases.map(\.rawValue))
+        "type", help: "How to read VALUE (default: string).", choices: PreferenceType.allCases.map(\.rawValue)
+      )
     ])
   let app: String
   let key: String
@@ -113,7 +118,9 @@ private func typeName(_ value: PropertyList) -> String {
 private func render(_ value: PropertyList, nested: Bool) -> String {
   switch value {
   case .string(let text):
-    let plain = text.unicodeScalars.allSatisfy { CharacterSet.alphanumerics.contains($0) || "._/:@+-".unicodeScalars.contains($0) }
+    let plain = text.unicodeScalars.allSatisfy {
+      CharacterSet.alphanumerics.contains($0) || "._/:@+-".unicodeScalars.contains($0)
+    }
     return !nested || (plain && !text.isEmpty) ? text : JSONValue.string(text).serialized()
   case .integer(let number): return String(number)
   case .real(let number): return String(number)
@@ -123,7 +130,8 @@ private func render(_ value: PropertyList, nested: Bool) -> String {
   case .array(let items): return "(" + items.map { render($0, nested: true) }.joined(separator: ", ") + ")"
   case .dictionary(let members):
     let keys = members.keys.sorted { $0.unicodeScalars.lexicographicallyPrecedes($1.unicodeScalars) }
-    return "{" + keys.map { "\(render(.string($0), nested: true)) = \(render(members[$0]!, nested: true))" }
+    return "{"
+      + keys.map { "\(render(.string($0), nested: true)) = \(render(members[$0]!, nested: true))" }
       .joined(separator: "; ") + "}"
   }
 }

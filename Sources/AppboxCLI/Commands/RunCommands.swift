@@ -36,7 +36,8 @@ struct RunCommand: ParsableCommand {
     name: "run", abstract: "Run a command confined to an app's sandbox; exit with the command's status.",
     discussion: sandboxDiscussion + "\n\ntmp is left as it is. A command killed by signal N exits 128+N.",
     positionals: [appArgument], options: [allowUnconfinedOption],
-    trailing: .init("CMD [ARG...]", help: "The program (searched in PATH) and its arguments.", required: true))
+    trailing: .init("CMD [ARG...]", help: "The program (searched in PATH) and its arguments.", required: true)
+  )
   let app: String
   let command: [String]
   let allowUnconfined: Bool
@@ -56,7 +57,8 @@ struct RunCommand: ParsableCommand {
 
 struct LaunchCommand: ParsableCommand {
   static let description = CommandDescription(
-    name: "launch", abstract: "Check the bundle's seal, then run its executable confined; exit with its status.",
+    name: "launch",
+    abstract: "Check the bundle's seal, then run its executable confined; exit with its status.",
     discussion: sandboxDiscussion
       + "\n\nA bundle whose seal is broken is refused (exit 65, naming the changed file). When no process\n"
       + "of the app runs, tmp is emptied first.",
@@ -74,7 +76,8 @@ struct LaunchCommand: ParsableCommand {
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     try runConfined(context, app) { session, record in
-      try session.launch(record, arguments: arguments, options: SandboxOptions(allowUnconfined: allowUnconfined))
+      try session.launch(
+        record, arguments: arguments, options: SandboxOptions(allowUnconfined: allowUnconfined))
     }
   }
 }

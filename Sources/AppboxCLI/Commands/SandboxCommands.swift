@@ -43,7 +43,8 @@ struct FilesList: ParsableCommand {
         ["TYPE", "BYTES", "MODIFIED", "NAME"],
         entries.map { entry in
           let name =
-            entry.name + (entry.type == .directory ? "/" : "") + (entry.symlinkTarget.map { " -> \($0)" } ?? "")
+            entry.name + (entry.type == .directory ? "/" : "")
+            + (entry.symlinkTarget.map { " -> \($0)" } ?? "")
           return [typeName(entry.type), String(entry.size), timestamp(entry.modificationTime), name]
         })
     return CommandOutput(
@@ -51,7 +52,8 @@ struct FilesList: ParsableCommand {
       json: .array(
         entries.map { entry in
           var members: [(String, JSONValue)] = [
-            ("name", .string(entry.name)), ("type", .string(typeName(entry.type))), ("bytes", .int(entry.size)),
+            ("name", .string(entry.name)), ("type", .string(typeName(entry.type))),
+            ("bytes", .int(entry.size)),
             ("modified", .string(timestamp(entry.modificationTime))),
           ]
           if let target = entry.symlinkTarget { members.append(("target", .string(target))) }
@@ -92,7 +94,9 @@ struct FilesPull: ParsableCommand {
     name: "pull", abstract: "Copy a file out of Documents (to stdout without DEST).",
     positionals: [
       .init("SRC", help: "The file, relative to Documents."),
-      .init("DEST", help: "Where to write it ('-' or none: stdout; a folder receives SRC's name).", optional: true),
+      .init(
+        "DEST", help: "Where to write it ('-' or none: stdout; a folder receives SRC's name).", optional: true
+      ),
     ])
   let app: String
   let source: String
@@ -159,7 +163,8 @@ private func timestamp(_ time: Timespec) -> String {
 
 struct ExcludeCommand: ParsableCommand {
   static let description = CommandDescription(
-    name: "exclude", abstract: "Mark a file or folder in Documents or Library \"exclude from backup\" (or undo it).",
+    name: "exclude",
+    abstract: "Mark a file or folder in Documents or Library \"exclude from backup\" (or undo it).",
     discussion: """
       The mark is the extended attribute user.appbox.exclude-from-backup; backups skip what carries it
       and 'inspect' counts it. Only Documents and Library (except Library/Caches) are ever backed up,

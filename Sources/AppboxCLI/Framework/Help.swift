@@ -29,7 +29,8 @@ enum HelpFormatter {
     if description.subcommands.isEmpty {
       lines.append("USAGE: " + ([prefix] + usageTail(description)).joined(separator: " "))
     } else {
-      lines.append("USAGE: " + ([prefix] + description.groupPositionals.map(\.name) + ["SUBCOMMAND"]).joined(separator: " "))
+      let usage = [prefix] + description.groupPositionals.map(\.name) + ["SUBCOMMAND"]
+      lines.append("USAGE: " + usage.joined(separator: " "))
       lines += ["", "SUBCOMMANDS:"]
       for sub in description.subcommands {
         lines.append(row(usageHead(sub.description), sub.description.abstract))
