@@ -17,15 +17,27 @@ reset=$(tput sgr0 2>/dev/null || true)
 # Prints a heading for a part of the tour.
 section() { printf '\n%s== %s ==%s\n' "$bold" "$*" "$reset"; }
 
+# Prints an appbox command line, single-quoting arguments a shell would split.
+show() {
+  local line="$ appbox" arg
+  for arg in "$@"; do
+    case $arg in
+      *[[:space:]\;\>\<\|\&\$\'\"]*) line+=" '${arg//\'/\'\\\'\'}'" ;;
+      *) line+=" $arg" ;;
+    esac
+  done
+  printf '%s%s%s\n' "$dim" "$line" "$reset"
+}
+
 # Prints and runs one appbox command; a failing command fails the demo.
 step() {
-  printf '%s$ appbox %s%s\n' "$dim" "$*" "$reset"
+  show "$@"
   "$APPBOX" "$@"
 }
 
 # Prints and runs a command that is expected to fail; shows its exit status.
 refused() {
-  printf '%s$ appbox %s%s\n' "$dim" "$*" "$reset"
+  show "$@"
   set +e
   "$APPBOX" "$@" 2>&1
   local status=$?
@@ -48,6 +60,30 @@ printf 'hello from the demo\n' > "$NOTES_HOME/Documents/hello.txt"
 head -c 200000 /dev/urandom > "$NOTES_HOME/Library/Caches/thumbnails.bin"
 step inspect com.example.notes
 step path com.example.notes documents
+
+section "Run inside the sandbox (Landlock): the home is writable, the rest of the device is not"
+step run com.example.notes -- /bin/sh -c 'echo "written by the app" > Documents/hi.txt; cat Documents/hi.txt; ls "$HOME"'
+refused run com.example.notes -- /bin/sh -c 'echo hi > Documents/hi.txt; cat ../../registry.db'
+refused run com.example.notes -- /bin/sh -c 'echo evil >> Notes.app/Notes'
+step launch com.example.notes
+
+section "Preferences, file sharing and backup exclusion"
+step defaults com.example.notes write username alice
+step defaults com.example.notes write launchCount 3 --type int
+step defaults com.example.notes read
+DEMO_FILES=$(mktemp -d /tmp/appbox-demo-files.XXXXXX)
+trap 'rm -rf "$APPBOX_ROOT" "$DEMO_FILES"' EXIT
+printf 'a shared document\n' > "$DEMO_FILES/shared.txt"
+head -c 3000000 /dev/urandom > "$DEMO_FILES/big.bin"
+step files com.example.notes push "$DEMO_FILES/shared.txt"
+step files com.example.notes push "$DEMO_FILES/big.bin"
+step files com.example.notes ls
+refused files com.example.notes pull ../../registry.db
+step run com.example.notes -- /bin/sh -c 'ln -s ../../../registry.db Documents/escape && ls -l Documents/escape'
+refused files com.example.notes pull escape
+refused files com.example.journal ls
+step exclude com.example.notes Documents/big.bin
+step inspect com.example.notes
 
 section "Update Notes 1.0 -> 2.0: a new home, the data moved with rename(2)"
 mkdir -p "$NOTES_HOME/Library/Application Support"

@@ -10,7 +10,8 @@ public enum AppboxCLI {
   /// Every top-level command, in the order help lists them.
   public static let commands: [any ParsableCommand.Type] = [
     DeviceCommand.self, InstallCommand.self, ListCommand.self, InspectCommand.self, PathCommand.self,
-    UninstallCommand.self, UpdateCommand.self, KeychainCommand.self,
+    UninstallCommand.self, UpdateCommand.self, RunCommand.self, LaunchCommand.self, FilesCommand.self,
+    DefaultsCommand.self, ExcludeCommand.self, KeychainCommand.self,
   ]
 
   public static let runner = CommandRunner(commands: commands, version: version)

@@ -47,8 +47,11 @@ extension DeviceSession {
   /// and whatever `alsoRemove` does, inside the registry transaction. The keychain is a
   /// separate database: if its deletion commits and the registry's does not, the trash and
   /// the row are still there and recovery finishes the uninstall (deletion is idempotent).
+  /// A running app is refused (exit 75).
   public func uninstall(_ app: AppRecord, alsoRemove: (() throws -> Void)? = nil) throws {
     precondition(isLocked, "uninstall needs the root's lock")
+    let running = try ensureNotRunning(app)
+    defer { withExtendedLifetime(running) {} }
     // Opened first: a keychain that cannot open (say, its device key is gone) refuses the
     // uninstall before anything moves, rather than leaving trash every later command trips on.
     let keychain = try openKeychain()
@@ -68,5 +71,6 @@ extension DeviceSession {
       try alsoRemove?()
     }
     try FileTree.remove(trash, in: applicationRoot)
+    removeRunningLock(of: app)
   }
 }

@@ -25,6 +25,10 @@ public struct ContainerError: AppboxFailure, Equatable {
     case unavailable
     /// No such file inside the app (exit 66).
     case fileNotFound
+    /// No such key in the app's preferences (exit 66).
+    case keyNotFound
+    /// A file the app controls, such as its preferences, is malformed (exit 65).
+    case invalidData
   }
 
   public var code: Code
@@ -37,8 +41,8 @@ public struct ContainerError: AppboxFailure, Equatable {
 
   public var kind: FailureKind {
     switch code {
-    case .invalidBundle, .missingCapability, .sealBroken, .invalidDevice: return .badData
-    case .appNotFound, .fileNotFound: return .notFound
+    case .invalidBundle, .missingCapability, .sealBroken, .invalidDevice, .invalidData: return .badData
+    case .appNotFound, .fileNotFound, .keyNotFound: return .notFound
     case .alreadyInstalled: return .cannotCreate
     case .appRunning: return .busy
     case .invalidRequest: return .invalidArgument

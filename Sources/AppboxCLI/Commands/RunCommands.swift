@@ -1,0 +1,83 @@
+import AppboxContainer
+import AppboxCore
+import Glibc
+
+/// What `run --help` and `launch --help` say about the sandbox.
+private let sandboxDiscussion = """
+  The process is confined by the kernel (Landlock, through the appbox-sandbox helper): it may read and
+  write only the app's Documents, Library and tmp; read (not write) its home; read and execute its
+  bundle; read and execute /usr, /bin, /sbin, /lib*, /etc, /opt and its own /proc entry; and use
+  /dev/null, /dev/tty, /dev/urandom, /dev/zero and /dev/random. Everything else is denied (other
+  homes, the registry, the keychain, backups, /tmp), and it runs with no capabilities and
+  no_new_privs. The environment is HOME and CFFIXED_USER_HOME = the home, TMPDIR = its tmp, plus PATH,
+  LANG, LANGUAGE, LC_*, TERM and TZ from appbox's own; nothing else is passed. The working directory
+  is the home. While it runs, uninstall, update and restore of the app exit 75. A kernel without
+  Landlock is refused with exit 69 unless --allow-unconfined.
+  """
+
+private let allowUnconfinedOption = CommandDescription.Option(
+  "allow-unconfined", help: "On a kernel without Landlock, run anyway, unconfined (with a warning).")
+
+/// Runs a confined process and passes its exit status through. appbox ignores SIGINT and
+/// SIGQUIT meanwhile, as a shell does for its foreground job: the app gets them from the
+/// terminal and decides; appbox reports how it ended.
+private func runConfined(
+  _ context: CommandContext, _ app: String, _ body: (DeviceSession, AppRecord) throws -> Int32
+) throws -> CommandOutput {
+  let session = try context.openDevice(mutating: false)
+  let record = try session.app(app)
+  signal(SIGINT, SIG_IGN)
+  signal(SIGQUIT, SIG_IGN)
+  return CommandOutput(exitStatus: try body(session, record))
+}
+
+struct RunCommand: ParsableCommand {
+  static let description = CommandDescription(
+    name: "run", abstract: "Run a command confined to an app's sandbox; exit with the command's status.",
+    discussion: sandboxDiscussion + "\n\ntmp is left as it is. A command killed by signal N exits 128+N.",
+    positionals: [appArgument], options: [allowUnconfinedOption],
+    trailing: .init("CMD [ARG...]", help: "The program (searched in PATH) and its arguments.", required: true)
+  )
+  let app: String
+  let command: [String]
+  let allowUnconfined: Bool
+
+  init(_ arguments: ParsedArguments) throws {
+    app = arguments.positional(0)!
+    command = arguments.trailing ?? []
+    allowUnconfined = arguments.flag("allow-unconfined")
+  }
+
+  func run(_ context: CommandContext) throws -> CommandOutput {
+    try runConfined(context, app) { session, record in
+      try session.run(record, command: command, options: SandboxOptions(allowUnconfined: allowUnconfined))
+    }
+  }
+}
+
+struct LaunchCommand: ParsableCommand {
+  static let description = CommandDescription(
+    name: "launch",
+    abstract: "Check the bundle's seal, then run its executable confined; exit with its status.",
+    discussion: sandboxDiscussion
+      + "\n\nA bundle whose seal is broken is refused (exit 65, naming the changed file). When no process\n"
+      + "of the app runs, tmp is emptied first.",
+    positionals: [appArgument], options: [allowUnconfinedOption],
+    trailing: .init("ARG...", help: "Arguments for the app's executable.", required: false))
+  let app: String
+  let arguments: [String]
+  let allowUnconfined: Bool
+
+  init(_ arguments: ParsedArguments) throws {
+    app = arguments.positional(0)!
+    self.arguments = arguments.trailing ?? []
+    allowUnconfined = arguments.flag("allow-unconfined")
+  }
+
+  func run(_ context: CommandContext) throws -> CommandOutput {
+    try runConfined(context, app) { session, record in
+      try session.launch(
+        record, arguments: arguments, options: SandboxOptions(allowUnconfined: allowUnconfined))
+    }
+  }
+}

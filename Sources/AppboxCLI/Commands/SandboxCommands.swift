@@ -1,0 +1,191 @@
+import AppboxContainer
+import AppboxCore
+import Foundation
+
+// `files`, `defaults` and `exclude`: commands that reach inside an app's home. Every
+// path they take is resolved beneath the home by the library (`..`, absolute paths and
+// escaping symlinks are denied, 77). Changes take the device's lock; reads do not.
+
+// MARK: files
+
+struct FilesCommand: CommandGroup {
+  static let description = CommandDescription(
+    name: "files",
+    abstract: "File sharing: list, copy in, copy out and remove files in an app's Documents (if it opts in).",
+    discussion: """
+      Paths inside the app are relative to its Documents folder. Only apps whose Info.plist sets
+      UIFileSharingEnabled to true share files; others are refused (exit 77), as are paths with '..',
+      absolute paths and symbolic links that lead out of Documents. Names are case-sensitive.
+      """,
+    subcommands: [FilesList.self, FilesPush.self, FilesPull.self, FilesRemove.self],
+    groupPositionals: [appArgument])
+}
+
+struct FilesList: ParsableCommand {
+  static let description = CommandDescription(
+    name: "ls", abstract: "List a folder in Documents (default: Documents itself).",
+    positionals: [.init("DIR", help: "A folder, relative to Documents.", optional: true)])
+  let app: String
+  let directory: String?
+  init(_ arguments: ParsedArguments) throws {
+    app = arguments.groupPositionals[0]
+    directory = arguments.positional(0)
+  }
+
+  func run(_ context: CommandContext) throws -> CommandOutput {
+    let session = try context.openDevice(mutating: false)
+    let entries = try session.sharedDocuments(of: try session.app(app)).list(directory)
+    let folder = "Documents" + (directory.map { "/" + $0 } ?? "")
+    let text =
+      entries.isEmpty
+      ? "\(folder) is empty."
+      : table(
+        ["TYPE", "BYTES", "MODIFIED", "NAME"],
+        entries.map { entry in
+          let name =
+            entry.name + (entry.type == .directory ? "/" : "")
+            + (entry.symlinkTarget.map { " -> \($0)" } ?? "")
+          return [typeName(entry.type), String(entry.size), timestamp(entry.modificationTime), name]
+        })
+    return CommandOutput(
+      text: text,
+      json: .array(
+        entries.map { entry in
+          var members: [(String, JSONValue)] = [
+            ("name", .string(entry.name)), ("type", .string(typeName(entry.type))),
+            ("bytes", .int(entry.size)),
+            ("modified", .string(timestamp(entry.modificationTime))),
+          ]
+          if let target = entry.symlinkTarget { members.append(("target", .string(target))) }
+          return .object(members)
+        }))
+  }
+}
+
+struct FilesPush: ParsableCommand {
+  static let description = CommandDescription(
+    name: "push", abstract: "Copy a file into Documents, replacing what is there atomically.",
+    positionals: [
+      .init("SRC", help: "The file to copy ('-': stdin, which needs DEST)."),
+      .init(
+        "DEST", help: "Where in Documents (default: SRC's name; an existing folder receives SRC's name).",
+        optional: true),
+    ])
+  let app: String
+  let source: String
+  let destination: String?
+  init(_ arguments: ParsedArguments) throws {
+    app = arguments.groupPositionals[0]
+    source = arguments.positional(0)!
+    destination = arguments.positional(1)
+  }
+
+  func run(_ context: CommandContext) throws -> CommandOutput {
+    let session = try context.openDevice(mutating: true)
+    let transfer = try session.sharedDocuments(of: try session.app(app)).push(from: source, to: destination)
+    return CommandOutput(
+      text: "Pushed \(transfer.bytes) bytes to \(transfer.path)",
+      json: .object([("path", .string(transfer.path)), ("bytes", .int(transfer.bytes))]))
+  }
+}
+
+struct FilesPull: ParsableCommand {
+  static let description = CommandDescription(
+    name: "pull", abstract: "Copy a file out of Documents (to stdout without DEST).",
+    positionals: [
+      .init("SRC", help: "The file, relative to Documents."),
+      .init(
+        "DEST", help: "Where to write it ('-' or none: stdout; a folder receives SRC's name).", optional: true
+      ),
+    ])
+  let app: String
+  let source: String
+  let destination: String?
+  init(_ arguments: ParsedArguments) throws {
+    app = arguments.groupPositionals[0]
+    source = arguments.positional(0)!
+    destination = arguments.positional(1).flatMap { $0 == "-" ? nil : $0 }
+  }
+
+  func run(_ context: CommandContext) throws -> CommandOutput {
+    let session = try context.openDevice(mutating: false)
+    let documents = try session.sharedDocuments(of: try session.app(app))
+    guard let destination else {
+      let bytes = try documents.pull(source)
+      return CommandOutput(
+        json: .object([
+          ("path", .string("Documents/\(source)")), ("bytes", .int(bytes.count)),
+          ("base64", .string(Data(bytes).base64EncodedString())),
+        ]),
+        raw: bytes)
+    }
+    let transfer = try documents.pull(source, to: destination)
+    return CommandOutput(
+      text: "Pulled \(transfer.bytes) bytes to \(transfer.path)",
+      json: .object([("path", .string(transfer.path)), ("bytes", .int(transfer.bytes))]))
+  }
+}
+
+struct FilesRemove: ParsableCommand {
+  static let description = CommandDescription(
+    name: "rm", abstract: "Remove a file, a symbolic link (not its target) or a whole folder from Documents.",
+    positionals: [.init("PATH", help: "What to remove, relative to Documents.")])
+  let app: String
+  let path: String
+  init(_ arguments: ParsedArguments) throws {
+    app = arguments.groupPositionals[0]
+    path = arguments.positional(0)!
+  }
+
+  func run(_ context: CommandContext) throws -> CommandOutput {
+    let session = try context.openDevice(mutating: true)
+    let removed = try session.sharedDocuments(of: try session.app(app)).remove(path)
+    return CommandOutput(text: "Removed \(removed)", json: .object([("removed", .string(removed))]))
+  }
+}
+
+private func typeName(_ type: FileType) -> String {
+  switch type {
+  case .regular: return "file"
+  case .directory: return "directory"
+  case .symlink: return "symlink"
+  case .fifo: return "fifo"
+  case .socket: return "socket"
+  case .characterDevice, .blockDevice, .unknown: return "other"
+  }
+}
+
+private func timestamp(_ time: Timespec) -> String {
+  timestamp(Date(timeIntervalSince1970: TimeInterval(time.seconds)))
+}
+
+// MARK: exclude
+
+struct ExcludeCommand: ParsableCommand {
+  static let description = CommandDescription(
+    name: "exclude",
+    abstract: "Mark a file or folder in Documents or Library \"exclude from backup\" (or undo it).",
+    discussion: """
+      The mark is the extended attribute user.appbox.exclude-from-backup; backups skip what carries it
+      and 'inspect' counts it. Only Documents and Library (except Library/Caches) are ever backed up,
+      so other paths are refused. A symbolic link is refused: mark what it points to.
+      """,
+    positionals: [appArgument, .init("PATH", help: "Relative to the home, such as Documents/big.bin.")],
+    options: [.init("undo", help: "Remove the mark: back the file or folder up again.")])
+  let app: String
+  let path: String
+  let undo: Bool
+  init(_ arguments: ParsedArguments) throws {
+    app = arguments.positional(0)!
+    path = arguments.positional(1)!
+    undo = arguments.flag("undo")
+  }
+
+  func run(_ context: CommandContext) throws -> CommandOutput {
+    let session = try context.openDevice(mutating: true)
+    let resolved = try session.setExcludedFromBackup(path, excluded: !undo, of: try session.app(app))
+    return CommandOutput(
+      text: undo ? "\(resolved) will be backed up again" : "\(resolved) is excluded from backups",
+      json: .object([("path", .string(resolved)), ("excluded", .bool(!undo))]))
+  }
+}

@@ -1,0 +1,179 @@
+// An app's preferences: `Library/Preferences/<bundle-id>.plist`, a dictionary.
+//
+// The app owns Library, so the file and the folders above it are hostile ground: the
+// path is resolved beneath the home's descriptor (a symlinked Library or Preferences
+// that leads out of the home is refused), the file itself is opened with O_NOFOLLOW
+// (a symlink there is refused rather than followed, 77), and a file that is not a
+// property-list dictionary is bad data (65). Writes read the current dictionary,
+// change it, and replace the file with a binary plist atomically (temp file + rename,
+// which replaces a symlink planted meanwhile instead of writing through it).
+
+import AppboxCore
+import Foundation
+import Glibc
+
+/// The value types `defaults write --type` accepts.
+public enum PreferenceType: String, CaseIterable, Sendable {
+  case string, int, float, bool, date, data
+
+  /// Parses `text` as a value of this type: int as a decimal Int64, float as a finite
+  /// decimal, bool as true/false/yes/no/1/0, date as ISO 8601 (2024-01-02T03:04:05Z,
+  /// fractional seconds allowed), data as base64. Malformed text is a usage error (64).
+  public func value(parsing text: String) throws -> PropertyList {
+    func invalid(_ expected: String) -> ContainerError {
+      ContainerError(.invalidRequest, "'\(text)' is not \(expected)")
+    }
+    switch self {
+    case .string: return .string(text)
+    case .int:
+      guard let value = Int64(text) else { throw invalid("a whole number (for --type int)") }
+      return .integer(value)
+    case .float:
+      guard let value = Double(text), value.isFinite else {
+        throw invalid("a finite number (for --type float)")
+      }
+      return .real(value)
+    case .bool:
+      switch text.lowercased() {
+      case "true", "yes", "1": return .bool(true)
+      case "false", "no", "0": return .bool(false)
+      default: throw invalid("a boolean: true, false, yes, no, 1 or 0")
+      }
+    case .date:
+      guard let date = PreferenceType.parseDate(text) else {
+        throw invalid("an ISO 8601 date and time in UTC such as 2024-01-02T03:04:05Z")
+      }
+      return .date(date)
+    case .data:
+      guard let data = Data(base64Encoded: text) else { throw invalid("base64 data (for --type data)") }
+      return .data(data)
+    }
+  }
+
+  /// ISO 8601 as in 2024-01-02T03:04:05Z or 2024-01-02T03:04:05.250+01:00.
+  static func parseDate(_ text: String) -> Date? {
+    let plain = ISO8601DateFormatter()
+    plain.formatOptions = [.withInternetDateTime]
+    if let date = plain.date(from: text) { return date }
+    let fractional = ISO8601DateFormatter()
+    fractional.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+    return fractional.date(from: text)
+  }
+}
+
+/// An app's preferences file, resolved beneath its home.
+public struct Preferences: Sendable {
+  public let app: AppRecord
+  private let home: Home
+
+  init(home: Home) {
+    self.home = home
+    app = home.app
+  }
+
+  /// The file's path relative to the home, as messages show it.
+  public var relativePath: String { "Library/Preferences/\(app.bundleIdentifier).plist" }
+
+  /// The whole dictionary; empty when the app has no preferences yet.
+  public func dictionary() throws -> [String: PropertyList] {
+    try withFolder { folder in try read(from: folder) ?? [:] }
+  }
+
+  /// The value for `key` (case-sensitive); a missing key is exit 66.
+  public func value(forKey key: String) throws -> PropertyList {
+    guard let value = try dictionary()[key] else { throw missing(key) }
+    return value
+  }
+
+  /// Sets `key` to `value`, creating the file (and Library/Preferences) if needed.
+  public func set(_ value: PropertyList, forKey key: String) throws {
+    guard !key.isEmpty else { throw ContainerError(.invalidRequest, "A preference key may not be empty") }
+    try withFolder(creating: true) { folder in
+      var dictionary = try read(from: folder) ?? [:]
+      dictionary[key] = value
+      try write(dictionary, to: folder!)
+    }
+  }
+
+  /// Removes `key`; a missing key (or file) is exit 66.
+  public func removeValue(forKey key: String) throws {
+    try withFolder { folder in
+      guard let folder, var dictionary = try read(from: folder), dictionary.removeValue(forKey: key) != nil
+      else {
+        throw missing(key)
+      }
+      try write(dictionary, to: folder)
+    }
+  }
+
+  private func missing(_ key: String) -> ContainerError {
+    ContainerError(.keyNotFound, "No preference '\(key)' in \(relativePath) of \(app.bundleIdentifier)")
+  }
+
+  private var fileName: String { "\(app.bundleIdentifier).plist" }
+
+  /// Runs `body` with Library/Preferences open beneath the home, or with nil when it is
+  /// missing (unless `creating`, which makes it).
+  private func withFolder<R>(creating: Bool = false, _ body: (FileDescriptor?) throws -> R) throws -> R {
+    let contained = try ContainedDirectory.open(home.path, container: "the home")
+    defer { contained.close() }
+    let path = try RelativePath(validating: "Library/Preferences")
+    let folder: FileDescriptor
+    do {
+      folder = try contained.open(path, O_RDONLY | O_DIRECTORY)
+    } catch let error as SystemError where error.errno == .noEntry {
+      guard creating else { return try body(nil) }
+      let library = try contained.open(try RelativePath(validating: "Library"), O_RDONLY | O_DIRECTORY)
+      try library.closeAfter { library in
+        do { try library.makeDirectory("Preferences") } catch let error as SystemError
+          where error.errno == .exists
+        {}
+      }
+      folder = try contained.open(path, O_RDONLY | O_DIRECTORY)
+    }
+    return try folder.closeAfter { try body($0) }
+  }
+
+  private func write(_ dictionary: [String: PropertyList], to folder: FileDescriptor) throws {
+    try AtomicFile.write(PropertyList.dictionary(dictionary).binaryData(), to: fileName, in: folder)
+  }
+
+  /// The dictionary in the preferences file, nil when there is none. Never follows a
+  /// symlink and never blocks on a FIFO.
+  private func read(from folder: FileDescriptor?) throws -> [String: PropertyList]? {
+    guard let folder else { return nil }
+    let file: FileDescriptor
+    do {
+      file = try folder.open(fileName, O_RDONLY | O_NOFOLLOW | O_NONBLOCK, displayPath: relativePath)
+    } catch let error as SystemError where error.errno == .noEntry {
+      return nil
+    } catch let error as SystemError where error.errno == .tooManyLinks {
+      throw ContainmentError(path: relativePath, reason: .symlink, container: "the home")
+    }
+    let bytes: [UInt8] = try file.closeAfter { file in
+      guard try file.status().type == .regular else {
+        throw ContainerError(
+          .invalidData, "Preferences '\(relativePath)' of \(app.bundleIdentifier) is not a file")
+      }
+      return try file.readAll(limit: 64 << 20)
+    }
+    let plist: PropertyList
+    do {
+      plist = try PropertyList.decode(Data(bytes))
+    } catch {
+      throw ContainerError(
+        .invalidData,
+        "Preferences '\(relativePath)' of \(app.bundleIdentifier) are not a valid property list: \(error)")
+    }
+    guard let dictionary = plist.dictionary else {
+      throw ContainerError(
+        .invalidData, "Preferences '\(relativePath)' of \(app.bundleIdentifier) are not a dictionary")
+    }
+    return dictionary
+  }
+}
+
+extension DeviceSession {
+  /// `app`'s preferences.
+  public func preferences(of app: AppRecord) -> Preferences { Preferences(home: home(of: app)) }
+}
