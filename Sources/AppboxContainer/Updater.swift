@@ -41,6 +41,8 @@ extension DeviceSession {
   ) throws -> UpdateReport {
     precondition(isLocked, "update needs the root's lock")
     let started = DispatchTime.now().uptimeNanoseconds
+    let running = try ensureNotRunning(app)
+    defer { withExtendedLifetime(running) {} }
     let staged = try HomeStaging.stage(bundleAt: bundlePath, root: root, device: identity)
     let applicationRoot = try FileDescriptor.open(root.applicationRoot, O_RDONLY | O_DIRECTORY)
     defer { applicationRoot.close() }
@@ -100,6 +102,7 @@ extension DeviceSession {
       CrashPoint.hit("update.committed")
       try finishUpdate(oldContainerID: app.containerID, newContainerID: staged.containerID, in: applicationRoot)
       try journal.remove(entry)
+      removeRunningLock(of: app)
       let migrationSeconds = seconds(since: migrationStart)
 
       let newHome = root.home(staged.containerID)
