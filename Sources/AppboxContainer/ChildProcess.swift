@@ -52,7 +52,21 @@ enum ChildProcess {
 
   /// Waits for `pid` to end; returns its exit status, or 128 + N when signal N killed it
   /// (the shell's convention). Uses `waitpid(2)`.
+  /// While waiting, SIGTERM, SIGINT, SIGHUP and SIGQUIT sent to appbox are passed on to the
+  /// child, so stopping appbox stops the app it runs.
   static func wait(for pid: pid_t) throws -> Int32 {
+    let forwarded = [SIGTERM, SIGINT, SIGHUP, SIGQUIT]
+    let sources = forwarded.map { number -> any DispatchSourceSignal in
+      Glibc.signal(number, SIG_IGN)  // delivered to the source below instead; the child gets defaults
+      let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+      source.setEventHandler { kill(pid, number) }
+      source.resume()
+      return source
+    }
+    defer {
+      for source in sources { source.cancel() }
+      for number in forwarded { Glibc.signal(number, SIG_DFL) }
+    }
     var status: Int32 = 0
     while waitpid(pid, &status, 0) < 0 {
       guard Errno.current == .interrupted else { throw SystemError("wait for process \(pid)") }
