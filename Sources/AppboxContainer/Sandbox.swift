@@ -36,10 +36,21 @@ public struct SandboxProfile: Sendable, Equatable {
   /// The platform's rules for an app: its Documents, Library and tmp read-write; its
   /// home readable (so listing `$HOME` works) but not writable; its bundle readable and
   /// executable but never writable; the system locations and device files above.
+  /// A device root kept inside a system location (say /opt/appbox) is carved out of it,
+  /// so no other home and no device state becomes readable that way.
   public init(home: Home) {
+    let system = Self.systemLocations.flatMap { Self.carve($0, around: home.root.path) }
     self.init(
       readWrite: [home.path(of: .documents), home.path(of: .library), home.path(of: .tmp)],
-      readOnly: [home.path], readExecute: [home.bundlePath] + Self.systemLocations, devices: Self.deviceFiles)
+      readOnly: [home.path], readExecute: [home.bundlePath] + system, devices: Self.deviceFiles)
+  }
+
+  /// `location` itself when `excluded` is not inside it; otherwise its entries, recursively,
+  /// leaving out `excluded` and the directories that lead to it.
+  static func carve(_ location: String, around excluded: String) -> [String] {
+    guard excluded.hasPrefix(location + "/") else { return excluded == location ? [] : [location] }
+    let names = (try? FileManager.default.contentsOfDirectory(atPath: location)) ?? []
+    return names.sorted().flatMap { carve(location + "/" + $0, around: excluded) }
   }
 
   /// The helper's options for these rules.

@@ -96,3 +96,16 @@ struct SandboxTests {
     #expect(ChildProcess.freeTarget(avoiding: [0, 1, 2, 3, 4, 6]) == 5)
   }
 }
+
+struct SandboxCarveTests {
+  @Test func aRootInsideASystemLocationIsCarvedOut() throws {
+    let dir = TemporaryDirectory("carve")
+    try dir.makeDirectory("opt/swift/usr")
+    try dir.makeDirectory("opt/appbox/devices/one")
+    try dir.makeDirectory("opt/appbox/tools")
+    try dir.write("opt/readme", "x")
+    let carved = SandboxProfile.carve(dir.url("opt"), around: dir.url("opt/appbox/devices/one"))
+    #expect(carved == [dir.url("opt/appbox/tools"), dir.url("opt/readme"), dir.url("opt/swift")])
+    #expect(SandboxProfile.carve("/usr", around: dir.url("root")) == ["/usr"])
+  }
+}
