@@ -22,13 +22,16 @@ extension DeviceSession {
         throw ContainerError(
           .alreadyInstalled,
           "'\(staged.info.identifier)' is already installed (version \(existing.version), container "
-            + "\(existing.containerID)); use 'appbox update \(staged.info.identifier) BUNDLE.app' to replace it")
+            + "\(existing.containerID)); use 'appbox update \(staged.info.identifier) BUNDLE.app' to replace it"
+        )
       }
       let app = staged.record()
       try registry.database.inTransaction {
         try registry.insert(app)
-        try registry.record(.init(bundleIdentifier: app.bundleIdentifier, event: "install",
-                                  containerID: app.containerID, version: app.version))
+        try registry.record(
+          .init(
+            bundleIdentifier: app.bundleIdentifier, event: "install",
+            containerID: app.containerID, version: app.version))
       }
       CrashPoint.hit("install.committed")
       try applicationRoot.rename(staged.stagingName, to: staged.containerID, flags: .noReplace)
@@ -65,8 +68,10 @@ extension DeviceSession {
     CrashPoint.hit("uninstall.trashed")
     try registry.database.inTransaction {
       try registry.remove(bundleIdentifier: app.bundleIdentifier)
-      try registry.record(.init(bundleIdentifier: app.bundleIdentifier, event: "uninstall",
-                                previousContainerID: app.containerID, previousVersion: app.version))
+      try registry.record(
+        .init(
+          bundleIdentifier: app.bundleIdentifier, event: "uninstall",
+          previousContainerID: app.containerID, previousVersion: app.version))
       try deleteKeychainItems(of: app, in: keychain)
       try alsoRemove?()
     }

@@ -10,7 +10,9 @@ public struct BundleVersion: Comparable, Sendable, CustomStringConvertible {
   public init?(_ text: String) {
     let parts = text.split(separator: ".", omittingEmptySubsequences: false)
     guard !text.isEmpty, parts.count <= 8,
-      parts.allSatisfy({ !$0.isEmpty && $0.count <= 18 && $0.allSatisfy(\.isASCII) && $0.allSatisfy(\.isNumber) })
+      parts.allSatisfy({
+        !$0.isEmpty && $0.count <= 18 && $0.allSatisfy(\.isASCII) && $0.allSatisfy(\.isNumber)
+      })
     else { return nil }
     components = parts.compactMap { UInt64($0) }
     description = text
@@ -56,9 +58,11 @@ public struct BundleInfo: Sendable {
     let bytes = Array(identifier.utf8)
     guard (1...255).contains(bytes.count) else { return false }
     let allowed = bytes.allSatisfy { b in
-      (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A) || b == 0x2D || b == 0x2E
+      (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A) || b == 0x2D
+        || b == 0x2E
     }
-    return allowed && !identifier.split(separator: ".", omittingEmptySubsequences: false).contains { $0.isEmpty }
+    return allowed
+      && !identifier.split(separator: ".", omittingEmptySubsequences: false).contains { $0.isEmpty }
   }
 
   /// Parses and validates Info.plist content (and optional entitlements content).
@@ -69,12 +73,15 @@ public struct BundleInfo: Sendable {
     }
     let plist: PropertyList
     do {
-      plist = try PropertyList.decode(infoPlist, limits: PropertyListLimits(maxDepth: 32, maxObjects: 100_000))
+      plist = try PropertyList.decode(
+        infoPlist, limits: PropertyListLimits(maxDepth: 32, maxObjects: 100_000))
     } catch {
       throw invalid("Info.plist is not a valid property list (\(error))")
     }
     guard plist.dictionary != nil else { throw invalid("Info.plist is not a dictionary") }
-    guard let identifierValue = plist["CFBundleIdentifier"] else { throw invalid("CFBundleIdentifier is missing") }
+    guard let identifierValue = plist["CFBundleIdentifier"] else {
+      throw invalid("CFBundleIdentifier is missing")
+    }
     guard let identifier = identifierValue.string else { throw invalid("CFBundleIdentifier is not a string") }
     guard Self.isValidIdentifier(identifier) else {
       let shown = identifier.count > 60 ? String(identifier.prefix(60)) + "…" : identifier
@@ -94,19 +101,24 @@ public struct BundleInfo: Sendable {
     guard !executable.isEmpty, !executable.contains("/"), executable != ".", executable != "..",
       !executable.utf8.contains(0)
     else {
-      throw invalid("CFBundleExecutable '\(executable.prefix(60))' must be a file name directly in the bundle")
+      throw invalid(
+        "CFBundleExecutable '\(executable.prefix(60))' must be a file name directly in the bundle")
     }
     var required: [String] = []
     var prohibited: [String] = []
     if let capabilities = plist["UIRequiredDeviceCapabilities"] {
       if let array = capabilities.array {
         for item in array {
-          guard let name = item.string else { throw invalid("UIRequiredDeviceCapabilities holds a non-string") }
+          guard let name = item.string else {
+            throw invalid("UIRequiredDeviceCapabilities holds a non-string")
+          }
           required.append(name)
         }
       } else if let dictionary = capabilities.dictionary {
         for (name, value) in dictionary.sorted(by: { $0.key < $1.key }) {
-          guard let flag = value.bool else { throw invalid("UIRequiredDeviceCapabilities['\(name)'] is not a bool") }
+          guard let flag = value.bool else {
+            throw invalid("UIRequiredDeviceCapabilities['\(name)'] is not a bool")
+          }
           if flag { required.append(name) } else { prohibited.append(name) }
         }
       } else {
@@ -127,7 +139,9 @@ public struct BundleInfo: Sendable {
     self.requiredCapabilities = required
     self.prohibitedCapabilities = prohibited
     self.fileSharingEnabled = fileSharing
-    self.entitlements = try entitlementsData.map { try Self.parseEntitlements($0, identifier: identifier, invalid) }
+    self.entitlements = try entitlementsData.map {
+      try Self.parseEntitlements($0, identifier: identifier, invalid)
+    }
   }
 
   private static func parseEntitlements(
@@ -162,7 +176,8 @@ public struct BundleInfo: Sendable {
     } else if !groups.isEmpty {
       throw invalid("keychain-access-groups needs com.apple.developer.team-identifier")
     }
-    return Entitlements(applicationIdentifier: applicationID, teamIdentifier: team, keychainAccessGroups: groups)
+    return Entitlements(
+      applicationIdentifier: applicationID, teamIdentifier: team, keychainAccessGroups: groups)
   }
 
   /// Refuses the bundle when the device lacks a required capability or has a prohibited one.

@@ -65,7 +65,8 @@ struct BundleWalker {
         let status = try frame.source.status(of: name)
         switch status.type {
         case .regular:
-          let (digest, size) = try copyFile(name, path: path, from: frame.source, to: frame.mirror, buffer: buffer)
+          let (digest, size) = try copyFile(
+            name, path: path, from: frame.source, to: frame.mirror, buffer: buffer)
           items.append(.file(path: path, digest: digest, size: size))
         case .directory:
           if frame.depth + 1 > maxDepth { throw refuse("directories nested deeper than \(maxDepth) levels") }
@@ -112,7 +113,8 @@ struct BundleWalker {
     defer { input.close() }
     let status = try input.status()
     guard status.type == .regular else { throw refuse("'\(path)' changed type while being read") }
-    let output = try mirror?.open(name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o600, displayPath: path)
+    let output = try mirror?.open(
+      name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o600, displayPath: path)
     defer { output?.close() }
     let hasher = SHA256Hasher()
     var size: Int64 = 0
@@ -147,7 +149,9 @@ struct BundleWalker {
 
   /// Where `target`, read in `directory`, leads (as path components below the top), or
   /// nil when it leaves the bundle or loops.
-  private static func resolve(_ target: String, from directory: [String], links: [String: String], budget: Int)
+  private static func resolve(
+    _ target: String, from directory: [String], links: [String: String], budget: Int
+  )
     -> [String]?
   {
     if target.hasPrefix("/") || budget <= 0 { return nil }
@@ -162,7 +166,9 @@ struct BundleWalker {
         current.append(part)
         if let next = links[current.joined(separator: "/")] {
           current.removeLast()
-          guard let resolved = resolve(next, from: current, links: links, budget: budget - 1) else { return nil }
+          guard let resolved = resolve(next, from: current, links: links, budget: budget - 1) else {
+            return nil
+          }
           current = resolved
         }
       }

@@ -11,10 +11,12 @@ public struct DeviceIdentity: Sendable, Equatable {
   public var created: Date
 
   public static let defaultCapabilities = [
-    "arm64", "wifi", "gps", "still-camera", "microphone", "accelerometer", "gyroscope", "bluetooth-le", "metal",
+    "arm64", "wifi", "gps", "still-camera", "microphone", "accelerometer", "gyroscope", "bluetooth-le",
+    "metal",
   ]
 
-  public init(udid: String = UUID().uuidString, name: String, capabilities: [String], created: Date = Date()) {
+  public init(udid: String = UUID().uuidString, name: String, capabilities: [String], created: Date = Date())
+  {
     self.udid = udid
     self.name = name
     self.capabilities = capabilities
@@ -35,7 +37,8 @@ public struct DeviceIdentity: Sendable, Equatable {
       let name = plist["DeviceName"]?.string,
       let capabilities = plist["Capabilities"]?.array?.compactMap(\.string)
     else {
-      throw ContainerError(.invalidDevice, "Device identity '\(path)' is missing UDID, DeviceName or Capabilities")
+      throw ContainerError(
+        .invalidDevice, "Device identity '\(path)' is missing UDID, DeviceName or Capabilities")
     }
     self.init(udid: udid, name: name, capabilities: capabilities, created: plist["Created"]?.date ?? Date())
   }
@@ -54,7 +57,8 @@ extension DeviceRoot {
     do {
       plist = try PropertyList.decode(bytes)
     } catch {
-      throw ContainerError(.invalidDevice, "Device identity '\(deviceFile)' is not a valid property list: \(error)")
+      throw ContainerError(
+        .invalidDevice, "Device identity '\(deviceFile)' is not a valid property list: \(error)")
     }
     return try DeviceIdentity(propertyList: plist, path: deviceFile)
   }
@@ -72,7 +76,8 @@ extension DeviceRoot {
     defer { withExtendedLifetime(lock) {} }
     if let identity = try identityIfPresent() { return identity }
     let host = ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "linux"
-    let identity = DeviceIdentity(name: "appbox device (\(host))", capabilities: DeviceIdentity.defaultCapabilities)
+    let identity = DeviceIdentity(
+      name: "appbox device (\(host))", capabilities: DeviceIdentity.defaultCapabilities)
     // The device key is born with the device: made before the identity, so a root with an
     // identity always has one (a root made before the keychain gets it on first keychain use).
     try Keychain.prepare(directory: keychains)

@@ -81,7 +81,9 @@ public struct DeviceRoot: Sendable {
   /// directories in ApplicationRoot. Two directory reads.
   public func hasPendingRecovery() -> Bool {
     let fileManager = FileManager.default
-    if let journal = try? fileManager.contentsOfDirectory(atPath: journalDirectory), !journal.isEmpty { return true }
+    if let journal = try? fileManager.contentsOfDirectory(atPath: journalDirectory), !journal.isEmpty {
+      return true
+    }
     let homes = (try? fileManager.contentsOfDirectory(atPath: applicationRoot)) ?? []
     return homes.contains { $0.hasPrefix(".") }
   }

@@ -17,8 +17,10 @@ public final class DeviceSession {
   public let environment: [String: String]
   private var lock: FileLock?
 
-  private init(root: DeviceRoot, identity: DeviceIdentity, registry: Registry, lock: FileLock?,
-               environment: [String: String]) {
+  private init(
+    root: DeviceRoot, identity: DeviceIdentity, registry: Registry, lock: FileLock?,
+    environment: [String: String]
+  ) {
     self.root = root
     self.identity = identity
     self.registry = registry
@@ -38,8 +40,9 @@ public final class DeviceSession {
     let recover = mutating || root.hasPendingRecovery()
     let lock = recover ? try root.lock(environment: environment) : nil
     let registry = try Registry(root: root)
-    let session = DeviceSession(root: root, identity: identity, registry: registry, lock: lock,
-                                environment: environment)
+    let session = DeviceSession(
+      root: root, identity: identity, registry: registry, lock: lock,
+      environment: environment)
     if recover {
       for step in recovery { try step.recover(session) }
     }
@@ -77,7 +80,8 @@ public struct ContainerRecovery: RecoveryStep {
     for name in debris.sorted() {
       if name.hasPrefix(HomeStaging.prefix) {
         let id = String(name.dropFirst(HomeStaging.prefix.count))
-        if apps.contains(where: { $0.containerID == id }), try applicationRoot.statusIfPresent(of: id) == nil {
+        if apps.contains(where: { $0.containerID == id }), try applicationRoot.statusIfPresent(of: id) == nil
+        {
           try applicationRoot.rename(name, to: id, flags: .noReplace)
           try applicationRoot.sync()
         } else {
@@ -89,8 +93,10 @@ public struct ContainerRecovery: RecoveryStep {
           try session.registry.database.inTransaction {
             try session.deleteKeychainItems(of: app)
             try session.registry.remove(bundleIdentifier: app.bundleIdentifier)
-            try session.registry.record(.init(bundleIdentifier: app.bundleIdentifier, event: "uninstall",
-                                              previousContainerID: id, previousVersion: app.version))
+            try session.registry.record(
+              .init(
+                bundleIdentifier: app.bundleIdentifier, event: "uninstall",
+                previousContainerID: id, previousVersion: app.version))
           }
         }
         try FileTree.remove(name, in: applicationRoot)

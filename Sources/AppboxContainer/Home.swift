@@ -43,7 +43,9 @@ public struct Home: Sendable {
   public static let metadataFile = ".com.apple.mobile_container_manager.metadata.plist"
 
   /// The directories every home has (created at install), in creation order.
-  public static let standardDirectories = ["Documents", "Library", "Library/Preferences", "Library/Caches", "tmp"]
+  public static let standardDirectories = [
+    "Documents", "Library", "Library/Preferences", "Library/Caches", "tmp",
+  ]
 }
 
 /// The name of the extended attribute that marks a file or folder "exclude from backup".

@@ -39,12 +39,22 @@ struct TreeMeasure {
       for entry in entries {
         let name = entry.nameString
         if isTop && skipping.contains(name) { continue }
-        guard let status = try? withCName(entry.name, { cName -> FileStatus in
-          var st = stat()
-          guard fstatat(directory.rawValue, cName, &st, AT_SYMLINK_NOFOLLOW) == 0 else { throw SystemError("stat") }
-          return FileStatus(st)
-        }) else { continue }
-        if status.type != .symlink, directory.entryHasExtendedAttribute(entry.name, excludeFromBackupAttribute) { result.excluded += 1 }
+        guard
+          let status = try? withCName(
+            entry.name,
+            { cName -> FileStatus in
+              var st = stat()
+              guard fstatat(directory.rawValue, cName, &st, AT_SYMLINK_NOFOLLOW) == 0 else {
+                throw SystemError("stat")
+              }
+              return FileStatus(st)
+            })
+        else { continue }
+        if status.type != .symlink,
+          directory.entryHasExtendedAttribute(entry.name, excludeFromBackupAttribute)
+        {
+          result.excluded += 1
+        }
         if status.type == .directory {
           if let child = try? directory.open(rawName: entry.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW) {
             stack.append((child, false))
@@ -71,15 +81,18 @@ extension DeviceSession {
     let preferences = TreeMeasure.measure(home.path(of: .preferences))
     let caches = TreeMeasure.measure(home.path(of: .caches))
     let tmp = TreeMeasure.measure(home.path(of: .tmp))
-    func report(_ name: String, _ measure: TreeMeasure, _ backedUp: Bool, _ policy: String) -> LocationReport {
-      LocationReport(name: name, files: measure.files, bytes: measure.bytes, backedUp: backedUp, policy: policy,
-                     excludedItems: measure.excluded)
+    func report(_ name: String, _ measure: TreeMeasure, _ backedUp: Bool, _ policy: String) -> LocationReport
+    {
+      LocationReport(
+        name: name, files: measure.files, bytes: measure.bytes, backedUp: backedUp, policy: policy,
+        excludedItems: measure.excluded)
     }
     return InspectReport(
       app: app, home: home.path, seal: seal,
       locations: [
-        report(app.bundleDirectoryName, bundle, true,
-               "included: stored on the first backup and again only when it changes (after an update)"),
+        report(
+          app.bundleDirectoryName, bundle, true,
+          "included: stored on the first backup and again only when it changes (after an update)"),
         report("Documents", documents, true, "included: user documents and app data are backed up"),
         report("Library", library, true, "included: backed up, except Library/Caches"),
         report("Library/Preferences", preferences, true, "included: preferences are backed up"),

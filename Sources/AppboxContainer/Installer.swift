@@ -32,7 +32,9 @@ public enum HomeStaging {
   /// Copies and validates the bundle at `bundlePath` into a new staging home inside
   /// ApplicationRoot, seals it, and creates the standard directories. On any failure the
   /// staging directory is removed and nothing is left under ApplicationRoot.
-  static func stage(bundleAt bundlePath: String, root: DeviceRoot, device: DeviceIdentity) throws -> StagedHome {
+  static func stage(bundleAt bundlePath: String, root: DeviceRoot, device: DeviceIdentity) throws
+    -> StagedHome
+  {
     var trimmed = bundlePath
     while trimmed.count > 1 && trimmed.hasSuffix("/") { trimmed.removeLast() }
     let directoryName = splitPath(trimmed).name
@@ -98,13 +100,16 @@ public enum HomeStaging {
         return try fd.closeAfter { Data(try $0.readAll(limit: 4 << 20)) }
       }
     }
-    guard let infoPlist = try readFile("Info.plist", label: "Info.plist") else { throw invalid("Info.plist is missing") }
+    guard let infoPlist = try readFile("Info.plist", label: "Info.plist") else {
+      throw invalid("Info.plist is missing")
+    }
     let entitlements = try readFile("archived-expanded-entitlements.xcent", label: "the entitlements file")
     let info = try BundleInfo(
       infoPlist: infoPlist, entitlements: entitlements, bundleName: String(directoryName.dropLast(4)),
       bundle: directoryName)
     guard case .file? = item(info.executable) else {
-      throw invalid("the executable '\(info.executable)' (CFBundleExecutable) is missing or not a regular file")
+      throw invalid(
+        "the executable '\(info.executable)' (CFBundleExecutable) is missing or not a regular file")
     }
     let executableStatus = try bundle.status(of: info.executable)
     guard executableStatus.permissions & 0o111 != 0 else {
@@ -117,7 +122,8 @@ public enum HomeStaging {
     if let existing = try readFile(CodeResources.path, label: CodeResources.path) {
       let resources = try CodeResources(data: existing, bundle: directoryName)
       if case .broken(let path, let reason) = resources.verify(items) {
-        throw ContainerError(.sealBroken, "Invalid bundle '\(directoryName)': seal check failed: '\(path)' \(reason)")
+        throw ContainerError(
+          .sealBroken, "Invalid bundle '\(directoryName)': seal check failed: '\(path)' \(reason)")
       }
       sealData = existing
     } else {
@@ -125,7 +131,8 @@ public enum HomeStaging {
       if item("_CodeSignature") == nil { try bundle.makeDirectory("_CodeSignature", mode: 0o755) }
       let signature = try bundle.open("_CodeSignature", O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
       try signature.closeAfter { try AtomicFile.write(sealData, to: "CodeResources", in: $0, durable: false) }
-      items.append(.file(path: CodeResources.path, digest: SHA256.hash(sealData), size: Int64(sealData.count)))
+      items.append(
+        .file(path: CodeResources.path, digest: SHA256.hash(sealData), size: Int64(sealData.count)))
     }
 
     for directory in Home.standardDirectories { try staging.makeDirectory(directory, mode: 0o755) }
@@ -137,6 +144,7 @@ public enum HomeStaging {
     try AtomicFile.write(metadata.binaryData(), to: Home.metadataFile, in: staging, durable: false)
     try staging.setPermissions(0o700)
     return StagedHome(
-      containerID: containerID, info: info, bundleDirectoryName: directoryName, seal: SHA256.hash(sealData).hex)
+      containerID: containerID, info: info, bundleDirectoryName: directoryName,
+      seal: SHA256.hash(sealData).hex)
   }
 }

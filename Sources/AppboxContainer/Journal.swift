@@ -36,7 +36,8 @@ public struct Journal: Sendable {
       guard let data = FileManager.default.contents(atPath: directory + "/" + file),
         let dictionary = try? PropertyList.decode(data).dictionary
       else {
-        throw ContainerError(.invalidDevice, "Journal entry '\(directory)/\(file)' is damaged; inspect it by hand")
+        throw ContainerError(
+          .invalidDevice, "Journal entry '\(directory)/\(file)' is damaged; inspect it by hand")
       }
       return (name, dictionary.compactMapValues(\.string))
     }

@@ -103,7 +103,8 @@ public final class Registry {
   /// The app whose bundle identifier or container id is `name`; not found is exit 66.
   public func app(_ name: String) throws -> AppRecord {
     guard let app = try appIfPresent(name) else {
-      throw ContainerError(.appNotFound, "No installed app '\(name)' (give a bundle identifier or container id)")
+      throw ContainerError(
+        .appNotFound, "No installed app '\(name)' (give a bundle identifier or container id)")
     }
     return app
   }
@@ -122,7 +123,8 @@ public final class Registry {
   /// Adds an app (inside the caller's transaction, if any).
   public func insert(_ app: AppRecord) throws {
     let statement = try database.prepare(
-      "INSERT INTO apps(\(Self.columns)) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)")
+      "INSERT INTO apps(\(Self.columns)) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+    )
     try statement.bind(values(app))
     _ = try statement.step()
   }

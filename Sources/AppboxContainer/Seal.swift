@@ -81,8 +81,10 @@ struct CodeResources: Equatable {
       }
     }
     let rules: PropertyList = .dictionary(["^.*": .bool(true)])
-    return PropertyList.dictionary(["files": .dictionary([:]), "files2": .dictionary(files2), "rules2": rules])
-      .xmlData()
+    return PropertyList.dictionary([
+      "files": .dictionary([:]), "files2": .dictionary(files2), "rules2": rules,
+    ])
+    .xmlData()
   }
 
   /// Compares the seal with a walk of the bundle; reports the first differing path.
@@ -132,7 +134,8 @@ public enum Seal {
       return .broken(path: CodeResources.path, reason: "is missing")
     }
     guard sealDigest.hex == expectedDigest else {
-      return .broken(path: CodeResources.path, reason: "was modified (it is not the seal recorded at install)")
+      return .broken(
+        path: CodeResources.path, reason: "was modified (it is not the seal recorded at install)")
     }
     let sealFile = try directory.open(CodeResources.path, O_RDONLY | O_NOFOLLOW)
     let data = try sealFile.closeAfter { Data(try $0.readAll(limit: 64 << 20)) }

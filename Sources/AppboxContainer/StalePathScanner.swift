@@ -35,7 +35,9 @@ enum StalePathScanner {
         examined += 1
         let bytes = (try? fd.readAll(limit: Int(maxFileSize))) ?? []
         fd.close()
-        if needles.contains(where: { !$0.isEmpty && contains(bytes, $0) }) { found.append(area + "/" + relative) }
+        if needles.contains(where: { !$0.isEmpty && contains(bytes, $0) }) {
+          found.append(area + "/" + relative)
+        }
       }
     }
     return found.sorted()
@@ -45,7 +47,9 @@ enum StalePathScanner {
     guard haystack.count >= needle.count, let first = needle.first else { return false }
     var index = 0
     while index <= haystack.count - needle.count {
-      if haystack[index] == first && haystack[index..<index + needle.count].elementsEqual(needle) { return true }
+      if haystack[index] == first && haystack[index..<index + needle.count].elementsEqual(needle) {
+        return true
+      }
       index += 1
     }
     return false

@@ -57,16 +57,20 @@ extension DeviceSession {
       let oldHome = root.home(app.containerID)
       let tmp = TreeMeasure.measure(oldHome + "/tmp")
       let keep: Set<String> = ["Documents", "Library", "tmp", app.bundleDirectoryName, Home.metadataFile]
-      let strays = ((try? FileManager.default.contentsOfDirectory(atPath: oldHome)) ?? []).filter { !keep.contains($0) }
-        .sorted()
+      let strays = ((try? FileManager.default.contentsOfDirectory(atPath: oldHome)) ?? []).filter {
+        !keep.contains($0)
+      }
+      .sorted()
 
       let migrationStart = DispatchTime.now().uptimeNanoseconds
       let journal = Journal(root: root)
       let entry = "update-" + staged.containerID
-      try journal.write(entry, [
-        "bundleIdentifier": app.bundleIdentifier, "oldContainerID": app.containerID,
-        "newContainerID": staged.containerID,
-      ])
+      try journal.write(
+        entry,
+        [
+          "bundleIdentifier": app.bundleIdentifier, "oldContainerID": app.containerID,
+          "newContainerID": staged.containerID,
+        ])
       journaled = true
       CrashPoint.hit("update.journaled")
       let old = try applicationRoot.open(app.containerID, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
@@ -83,7 +87,8 @@ extension DeviceSession {
         CrashPoint.hit("update.moved-one")
       }
       // Library/Preferences and Library/Caches exist in every home.
-      for directory in ["Library/Preferences", "Library/Caches"] where try staging.statusIfPresent(of: directory) == nil {
+      for directory in ["Library/Preferences", "Library/Caches"]
+      where try staging.statusIfPresent(of: directory) == nil {
         try staging.makeDirectory(directory, mode: 0o755)
       }
       try staging.sync()
@@ -94,13 +99,15 @@ extension DeviceSession {
       record.updatedAt = Date()
       try registry.database.inTransaction {
         try registry.replace(record)
-        try registry.record(.init(
-          bundleIdentifier: app.bundleIdentifier, event: "update", containerID: record.containerID,
-          previousContainerID: app.containerID, version: record.version, previousVersion: app.version,
-          snapshot: snapshotID))
+        try registry.record(
+          .init(
+            bundleIdentifier: app.bundleIdentifier, event: "update", containerID: record.containerID,
+            previousContainerID: app.containerID, version: record.version, previousVersion: app.version,
+            snapshot: snapshotID))
       }
       CrashPoint.hit("update.committed")
-      try finishUpdate(oldContainerID: app.containerID, newContainerID: staged.containerID, in: applicationRoot)
+      try finishUpdate(
+        oldContainerID: app.containerID, newContainerID: staged.containerID, in: applicationRoot)
       try journal.remove(entry)
       removeRunningLock(of: app)
       let migrationSeconds = seconds(since: migrationStart)
@@ -109,12 +116,15 @@ extension DeviceSession {
       let documents = TreeMeasure.measure(newHome + "/Documents")
       let library = TreeMeasure.measure(newHome + "/Library")
       return UpdateReport(
-        bundleIdentifier: app.bundleIdentifier, oldContainerID: app.containerID, newContainerID: staged.containerID,
+        bundleIdentifier: app.bundleIdentifier, oldContainerID: app.containerID,
+        newContainerID: staged.containerID,
         oldVersion: app.version, newVersion: record.version, newHome: newHome,
         movedFiles: documents.files + library.files, movedBytes: documents.bytes + library.bytes,
-        droppedTmpFiles: tmp.files, droppedTmpBytes: tmp.bytes, droppedItems: strays, preUpdateSnapshot: snapshotID,
+        droppedTmpFiles: tmp.files, droppedTmpBytes: tmp.bytes, droppedItems: strays,
+        preUpdateSnapshot: snapshotID,
         staleAbsolutePaths: StalePathScanner.scan(home: newHome, oldHome: oldHome),
-        snapshotSeconds: snapshotSeconds, migrationSeconds: migrationSeconds, totalSeconds: seconds(since: started))
+        snapshotSeconds: snapshotSeconds, migrationSeconds: migrationSeconds,
+        totalSeconds: seconds(since: started))
     } catch {
       if !journaled { try? FileTree.remove(staged.stagingName, in: applicationRoot) }
       throw error
@@ -125,25 +135,29 @@ extension DeviceSession {
     guard staged.info.identifier == app.bundleIdentifier else {
       throw ContainerError(
         .invalidBundle,
-        "Cannot update '\(app.bundleIdentifier)' with a bundle of '\(staged.info.identifier)': the identifiers differ")
+        "Cannot update '\(app.bundleIdentifier)' with a bundle of '\(staged.info.identifier)': the identifiers differ"
+      )
     }
     guard let current = BundleVersion(app.version) else { return }
     let new = staged.info.version
     if new == current && !allowDowngrade {
       throw ContainerError(
         .invalidBundle,
-        "Cannot update '\(app.bundleIdentifier)': version \(new) is already installed (use --allow-downgrade to reinstall)")
+        "Cannot update '\(app.bundleIdentifier)': version \(new) is already installed (use --allow-downgrade to reinstall)"
+      )
     }
     if new < current && !allowDowngrade {
       throw ContainerError(
         .invalidBundle,
-        "Cannot update '\(app.bundleIdentifier)' from \(current) to \(new): that is a downgrade (use --allow-downgrade)")
+        "Cannot update '\(app.bundleIdentifier)' from \(current) to \(new): that is a downgrade (use --allow-downgrade)"
+      )
     }
   }
 
   /// After the registry commit: the staging home takes its final name and the old home
   /// goes (first renamed to trash, so a crash leaves no ambiguity). Idempotent.
-  func finishUpdate(oldContainerID: String, newContainerID: String, in applicationRoot: FileDescriptor) throws {
+  func finishUpdate(oldContainerID: String, newContainerID: String, in applicationRoot: FileDescriptor) throws
+  {
     let stagingName = HomeStaging.prefix + newContainerID
     if try applicationRoot.statusIfPresent(of: stagingName) != nil {
       try applicationRoot.rename(stagingName, to: newContainerID, flags: .noReplace)
@@ -171,7 +185,8 @@ public struct UpdateRecovery: RecoveryStep {
       guard let bundle = fields["bundleIdentifier"], let oldID = fields["oldContainerID"],
         let newID = fields["newContainerID"]
       else {
-        throw ContainerError(.invalidDevice, "Journal entry '\(name)' lacks its container ids; inspect it by hand")
+        throw ContainerError(
+          .invalidDevice, "Journal entry '\(name)' lacks its container ids; inspect it by hand")
       }
       let applicationRoot = try FileDescriptor.open(session.root.applicationRoot, O_RDONLY | O_DIRECTORY)
       defer { applicationRoot.close() }

@@ -43,10 +43,16 @@ public struct RelativePath: Hashable, Sendable, CustomStringConvertible {
   public let components: [String]
 
   public init(validating text: String, container: String = "the home") throws {
-    if text.utf8.contains(0) { throw ContainmentError(path: text, reason: .containsNUL, container: container) }
+    if text.utf8.contains(0) {
+      throw ContainmentError(path: text, reason: .containsNUL, container: container)
+    }
     if text.hasPrefix("/") { throw ContainmentError(path: text, reason: .absolute, container: container) }
-    let parts = text.split(separator: "/", omittingEmptySubsequences: true).map(String.init).filter { $0 != "." }
-    if parts.contains("..") { throw ContainmentError(path: text, reason: .parentReference, container: container) }
+    let parts = text.split(separator: "/", omittingEmptySubsequences: true).map(String.init).filter {
+      $0 != "."
+    }
+    if parts.contains("..") {
+      throw ContainmentError(path: text, reason: .parentReference, container: container)
+    }
     if parts.isEmpty { throw ContainmentError(path: text, reason: .empty, container: container) }
     components = parts
   }
@@ -96,7 +102,9 @@ public struct ContainedDirectory: Sendable {
   /// Opens `path` beneath this directory. With `followFinalSymlink: false` the last
   /// component is opened with `O_NOFOLLOW`, so a symlink there is refused.
   /// Uses `openat2(2)`, or `openat(2)` component by component.
-  public func open(_ path: RelativePath, _ flags: Int32, mode: mode_t = 0o644, followFinalSymlink: Bool = true)
+  public func open(
+    _ path: RelativePath, _ flags: Int32, mode: mode_t = 0o644, followFinalSymlink: Bool = true
+  )
     throws -> FileDescriptor
   {
     let finalFlags = (followFinalSymlink ? flags : flags | O_NOFOLLOW) | O_CLOEXEC
@@ -153,7 +161,8 @@ public struct ContainedDirectory: Sendable {
   private func translate(_ errno: Errno, path: RelativePath) -> Error {
     switch errno {
     case .crossDevice: return ContainmentError(path: path.description, reason: .escapes, container: container)
-    case .tooManyLinks: return ContainmentError(path: path.description, reason: .symlink, container: container)
+    case .tooManyLinks:
+      return ContainmentError(path: path.description, reason: .symlink, container: container)
     default: return SystemError("open", path: path.description, errno: errno)
     }
   }

@@ -17,8 +17,10 @@ extension FileDescriptor {
         if Errno.current == Errno(rawValue: ERANGE) { continue }  // grew meanwhile
         throw SystemError("list extended attributes")
       }
-      return buffer[0..<n].split(separator: 0).map { String(decoding: $0.map { UInt8(bitPattern: $0) }, as: UTF8.self) }
-        .sorted()
+      return buffer[0..<n].split(separator: 0).map {
+        String(decoding: $0.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+      }
+      .sorted()
     }
   }
 

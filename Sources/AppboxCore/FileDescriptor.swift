@@ -29,7 +29,9 @@ public struct FileDescriptor: Hashable, Sendable {
 
   /// Opens a directory entry by raw name bytes (names need not be UTF-8). Uses `openat(2)`.
   public func open(rawName: [UInt8], _ flags: Int32, mode: mode_t = 0o644) throws -> FileDescriptor {
-    let fd = withCName(rawName) { name in retryingOnInterrupt { Glibc.openat(rawValue, name, flags | O_CLOEXEC, mode) } }
+    let fd = withCName(rawName) { name in
+      retryingOnInterrupt { Glibc.openat(rawValue, name, flags | O_CLOEXEC, mode) }
+    }
     guard fd >= 0 else { throw SystemError("open", path: String(decoding: rawName, as: UTF8.self)) }
     return FileDescriptor(rawValue: fd)
   }
@@ -147,9 +149,10 @@ public struct FileDescriptor: Hashable, Sendable {
 
   /// Renames `name` here to `newName` in `directory`, replacing it if it exists
   /// (or with `flags` from renameat2: noReplace, exchange). Uses `renameat2(2)`.
-  public func rename(_ name: String, to newName: String, in directory: FileDescriptor? = nil,
-                     flags: RenameFlags = []) throws
-  {
+  public func rename(
+    _ name: String, to newName: String, in directory: FileDescriptor? = nil,
+    flags: RenameFlags = []
+  ) throws {
     let target = (directory ?? self).rawValue
     guard appbox_renameat2(rawValue, name, target, newName, flags.rawValue) == 0 else {
       throw SystemError("rename", path: name)
@@ -160,7 +163,9 @@ public struct FileDescriptor: Hashable, Sendable {
   public func readLink(_ name: String) throws -> [UInt8] {
     var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX) + 1)
     let n = buffer.withUnsafeMutableBufferPointer { p in
-      p.baseAddress!.withMemoryRebound(to: CChar.self, capacity: p.count) { Glibc.readlinkat(rawValue, name, $0, p.count) }
+      p.baseAddress!.withMemoryRebound(to: CChar.self, capacity: p.count) {
+        Glibc.readlinkat(rawValue, name, $0, p.count)
+      }
     }
     guard n >= 0 else { throw SystemError("read link", path: name) }
     return Array(buffer[0..<n])
@@ -168,7 +173,9 @@ public struct FileDescriptor: Hashable, Sendable {
 
   /// Creates a symlink `name` here pointing at `target`. Uses `symlinkat(2)`.
   public func makeSymlink(_ name: String, target: String) throws {
-    guard Glibc.symlinkat(target, rawValue, name) == 0 else { throw SystemError("create symlink", path: name) }
+    guard Glibc.symlinkat(target, rawValue, name) == 0 else {
+      throw SystemError("create symlink", path: name)
+    }
   }
 
   /// Duplicates the descriptor (close-on-exec). Uses `fcntl(F_DUPFD_CLOEXEC)`.

@@ -24,7 +24,9 @@ public final class FileLock: @unchecked Sendable {
 
   /// Takes the lock at `path` (creating the file), waiting up to `timeout`; throws
   /// `LockBusyError` naming `what` when it stays taken. Uses `flock(2)`.
-  public static func acquire(_ path: String, exclusive: Bool = true, timeout: Duration = .seconds(3), what: String)
+  public static func acquire(
+    _ path: String, exclusive: Bool = true, timeout: Duration = .seconds(3), what: String
+  )
     throws -> FileLock
   {
     let fd = try FileDescriptor.open(path, O_RDWR | O_CREAT, mode: 0o600)

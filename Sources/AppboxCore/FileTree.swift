@@ -80,7 +80,8 @@ public enum FileTree {
     }
   }
 
-  private static func openForRemoval(_ name: String, rawName: [UInt8]? = nil, in parent: FileDescriptor) throws
+  private static func openForRemoval(_ name: String, rawName: [UInt8]? = nil, in parent: FileDescriptor)
+    throws
     -> FileDescriptor
   {
     let flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW
@@ -96,7 +97,8 @@ public enum FileTree {
       return fd
     } catch let error as SystemError where error.errno == .permissionDenied {
       // Not even readable: fix the mode through the parent, then open again.
-      let fixed = rawName.map { withCName($0) { Glibc.fchmodat(parent.rawValue, $0, 0o700, 0) } }
+      let fixed =
+        rawName.map { withCName($0) { Glibc.fchmodat(parent.rawValue, $0, 0o700, 0) } }
         ?? Glibc.fchmodat(parent.rawValue, name, 0o700, 0)
       guard fixed == 0 else { throw error }
       return try open()

@@ -49,12 +49,15 @@ public func runProcess(
   try? stdinPipe.fileHandleForWriting.close()
   group.wait()
   process.waitUntilExit()
-  let status = process.terminationReason == .uncaughtSignal ? 128 + process.terminationStatus : process.terminationStatus
+  let status =
+    process.terminationReason == .uncaughtSignal ? 128 + process.terminationStatus : process.terminationStatus
   return ProcessResult(status: status, stdout: Array(out), stderr: Array(err))
 }
 
 /// Runs the built `appbox` with `--root root` prepended.
-public func appbox(_ arguments: [String], root: String?, environment extra: [String: String] = [:], input: [UInt8] = [])
+public func appbox(
+  _ arguments: [String], root: String?, environment extra: [String: String] = [:], input: [UInt8] = []
+)
   throws -> ProcessResult
 {
   var environment = ProcessInfo.processInfo.environment

@@ -11,7 +11,8 @@ public final class TemporaryDirectory: @unchecked Sendable {
     var template = Array("/tmp/appbox-\(label)-XXXXXX".utf8CString)
     let result = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
     precondition(result != nil, "mkdtemp failed")
-    path = String(cString: template.map { UInt8(bitPattern: $0) }.dropLast().map { CChar(bitPattern: $0) } + [0])
+    path = String(
+      cString: template.map { UInt8(bitPattern: $0) }.dropLast().map { CChar(bitPattern: $0) } + [0])
   }
 
   deinit { try? FileTree.remove(atPath: path) }

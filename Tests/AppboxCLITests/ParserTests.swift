@@ -8,7 +8,9 @@ import Testing
 struct Sample: ParsableCommand {
   static let description = CommandDescription(
     name: "sample", abstract: "A sample.",
-    positionals: [.init("APP", help: "An app."), .init("MORE", help: "More.", optional: true, repeating: true)],
+    positionals: [
+      .init("APP", help: "An app."), .init("MORE", help: "More.", optional: true, repeating: true),
+    ],
     options: [
       .init("repo", value: "DIR", help: "A repo."), .init("full", help: "Full."),
       .init("compress", help: "How.", choices: ["none", "gzip", "zstd"]),
@@ -27,7 +29,8 @@ struct Trail: ParsableCommand {
 
 struct Group: CommandGroup {
   static let description = CommandDescription(
-    name: "group", abstract: "A group.", subcommands: [Sample.self], groupPositionals: [.init("APP", help: "An app.")])
+    name: "group", abstract: "A group.", subcommands: [Sample.self],
+    groupPositionals: [.init("APP", help: "An app.")])
 }
 
 struct ParserTests {
@@ -42,7 +45,8 @@ struct ParserTests {
   }
 
   @Test func optionsFlagsChoicesAndRepeatingPositionals() throws {
-    let parsed = try parser.parse(["sample", "a", "b", "--repo", "R", "c", "--full", "--compress=zstd"]).arguments
+    let parsed = try parser.parse(["sample", "a", "b", "--repo", "R", "c", "--full", "--compress=zstd"])
+      .arguments
     #expect(parsed.positionals == ["a", "b", "c"])
     #expect(parsed.value("repo") == "R" && parsed.flag("full") && parsed.value("compress") == "zstd")
   }
@@ -108,7 +112,9 @@ struct GoldenHelpTests {
     var paths: [[String]] = [[]]
     for command in AppboxCLI.commands {
       paths.append([command.description.name])
-      for sub in command.description.subcommands { paths.append([command.description.name, sub.description.name]) }
+      for sub in command.description.subcommands {
+        paths.append([command.description.name, sub.description.name])
+      }
     }
     return paths
   }

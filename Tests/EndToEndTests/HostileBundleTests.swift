@@ -28,24 +28,33 @@ struct HostileBundleTests {
     try PropertyList.dictionary(dictionary).binaryData().write(to: URL(fileURLWithPath: path))
   }
 
-  func expectRefused(_ bundle: HostileBundle, mentioning fragment: String, sourceLocation: SourceLocation = #_sourceLocation)
+  func expectRefused(
+    _ bundle: HostileBundle, mentioning fragment: String, sourceLocation: SourceLocation = #_sourceLocation
+  )
     throws
   {
     let device = Device()
     let result = try withExtendedLifetime(bundle) { try device.run("install", bundle.path) }
-    #expect(result.status == 65, "\(fragment): status \(result.status) \(result.err)", sourceLocation: sourceLocation)
+    #expect(
+      result.status == 65, "\(fragment): status \(result.status) \(result.err)",
+      sourceLocation: sourceLocation)
     #expect(result.err.contains(fragment), "stderr was: \(result.err)", sourceLocation: sourceLocation)
     #expect(result.err.split(separator: "\n").count == 1, "\(result.err)", sourceLocation: sourceLocation)
-    #expect(!result.err.contains("root:x:0:0") && !result.out.contains("root:x:0:0"), sourceLocation: sourceLocation)
-    #expect(device.applicationRootEntries().isEmpty, "left \(device.applicationRootEntries())",
-            sourceLocation: sourceLocation)
+    #expect(
+      !result.err.contains("root:x:0:0") && !result.out.contains("root:x:0:0"), sourceLocation: sourceLocation
+    )
+    #expect(
+      device.applicationRootEntries().isEmpty, "left \(device.applicationRootEntries())",
+      sourceLocation: sourceLocation)
   }
 
   @Test func brokenInfoPlists() throws {
     let missing = try hostileBundle { try FileManager.default.removeItem(atPath: $0 + "/Info.plist") }
     try expectRefused(missing, mentioning: "Info.plist is missing")
 
-    let garbage = try hostileBundle { try Data("<plist><dict><key>x".utf8).write(to: URL(fileURLWithPath: $0 + "/Info.plist")) }
+    let garbage = try hostileBundle {
+      try Data("<plist><dict><key>x".utf8).write(to: URL(fileURLWithPath: $0 + "/Info.plist"))
+    }
     try expectRefused(garbage, mentioning: "Info.plist is not a valid property list")
 
     let truncated = try hostileBundle { bundle in
@@ -55,7 +64,9 @@ struct HostileBundleTests {
     try expectRefused(truncated, mentioning: "Info.plist is not a valid property list")
 
     let nested = try hostileBundle { bundle in
-      let text = "<plist><dict><key>k</key>" + String(repeating: "<array>", count: 50_000) + String(repeating: "</array>", count: 50_000) + "</dict></plist>"
+      let text =
+        "<plist><dict><key>k</key>" + String(repeating: "<array>", count: 50_000)
+        + String(repeating: "</array>", count: 50_000) + "</dict></plist>"
       try Data(text.utf8).write(to: URL(fileURLWithPath: bundle + "/Info.plist"))
     }
     try expectRefused(nested, mentioning: "Info.plist is not a valid property list")
@@ -97,7 +108,9 @@ struct HostileBundleTests {
     try expectRefused(noVersion, mentioning: "CFBundleVersion is missing")
     let missingExecutable = try hostileBundle { try FileManager.default.removeItem(atPath: $0 + "/Notes") }
     try expectRefused(missingExecutable, mentioning: "the executable 'Notes' (CFBundleExecutable) is missing")
-    let slashExecutable = try hostileBundle { try writeInfo($0, ["CFBundleExecutable": .string("bin/Notes")]) }
+    let slashExecutable = try hostileBundle {
+      try writeInfo($0, ["CFBundleExecutable": .string("bin/Notes")])
+    }
     try expectRefused(slashExecutable, mentioning: "must be a file name directly in the bundle")
     let dirExecutable = try hostileBundle { try writeInfo($0, ["CFBundleExecutable": .string("Base.lproj")]) }
     try expectRefused(dirExecutable, mentioning: "is missing or not a regular file")
@@ -129,14 +142,18 @@ struct HostileBundleTests {
     let dir = TemporaryDirectory("hostile")
     try copyTree(fixturePath("bundles/Notes-1.0/Notes.app"), to: dir.url("Real.app"))
     try dir.symlink("Notes.app", to: dir.url("Real.app"))
-    try expectRefused(HostileBundle(dir: dir, path: dir.url("Notes.app")), mentioning: "the bundle itself is a symbolic link")
+    try expectRefused(
+      HostileBundle(dir: dir, path: dir.url("Notes.app")), mentioning: "the bundle itself is a symbolic link")
     try dir.makeDirectory("Plain")
-    try expectRefused(HostileBundle(dir: dir, path: dir.url("Plain")), mentioning: "a bundle is a directory named <Name>.app")
+    try expectRefused(
+      HostileBundle(dir: dir, path: dir.url("Plain")), mentioning: "a bundle is a directory named <Name>.app")
   }
 
   @Test func missingCapabilitiesAreNamed() throws {
     let bundle = try hostileBundle {
-      try writeInfo($0, ["UIRequiredDeviceCapabilities": .array([.string("arm64"), .string("nfc"), .string("telephony")])])
+      try writeInfo(
+        $0,
+        ["UIRequiredDeviceCapabilities": .array([.string("arm64"), .string("nfc"), .string("telephony")])])
     }
     try expectRefused(bundle, mentioning: "lacks required capabilities nfc, telephony")
     let dictionary = try hostileBundle {
@@ -149,7 +166,9 @@ struct HostileBundleTests {
     let dir = TemporaryDirectory("hostile")
     try copyTree(fixturePath("bundles/Journal-1.0/Journal.app"), to: dir.url("Journal.app"))
     try Data("#!/bin/sh\necho changed\n".utf8).write(to: URL(fileURLWithPath: dir.url("Journal.app/Journal")))
-    try expectRefused(HostileBundle(dir: dir, path: dir.url("Journal.app")), mentioning: "seal check failed: 'Journal' was modified")
+    try expectRefused(
+      HostileBundle(dir: dir, path: dir.url("Journal.app")),
+      mentioning: "seal check failed: 'Journal' was modified")
   }
 
   @Test func setuidBitsAreNeverCopied() throws {

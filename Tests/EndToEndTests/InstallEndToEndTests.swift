@@ -10,7 +10,9 @@ final class Device: @unchecked Sendable {
   var root: String { dir.url("root") }
 
   @discardableResult
-  func run(_ arguments: String..., environment: [String: String] = [:], input: [UInt8] = []) throws -> ProcessResult {
+  func run(_ arguments: String..., environment: [String: String] = [:], input: [UInt8] = []) throws
+    -> ProcessResult
+  {
     try appbox(arguments, root: root, environment: environment, input: input)
   }
 
@@ -61,14 +63,16 @@ struct InstallEndToEndTests {
       #expect(isDirectory.boolValue, "\(directory)")
     }
     // The bundle is a byte-for-byte copy, sealed with a CodeResources naming every file.
-    let original = try Data(contentsOf: URL(fileURLWithPath: fixturePath("bundles/Notes-1.0/Notes.app/Notes")))
+    let original = try Data(
+      contentsOf: URL(fileURLWithPath: fixturePath("bundles/Notes-1.0/Notes.app/Notes")))
     #expect(try Data(contentsOf: URL(fileURLWithPath: home + "/Notes.app/Notes")) == original)
     let seal = try Data(contentsOf: URL(fileURLWithPath: home + "/Notes.app/_CodeSignature/CodeResources"))
     let plist = try PropertyList.decode(seal)
     #expect(plist["files2"]?["Notes"]?["hash2"]?.data?.count == 32)
     #expect(plist["files2"]?["Localized"]?["symlink"]?.string == "Base.lproj")
     let metadata = try PropertyList.decode(
-      try Data(contentsOf: URL(fileURLWithPath: home + "/.com.apple.mobile_container_manager.metadata.plist")))
+      try Data(contentsOf: URL(fileURLWithPath: home + "/.com.apple.mobile_container_manager.metadata.plist"))
+    )
     #expect(metadata["MCMMetadataIdentifier"]?.string == "com.example.notes")
     #expect(device.applicationRootEntries() == [id])
   }
@@ -125,7 +129,8 @@ struct InstallEndToEndTests {
     let id = try device.install("Notes-1.0/Notes.app")
     let home = device.root + "/ApplicationRoot/" + id
     let expected = [
-      "data": home, "bundle": home + "/Notes.app", "documents": home + "/Documents", "library": home + "/Library",
+      "data": home, "bundle": home + "/Notes.app", "documents": home + "/Documents",
+      "library": home + "/Library",
       "preferences": home + "/Library/Preferences", "caches": home + "/Library/Caches", "tmp": home + "/tmp",
     ]
     for (location, path) in expected {
@@ -167,8 +172,9 @@ struct InstallEndToEndTests {
     let device = Device()
     try device.run("device")
     // Killed after the registry commit, before the rename: the next command finishes it.
-    let killed = try device.run("install", fixturePath("bundles/Notes-1.0/Notes.app"),
-                                environment: ["APPBOX_CRASH_AT": "install.committed"])
+    let killed = try device.run(
+      "install", fixturePath("bundles/Notes-1.0/Notes.app"),
+      environment: ["APPBOX_CRASH_AT": "install.committed"])
     #expect(killed.status == 128 + SIGKILL)
     #expect(device.applicationRootEntries().first?.hasPrefix(".staging-") == true)
     let list = try #require(try device.json("list") as? [[String: Any]])

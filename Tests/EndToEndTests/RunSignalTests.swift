@@ -13,12 +13,16 @@ struct RunSignalTests {
     let home = device.root + "/ApplicationRoot/" + id
     let process = Process()
     process.executableURL = URL(fileURLWithPath: productsDirectory + "/appbox")
-    process.arguments = ["--root", device.root, "run", "com.example.notes", "--", "/bin/sh", "-c",
-                         "echo $$ > Documents/pid.tmp && mv Documents/pid.tmp Documents/pid && exec sleep 30"]
+    process.arguments = [
+      "--root", device.root, "run", "com.example.notes", "--", "/bin/sh", "-c",
+      "echo $$ > Documents/pid.tmp && mv Documents/pid.tmp Documents/pid && exec sleep 30",
+    ]
     try process.run()
     for _ in 0..<500 where !FileManager.default.fileExists(atPath: home + "/Documents/pid") { usleep(10_000) }
-    let pid = try #require(Int32(try String(contentsOfFile: home + "/Documents/pid", encoding: .utf8)
-      .trimmingCharacters(in: .whitespacesAndNewlines)))
+    let pid = try #require(
+      Int32(
+        try String(contentsOfFile: home + "/Documents/pid", encoding: .utf8)
+          .trimmingCharacters(in: .whitespacesAndNewlines)))
     defer { kill(pid, SIGKILL) }
     kill(process.processIdentifier, SIGTERM)
     process.waitUntilExit()

@@ -23,7 +23,8 @@ struct UpdateEndToEndTests {
   @Test func dataSurvivesByteForByteInANewHome() throws {
     let (device, oldHome, before) = try installedNotes()
     let oldID = splitPath(oldHome).name
-    let result = try device.run("--json", "update", "com.example.notes", fixturePath("bundles/Notes-2.0/Notes.app"))
+    let result = try device.run(
+      "--json", "update", "com.example.notes", fixturePath("bundles/Notes-2.0/Notes.app"))
     #expect(result.status == 0, "\(result.err)")
     let report = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout)) as? [String: Any])
     let newID = try #require(report["newContainerID"] as? String)
@@ -37,7 +38,8 @@ struct UpdateEndToEndTests {
     #expect(device.applicationRootEntries() == [newID])
     #expect(try FileManager.default.contentsOfDirectory(atPath: newHome + "/tmp").isEmpty)
     let list = try #require(try device.json("list") as? [[String: Any]])
-    #expect(list.count == 1 && list[0]["containerID"] as? String == newID && list[0]["version"] as? String == "2.0")
+    #expect(
+      list.count == 1 && list[0]["containerID"] as? String == newID && list[0]["version"] as? String == "2.0")
     // The new bundle is installed and sealed.
     let inspect = try #require(try device.json("inspect", "com.example.notes") as? [String: Any])
     #expect((inspect["seal"] as? [String: Any])?["valid"] as? Bool == true)
@@ -54,33 +56,42 @@ struct UpdateEndToEndTests {
     #expect(downgrade.err.contains("from 2.0 to 1.0: that is a downgrade"))
     let same = try device.run("update", "com.example.notes", fixturePath("bundles/Notes-2.0/Notes.app"))
     #expect(same.status == 65)
-    let foreign = try device.run("update", "com.example.notes", fixturePath("bundles/Journal-1.0/Journal.app"))
+    let foreign = try device.run(
+      "update", "com.example.notes", fixturePath("bundles/Journal-1.0/Journal.app"))
     #expect(foreign.status == 65)
     #expect(foreign.err.contains("the identifiers differ"))
     #expect(try treeManifest(home) == before)
     #expect(device.applicationRootEntries() == [id])
     // With --allow-downgrade it goes through.
-    let allowed = try device.run("update", "com.example.notes", fixturePath("bundles/Notes-1.0/Notes.app"),
-                                 "--allow-downgrade")
+    let allowed = try device.run(
+      "update", "com.example.notes", fixturePath("bundles/Notes-1.0/Notes.app"),
+      "--allow-downgrade")
     #expect(allowed.status == 0, "\(allowed.err)")
   }
 
   @Test func stalePathsAreReported() throws {
     let (device, oldHome, _) = try installedNotes()
-    try Data("{\"db\": \"\(oldHome)/Documents/x\"}".utf8).write(to: URL(fileURLWithPath: oldHome + "/Documents/config.json"))
-    let result = try device.run("--json", "update", "com.example.notes", fixturePath("bundles/Notes-2.0/Notes.app"))
+    try Data("{\"db\": \"\(oldHome)/Documents/x\"}".utf8).write(
+      to: URL(fileURLWithPath: oldHome + "/Documents/config.json"))
+    let result = try device.run(
+      "--json", "update", "com.example.notes", fixturePath("bundles/Notes-2.0/Notes.app"))
     let report = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout)) as? [String: Any])
     #expect(report["staleAbsolutePaths"] as? [String] == ["Documents/config.json"])
-    #expect(result.err.contains("warning: 1 file(s) still mention the old home's absolute path (Documents/config.json)"))
+    #expect(
+      result.err.contains(
+        "warning: 1 file(s) still mention the old home's absolute path (Documents/config.json)"))
   }
 
   /// A SIGKILL at each journal step: the next command leaves the app installed once, in one
   /// home, with all of its data.
-  @Test(arguments: ["update.journaled", "update.moved-one", "update.moved", "update.committed", "update.switched"])
+  @Test(arguments: [
+    "update.journaled", "update.moved-one", "update.moved", "update.committed", "update.switched",
+  ])
   func killAtEachStepIsRecovered(_ point: String) throws {
     let (device, _, before) = try installedNotes()
-    let killed = try device.run("update", "com.example.notes", fixturePath("bundles/Notes-2.0/Notes.app"),
-                                environment: ["APPBOX_CRASH_AT": point])
+    let killed = try device.run(
+      "update", "com.example.notes", fixturePath("bundles/Notes-2.0/Notes.app"),
+      environment: ["APPBOX_CRASH_AT": point])
     #expect(killed.status == 128 + SIGKILL, "\(point): \(killed.err)")
     try expectInstalledOnceWithData(device, before, point)
   }
@@ -91,7 +102,9 @@ struct UpdateEndToEndTests {
     let id = try #require(list.first?["containerID"] as? String)
     #expect(device.applicationRootEntries() == [id], "\(label): \(device.applicationRootEntries())")
     #expect(try dataManifest(device.root + "/ApplicationRoot/" + id) == before, "\(label)")
-    #expect(((try? FileManager.default.contentsOfDirectory(atPath: device.root + "/.appbox/journal")) ?? []).isEmpty)
+    #expect(
+      ((try? FileManager.default.contentsOfDirectory(atPath: device.root + "/.appbox/journal")) ?? []).isEmpty
+    )
   }
 
   /// Black box: SIGKILL `appbox update` at random moments, then check after the next command.
@@ -101,8 +114,10 @@ struct UpdateEndToEndTests {
       let (device, _, before) = try installedNotes()
       let process = Process()
       process.executableURL = URL(fileURLWithPath: productsDirectory + "/appbox")
-      process.arguments = ["--root", device.root, "--quiet", "update", "com.example.notes",
-                           fixturePath("bundles/Notes-2.0/Notes.app")]
+      process.arguments = [
+        "--root", device.root, "--quiet", "update", "com.example.notes",
+        fixturePath("bundles/Notes-2.0/Notes.app"),
+      ]
       process.standardError = FileHandle.nullDevice
       try process.run()
       usleep(UInt32.random(in: 0...60_000, using: &generator))
@@ -125,8 +140,10 @@ struct UpdateWhileRunningTests {
     let id = try device.install("Notes-1.0/Notes.app")
     let app = Process()
     app.executableURL = URL(fileURLWithPath: productsDirectory + "/appbox")
-    app.arguments = ["--root", device.root, "run", "com.example.notes", "--", "/bin/sh", "-c",
-                     "echo $$ > Documents/pid.tmp && mv Documents/pid.tmp Documents/pid && exec sleep 30"]
+    app.arguments = [
+      "--root", device.root, "run", "com.example.notes", "--", "/bin/sh", "-c",
+      "echo $$ > Documents/pid.tmp && mv Documents/pid.tmp Documents/pid && exec sleep 30",
+    ]
     try app.run()
     let home = device.root + "/ApplicationRoot/" + id
     for _ in 0..<500 where !FileManager.default.fileExists(atPath: home + "/Documents/pid") { usleep(10_000) }

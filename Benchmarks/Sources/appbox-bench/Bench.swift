@@ -39,7 +39,9 @@ struct Bench {
   func resticExcludes(_ home: String) -> String {
     "--exclude \(home)/Bench.app --exclude \(home)/Library/Caches --exclude \(home)/tmp"
   }
-  func home() throws -> String { try shell.run("\(ab) path \(app)").trimmingCharacters(in: .whitespacesAndNewlines) }
+  func home() throws -> String {
+    try shell.run("\(ab) path \(app)").trimmingCharacters(in: .whitespacesAndNewlines)
+  }
 
   mutating func runAll() throws -> String {
     let shape = size.shape
@@ -60,7 +62,8 @@ struct Bench {
       "tools: \(toolVersions())",
     ]
     // Warm the cache once, then the floors.
-    try shell.run("cat \(home)/Documents/*/* >/dev/null 2>&1 || true; find \(home) -type f -exec cat {} + >/dev/null")
+    try shell.run(
+      "cat \(home)/Documents/*/* >/dev/null 2>&1 || true; find \(home) -type f -exec cat {} + >/dev/null")
     var scenarios: [Scenario] = []
     scenarios.append(try floors(home))
     scenarios.append(try fullBackup(home))
@@ -72,10 +75,14 @@ struct Bench {
   }
 
   func toolVersions() -> String {
-    let tar = (try? shell.run("tar --version | head -1"))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "?"
+    let tar =
+      (try? shell.run("tar --version | head -1"))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "?"
     let bsdtar = (try? shell.run("bsdtar --version"))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "?"
-    let restic = (try? shell.run("restic version | cut -d' ' -f1-2"))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "?"
-    return [tar, bsdtar.split(separator: " ").prefix(2).joined(separator: " "), restic].joined(separator: "; ")
+    let restic =
+      (try? shell.run("restic version | cut -d' ' -f1-2"))?.trimmingCharacters(in: .whitespacesAndNewlines)
+      ?? "?"
+    return [tar, bsdtar.split(separator: " ").prefix(2).joined(separator: " "), restic].joined(
+      separator: "; ")
   }
 
   /// The walk floor and the read floor over the backed-up part of the home.
@@ -100,7 +107,8 @@ struct Bench {
       rows["appbox", default: []].append(
         try shell.time("\(ab) --quiet backup \(app) --full --repo \(work)/full/appbox", memory: true))
       rows["GNU tar level 0", default: []].append(
-        try shell.time("tar -C \(home) \(tarExcludes) --listed-incremental=\(work)/full/snar -cf \(work)/full/l0.tar ."))
+        try shell.time(
+          "tar -C \(home) \(tarExcludes) --listed-incremental=\(work)/full/snar -cf \(work)/full/l0.tar ."))
       rows["bsdtar (pax)", default: []].append(
         try shell.time("bsdtar --format pax -cf \(work)/full/bsd.tar -C \(home) \(bsdtarExcludes) ."))
       rows["restic", default: []].append(
@@ -126,18 +134,23 @@ struct Bench {
     let prune = "-path ./Bench.app -prune -o -path ./Library/Caches -prune -o -path ./tmp -prune -o"
     for run in 0..<runs {
       _ = try mutate(home: home, percent: 1, seed: UInt64(100 + run))
-      inc["appbox", default: []].append(try shell.time("\(ab) --quiet backup \(app) --repo \(base)/appbox", memory: true))
+      inc["appbox", default: []].append(
+        try shell.time("\(ab) --quiet backup \(app) --repo \(base)/appbox", memory: true))
       try shell.run("cp \(base)/snar \(base)/snar.\(run)")
       inc["GNU tar level 1", default: []].append(
-        try shell.time("tar -C \(home) \(tarExcludes) --listed-incremental=\(base)/snar.\(run) -cf \(base)/l1-\(run).tar ."))
+        try shell.time(
+          "tar -C \(home) \(tarExcludes) --listed-incremental=\(base)/snar.\(run) -cf \(base)/l1-\(run).tar ."
+        ))
       inc["restic", default: []].append(
         try shell.time("restic -q -r \(base)/restic backup \(resticExcludes(home)) \(home)"))
       try shell.run("mv \(base)/snar.\(run) \(base)/snar")
       // Nothing changed since: the no-change backups.
-      same["appbox", default: []].append(try shell.time("\(ab) --quiet backup \(app) --repo \(base)/appbox", memory: true))
+      same["appbox", default: []].append(
+        try shell.time("\(ab) --quiet backup \(app) --repo \(base)/appbox", memory: true))
       try shell.run("cp \(base)/snar \(base)/snar.nc")
       same["GNU tar level 1", default: []].append(
-        try shell.time("tar -C \(home) \(tarExcludes) --listed-incremental=\(base)/snar.nc -cf \(base)/nc.tar ."))
+        try shell.time(
+          "tar -C \(home) \(tarExcludes) --listed-incremental=\(base)/snar.nc -cf \(base)/nc.tar ."))
       same["restic", default: []].append(
         try shell.time("restic -q -r \(base)/restic backup \(resticExcludes(home)) \(home)"))
       same["stat walk (find -printf)", default: []].append(
@@ -146,7 +159,9 @@ struct Bench {
     }
     incremental.rows = ["appbox", "GNU tar level 1", "restic"].map { ($0, inc[$0] ?? []) }
     incremental.targets = [("appbox", "GNU tar level 1", 0.7), ("appbox", "restic", 0.05)]
-    noChange.rows = ["appbox", "GNU tar level 1", "restic", "stat walk (find -printf)"].map { ($0, same[$0] ?? []) }
+    noChange.rows = ["appbox", "GNU tar level 1", "restic", "stat walk (find -printf)"].map {
+      ($0, same[$0] ?? [])
+    }
     noChange.targets = [("appbox", "stat walk (find -printf)", 1.5)]
     return (incremental, noChange)
   }
@@ -159,7 +174,8 @@ struct Bench {
       try shell.run("rm -rf \(work)/restore && mkdir -p \(work)/restore/tar \(work)/restore/restic")
       rows["appbox", default: []].append(
         try shell.time("\(ab) --quiet restore \(app) --snapshot latest --repo \(base)/appbox", memory: true))
-      rows["tar -x (level 0)", default: []].append(try shell.time("tar -xf \(base)/l0.tar -C \(work)/restore/tar"))
+      rows["tar -x (level 0)", default: []].append(
+        try shell.time("tar -xf \(base)/l0.tar -C \(work)/restore/tar"))
       rows["restic restore", default: []].append(
         try shell.time("restic -q -r \(base)/restic restore latest --target \(work)/restore/restic"))
       progress("restore run \(run + 1)/\(runs)")
@@ -191,15 +207,18 @@ struct Bench {
       rows["appbox update (whole)", default: []].append(Sample(seconds: total))
       if let data = output.data(using: .utf8),
         let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
-        let durations = object["durations"] as? [String: Any], let migration = durations["migration"] as? Double
+        let durations = object["durations"] as? [String: Any],
+        let migration = durations["migration"] as? Double
       {
         rows["appbox migration step", default: []].append(Sample(seconds: migration))
       }
       home = try self.home()
       progress("update run \(run + 1)/\(runs)")
     }
-    scenario.rows = ["appbox update (whole)", "appbox migration step", "cp -a Documents Library", "mv of a directory"]
-      .compactMap { tool in rows[tool].map { (tool, $0) } }
+    scenario.rows = [
+      "appbox update (whole)", "appbox migration step", "cp -a Documents Library", "mv of a directory",
+    ]
+    .compactMap { tool in rows[tool].map { (tool, $0) } }
     scenario.targets = [("appbox update (whole)", "cp -a Documents Library", 0.25)]
     return scenario
   }

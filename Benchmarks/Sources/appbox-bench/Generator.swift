@@ -150,8 +150,10 @@ func generateData(home: String, shape: HomeShape) throws {
   var random = SeededRandom(seed: shape.seed)
   let writer = ContentWriter(seed: shape.seed ^ 0xDA7A)
   // Where files go: Documents 60%, Library 15%, Library/Caches 20%, tmp 5%.
-  let areas: [(String, Double)] = [("Documents", 0.60), ("Library/Application Support", 0.15),
-                                   ("Library/Caches", 0.20), ("tmp", 0.05)]
+  let areas: [(String, Double)] = [
+    ("Documents", 0.60), ("Library/Application Support", 0.15),
+    ("Library/Caches", 0.20), ("tmp", 0.05),
+  ]
   // Sizes: 90% small (1-16 KB), 9% medium (64 KB-1 MB), 1% large; scaled to the byte budget.
   var sizes: [Int] = (0..<shape.files).map { _ in
     let roll = random.below(1000)
@@ -176,13 +178,15 @@ func generateData(home: String, shape: HomeShape) throws {
       // A new folder every 20-80 files, nested up to four levels deep.
       if inDirectory == 0 || inDirectory > 20 + random.below(60) {
         let depth = 1 + random.below(4)
-        directory = home + "/" + area + (0..<depth).map { level in "/folder-\(level)-\(random.below(12))" }.joined()
+        directory =
+          home + "/" + area + (0..<depth).map { level in "/folder-\(level)-\(random.below(12))" }.joined()
         try makeDirectories(directory)
         inDirectory = 0
       }
       let compressible = random.below(4) == 0
-      try writer.write(directory + "/file-\(fileIndex).\(compressible ? "txt" : "bin")", size: sizes[fileIndex],
-                       compressible: compressible)
+      try writer.write(
+        directory + "/file-\(fileIndex).\(compressible ? "txt" : "bin")", size: sizes[fileIndex],
+        compressible: compressible)
       fileIndex += 1
       inDirectory += 1
     }

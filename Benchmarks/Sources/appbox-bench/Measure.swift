@@ -33,7 +33,8 @@ struct Shell {
     while !reader.isFinished { usleep(1000) }
     if process.terminationStatus != 0 && !allowFailure {
       throw GeneratorError(
-        "command failed (\(process.terminationStatus)): \(command)\n\(String(decoding: errData, as: UTF8.self))")
+        "command failed (\(process.terminationStatus)): \(command)\n\(String(decoding: errData, as: UTF8.self))"
+      )
     }
     return String(decoding: outData, as: UTF8.self)
   }
@@ -57,7 +58,8 @@ struct Shell {
 func median(_ values: [Double]) -> Double {
   let sorted = values.sorted()
   guard !sorted.isEmpty else { return .nan }
-  return sorted.count % 2 == 1 ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
+  return sorted.count % 2 == 1
+    ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
 }
 
 /// Results of one scenario: each tool's samples.
@@ -83,23 +85,32 @@ func format(_ seconds: Double) -> String {
 func report(_ scenarios: [Scenario], title: String, notes: [String]) -> String {
   var lines = ["# \(title)", ""] + notes.map { "- \($0)" } + [""]
   for scenario in scenarios {
-    lines += ["## \(scenario.name)", "", "| tool | median | runs | ratio vs \(scenario.reference) | appbox peak RSS |",
-              "|---|---:|---:|---:|---:|"]
+    lines += [
+      "## \(scenario.name)", "",
+      "| tool | median | runs | ratio vs \(scenario.reference) | appbox peak RSS |",
+      "|---|---:|---:|---:|---:|",
+    ]
     let reference = scenario.medianSeconds(scenario.reference) ?? .nan
     for row in scenario.rows {
       let value = median(row.samples.map(\.seconds))
-      let peak = row.samples.compactMap(\.peakKiB).max().map { String(format: "%.1f MB", Double($0) / 1024) } ?? ""
-      lines.append("| \(row.tool) | \(format(value)) | \(row.samples.count) | \(String(format: "%.2fx", value / reference)) | \(peak) |")
+      let peak =
+        row.samples.compactMap(\.peakKiB).max().map { String(format: "%.1f MB", Double($0) / 1024) } ?? ""
+      lines.append(
+        "| \(row.tool) | \(format(value)) | \(row.samples.count) | \(String(format: "%.2fx", value / reference)) | \(peak) |"
+      )
     }
     lines.append("")
   }
   lines += ["## Targets", "", "| target | measured | bound | verdict |", "|---|---:|---:|---|"]
   for scenario in scenarios {
     for (numerator, denominator, bound) in scenario.targets {
-      guard let a = scenario.medianSeconds(numerator), let b = scenario.medianSeconds(denominator) else { continue }
+      guard let a = scenario.medianSeconds(numerator), let b = scenario.medianSeconds(denominator) else {
+        continue
+      }
       let ratio = a / b
       lines.append(
-        "| \(scenario.name): \(numerator) / \(denominator) | \(String(format: "%.2fx", ratio)) | ≤ \(String(format: "%.2fx", bound)) | \(ratio <= bound ? "met" : "missed") |")
+        "| \(scenario.name): \(numerator) / \(denominator) | \(String(format: "%.2fx", ratio)) | ≤ \(String(format: "%.2fx", bound)) | \(ratio <= bound ? "met" : "missed") |"
+      )
     }
   }
   return lines.joined(separator: "\n") + "\n"

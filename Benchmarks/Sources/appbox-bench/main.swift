@@ -54,7 +54,9 @@ do {
     try text.write(toFile: results + "/\(size.rawValue).md", atomically: true, encoding: .utf8)
     progress("results written to \(results)/\(size.rawValue).md")
   default:
-    fail("usage: appbox-bench bundle|generate|mutate|run ... (see the header of Benchmarks/Sources/appbox-bench/main.swift)")
+    fail(
+      "usage: appbox-bench bundle|generate|mutate|run ... (see the header of Benchmarks/Sources/appbox-bench/main.swift)"
+    )
   }
 } catch {
   FileHandle.standardError.write(Data("appbox-bench: \(error)\n".utf8))

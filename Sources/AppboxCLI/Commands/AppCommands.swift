@@ -32,24 +32,29 @@ struct ListCommand: ParsableCommand {
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     let apps = try context.openDevice(mutating: false).registry.apps()
-    let text = apps.isEmpty
+    let text =
+      apps.isEmpty
       ? "No apps installed."
-      : table(["BUNDLE ID", "VERSION", "CONTAINER ID"], apps.map { [$0.bundleIdentifier, $0.version, $0.containerID] })
+      : table(
+        ["BUNDLE ID", "VERSION", "CONTAINER ID"],
+        apps.map { [$0.bundleIdentifier, $0.version, $0.containerID] })
     return CommandOutput(
       text: text,
-      json: .array(apps.map { app in
-        .object([
-          ("bundleIdentifier", .string(app.bundleIdentifier)), ("containerID", .string(app.containerID)),
-          ("version", .string(app.version)),
-        ])
-      }))
+      json: .array(
+        apps.map { app in
+          .object([
+            ("bundleIdentifier", .string(app.bundleIdentifier)), ("containerID", .string(app.containerID)),
+            ("version", .string(app.version)),
+          ])
+        }))
   }
 }
 
 struct InspectCommand: ParsableCommand {
   static let description = CommandDescription(
     name: "inspect",
-    abstract: "Show an app's home, version, seal, and each standard directory's files, bytes and backup policy.",
+    abstract:
+      "Show an app's home, version, seal, and each standard directory's files, bytes and backup policy.",
     positionals: [appArgument])
   let app: String
   init(_ arguments: ParsedArguments) throws { app = arguments.positional(0)! }
@@ -90,18 +95,25 @@ struct InspectCommand: ParsableCommand {
         ("bundleIdentifier", .string(record.bundleIdentifier)), ("containerID", .string(record.containerID)),
         ("version", .string(record.version)), ("shortVersion", .optional(record.shortVersion)),
         ("name", .string(record.displayName)), ("home", .string(report.home)),
-        ("bundle", .string(record.bundleDirectoryName)), ("installedAt", .string(timestamp(record.installedAt))),
+        ("bundle", .string(record.bundleDirectoryName)),
+        ("installedAt", .string(timestamp(record.installedAt))),
         ("updatedAt", record.updatedAt.map { .string(timestamp($0)) } ?? .null),
-        ("fileSharingEnabled", .bool(record.fileSharingEnabled)), ("teamIdentifier", .optional(record.teamIdentifier)),
+        ("fileSharingEnabled", .bool(record.fileSharingEnabled)),
+        ("teamIdentifier", .optional(record.teamIdentifier)),
         ("keychainAccessGroups", .array(record.keychainAccessGroups.map(JSONValue.string))),
         ("seal", .object(seal)),
-        ("locations", .array(report.locations.map { location in
-          .object([
-            ("name", .string(location.name)), ("files", .int(location.files)), ("bytes", .int(location.bytes)),
-            ("backedUp", .bool(location.backedUp)), ("policy", .string(location.policy)),
-            ("excludedItems", .int(location.excludedItems)),
-          ])
-        })),
+        (
+          "locations",
+          .array(
+            report.locations.map { location in
+              .object([
+                ("name", .string(location.name)), ("files", .int(location.files)),
+                ("bytes", .int(location.bytes)),
+                ("backedUp", .bool(location.backedUp)), ("policy", .string(location.policy)),
+                ("excludedItems", .int(location.excludedItems)),
+              ])
+            })
+        ),
       ]))
   }
 }
@@ -111,8 +123,10 @@ struct PathCommand: ParsableCommand {
     name: "path", abstract: "Print one absolute path of an app's home.",
     positionals: [
       appArgument,
-      .init("LOCATION", help: "bundle, data (the home; the default), documents, library, preferences, caches or tmp.",
-            optional: true),
+      .init(
+        "LOCATION",
+        help: "bundle, data (the home; the default), documents, library, preferences, caches or tmp.",
+        optional: true),
     ])
   let app: String
   let location: HomeLocation
@@ -122,7 +136,8 @@ struct PathCommand: ParsableCommand {
     let name = arguments.positional(1) ?? "data"
     guard let location = HomeLocation(rawValue: name) else {
       throw arguments.usage(
-        "unknown location '\(name)' (expected one of: \(HomeLocation.allCases.map(\.rawValue).joined(separator: ", ")))")
+        "unknown location '\(name)' (expected one of: \(HomeLocation.allCases.map(\.rawValue).joined(separator: ", ")))"
+      )
     }
     self.location = location
   }
@@ -130,7 +145,8 @@ struct PathCommand: ParsableCommand {
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: false)
     let path = session.home(of: try session.app(app)).path(of: location)
-    return CommandOutput(text: path, json: .object([("path", .string(path)), ("location", .string(location.rawValue))]))
+    return CommandOutput(
+      text: path, json: .object([("path", .string(path)), ("location", .string(location.rawValue))]))
   }
 }
 

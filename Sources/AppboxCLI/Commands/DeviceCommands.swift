@@ -26,7 +26,8 @@ func deviceOutput(_ identity: DeviceIdentity, root: DeviceRoot, verb: String? = 
 
 struct DeviceShow: ParsableCommand {
   static let description = CommandDescription(
-    name: "show", abstract: "Print the device's UDID, name and capabilities (creating the root on first use).")
+    name: "show", abstract: "Print the device's UDID, name and capabilities (creating the root on first use)."
+  )
   init(_ arguments: ParsedArguments) throws {}
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: false)
@@ -37,17 +38,22 @@ struct DeviceShow: ParsableCommand {
 struct DeviceInit: ParsableCommand {
   static let description = CommandDescription(
     name: "init",
-    abstract: "Create the device root explicitly, or rename it and set its capabilities (the UDID never changes).",
+    abstract:
+      "Create the device root explicitly, or rename it and set its capabilities (the UDID never changes).",
     options: [
       .init("name", value: "N", help: "The device's name."),
-      .init("capabilities", value: "a,b,...", help: "The device's capabilities, comma-separated (replaces the list)."),
+      .init(
+        "capabilities", value: "a,b,...",
+        help: "The device's capabilities, comma-separated (replaces the list)."),
     ])
   let name: String?
   let capabilities: [String]?
 
   init(_ arguments: ParsedArguments) throws {
     name = arguments.value("name")
-    if let name, name.trimmingCharacters(in: .whitespaces).isEmpty { throw arguments.usage("--name may not be empty") }
+    if let name, name.trimmingCharacters(in: .whitespaces).isEmpty {
+      throw arguments.usage("--name may not be empty")
+    }
     capabilities = arguments.value("capabilities").map {
       $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
     }
@@ -61,7 +67,8 @@ struct DeviceInit: ParsableCommand {
     if let name { identity.name = name }
     if let capabilities { identity.capabilities = capabilities }
     if identity != session.identity { try root.saveIdentity(identity) }
-    let verb = existed ? (identity != session.identity ? "Updated device" : "Device exists") : "Created device"
+    let verb =
+      existed ? (identity != session.identity ? "Updated device" : "Device exists") : "Created device"
     return deviceOutput(identity, root: root, verb: verb)
   }
 }

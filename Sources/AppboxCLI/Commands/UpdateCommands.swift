@@ -12,7 +12,10 @@ struct UpdateCommand: ParsableCommand {
       rename(2); tmp and anything else in the old home are dropped. Keychain items are not touched.
       """,
     positionals: [appArgument, .init("BUNDLE.app", help: "The new version of the app's bundle.")],
-    options: [.init("allow-downgrade", help: "Accept a bundle whose version is not higher (a downgrade or reinstall).")])
+    options: [
+      .init(
+        "allow-downgrade", help: "Accept a bundle whose version is not higher (a downgrade or reinstall).")
+    ])
   let app: String
   let bundle: String
   let allowDowngrade: Bool
@@ -48,10 +51,13 @@ func updateText(_ report: UpdateReport, verb: String = "Updated") -> String {
     "  dropped    tmp (\(report.droppedTmpFiles) files, \(byteCount(report.droppedTmpBytes)))"
       + (report.droppedItems.isEmpty ? "" : "; other items: " + report.droppedItems.joined(separator: ", ")),
   ]
-  if let snapshot = report.preUpdateSnapshot { lines.append("  snapshot   \(snapshot) (taken before the update)") }
+  if let snapshot = report.preUpdateSnapshot {
+    lines.append("  snapshot   \(snapshot) (taken before the update)")
+  }
   lines.append(
     String(
-      format: "  took       %.3f s (snapshot %.3f s, migration %.1f ms)", report.totalSeconds, report.snapshotSeconds,
+      format: "  took       %.3f s (snapshot %.3f s, migration %.1f ms)", report.totalSeconds,
+      report.snapshotSeconds,
       report.migrationSeconds * 1000))
   if !report.staleAbsolutePaths.isEmpty {
     lines.append("  stale paths (files mentioning the old home):")
@@ -66,20 +72,30 @@ func updateJSON(_ report: UpdateReport) -> JSONValue {
     ("oldContainerID", .string(report.oldContainerID)), ("newContainerID", .string(report.newContainerID)),
     ("oldVersion", .string(report.oldVersion)), ("newVersion", .string(report.newVersion)),
     ("home", .string(report.newHome)),
-    ("moved", .object([
-      ("directories", .array([.string("Documents"), .string("Library")])), ("files", .int(report.movedFiles)),
-      ("bytes", .int(report.movedBytes)),
-    ])),
-    ("dropped", .object([
-      ("tmpFiles", .int(report.droppedTmpFiles)), ("tmpBytes", .int(report.droppedTmpBytes)),
-      ("items", .array(report.droppedItems.map(JSONValue.string))),
-    ])),
+    (
+      "moved",
+      .object([
+        ("directories", .array([.string("Documents"), .string("Library")])),
+        ("files", .int(report.movedFiles)),
+        ("bytes", .int(report.movedBytes)),
+      ])
+    ),
+    (
+      "dropped",
+      .object([
+        ("tmpFiles", .int(report.droppedTmpFiles)), ("tmpBytes", .int(report.droppedTmpBytes)),
+        ("items", .array(report.droppedItems.map(JSONValue.string))),
+      ])
+    ),
     ("preUpdateSnapshot", .optional(report.preUpdateSnapshot)),
     ("staleAbsolutePaths", .array(report.staleAbsolutePaths.map(JSONValue.string))),
-    ("durations", .object([
-      ("snapshot", .number(report.snapshotSeconds)), ("migration", .number(report.migrationSeconds)),
-      ("total", .number(report.totalSeconds)),
-    ])),
+    (
+      "durations",
+      .object([
+        ("snapshot", .number(report.snapshotSeconds)), ("migration", .number(report.migrationSeconds)),
+        ("total", .number(report.totalSeconds)),
+      ])
+    ),
   ])
 }
 

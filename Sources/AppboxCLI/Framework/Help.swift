@@ -25,7 +25,8 @@ enum HelpFormatter {
     // A group's own positionals come before its subcommand (`files APP SUBCOMMAND`).
     let groupPositionals = (description.subcommands.isEmpty ? Array(chain.dropLast()) : chain)
       .flatMap { $0.description.groupPositionals }
-    let prefix = (["appbox", chain[0].description.name] + groupPositionals.map(\.name)
+    let prefix =
+      (["appbox", chain[0].description.name] + groupPositionals.map(\.name)
       + chain.dropFirst().map { $0.description.name }).joined(separator: " ")
     if description.subcommands.isEmpty {
       lines.append("USAGE: " + ([prefix] + usageTail(description)).joined(separator: " "))
@@ -60,7 +61,9 @@ enum HelpFormatter {
 
   /// "install BUNDLE.app" — the name and its arguments, for command lists.
   static func usageHead(_ description: CommandDescription) -> String {
-    ([description.name] + description.groupPositionals.map(\.name) + (description.subcommands.isEmpty ? usageTail(description, options: false) : ["SUBCOMMAND"])).joined(separator: " ")
+    ([description.name] + description.groupPositionals.map(\.name)
+      + (description.subcommands.isEmpty ? usageTail(description, options: false) : ["SUBCOMMAND"])).joined(
+        separator: " ")
   }
 
   static func usageTail(_ description: CommandDescription, options: Bool = true) -> [String] {

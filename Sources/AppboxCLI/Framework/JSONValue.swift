@@ -31,7 +31,8 @@ public indirect enum JSONValue: Sendable, Equatable {
     case .string(let value): return Self.quote(value)
     case .array(let items):
       if items.isEmpty { return "[]" }
-      return "[\n" + items.map { inner + $0.serialized(indent: indent + 1) }.joined(separator: ",\n") + "\n\(pad)]"
+      return "[\n" + items.map { inner + $0.serialized(indent: indent + 1) }.joined(separator: ",\n")
+        + "\n\(pad)]"
     case .object(let members):
       if members.isEmpty { return "{}" }
       return "{\n"

@@ -41,7 +41,9 @@ public struct ParsedArguments: Sendable {
   public func integer(_ name: String, range: ClosedRange<Int> = Int.min...Int.max) throws -> Int? {
     guard let text = value(name) else { return nil }
     guard let number = Int(text), range.contains(number) else {
-      throw usage("--\(name) takes a whole number\(range.lowerBound > Int.min ? " from \(range.lowerBound)" : ""), not '\(text)'")
+      throw usage(
+        "--\(name) takes a whole number\(range.lowerBound > Int.min ? " from \(range.lowerBound)" : ""), not '\(text)'"
+      )
     }
     return number
   }
@@ -50,7 +52,9 @@ public struct ParsedArguments: Sendable {
   public func positional(_ index: Int) -> String? { index < positionals.count ? positionals[index] : nil }
 
   /// Positionals from `index` on.
-  public func positionals(from index: Int) -> [String] { index < positionals.count ? Array(positionals[index...]) : [] }
+  public func positionals(from index: Int) -> [String] {
+    index < positionals.count ? Array(positionals[index...]) : []
+  }
 
   /// A usage error pointing at this command's help.
   public func usage(_ message: String) -> UsageError {

@@ -46,7 +46,8 @@ public struct ArgumentParser: Sendable {
     var pendingError: UsageError?
     func fail(_ message: String) {
       if pendingError == nil {
-        pendingError = UsageError(message, commandPath: chain.map { $0.description.name }.joined(separator: " "))
+        pendingError = UsageError(
+          message, commandPath: chain.map { $0.description.name }.joined(separator: " "))
       }
     }
 
@@ -108,7 +109,9 @@ public struct ArgumentParser: Sendable {
         }
       } else if token == "-h" {
         globals.help = true
-      } else if token.count > 1 && token.hasPrefix("-") && !token.dropFirst().allSatisfy({ $0.isNumber || $0 == "." }) {
+      } else if token.count > 1 && token.hasPrefix("-")
+        && !token.dropFirst().allSatisfy({ $0.isNumber || $0 == "." })
+      {
         fail("unknown option '\(token)'")
       } else {
         guard let command = chain.last else {

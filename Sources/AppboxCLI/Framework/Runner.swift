@@ -12,7 +12,9 @@ public struct CommandRunner: Sendable {
     self.version = version
   }
 
-  public func run(_ arguments: [String], environment: [String: String], stdout: OutputSink, stderr: OutputSink)
+  public func run(
+    _ arguments: [String], environment: [String: String], stdout: OutputSink, stderr: OutputSink
+  )
     -> Int32
   {
     let invocation: Invocation
@@ -27,11 +29,14 @@ public struct CommandRunner: Sendable {
     }
     let globals = invocation.globals
     if globals.version {
-      stdout.write(globals.json ? JSONValue.object([("version", .string(version))]).serialized() + "\n" : "appbox \(version)\n")
+      stdout.write(
+        globals.json
+          ? JSONValue.object([("version", .string(version))]).serialized() + "\n" : "appbox \(version)\n")
       return 0
     }
     if globals.help || invocation.command == nil {
-      let text = invocation.chain.isEmpty
+      let text =
+        invocation.chain.isEmpty
         ? HelpFormatter.rootHelp(commands: parser.commands, version: version)
         : HelpFormatter.commandHelp(chain: invocation.chain)
       stdout.write(text)
