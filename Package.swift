@@ -10,7 +10,7 @@ let package = Package(
     .executable(name: "appbox-sandbox", targets: ["appbox-sandbox"]),
     .library(
       name: "AppboxKit",
-      targets: ["AppboxCore", "AppboxContainer"]),
+      targets: ["AppboxCore", "AppboxContainer", "AppboxBackup"]),
   ],
   targets: [
     // C libraries, one door each: only the module named in the comment imports it.
@@ -39,8 +39,12 @@ let package = Package(
     .target(
       name: "AppboxContainer",
       dependencies: ["AppboxCore", "AppboxStore", "AppboxCrypto"]),
+    // Incremental tar snapshots: scan, change detection, archive, catalog; restore, check, forget.
+    .target(
+      name: "AppboxBackup",
+      dependencies: ["AppboxCore", "AppboxStore", "AppboxCrypto", "AppboxArchive", "AppboxContainer"]),
     // Command-line parsing, the commands, text and JSON output.
-    .target(name: "AppboxCLI", dependencies: ["AppboxCore", "AppboxContainer"]),
+    .target(name: "AppboxCLI", dependencies: ["AppboxCore", "AppboxContainer", "AppboxBackup"]),
     // The executable: a few lines that hand over to AppboxCLI.
     .executableTarget(name: "appbox", dependencies: ["AppboxCLI"]),
 
@@ -52,6 +56,9 @@ let package = Package(
     .testTarget(name: "AppboxCryptoTests", dependencies: ["AppboxCrypto", "AppboxTestSupport"]),
     .testTarget(name: "AppboxArchiveTests", dependencies: ["AppboxArchive", "AppboxTestSupport"]),
     .testTarget(name: "AppboxContainerTests", dependencies: ["AppboxContainer", "AppboxTestSupport"]),
+    .testTarget(
+      name: "AppboxBackupTests",
+      dependencies: ["AppboxBackup", "AppboxArchive", "AppboxCrypto", "AppboxTestSupport"]),
     .testTarget(name: "AppboxCLITests", dependencies: ["AppboxCLI", "AppboxTestSupport"]),
     .testTarget(name: "EndToEndTests", dependencies: ["AppboxCore", "AppboxTestSupport"]),
   ]

@@ -10,7 +10,7 @@ public enum AppboxCLI {
   /// Every top-level command, in the order help lists them.
   public static let commands: [any ParsableCommand.Type] = [
     DeviceCommand.self, InstallCommand.self, ListCommand.self, InspectCommand.self, PathCommand.self,
-    UninstallCommand.self,
+    UninstallCommand.self, BackupCommand.self, SnapshotsCommand.self,
   ]
 
   public static let runner = CommandRunner(commands: commands, version: version)

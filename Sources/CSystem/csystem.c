@@ -21,8 +21,9 @@ int appbox_openat2(int dirfd, const char *path, int flags, unsigned int mode, ui
   struct open_how how;
   memset(&how, 0, sizeof how);
   how.flags = (uint64_t)(unsigned int)flags;
-  /* openat2 rejects a mode unless O_CREAT or O_TMPFILE is given. */
-  if (flags & (O_CREAT | __O_TMPFILE)) how.mode = mode;
+  /* openat2 rejects a mode unless O_CREAT or O_TMPFILE is given. O_TMPFILE includes the
+   * O_DIRECTORY bit, so test for all of its bits: O_DIRECTORY alone takes no mode. */
+  if ((flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE) how.mode = mode;
   how.resolve = resolve;
   long fd;
   do {

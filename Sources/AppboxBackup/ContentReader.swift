@@ -1,0 +1,203 @@
+// Stage 3a of a backup: read and hash changed files, on their own thread.
+//
+// Algorithm: for each archive item in order, the reader opens a changed regular file beneath
+// the home (no symlink followed anywhere), takes fstat, reads its `user.*` attributes, and
+// either stops there (the file is marked "exclude from backup"), reads it whole (small files:
+// the archiver can then skip content the repository already holds), or streams it in chunks
+// (large files). SHA-256 runs here, on this thread, while the archiver writes on the other
+// core. Directory and symlink items pass straight through so the archiver sees every item
+// in order.
+//
+// A file changed while read (size, mtime, ctime or inode differ between the fstat before and
+// after, or it ended early) is read again, up to `maxAttempts` times; a streamed attempt that
+// turns out unstable has already gone to the archive, so the archiver appends the next attempt
+// as a new member of the same path (later members win in tar). The last attempt is kept
+// either way and flagged unstable, for a warning. A file that ended early is padded with
+// zeros to the size its header declared; the digest covers those zeros, so the digest always
+// describes the member's bytes. Buffers are handed to the archiver, which frees them.
+
+import AppboxContainer
+import AppboxCore
+import AppboxCrypto
+import Glibc
+
+/// What the reader learned about a file when it opened it.
+struct OpenedFile {
+  var status: FileStatus
+  var attributes: [ExtendedAttribute]
+  var isExcluded: Bool { attributes.contains { $0.name == excludeFromBackupAttribute } }
+}
+
+/// A message from the reader to the archiver, in item order.
+enum ContentMessage {
+  /// A directory or symlink item: nothing to read.
+  case passthrough(item: Int)
+  /// A small file read whole: `buffer[0..<count]` is its content.
+  case whole(item: Int, file: OpenedFile, buffer: UnsafeMutableRawBufferPointer, count: Int, digest: Digest,
+             stable: Bool)
+  /// A large file's attempt begins: the header declares `file.status.size` bytes.
+  case begin(item: Int, file: OpenedFile)
+  case chunk(buffer: UnsafeMutableRawBufferPointer, count: Int)
+  /// The attempt ended: `short` bytes were missing (to pad); `final` is false when another
+  /// attempt follows.
+  case end(item: Int, digest: Digest, short: Int64, stable: Bool, final: Bool)
+  /// Marked "exclude from backup": not read.
+  case excluded(item: Int, file: OpenedFile)
+  /// Gone (or no longer a regular file) by the time it was opened.
+  case vanished(item: Int, reason: String?)
+  /// Another path of a file (same inode) read earlier in this run as `first`.
+  case hardlink(item: Int, first: Int)
+}
+
+/// Reads the changed files of an archive plan and feeds the archiver.
+final class ContentReader: @unchecked Sendable {
+  static let wholeFileLimit = 1 << 20
+  static let chunkSize = 1 << 20
+  static let maxAttempts = 4
+
+  private let home: FileDescriptor
+  private let plan: ArchivePlan
+  private let queue: HandoffQueue<ContentMessage>
+
+  init(home: FileDescriptor, plan: ArchivePlan, queue: HandoffQueue<ContentMessage>) {
+    self.home = home
+    self.plan = plan
+    self.queue = queue
+  }
+
+  /// Runs on the reader thread; closes the queue when done or failed.
+  func run() throws {
+    defer { queue.close() }
+    let hasher = SHA256Hasher()
+    var firstPathOfInode: [UInt64: Int] = [:]
+    for (index, item) in plan.items.enumerated() {
+      guard case .file(let directory, let entry) = item else {
+        guard queue.push(.passthrough(item: index)) else { return }
+        continue
+      }
+      let scanned = plan.directories[directory].entries[entry]
+      if scanned.status.linkCount > 1 {
+        if let first = firstPathOfInode[scanned.status.inode] {
+          guard queue.push(.hardlink(item: index, first: first)) else { return }
+          continue
+        }
+        firstPathOfInode[scanned.status.inode] = index
+      }
+      let path = joinPath(plan.directories[directory].path, scanned.name)
+      guard try read(item: index, path: path, hasher: hasher) else { return }
+    }
+  }
+
+  /// Reads one file (all attempts). Returns false when the archiver cancelled.
+  private func read(item: Int, path: [UInt8], hasher: SHA256Hasher) throws -> Bool {
+    var attempt = 0
+    while true {
+      attempt += 1
+      let isLast = attempt == ContentReader.maxAttempts
+      let fd: FileDescriptor
+      do {
+        fd = try home.openBeneath(path, O_RDONLY | O_NONBLOCK, displayPath: display(path))
+      } catch let error as SystemError where error.errno == .noEntry {
+        return queue.push(.vanished(item: item, reason: nil))
+      } catch let error as SystemError where error.errno == .tooManyLinks {
+        return queue.push(.vanished(item: item, reason: "it was replaced by a symbolic link during the backup"))
+      } catch let error as SystemError {
+        throw unreadable(error, path: display(path))
+      }
+      defer { fd.close() }
+      let before: FileStatus
+      let attributes: [ExtendedAttribute]
+      do {
+        before = try fd.status()
+        guard before.type == .regular else {
+          return queue.push(.vanished(item: item, reason: "it stopped being a regular file during the backup"))
+        }
+        attributes = try fd.userExtendedAttributes().map { ExtendedAttribute(name: $0.name, value: $0.value) }
+      } catch let error as SystemError {
+        throw unreadable(error, path: display(path))
+      }
+      let file = OpenedFile(status: before, attributes: attributes)
+      if file.isExcluded { return queue.push(.excluded(item: item, file: file)) }
+
+      if before.size <= Int64(ContentReader.wholeFileLimit) {
+        // Read one byte more than declared, to notice growth without another system call.
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Int(before.size) + 1, alignment: 16)
+        var count = 0
+        do {
+          while count < buffer.count {
+            let n = try fd.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[count...]))
+            if n == 0 { break }
+            count += n
+          }
+        } catch let error as SystemError {
+          buffer.deallocate()
+          throw unreadable(error, path: display(path))
+        }
+        let after = try fd.status()
+        let stable = count == Int(before.size) && Self.same(before, after)
+        if !stable && !isLast {
+          buffer.deallocate()
+          continue
+        }
+        hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
+        var kept = file
+        kept.status.size = Int64(count)
+        let message = ContentMessage.whole(
+          item: item, file: kept, buffer: buffer, count: count, digest: hasher.finalize(), stable: stable)
+        if !queue.push(message, cost: count + 256) {
+          buffer.deallocate()
+          return false
+        }
+        return true
+      }
+
+      guard queue.push(.begin(item: item, file: file)) else { return false }
+      var remaining = before.size
+      while remaining > 0 {
+        let size = Int(min(Int64(ContentReader.chunkSize), remaining))
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 16)
+        let n: Int
+        do {
+          n = try fd.read(into: buffer)
+        } catch let error as SystemError {
+          buffer.deallocate()
+          throw unreadable(error, path: display(path))
+        }
+        if n == 0 {
+          buffer.deallocate()
+          break
+        }
+        hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+        remaining -= Int64(n)
+        guard queue.push(.chunk(buffer: buffer, count: n), cost: n) else {
+          buffer.deallocate()
+          return false
+        }
+      }
+      if remaining > 0 { Self.hashZeros(remaining, into: hasher) }
+      let after = try fd.status()
+      let stable = remaining == 0 && Self.same(before, after)
+      guard queue.push(.end(item: item, digest: hasher.finalize(), short: remaining, stable: stable, final: stable || isLast))
+      else { return false }
+      if stable || isLast { return true }
+    }
+  }
+
+  /// Whether two stats of one open file say it did not change in between.
+  static func same(_ a: FileStatus, _ b: FileStatus) -> Bool {
+    a.size == b.size && a.modificationTime == b.modificationTime && a.changeTime == b.changeTime
+      && a.inode == b.inode
+  }
+
+  private static func hashZeros(_ count: Int64, into hasher: SHA256Hasher) {
+    let zeros = [UInt8](repeating: 0, count: 64 * 1024)
+    var left = count
+    zeros.withUnsafeBytes { buffer in
+      while left > 0 {
+        let n = Int(min(left, Int64(buffer.count)))
+        hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+        left -= Int64(n)
+      }
+    }
+  }
+}

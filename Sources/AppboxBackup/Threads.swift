@@ -1,0 +1,135 @@
+// The few threading tools the engines use: a mutex with a condition, a thread one can join,
+// and a bounded hand-off queue. Engines run their stages on plain threads (not Swift
+// concurrency): each stage is a tight loop of blocking system calls, and each C handle
+// (SQLite connection, libarchive object, hash context) must stay on one thread.
+
+import Foundation
+import Glibc
+
+/// A pthread mutex with one condition variable.
+final class Mutex: @unchecked Sendable {
+  private var mutex = pthread_mutex_t()
+  private var condition = pthread_cond_t()
+
+  init() {
+    pthread_mutex_init(&mutex, nil)
+    pthread_cond_init(&condition, nil)
+  }
+
+  deinit {
+    pthread_cond_destroy(&condition)
+    pthread_mutex_destroy(&mutex)
+  }
+
+  func withLock<T>(_ body: () throws -> T) rethrows -> T {
+    pthread_mutex_lock(&mutex)
+    defer { pthread_mutex_unlock(&mutex) }
+    return try body()
+  }
+
+  /// Waits for a signal; call with the lock held (inside `withLock`).
+  func wait() { pthread_cond_wait(&condition, &mutex) }
+
+  /// Wakes every waiter.
+  func broadcast() { pthread_cond_broadcast(&condition) }
+}
+
+/// A thread running one closure; `join()` waits for it and returns what it threw, if anything.
+final class WorkerThread: @unchecked Sendable {
+  private let done = DispatchSemaphore(value: 0)
+  private var failure: Error?
+
+  init(name: String, _ body: @escaping @Sendable () throws -> Void) {
+    let thread = Thread { [self] in
+      do { try body() } catch { failure = error }
+      done.signal()
+    }
+    thread.name = name
+    thread.stackSize = 1 << 20
+    thread.start()
+  }
+
+  /// Waits for the thread to finish; rethrows its error.
+  func join() throws {
+    done.wait()
+    if let failure { throw failure }
+  }
+}
+
+/// A first-in first-out queue between one producer and one consumer thread, bounded by a
+/// cost (bytes in flight) so a fast producer cannot fill memory. `close()` ends it; after
+/// `cancel()` both sides stop (the producer's `push` returns false).
+final class HandoffQueue<Element>: @unchecked Sendable {
+  private let mutex = Mutex()
+  private var items: [(Element, Int)] = []
+  private var head = 0
+  private var cost = 0
+  private let capacity: Int
+  private var closed = false
+  private var cancelled = false
+  private var producerWaiting = false
+  private var consumerWaiting = false
+
+  init(capacity: Int) { self.capacity = capacity }
+
+  /// Adds an element of `cost` (waits while the queue is over capacity). Returns false when
+  /// the consumer cancelled.
+  @discardableResult
+  func push(_ element: Element, cost elementCost: Int = 1) -> Bool {
+    mutex.withLock {
+      while !cancelled && cost > 0 && cost + elementCost > capacity {
+        producerWaiting = true
+        mutex.wait()
+        producerWaiting = false
+      }
+      if cancelled { return false }
+      items.append((element, elementCost))
+      cost += elementCost
+      if consumerWaiting { mutex.broadcast() }
+      return true
+    }
+  }
+
+  /// No more elements will come.
+  func close() {
+    mutex.withLock {
+      closed = true
+      mutex.broadcast()
+    }
+  }
+
+  /// Stops both sides; pending elements are dropped (and handed to `discard`).
+  func cancel(discard: (Element) -> Void = { _ in }) {
+    let dropped: [Element] = mutex.withLock {
+      cancelled = true
+      let rest = items[head...].map(\.0)
+      items.removeAll()
+      head = 0
+      cost = 0
+      mutex.broadcast()
+      return rest
+    }
+    dropped.forEach(discard)
+  }
+
+  /// The next element, or nil once the queue is closed and empty (or cancelled).
+  func pop() -> Element? {
+    mutex.withLock {
+      while head == items.count && !closed && !cancelled {
+        consumerWaiting = true
+        mutex.wait()
+        consumerWaiting = false
+      }
+      if cancelled || head == items.count { return nil }
+      let (element, elementCost) = items[head]
+      head += 1
+      if head > 1024 && head * 2 > items.count {
+        items.removeFirst(head)
+        head = 0
+      }
+      cost -= elementCost
+      if producerWaiting { mutex.broadcast() }
+      return element
+    }
+  }
+}
