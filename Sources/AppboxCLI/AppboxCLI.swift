@@ -1,3 +1,4 @@
+import AppboxBackup
 import AppboxContainer
 import AppboxCore
 import Foundation
@@ -11,6 +12,7 @@ public enum AppboxCLI {
   public static let commands: [any ParsableCommand.Type] = [
     DeviceCommand.self, InstallCommand.self, ListCommand.self, InspectCommand.self, PathCommand.self,
     UninstallCommand.self, BackupCommand.self, SnapshotsCommand.self,
+    RestoreCommand.self,
   ]
 
   public static let runner = CommandRunner(commands: commands, version: version)
@@ -33,7 +35,7 @@ extension CommandContext {
     try DeviceSession.open(root: deviceRoot, mutating: mutating, recovery: recoverySteps, environment: environment)
   }
 
-  var recoverySteps: [any RecoveryStep] { [ContainerRecovery()] }
+  var recoverySteps: [any RecoveryStep] { [ContainerRecovery(), HomeSwapRecovery()] }
 }
 
 /// Formats dates as ISO 8601 in UTC, the same in text and JSON.
