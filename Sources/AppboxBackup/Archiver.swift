@@ -79,7 +79,7 @@ struct FileResult {
 final class Archiver {
   private let plan: ArchivePlan
   private let writer: ArchiveWriter
-  private let catalog: Catalog
+  private let catalog: Catalog?
   private let archiveName: String
   private let deduplicate: Bool
   private let observer: EngineObserver
@@ -95,7 +95,7 @@ final class Archiver {
   private var filesDone = 0
   private var bytesDone: Int64 = 0
 
-  init(plan: ArchivePlan, writer: ArchiveWriter, catalog: Catalog, archiveName: String, deduplicate: Bool,
+  init(plan: ArchivePlan, writer: ArchiveWriter, catalog: Catalog?, archiveName: String, deduplicate: Bool,
        observer: EngineObserver)
   {
     self.plan = plan
@@ -190,7 +190,7 @@ final class Archiver {
     }
     if data.count > 0 && deduplicate {
       if newBlobs[digest] != nil { return }
-      if try catalog.hasBlob(digest) { return }
+      if let catalog, try catalog.hasBlob(digest) { return }
     }
     let offset = writer.uncompressedOffset
     let path = path(of: item)

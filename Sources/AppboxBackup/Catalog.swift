@@ -130,11 +130,12 @@ public final class Catalog {
     """
   ]
 
-  /// Opens (creating and migrating when writable) the catalog at `path`.
-  public init(path: String, readOnly: Bool = false) throws {
+  /// Opens (creating and migrating when writable) the catalog at `path`. `walMode: false`
+  /// keeps a new database in one file (for a rebuild that is renamed into place).
+  public init(path: String, readOnly: Bool = false, walMode: Bool = true) throws {
     database = try Database(path: path, mode: readOnly ? .readOnly : .readWriteCreate)
     if !readOnly {
-      try database.setJournalModeWAL()
+      if walMode { try database.setJournalModeWAL() }
       try database.setSynchronous(.full)
       try database.migrate(Self.migrations)
     } else if try database.userVersion() != Self.migrations.count {

@@ -12,7 +12,8 @@ public enum AppboxCLI {
   public static let commands: [any ParsableCommand.Type] = [
     DeviceCommand.self, InstallCommand.self, ListCommand.self, InspectCommand.self, PathCommand.self,
     UninstallCommand.self, BackupCommand.self, SnapshotsCommand.self,
-    RestoreCommand.self,
+    RestoreCommand.self, DiffCommand.self, CheckCommand.self, ForgetCommand.self, ExportCommand.self,
+    ImportCommand.self,
   ]
 
   public static let runner = CommandRunner(commands: commands, version: version)
