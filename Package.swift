@@ -58,8 +58,9 @@ let package = Package(
     .testTarget(name: "AppboxContainerTests", dependencies: ["AppboxContainer", "AppboxTestSupport"]),
     .testTarget(
       name: "AppboxBackupTests",
-      dependencies: ["AppboxBackup", "AppboxArchive", "AppboxCrypto", "AppboxTestSupport"]),
+      dependencies: ["AppboxBackup", "AppboxArchive", "AppboxContainer", "AppboxCrypto", "AppboxTestSupport"]),
     .testTarget(name: "AppboxCLITests", dependencies: ["AppboxCLI", "AppboxTestSupport"]),
-    .testTarget(name: "EndToEndTests", dependencies: ["AppboxCore", "AppboxTestSupport"]),
+    .testTarget(
+      name: "EndToEndTests", dependencies: ["AppboxCore", "AppboxArchive", "AppboxBackup", "AppboxTestSupport"]),
   ]
 )

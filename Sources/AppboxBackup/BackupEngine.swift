@@ -34,6 +34,8 @@ public struct BackupOptions: Sendable {
   public var tag: String?
   /// Exports the app's keychain items into the snapshot, when given.
   public var keychain: (any KeychainSnapshotting)?
+  /// Tests: runs after each reading of a changed file (path, attempt).
+  var afterRead: (@Sendable ([UInt8], Int) -> Void)?
 
   public init(full: Bool = false, compression: ArchiveCompression = .none, tag: String? = nil,
               keychain: (any KeychainSnapshotting)? = nil)
@@ -178,7 +180,7 @@ private struct BackupRun {
       plan: plan, writer: writer, catalog: repository.catalog, archiveName: name, deduplicate: kind == .incremental,
       observer: observer)
     let queue = HandoffQueue<ContentMessage>(capacity: 16 << 20)
-    let reader = ContentReader(home: home, plan: plan, queue: queue)
+    let reader = ContentReader(home: home, plan: plan, queue: queue, afterRead: options.afterRead)
     let readerThread = WorkerThread(name: "appbox-read") { try reader.run() }
     do {
       try archiver.run(queue)

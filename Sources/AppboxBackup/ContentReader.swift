@@ -58,11 +58,17 @@ final class ContentReader: @unchecked Sendable {
   private let home: FileDescriptor
   private let plan: ArchivePlan
   private let queue: HandoffQueue<ContentMessage>
+  /// Tests: called with the path and attempt number after each reading, before the fstat
+  /// that decides whether the file held still.
+  private let afterRead: (@Sendable ([UInt8], Int) -> Void)?
 
-  init(home: FileDescriptor, plan: ArchivePlan, queue: HandoffQueue<ContentMessage>) {
+  init(home: FileDescriptor, plan: ArchivePlan, queue: HandoffQueue<ContentMessage>,
+       afterRead: (@Sendable ([UInt8], Int) -> Void)? = nil)
+  {
     self.home = home
     self.plan = plan
     self.queue = queue
+    self.afterRead = afterRead
   }
 
   /// Runs on the reader thread; closes the queue when done or failed.
@@ -133,6 +139,7 @@ final class ContentReader: @unchecked Sendable {
           buffer.deallocate()
           throw unreadable(error, path: display(path))
         }
+        afterRead?(path, attempt)
         let after = try fd.status()
         let stable = count == Int(before.size) && Self.same(before, after)
         if !stable && !isLast {
@@ -175,6 +182,7 @@ final class ContentReader: @unchecked Sendable {
         }
       }
       if remaining > 0 { Self.hashZeros(remaining, into: hasher) }
+      afterRead?(path, attempt)
       let after = try fd.status()
       let stable = remaining == 0 && Self.same(before, after)
       guard queue.push(.end(item: item, digest: hasher.finalize(), short: remaining, stable: stable, final: stable || isLast))
