@@ -161,15 +161,16 @@ public final class Catalog {
       archive: row.text(15) ?? "", keychainOffset: row.isNull(16) ? nil : row.int64(16), warnings: row.int(17))
   }
 
-  /// Snapshots, oldest first; only `app`'s when given.
+  /// Snapshots in the order they were committed (oldest first); only `app`'s when given.
+  /// Commit order, not the recorded time, decides which is latest: clocks can step back.
   public func snapshots(app: String? = nil) throws -> [Snapshot] {
     let statement: Statement
     if let app {
       statement = try database.prepare(
-        "SELECT \(Self.snapshotColumns) FROM snapshots WHERE app = ?1 ORDER BY time, rowid")
+        "SELECT \(Self.snapshotColumns) FROM snapshots WHERE app = ?1 ORDER BY rowid")
       try statement.bind([.text(app)])
     } else {
-      statement = try database.prepare("SELECT \(Self.snapshotColumns) FROM snapshots ORDER BY time, rowid")
+      statement = try database.prepare("SELECT \(Self.snapshotColumns) FROM snapshots ORDER BY rowid")
     }
     return try statement.rows(snapshot)
   }

@@ -83,44 +83,52 @@ public enum HomeSwap {
   public static func swap(_ staging: HomeStagingArea, into app: AppRecord, carrying: Carry, session: DeviceSession)
     throws
   {
+    let journal = try prepare(staging, into: app, carrying: carrying, session: session)
+    CrashPoint.hit("swap.journaled")
+    let journals = try FileDescriptor.open(session.root.journalDirectory, O_RDONLY | O_DIRECTORY)
+    defer { journals.close() }
+    defer { staging.applicationRoot.close() }
+    try finish(journal: journal, applicationRoot: staging.applicationRoot, journals: journals)
+  }
+
+  /// Makes the staged contents durable and writes the journal that commits the swap; from
+  /// here on, recovery rolls it forward. Closes the staging descriptor (discarding the
+  /// staging directory if this fails).
+  static func prepare(_ staging: HomeStagingArea, into app: AppRecord, carrying: Carry, session: DeviceSession)
+    throws -> PropertyList
+  {
     precondition(session.isLocked, "swapping a home needs the root's lock")
-    let applicationRoot = staging.applicationRoot
-    try staging.descriptor.setPermissions(0o700)
-    try staging.descriptor.syncFileSystem()
-    let home = try applicationRoot.open(app.containerID, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
-    let carried: [[UInt8]]
     do {
-      defer { home.close() }
-      switch carrying {
-      case .bundle:
-        carried = try home.status(ofRawName: Array(app.bundleDirectoryName.utf8)) == nil
-          ? [] : [Array(app.bundleDirectoryName.utf8)]
-      case .allButData:
-        carried = try home.entries().map(\.name).filter { $0 != Array("Documents".utf8) && $0 != Array("Library".utf8) }
+      try staging.descriptor.setPermissions(0o700)
+      try staging.descriptor.syncFileSystem()
+      let home = try staging.applicationRoot.open(app.containerID, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+      let carried: [[UInt8]]
+      do {
+        defer { home.close() }
+        switch carrying {
+        case .bundle:
+          let bundle = Array(app.bundleDirectoryName.utf8)
+          carried = try home.status(ofRawName: bundle) == nil ? [] : [bundle]
+        case .allButData:
+          carried = try home.entries().map(\.name).filter {
+            $0 != Array("Documents".utf8) && $0 != Array("Library".utf8)
+          }
+        }
       }
-    } catch {
-      staging.discard()
-      throw error
-    }
-    let journals: FileDescriptor
-    let journal: PropertyList
-    do {
-      journal = PropertyList.dictionary([
+      let journal = PropertyList.dictionary([
         "containerID": .string(app.containerID), "staging": .string(staging.name),
         "stagingInode": .integer(Int64(bitPattern: try staging.descriptor.status().inode)),
         "carry": .array(carried.map { .data(Data($0)) }),
       ])
-      journals = try FileDescriptor.open(session.root.journalDirectory, O_RDONLY | O_DIRECTORY)
+      let journals = try FileDescriptor.open(session.root.journalDirectory, O_RDONLY | O_DIRECTORY)
+      defer { journals.close() }
+      try AtomicFile.write(journal.binaryData(), to: journalName(app.containerID), in: journals, mode: 0o600)
+      staging.descriptor.close()
+      return journal
     } catch {
       staging.discard()
       throw error
     }
-    defer { journals.close() }
-    staging.descriptor.close()
-    try AtomicFile.write(journal.binaryData(), to: journalName(app.containerID), in: journals, mode: 0o600)
-    CrashPoint.hit("swap.journaled")
-    defer { applicationRoot.close() }
-    try finish(journal: journal, applicationRoot: applicationRoot, journals: journals)
   }
 
   /// Rolls a journaled swap forward from wherever it stopped.

@@ -3,6 +3,7 @@ import AppboxCore
 import AppboxTestSupport
 import Foundation
 import Glibc
+import Testing
 
 @testable import AppboxBackup
 
@@ -87,4 +88,21 @@ final class FakeKeychain: KeychainSnapshotting, @unchecked Sendable {
   }
 
   var imports: [[UInt8]] { lock.withLock { received } }
+}
+
+/// Flips one bit of the first occurrence of `needle` in the file at `path`.
+func flipByte(in path: String, within needle: [UInt8]) throws {
+  var bytes = Array(try Data(contentsOf: URL(fileURLWithPath: path)))
+  guard let start = (0...(bytes.count - needle.count)).first(where: { bytes[$0..<($0 + needle.count)].elementsEqual(needle) })
+  else { throw BackupError(.invalidRequest, "content not found in \(path)") }
+  bytes[start + needle.count / 2] ^= 0x01
+  try Data(bytes).write(to: URL(fileURLWithPath: path))
+}
+
+/// Expects two captures to be equal, listing what differs.
+func expectSame(
+  _ expected: [[UInt8]: CapturedEntry], _ actual: [[UInt8]: CapturedEntry], sourceLocation: SourceLocation = #_sourceLocation
+) {
+  let lines = differences(expected, actual)
+  #expect(lines.isEmpty, "\(lines.joined(separator: "\n"))", sourceLocation: sourceLocation)
 }
