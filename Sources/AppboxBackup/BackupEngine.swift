@@ -139,7 +139,7 @@ private struct BackupRun {
       try catalog.database.inTransaction {
         try catalog.insert(written.record)
         for tree in written.trees { try catalog.insertTree(tree.digest, data: tree.data, archive: archiveName) }
-        for blob in written.blobs { try catalog.insertBlob(blob) }
+        try catalog.insertBlobs(written.blobs)
         try catalog.insert(written.snapshot)
       }
       CrashPoint.hit("backup.committed")
@@ -169,10 +169,17 @@ private struct BackupRun {
   ) throws -> Written {
     let checksum = SHA256Hasher()
     nonisolated(unsafe) var size: Int64 = 0
+    nonisolated(unsafe) var flushed: Int64 = 0
     let writer = try ArchiveWriter(
       fileDescriptor: file.rawValue, compression: options.compression, name: repository.archivePath(name),
       outputObserver: { block in
         checksum.update(block)
+        // Start writeback of what is already written every 8 MiB, so the fsync before the
+        // commit does not find the whole archive still in memory.
+        if size - flushed >= 8 << 20 {
+          file.startWriteback(offset: flushed, length: size - flushed)
+          flushed = size
+        }
         size += Int64(block.count)
       })
     let kind: SnapshotKind = parent == nil ? .full : .incremental
@@ -226,3 +233,4 @@ func metadataMember(_ path: [UInt8], size: Int, time: Date) -> ArchiveEntry {
     path, size: Int64(size), permissions: 0o600,
     modificationTime: ArchiveTimestamp(seconds: Int64(seconds), nanoseconds: 0))
 }
+

@@ -297,6 +297,28 @@ public final class Catalog {
     try statement.execute()
   }
 
+  /// Adds many blob locations (those whose digest has none), with one prepared statement:
+  /// a full backup adds one per file.
+  public func insertBlobs(_ blobs: [BlobLocation]) throws {
+    let statement = try database.prepare(
+      "INSERT OR IGNORE INTO blobs(digest, archive, offset, path, size) VALUES (?1, ?2, ?3, ?4, ?5)")
+    guard let first = blobs.first else { return }
+    try statement.bind(first.archive, at: 2)
+    var archive = first.archive
+    // In digest order, the rows go into the B-tree in order.
+    for blob in blobs.sorted(by: { $0.digest < $1.digest }) {
+      try blob.digest.withUnsafeBytes { try statement.bind($0, at: 1) }
+      if blob.archive != archive {
+        archive = blob.archive
+        try statement.bind(archive, at: 2)
+      }
+      try statement.bind(blob.offset, at: 3)
+      try statement.bind(blob.path, at: 4)
+      try statement.bind(blob.size, at: 5)
+      try statement.execute()
+    }
+  }
+
   /// Every blob location, optionally only those in `archive`.
   public func blobs(inArchive archive: String? = nil) throws -> [BlobLocation] {
     let map = { (row: Statement) -> BlobLocation in

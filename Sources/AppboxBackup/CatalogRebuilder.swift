@@ -65,7 +65,7 @@ extension Repository {
           for tree in manifest.trees where try catalog.insertTree(tree.digest, data: tree.data, archive: record.name) {
             report.trees += 1
           }
-          for blob in manifest.blobs { try catalog.insertBlob(blob) }
+          try catalog.insertBlobs(manifest.blobs)
           if let snapshot = manifest.snapshot {
             try catalog.insert(snapshot)
             report.snapshots += 1

@@ -76,6 +76,10 @@ final class ContentReader: @unchecked Sendable {
     defer { queue.close() }
     let hasher = SHA256Hasher()
     var firstPathOfInode: [UInt64: Int] = [:]
+    // The directory of the current files, open: each file is then one openat of a plain name
+    // (items come grouped by directory), instead of a path walk from the home.
+    var open: (index: Int, descriptor: FileDescriptor)?
+    defer { open?.descriptor.close() }
     for (index, item) in plan.items.enumerated() {
       guard case .file(let directory, let entry) = item else {
         guard queue.push(.passthrough(item: index)) else { return }
@@ -89,20 +93,35 @@ final class ContentReader: @unchecked Sendable {
         }
         firstPathOfInode[scanned.status.inode] = index
       }
-      let path = joinPath(plan.directories[directory].path, scanned.name)
-      guard try read(item: index, path: path, hasher: hasher) else { return }
+      let parentPath = plan.directories[directory].path
+      let path = joinPath(parentPath, scanned.name)
+      if open?.index != directory {
+        open?.descriptor.close()
+        open = nil
+        do {
+          open = (directory, try home.openBeneath(parentPath, O_RDONLY | O_DIRECTORY, displayPath: display(parentPath)))
+        } catch let error as SystemError where error.errno == .noEntry || error.errno == .tooManyLinks {
+          guard queue.push(.vanished(item: index, reason: "its directory was moved during the backup")) else { return }
+          continue
+        } catch let error as SystemError {
+          throw unreadable(error, path: display(parentPath))
+        }
+      }
+      guard try read(item: index, name: scanned.name, in: open!.descriptor, path: path, hasher: hasher) else { return }
     }
   }
 
   /// Reads one file (all attempts). Returns false when the archiver cancelled.
-  private func read(item: Int, path: [UInt8], hasher: SHA256Hasher) throws -> Bool {
+  private func read(item: Int, name: [UInt8], in directory: FileDescriptor, path: [UInt8], hasher: SHA256Hasher)
+    throws -> Bool
+  {
     var attempt = 0
     while true {
       attempt += 1
       let isLast = attempt == ContentReader.maxAttempts
       let fd: FileDescriptor
       do {
-        fd = try home.openBeneath(path, O_RDONLY | O_NONBLOCK, displayPath: display(path))
+        fd = try directory.open(rawName: name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK)
       } catch let error as SystemError where error.errno == .noEntry {
         return queue.push(.vanished(item: item, reason: nil))
       } catch let error as SystemError where error.errno == .tooManyLinks {
@@ -126,11 +145,12 @@ final class ContentReader: @unchecked Sendable {
       if file.isExcluded { return queue.push(.excluded(item: item, file: file)) }
 
       if before.size <= Int64(ContentReader.wholeFileLimit) {
-        // Read one byte more than declared, to notice growth without another system call.
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Int(before.size) + 1, alignment: 16)
+        // Read the declared size; growth shows in the fstat after (size, mtime and ctime move
+        // with every write), which spares a read(2) that only confirms the end of the file.
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: max(1, Int(before.size)), alignment: 16)
         var count = 0
         do {
-          while count < buffer.count {
+          while count < Int(before.size) {
             let n = try fd.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[count...]))
             if n == 0 { break }
             count += n

@@ -49,9 +49,14 @@ final class WorkerThread: @unchecked Sendable {
     thread.start()
   }
 
-  /// Waits for the thread to finish; rethrows its error.
+  private var joined = false
+
+  /// Waits for the thread to finish; rethrows its error. Joining again returns at once.
   func join() throws {
-    done.wait()
+    if !joined {
+      done.wait()
+      joined = true
+    }
     if let failure { throw failure }
   }
 }
@@ -59,18 +64,27 @@ final class WorkerThread: @unchecked Sendable {
 /// A first-in first-out queue between one producer and one consumer thread, bounded by a
 /// cost (bytes in flight) so a fast producer cannot fill memory. `close()` ends it; after
 /// `cancel()` both sides stop (the producer's `push` returns false).
+///
+/// Wake-ups are batched: a waiting consumer is woken once `batch` elements (or a quarter of
+/// the capacity) are queued, and a waiting producer once the cost fell below half the
+/// capacity. Waking a thread per element costs a futex round trip each, which for many small
+/// files is more than the work itself.
 final class HandoffQueue<Element>: @unchecked Sendable {
   private let mutex = Mutex()
   private var items: [(Element, Int)] = []
   private var head = 0
   private var cost = 0
   private let capacity: Int
+  private let batch: Int
   private var closed = false
   private var cancelled = false
   private var producerWaiting = false
   private var consumerWaiting = false
 
-  init(capacity: Int) { self.capacity = capacity }
+  init(capacity: Int, batch: Int = 32) {
+    self.capacity = capacity
+    self.batch = batch
+  }
 
   /// Adds an element of `cost` (waits while the queue is over capacity). Returns false when
   /// the consumer cancelled.
@@ -79,13 +93,14 @@ final class HandoffQueue<Element>: @unchecked Sendable {
     mutex.withLock {
       while !cancelled && cost > 0 && cost + elementCost > capacity {
         producerWaiting = true
+        if consumerWaiting { mutex.broadcast() }
         mutex.wait()
         producerWaiting = false
       }
       if cancelled { return false }
       items.append((element, elementCost))
       cost += elementCost
-      if consumerWaiting { mutex.broadcast() }
+      if consumerWaiting && (items.count - head >= batch || cost >= capacity / 4) { mutex.broadcast() }
       return true
     }
   }
@@ -117,6 +132,7 @@ final class HandoffQueue<Element>: @unchecked Sendable {
     mutex.withLock {
       while head == items.count && !closed && !cancelled {
         consumerWaiting = true
+        if producerWaiting { mutex.broadcast() }
         mutex.wait()
         consumerWaiting = false
       }
@@ -128,8 +144,9 @@ final class HandoffQueue<Element>: @unchecked Sendable {
         head = 0
       }
       cost -= elementCost
-      if producerWaiting { mutex.broadcast() }
+      if producerWaiting && cost <= capacity / 2 { mutex.broadcast() }
       return element
     }
   }
 }
+

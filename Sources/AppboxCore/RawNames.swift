@@ -134,6 +134,13 @@ extension FileDescriptor {
     return result
   }
 
+  /// Starts writing a range of this file's dirty pages to disk without waiting, so that a
+  /// later `sync()` has little left to do. Advisory: failures are ignored.
+  /// Uses `sync_file_range(2)` with `SYNC_FILE_RANGE_WRITE`.
+  public func startWriteback(offset: Int64, length: Int64) {
+    _ = appbox_start_writeback(rawValue, offset, length)
+  }
+
   /// Bytes available to an unprivileged user on this descriptor's file system.
   /// Uses `fstatvfs(3)`.
   public func availableSpace() throws -> Int64 {

@@ -29,6 +29,10 @@ int appbox_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char
 /* syncfs(2): flushes the whole file system holding fd (a _GNU_SOURCE call). */
 int appbox_syncfs(int fd);
 
+/* sync_file_range(fd, offset, count, SYNC_FILE_RANGE_WRITE): starts writeback of a range
+ * without waiting for it (a _GNU_SOURCE call). */
+int appbox_start_writeback(int fd, int64_t offset, int64_t count);
+
 /* The Landlock ABI version the running kernel supports, or 0 when it has none. */
 int appbox_landlock_abi(void);
 
