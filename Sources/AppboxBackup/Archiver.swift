@@ -49,12 +49,12 @@ struct ArchivePlan: @unchecked Sendable {
         switch entry.type {
         case .directory:
           if let child = entry.child { children.append(child) }
-        case .file where entry.reused == nil:
+        case .file where !entry.isReused:
           fileItems[index << 32 | position] = items.count
           items.append(.file(directory: index, entry: position))
           fileCount += 1
           fileBytes += entry.status.size
-        case .symlink where entry.reused == nil:
+        case .symlink where !entry.isReused:
           items.append(.symlink(directory: index, entry: position))
         default:
           break
@@ -67,7 +67,7 @@ struct ArchivePlan: @unchecked Sendable {
 
 /// What archiving learned about one changed file.
 struct FileResult {
-  var status: FileStatus
+  var status: EntryStatus
   var attributes: [ExtendedAttribute]
   var isExcluded: Bool
   var digest: Digest?
@@ -83,34 +83,55 @@ final class Archiver {
   private let archiveName: String
   private let deduplicate: Bool
   private let observer: EngineObserver
+  private let pool: BufferPool
 
-  /// Results of `.file` items, by item index.
-  private(set) var results: [Int: FileResult] = [:]
-  /// Blobs whose content this archive holds.
-  private(set) var newBlobs: [Digest: BlobLocation] = [:]
+  /// Results of `.file` items, by item index (nil for other items).
+  private(set) var results: [FileResult?]
+  /// Blobs whose content this archive holds, in archive order (compact: a full backup has
+  /// one per file; paths are looked up when the locations are made).
+  private var stored: [(digest: Digest, offset: Int64, size: Int64, item: Int32)] = []
+  /// Digests stored here, for deduplication (incremental archives only).
+  private var storedDigests: Set<Digest> = []
   private(set) var bytesAdded: Int64 = 0
   private(set) var warnings: [(path: String, message: String)] = []
-  /// Item index → whether its content was written here (for hard links to it).
-  private var writtenItems: Set<Int> = []
+  /// By item index: whether its content was written here (for hard links to it).
+  private var writtenItems: [Bool]
   private var filesDone = 0
   private var bytesDone: Int64 = 0
 
   init(plan: ArchivePlan, writer: ArchiveWriter, catalog: Catalog?, archiveName: String, deduplicate: Bool,
-       observer: EngineObserver)
+       pool: BufferPool, observer: EngineObserver)
   {
+    self.pool = pool
     self.plan = plan
     self.writer = writer
     self.catalog = catalog
     self.archiveName = archiveName
     self.deduplicate = deduplicate
     self.observer = observer
+    results = [FileResult?](repeating: nil, count: plan.items.count)
+    writtenItems = [Bool](repeating: false, count: plan.items.count)
+  }
+
+  private func addBlob(_ digest: Digest, offset: Int64, item: Int, size: Int64) {
+    guard size > 0 else { return }
+    if deduplicate && !storedDigests.insert(digest).inserted { return }
+    stored.append((digest, offset, size, Int32(item)))
+  }
+
+  /// The locations of the content this archive holds, in archive order.
+  func blobLocations() -> [BlobLocation] {
+    stored.map {
+      BlobLocation(digest: $0.digest, archive: archiveName, offset: $0.offset, path: path(of: Int($0.item)), size: $0.size)
+    }
   }
 
   private func path(of item: Int) -> [UInt8] {
     switch plan.items[item] {
     case .directory(let index): return plan.directories[index].path
     case .file(let directory, let entry), .symlink(let directory, let entry):
-      return joinPath(plan.directories[directory].path, plan.directories[directory].entries[entry].name)
+      let scanned = plan.directories[directory]
+      return joinPath(scanned.path, scanned.name(of: scanned.entries[entry]))
     }
   }
 
@@ -124,7 +145,7 @@ final class Archiver {
         case .passthrough(let item):
           try writePassthrough(item)
         case .whole(let item, let file, let buffer, let count, let digest, let stable):
-          defer { buffer.deallocate() }
+          defer { pool.give(buffer) }
           try writeWhole(item, file: file, data: UnsafeRawBufferPointer(rebasing: buffer[0..<count]), digest: digest)
           if !stable { warnUnstable(item) }
         case .begin(let item, let file):
@@ -132,7 +153,7 @@ final class Archiver {
           try writer.writeHeader(member(path(of: item), file: file))
           current = (item, offset, file)
         case .chunk(let buffer, let count):
-          defer { buffer.deallocate() }
+          defer { pool.give(buffer) }
           try writer.writeData(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
           bytesDone += Int64(count)
         case .end(let item, let digest, let short, let stable, let final):
@@ -140,11 +161,8 @@ final class Archiver {
           guard final, let started = current else { continue }
           let size = started.file.status.size
           bytesAdded += size
-          if size > 0 {
-            newBlobs[digest] = BlobLocation(
-              digest: digest, archive: archiveName, offset: started.offset, path: path(of: item), size: size)
-          }
-          writtenItems.insert(item)
+          addBlob(digest, offset: started.offset, item: item, size: size)
+          writtenItems[item] = true
           record(item, FileResult(status: started.file.status, attributes: started.file.attributes,
                                   isExcluded: false, digest: digest, vanished: false))
           if !stable { warnUnstable(item) }
@@ -154,7 +172,7 @@ final class Archiver {
                                   vanished: false))
         case .vanished(let item, let reason):
           if let reason { warnings.append((display(path(of: item)), "not backed up: \(reason)")) }
-          record(item, FileResult(status: placeholderStatus, attributes: [], isExcluded: false, digest: nil,
+          record(item, FileResult(status: .placeholder, attributes: [], isExcluded: false, digest: nil,
                                   vanished: true))
         case .hardlink(let item, let first):
           try writeHardlink(item, first: first)
@@ -163,7 +181,7 @@ final class Archiver {
     } catch {
       queue.cancel { message in
         switch message {
-        case .whole(_, _, let buffer, _, _, _), .chunk(let buffer, _): buffer.deallocate()
+        case .whole(_, _, let buffer, _, _, _), .chunk(let buffer, _): pool.give(buffer)
         default: break
         }
       }
@@ -189,7 +207,7 @@ final class Archiver {
                               vanished: false))
     }
     if data.count > 0 && deduplicate {
-      if newBlobs[digest] != nil { return }
+      if storedDigests.contains(digest) { return }
       if let catalog, try catalog.hasBlob(digest) { return }
     }
     let offset = writer.uncompressedOffset
@@ -197,12 +215,9 @@ final class Archiver {
     try writer.writeHeader(member(path, file: file))
     try writer.writeData(data)
     try writer.finishEntry()
-    writtenItems.insert(item)
+    writtenItems[item] = true
     bytesAdded += Int64(data.count)
-    if data.count > 0, newBlobs[digest] == nil {
-      newBlobs[digest] = BlobLocation(
-        digest: digest, archive: archiveName, offset: offset, path: path, size: Int64(data.count))
-    }
+    addBlob(digest, offset: offset, item: item, size: Int64(data.count))
   }
 
   private func writeHardlink(_ item: Int, first: Int) throws {
@@ -216,7 +231,7 @@ final class Archiver {
       result.status = plan.directories[directory].entries[entry].status
     }
     record(item, result)
-    guard writtenItems.contains(first) else { return }
+    guard writtenItems[first] else { return }
     var entry = member(path(of: item), file: OpenedFile(status: result.status, attributes: result.attributes))
     entry.type = .hardlink
     entry.size = 0
@@ -230,7 +245,7 @@ final class Archiver {
     case .directory(let index):
       let directory = plan.directories[index]
       guard let status = directory.status else { return }
-      var entry = member(directory.path, file: OpenedFile(status: status, attributes: directory.attributes))
+      var entry = member(directory.path, file: OpenedFile(status: EntryStatus(status), attributes: directory.attributes))
       entry.type = .directory
       entry.size = 0
       try writer.writeHeader(entry)
@@ -251,17 +266,10 @@ final class Archiver {
   private func member(_ path: [UInt8], file: OpenedFile) -> ArchiveEntry {
     let status = file.status
     return ArchiveEntry(
-      path: path, type: .regular, permissions: UInt32(status.permissions), uid: status.uid, gid: status.gid,
+      path: path, type: .regular, permissions: status.permissions, uid: status.uid, gid: status.gid,
       size: status.size,
       modificationTime: ArchiveTimestamp(
         seconds: status.modificationTime.seconds, nanoseconds: status.modificationTime.nanoseconds),
       extendedAttributes: file.attributes.map { ArchiveExtendedAttribute(name: $0.name, value: $0.value) })
   }
 }
-
-/// Stands in for the status of a file that vanished (never stored).
-private let placeholderStatus: FileStatus = {
-  var st = stat()
-  st.st_mode = S_IFREG
-  return FileStatus(st)
-}()

@@ -115,9 +115,6 @@ private struct BackupRun {
       home: home, rules: rules, catalogPath: repository.catalogPath,
       previousRoot: detectChanges ? parent?.rootTree : nil,
       trustedBefore: parent.map { Int64($0.time.timeIntervalSince1970 * 1e9) } ?? 0, observer: observer)
-    let plan = ArchivePlan(directories: try scanner.scan(), full: parent == nil)
-    observer.engine(.planned(
-      entries: plan.directories.reduce(0) { $0 + $1.entries.count }, files: plan.fileCount, bytes: plan.fileBytes))
 
     let id = try repository.newSnapshotID()
     let archiveName = id + options.compression.fileSuffix
@@ -128,7 +125,8 @@ private struct BackupRun {
     var renamed = false
     do {
       let written = try writeArchive(
-        to: file, home: home, name: archiveName, id: id, plan: plan, parent: parent, bundleEntry: bundleEntry, start: start)
+        to: file, home: home, scanner: scanner, name: archiveName, id: id, parent: parent, bundleEntry: bundleEntry,
+        start: start)
       try file.sync()
       file.close()
       CrashPoint.hit("backup.archive-synced")
@@ -164,7 +162,7 @@ private struct BackupRun {
 
   /// Writes the whole archive to `file` and returns what the catalog will record.
   private func writeArchive(
-    to file: FileDescriptor, home: FileDescriptor, name: String, id: String, plan: ArchivePlan, parent: Snapshot?,
+    to file: FileDescriptor, home: FileDescriptor, scanner: Scanner, name: String, id: String, parent: Snapshot?,
     bundleEntry: TreeEntry?, start: Date
   ) throws -> Written {
     let checksum = SHA256Hasher()
@@ -183,11 +181,56 @@ private struct BackupRun {
         size += Int64(block.count)
       })
     let kind: SnapshotKind = parent == nil ? .full : .incremental
+    let content = try archiveContent(
+      writer: writer, home: home, scanner: scanner, name: name, kind: kind, bundleEntry: bundleEntry)
+    var keychainOffset: Int64?
+    if let keychain = options.keychain, let items = try keychain.exportItems(for: app) {
+      keychainOffset = writer.uncompressedOffset
+      try writer.writeHeader(metadataMember(Manifest.keychainMemberPath, size: items.count, time: start))
+      try writer.writeData(items)
+      try writer.finishEntry()
+    }
+    let blobs = content.blobs
+    let trees = content.trees
+    let snapshot = Snapshot(
+      id: id, app: app.bundleIdentifier, device: session.identity.udid, containerID: app.containerID,
+      version: app.version, bundleDirectoryName: app.bundleDirectoryName, seal: app.seal, time: start, kind: kind,
+      tag: options.tag, parent: parent?.id, rootTree: trees.root, files: trees.files, bytes: trees.bytes,
+      bytesAdded: content.bytesAdded, archive: name, keychainOffset: keychainOffset,
+      warnings: content.warnings.count)
+    let manifest = Manifest(snapshot: snapshot, trees: trees.newTrees, blobs: blobs)
+    try writer.writeHeader(metadataMember(Manifest.memberPath, size: manifest.encodedSize, time: start))
+    try manifest.encode { try writer.writeData($0) }
+    try writer.finishEntry()
+    try writer.finish()
+    let record = ArchiveRecord(
+      name: name, size: size, sha256: checksum.finalize(), compression: options.compression, created: start)
+    return Written(snapshot: snapshot, record: record, trees: trees.newTrees, blobs: blobs, warnings: content.warnings)
+  }
+
+  /// What scanning and archiving produced, without the scan itself (which is large and
+  /// released when this is returned).
+  private struct ArchivedContent {
+    var trees: TreeBuildResult
+    var blobs: [BlobLocation]
+    var bytesAdded: Int64
+    var warnings: [(path: String, message: String)]
+  }
+
+  /// Scans the home, writes the new and changed content, and builds the trees.
+  private func archiveContent(
+    writer: ArchiveWriter, home: FileDescriptor, scanner: Scanner, name: String, kind: SnapshotKind,
+    bundleEntry: TreeEntry?
+  ) throws -> ArchivedContent {
+    let plan = ArchivePlan(directories: try scanner.scan(), full: kind == .full)
+    observer.engine(.planned(
+      entries: plan.directories.reduce(0) { $0 + $1.entries.count }, files: plan.fileCount, bytes: plan.fileBytes))
+    let pool = BufferPool(count: 16, bufferSize: 256 << 10)
     let archiver = Archiver(
       plan: plan, writer: writer, catalog: repository.catalog, archiveName: name, deduplicate: kind == .incremental,
-      observer: observer)
+      pool: pool, observer: observer)
     let queue = HandoffQueue<ContentMessage>(capacity: 16 << 20)
-    let reader = ContentReader(home: home, plan: plan, queue: queue, afterRead: options.afterRead)
+    let reader = ContentReader(home: home, plan: plan, queue: queue, pool: pool, afterRead: options.afterRead)
     let readerThread = WorkerThread(name: "appbox-read") { try reader.run() }
     do {
       try archiver.run(queue)
@@ -196,33 +239,12 @@ private struct BackupRun {
       throw error
     }
     try readerThread.join()
-
     let trees = try TreeBuilder(
       plan: plan, results: archiver.results, catalog: repository.catalog, bundleEntry: bundleEntry,
       bundleDirectoryName: Array(app.bundleDirectoryName.utf8)
     ).build()
-    var keychainOffset: Int64?
-    if let keychain = options.keychain, let items = try keychain.exportItems(for: app) {
-      keychainOffset = writer.uncompressedOffset
-      try writer.writeHeader(metadataMember(Manifest.keychainMemberPath, size: items.count, time: start))
-      try writer.writeData(items)
-      try writer.finishEntry()
-    }
-    let blobs = archiver.newBlobs.values.sorted { $0.offset < $1.offset }
-    let snapshot = Snapshot(
-      id: id, app: app.bundleIdentifier, device: session.identity.udid, containerID: app.containerID,
-      version: app.version, bundleDirectoryName: app.bundleDirectoryName, seal: app.seal, time: start, kind: kind,
-      tag: options.tag, parent: parent?.id, rootTree: trees.root, files: trees.files, bytes: trees.bytes,
-      bytesAdded: archiver.bytesAdded, archive: name, keychainOffset: keychainOffset,
-      warnings: archiver.warnings.count)
-    let manifest = Manifest(snapshot: snapshot, trees: trees.newTrees, blobs: blobs).encoded()
-    try writer.writeHeader(metadataMember(Manifest.memberPath, size: manifest.count, time: start))
-    try writer.writeData(manifest)
-    try writer.finishEntry()
-    try writer.finish()
-    let record = ArchiveRecord(
-      name: name, size: size, sha256: checksum.finalize(), compression: options.compression, created: start)
-    return Written(snapshot: snapshot, record: record, trees: trees.newTrees, blobs: blobs, warnings: archiver.warnings)
+    return ArchivedContent(
+      trees: trees, blobs: archiver.blobLocations(), bytesAdded: archiver.bytesAdded, warnings: archiver.warnings)
   }
 }
 

@@ -306,7 +306,8 @@ public final class Catalog {
     try statement.bind(first.archive, at: 2)
     var archive = first.archive
     // In digest order, the rows go into the B-tree in order.
-    for blob in blobs.sorted(by: { $0.digest < $1.digest }) {
+    for index in blobs.indices.sorted(by: { blobs[$0].digest < blobs[$1].digest }) {
+      let blob = blobs[index]
       try blob.digest.withUnsafeBytes { try statement.bind($0, at: 1) }
       if blob.archive != archive {
         archive = blob.archive

@@ -23,7 +23,7 @@ import Glibc
 
 /// What the reader learned about a file when it opened it.
 struct OpenedFile {
-  var status: FileStatus
+  var status: EntryStatus
   var attributes: [ExtendedAttribute]
   var isExcluded: Bool { attributes.contains { $0.name == excludeFromBackupAttribute } }
 }
@@ -51,23 +51,25 @@ enum ContentMessage {
 
 /// Reads the changed files of an archive plan and feeds the archiver.
 final class ContentReader: @unchecked Sendable {
-  static let wholeFileLimit = 1 << 20
-  static let chunkSize = 1 << 20
   static let maxAttempts = 4
 
   private let home: FileDescriptor
   private let plan: ArchivePlan
   private let queue: HandoffQueue<ContentMessage>
+  /// Buffers for file data; the archiver gives them back. A file up to one buffer is read
+  /// whole (so the archiver can skip content the repository holds), larger ones stream.
+  private let pool: BufferPool
   /// Tests: called with the path and attempt number after each reading, before the fstat
   /// that decides whether the file held still.
   private let afterRead: (@Sendable ([UInt8], Int) -> Void)?
 
-  init(home: FileDescriptor, plan: ArchivePlan, queue: HandoffQueue<ContentMessage>,
+  init(home: FileDescriptor, plan: ArchivePlan, queue: HandoffQueue<ContentMessage>, pool: BufferPool,
        afterRead: (@Sendable ([UInt8], Int) -> Void)? = nil)
   {
     self.home = home
     self.plan = plan
     self.queue = queue
+    self.pool = pool
     self.afterRead = afterRead
   }
 
@@ -94,7 +96,8 @@ final class ContentReader: @unchecked Sendable {
         firstPathOfInode[scanned.status.inode] = index
       }
       let parentPath = plan.directories[directory].path
-      let path = joinPath(parentPath, scanned.name)
+      let name = plan.directories[directory].name(of: scanned)
+      let path = joinPath(parentPath, name)
       if open?.index != directory {
         open?.descriptor.close()
         open = nil
@@ -107,7 +110,7 @@ final class ContentReader: @unchecked Sendable {
           throw unreadable(error, path: display(parentPath))
         }
       }
-      guard try read(item: index, name: scanned.name, in: open!.descriptor, path: path, hasher: hasher) else { return }
+      guard try read(item: index, name: name, in: open!.descriptor, path: path, hasher: hasher) else { return }
     }
   }
 
@@ -141,13 +144,13 @@ final class ContentReader: @unchecked Sendable {
       } catch let error as SystemError {
         throw unreadable(error, path: display(path))
       }
-      let file = OpenedFile(status: before, attributes: attributes)
+      let file = OpenedFile(status: EntryStatus(before), attributes: attributes)
       if file.isExcluded { return queue.push(.excluded(item: item, file: file)) }
 
-      if before.size <= Int64(ContentReader.wholeFileLimit) {
+      if before.size <= Int64(pool.bufferSize) {
         // Read the declared size; growth shows in the fstat after (size, mtime and ctime move
         // with every write), which spares a read(2) that only confirms the end of the file.
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: max(1, Int(before.size)), alignment: 16)
+        let buffer = pool.take(beforeWaiting: queue.nudge)
         var count = 0
         do {
           while count < Int(before.size) {
@@ -156,14 +159,14 @@ final class ContentReader: @unchecked Sendable {
             count += n
           }
         } catch let error as SystemError {
-          buffer.deallocate()
+          pool.give(buffer)
           throw unreadable(error, path: display(path))
         }
         afterRead?(path, attempt)
         let after = try fd.status()
         let stable = count == Int(before.size) && Self.same(before, after)
         if !stable && !isLast {
-          buffer.deallocate()
+          pool.give(buffer)
           continue
         }
         hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
@@ -172,7 +175,7 @@ final class ContentReader: @unchecked Sendable {
         let message = ContentMessage.whole(
           item: item, file: kept, buffer: buffer, count: count, digest: hasher.finalize(), stable: stable)
         if !queue.push(message, cost: count + 256) {
-          buffer.deallocate()
+          pool.give(buffer)
           return false
         }
         return true
@@ -181,23 +184,23 @@ final class ContentReader: @unchecked Sendable {
       guard queue.push(.begin(item: item, file: file)) else { return false }
       var remaining = before.size
       while remaining > 0 {
-        let size = Int(min(Int64(ContentReader.chunkSize), remaining))
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 16)
+        let size = Int(min(Int64(pool.bufferSize), remaining))
+        let buffer = pool.take(beforeWaiting: queue.nudge)
         let n: Int
         do {
           n = try fd.read(into: buffer)
         } catch let error as SystemError {
-          buffer.deallocate()
+          pool.give(buffer)
           throw unreadable(error, path: display(path))
         }
         if n == 0 {
-          buffer.deallocate()
+          pool.give(buffer)
           break
         }
         hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
         remaining -= Int64(n)
         guard queue.push(.chunk(buffer: buffer, count: n), cost: n) else {
-          buffer.deallocate()
+          pool.give(buffer)
           return false
         }
       }

@@ -44,10 +44,11 @@ extension DeviceSession {
     let file = try directory.open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o644, displayPath: path)
     do {
       let writer = try ArchiveWriter(fileDescriptor: file.rawValue, compression: .none, name: path)
-      let archiver = Archiver(
-        plan: plan, writer: writer, catalog: nil, archiveName: name, deduplicate: false, observer: observer)
+      let pool = BufferPool(count: 16, bufferSize: 256 << 10)
+    let archiver = Archiver(
+        plan: plan, writer: writer, catalog: nil, archiveName: name, deduplicate: false, pool: pool, observer: observer)
       let queue = HandoffQueue<ContentMessage>(capacity: 16 << 20)
-      let reader = ContentReader(home: home, plan: plan, queue: queue)
+      let reader = ContentReader(home: home, plan: plan, queue: queue, pool: pool)
       let thread = WorkerThread(name: "appbox-read") { try reader.run() }
       do {
         try archiver.run(queue)
@@ -63,7 +64,7 @@ extension DeviceSession {
       try directory.sync()
       for warning in archiver.warnings { observer.engine(.warning(path: warning.path, message: warning.message)) }
       observer.engine(.finished(operation: "export", app: app.bundleIdentifier))
-      let stored = archiver.results.values.filter { !$0.vanished && !$0.isExcluded }
+      let stored = archiver.results.compactMap { $0 }.filter { !$0.vanished && !$0.isExcluded }
       return ExportReport(
         files: stored.count + plan.items.filter { if case .symlink = $0 { return true } else { return false } }.count,
         bytes: archiver.bytesAdded, warnings: archiver.warnings.map { "'\($0.path)' \($0.message)" })

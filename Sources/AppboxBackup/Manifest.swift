@@ -26,7 +26,42 @@ struct Manifest {
   var blobs: [BlobLocation]
 
   func encoded() -> [UInt8] {
+    var result: [UInt8] = []
+    result.reserveCapacity(encodedSize)
+    encode { result.append(contentsOf: $0) }
+    return result
+  }
+
+  /// The length of `encoded()`, computed without encoding.
+  var encodedSize: Int {
+    func data(_ count: Int) -> Int { ByteWriter.varintSize(UInt64(count)) + count }
+    var size = Manifest.magic.count + 1
+    let fields = snapshot.map(Manifest.fields) ?? []
+    size += ByteWriter.varintSize(UInt64(fields.count))
+    for (key, value) in fields { size += data(key.utf8.count) + data(value.utf8.count) }
+    size += ByteWriter.varintSize(UInt64(trees.count))
+    for tree in trees { size += Digest.byteCount + data(tree.data.count) }
+    size += ByteWriter.varintSize(UInt64(blobs.count))
+    for blob in blobs {
+      size += Digest.byteCount + ByteWriter.varintSize(UInt64(blob.offset)) + ByteWriter.varintSize(UInt64(blob.size))
+        + data(blob.path.count)
+    }
+    return size + Digest.byteCount
+  }
+
+  /// Hands the encoding to `sink` in pieces of about 64 KiB, so a manifest of a large
+  /// snapshot (one blob per file) never has to sit in memory whole.
+  func encode(_ sink: (UnsafeRawBufferPointer) throws -> Void) rethrows {
+    let hasher = SHA256Hasher()
     var out = ByteWriter()
+    func flush(force: Bool = false) throws {
+      guard force || out.bytes.count >= 64 << 10 else { return }
+      try out.bytes.withUnsafeBytes { piece in
+        hasher.update(piece)
+        try sink(piece)
+      }
+      out.bytes.removeAll(keepingCapacity: true)
+    }
     out.bytes.append(contentsOf: Manifest.magic)
     out.byte(1)
     let fields = snapshot.map(Manifest.fields) ?? []
@@ -39,6 +74,7 @@ struct Manifest {
     for tree in trees {
       out.digest(tree.digest)
       out.data(tree.data)
+      try flush()
     }
     out.varint(UInt64(blobs.count))
     for blob in blobs {
@@ -46,9 +82,10 @@ struct Manifest {
       out.varint(UInt64(blob.offset))
       out.varint(UInt64(blob.size))
       out.data(blob.path)
+      try flush()
     }
-    out.digest(SHA256.hash(out.bytes))
-    return out.bytes
+    try flush(force: true)
+    try hasher.finalize().withUnsafeBytes { try sink($0) }
   }
 
   private static func fields(_ snapshot: Snapshot) -> [(String, String)] {

@@ -4,8 +4,10 @@
 // directory beneath the home with openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) (a symlink
 // swapped in mid-scan cannot lead it out), lists it with getdents, sorts the raw names, and
 // merges them with the previous snapshot's tree of the same directory (loaded through its own
-// read-only catalog connection). Each entry costs one fstatat; `ChangeDetector` then decides
-// whether the previous entry stands for it. Changed symlinks are read here; changed regular
+// read-only catalog connection, walked in place by a TreeCursor). Each entry costs one
+// fstatat; `ChangeDetector` then decides whether the previous entry stands for it. Names live
+// in one byte arena per directory and entries refer to them, so an unchanged file costs no
+// allocation at all. Changed symlinks are read here; changed regular
 // files are left for the archiver, which must open them anyway. Subdirectories are pushed as
 // new work, carrying their previous entry.
 //
@@ -23,17 +25,39 @@ import Glibc
 
 /// One entry of a scanned directory.
 struct ScannedEntry {
-  var name: [UInt8]
-  var status: FileStatus
+  /// The name: bytes `nameStart ..< nameStart + nameLength` of the directory's `names`.
+  var nameStart: Int32
+  var nameLength: Int32
+  var status: EntryStatus
   var type: TreeEntryType
-  /// The previous snapshot's entry of the same name, if any.
-  var previous: TreeEntry?
-  /// Set when change detection found the entry unchanged: the previous entry, reused as is.
-  var reused: TreeEntry?
+  /// The previous snapshot's entry of the same name, if any (in the directory's `previousData`).
+  var previous: PreviousEntry?
+  /// Change detection found the entry unchanged: `previous` stands for it, byte for byte.
+  var isReused = false
   /// The target of a changed symlink.
   var linkTarget: [UInt8]?
   /// For a subdirectory, the index of its `ScannedDirectory`.
   var child: Int?
+}
+
+/// Where a previous snapshot's entry sits in its tree, and what the tree builder needs of it.
+/// Kept small: a scan holds one per file.
+struct PreviousEntry {
+  var start: Int32
+  var end: Int32
+  var size: Int64
+  var type: TreeEntryType
+  var isExcluded: Bool
+
+  init(_ entry: EncodedEntry) {
+    start = Int32(entry.range.lowerBound)
+    end = Int32(entry.range.upperBound)
+    size = entry.size
+    type = entry.type
+    isExcluded = entry.isExcluded
+  }
+
+  var range: Range<Int> { Int(start)..<Int(end) }
 }
 
 /// One scanned directory.
@@ -45,9 +69,17 @@ struct ScannedDirectory {
   /// The directory's own entry is unchanged from the previous snapshot's.
   var isUnchanged = false
   var previousDigest: Digest?
+  /// The previous tree of this directory, serialized (empty when there is none).
+  var previousData: [UInt8] = []
   /// How many entries the previous tree of this directory had (-1: none).
   var previousEntryCount = -1
+  /// Every entry's name, each followed by a NUL.
+  var names: [UInt8] = []
   var entries: [ScannedEntry] = []
+
+  func name(of entry: ScannedEntry) -> [UInt8] {
+    Array(names[Int(entry.nameStart)..<Int(entry.nameStart + entry.nameLength)])
+  }
 }
 
 /// Which names the scan leaves out.
@@ -58,14 +90,14 @@ struct ScanRules: Sendable {
   /// For export: scan only these top-level names (nil: everything not skipped).
   var onlyTopLevel: Set<[UInt8]>? = nil
 
-  func skips(_ name: [UInt8], in path: [UInt8]) -> Bool {
+  func skips(_ name: UnsafeRawBufferPointer, in path: [UInt8]) -> Bool {
     if path.isEmpty {
-      if let onlyTopLevel { return !onlyTopLevel.contains(name) }
-      if name == Array("tmp".utf8) { return true }
-      if !includeBundle && name == Array(bundleDirectoryName.utf8) { return true }
+      if let onlyTopLevel { return !onlyTopLevel.contains(Array(name)) }
+      if name.elementsEqual("tmp".utf8) { return true }
+      if !includeBundle && name.elementsEqual(bundleDirectoryName.utf8) { return true }
       return false
     }
-    return path == Array("Library".utf8) && name == Array("Caches".utf8)
+    return path.count == 7 && path.elementsEqual("Library".utf8) && name.elementsEqual("Caches".utf8)
   }
 }
 
@@ -83,7 +115,6 @@ final class Scanner: @unchecked Sendable {
   private var pending: [(index: Int, previous: TreeEntry?)] = []
   private var active = 0
   private var failure: Error?
-  private var entriesSeen = 0
 
   /// `previousRoot` is the parent snapshot's root tree (nil: no change detection), read from
   /// the catalog at `catalogPath`; entries whose ctime is not before `trustedBefore` minus the
@@ -117,7 +148,8 @@ final class Scanner: @unchecked Sendable {
 
   private func work() throws {
     var catalog: Catalog?
-    var visited = 0
+    let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
+    defer { buffer.deallocate() }
     while true {
       let job: (index: Int, previous: TreeEntry?)? = mutex.withLock {
         while pending.isEmpty && active > 0 && failure == nil { mutex.wait() }
@@ -132,24 +164,28 @@ final class Scanner: @unchecked Sendable {
         }
         let path = mutex.withLock { directories[job.index].path }
         let previousDigest = job.index == 0 ? previousRoot : job.previous?.digest
-        var result = try visit(path: path, previous: job.previous, isRoot: job.index == 0,
-                               previousTree: { try previousDigest.map { try catalog!.tree($0) } })
+        let previousData = try previousDigest.map { digest -> [UInt8] in
+          guard let data = try catalog!.treeData(digest) else {
+            throw BackupError(.corruptCatalog, "Catalog is missing tree \(digest.hex.prefix(16))")
+          }
+          return data
+        }
+        var (result, previousDirectories) = try visit(
+          path: path, previous: job.previous, isRoot: job.index == 0, previousData: previousData ?? [],
+          buffer: buffer)
         result.previousDigest = previousDigest
-        visited += result.entries.count
         mutex.withLock {
           for position in result.entries.indices where result.entries[position].type == .directory {
             let entry = result.entries[position]
             var child = ScannedDirectory()
-            child.path = joinPath(path, entry.name)
+            child.path = joinPath(path, result.name(of: entry))
             let childIndex = directories.count
             directories.append(child)
             result.entries[position].child = childIndex
-            let previous = entry.previous.flatMap { $0.type == .directory ? $0 : nil }
-            pending.append((childIndex, previous))
+            pending.append((childIndex, previousDirectories[position]))
           }
           directories[job.index] = result
           active -= 1
-          entriesSeen += result.entries.count
           mutex.broadcast()
         }
       } catch {
@@ -163,10 +199,11 @@ final class Scanner: @unchecked Sendable {
     }
   }
 
-  /// Lists one directory and stats its entries.
-  private func visit(path: [UInt8], previous: TreeEntry?, isRoot: Bool, previousTree: () throws -> Tree?)
-    throws -> ScannedDirectory
-  {
+  /// Lists one directory and stats its entries, merging them with the previous tree's.
+  /// Also returns, by entry position, the previous entries of subdirectories, decoded.
+  private func visit(
+    path: [UInt8], previous: TreeEntry?, isRoot: Bool, previousData: [UInt8], buffer: UnsafeMutableRawBufferPointer
+  ) throws -> (ScannedDirectory, [Int: TreeEntry]) {
     let shown = path.isEmpty ? "." : display(path)
     let directory: FileDescriptor
     do {
@@ -188,52 +225,92 @@ final class Scanner: @unchecked Sendable {
         result.attributes = try directory.userExtendedAttributes().map { ExtendedAttribute(name: $0.name, value: $0.value) }
         result.isExcluded = result.attributes.contains { $0.name == excludeFromBackupAttribute }
       }
-      if result.isExcluded { return result }
+      if result.isExcluded { return (result, [:]) }
     }
-    let listed: [DirectoryEntry]
+    var previousDirectories: [Int: TreeEntry] = [:]
+    var names: [UInt8] = []
+    var spans: [(start: Int32, length: Int32)] = []
     do {
-      listed = try directory.entries()
+      try directory.forEachEntry(buffer: buffer) { name, length, _ in
+        let bytes = UnsafeRawBufferPointer(start: name, count: length)
+        if rules.skips(bytes, in: path) { return }
+        spans.append((Int32(names.count), Int32(length)))
+        names.append(contentsOf: bytes)
+        names.append(0)
+      }
     } catch let error as SystemError {
       throw unreadable(error, path: shown)
     }
-    var names = listed.map(\.name).filter { !rules.skips($0, in: path) }
-    names.sort { $0.lexicographicallyPrecedes($1) }
-    let previousListing = try previousTree()
-    let old = previousListing?.entries ?? []
-    if previousListing != nil { result.previousEntryCount = old.count }
-    var oldIndex = 0
-    result.entries.reserveCapacity(names.count)
-    for name in names {
-      while oldIndex < old.count && old[oldIndex].name.lexicographicallyPrecedes(name) { oldIndex += 1 }
-      let previousEntry = oldIndex < old.count && old[oldIndex].name == name ? old[oldIndex] : nil
-      let entryPath = joinPath(path, name)
-      let status: FileStatus
-      do {
-        guard let found = try directory.status(ofRawName: name) else { continue }  // vanished
-        status = found
-      } catch let error as SystemError {
-        throw unreadable(error, path: display(entryPath))
-      }
-      guard let type = TreeEntryType(status.type) else {
-        throw BackupError(
-          .unreadable(.badData), "Unable to back up '\(display(entryPath))': device files do not belong in a home")
-      }
-      var entry = ScannedEntry(name: name, status: status, type: type, previous: previousEntry)
-      if type != .directory,
-        ChangeDetector.isUnchanged(status, previous: previousEntry, trustedBefore: trustedBefore)
-      {
-        entry.reused = previousEntry
-      } else if type == .symlink {
-        do {
-          entry.linkTarget = try directory.readLink(rawName: name)
-        } catch let error as SystemError {
-          throw unreadable(error, path: display(entryPath))
+    names.withUnsafeBytes { arena in
+      spans.sort { compareBytes(arena, $0, arena, $1) < 0 }
+    }
+    result.previousData = previousData
+    result.entries.reserveCapacity(spans.count)
+    try previousData.withUnsafeBytes { old in
+      var cursor = previousData.isEmpty ? nil : try TreeCursor(old)
+      result.previousEntryCount = cursor?.count ?? -1
+      var candidate = try cursor?.next()
+      try names.withUnsafeBytes { arena in
+        for span in spans {
+          while let current = candidate,
+            compareBytes(old, (Int32(current.nameRange.lowerBound), Int32(current.nameRange.count)), arena, span) < 0
+          {
+            candidate = try cursor!.next()
+          }
+          var match: EncodedEntry?
+          if let current = candidate,
+            compareBytes(old, (Int32(current.nameRange.lowerBound), Int32(current.nameRange.count)), arena, span) == 0
+          {
+            match = current
+          }
+          let cName = (arena.baseAddress! + Int(span.start)).assumingMemoryBound(to: CChar.self)
+          let status: FileStatus
+          do {
+            guard let found = try directory.status(ofCName: cName) else { continue }  // vanished
+            status = found
+          } catch let error as SystemError {
+            throw unreadable(error, path: display(joinPath(path, Array(UnsafeRawBufferPointer(start: cName, count: Int(span.length))))))
+          }
+          guard let type = TreeEntryType(status.type) else {
+            let entryPath = display(joinPath(path, Array(UnsafeRawBufferPointer(start: cName, count: Int(span.length)))))
+            throw BackupError(.unreadable(.badData), "Unable to back up '\(entryPath)': device files do not belong in a home")
+          }
+          var entry = ScannedEntry(
+            nameStart: span.start, nameLength: span.length, status: EntryStatus(status), type: type,
+            previous: match.map(PreviousEntry.init))
+          if type == .directory {
+            if let match, match.type == .directory {
+              previousDirectories[result.entries.count] = try Tree.materialize(match, in: old)
+            }
+          } else if let match, ChangeDetector.isUnchanged(status, previous: match, trustedBefore: trustedBefore) {
+            entry.isReused = true
+          } else if type == .symlink {
+            let name = Array(UnsafeRawBufferPointer(start: cName, count: Int(span.length)))
+            do {
+              entry.linkTarget = try directory.readLink(rawName: name)
+            } catch let error as SystemError {
+              throw unreadable(error, path: display(joinPath(path, name)))
+            }
+          }
+          result.entries.append(entry)
         }
       }
-      result.entries.append(entry)
     }
-    return result
+    result.names = names
+    return (result, previousDirectories)
   }
+}
+
+/// Compares two names held in byte buffers, as `[UInt8].lexicographicallyPrecedes` orders them.
+@inline(__always)
+func compareBytes(
+  _ a: UnsafeRawBufferPointer, _ x: (start: Int32, length: Int32), _ b: UnsafeRawBufferPointer,
+  _ y: (start: Int32, length: Int32)
+) -> Int {
+  let common = Int(min(x.length, y.length))
+  let order = memcmp(a.baseAddress! + Int(x.start), b.baseAddress! + Int(y.start), common)
+  if order != 0 { return Int(order) }
+  return Int(x.length) - Int(y.length)
 }
 
 /// Turns a failed system call on a file of the home into the backup's error.

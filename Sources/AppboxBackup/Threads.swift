@@ -105,6 +105,14 @@ final class HandoffQueue<Element>: @unchecked Sendable {
     }
   }
 
+  /// Wakes a waiting consumer now, whatever is queued (the producer is about to block on
+  /// something the consumer must release first, such as pool buffers).
+  func nudge() {
+    mutex.withLock {
+      if consumerWaiting { mutex.broadcast() }
+    }
+  }
+
   /// No more elements will come.
   func close() {
     mutex.withLock {
@@ -150,3 +158,49 @@ final class HandoffQueue<Element>: @unchecked Sendable {
   }
 }
 
+
+/// A fixed set of equal buffers passed between threads: reading into a pooled buffer and
+/// returning it once written keeps memory flat and spares malloc the churn of thousands of
+/// large allocations (which glibc would keep around after the first few are freed).
+final class BufferPool: @unchecked Sendable {
+  let bufferSize: Int
+  private let mutex = Mutex()
+  private var free: [UnsafeMutableRawBufferPointer] = []
+  private var all: [UnsafeMutableRawBufferPointer] = []
+  private var waiting = false
+
+  init(count: Int, bufferSize: Int) {
+    self.bufferSize = bufferSize
+    for _ in 0..<count {
+      let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: bufferSize, alignment: 64)
+      all.append(buffer)
+      free.append(buffer)
+    }
+  }
+
+  deinit {
+    for buffer in all { buffer.deallocate() }
+  }
+
+  /// A free buffer; waits for one, calling `beforeWaiting` first (to wake whoever holds them).
+  func take(beforeWaiting: () -> Void = {}) -> UnsafeMutableRawBufferPointer {
+    if let buffer = mutex.withLock({ free.popLast() }) { return buffer }
+    beforeWaiting()
+    return mutex.withLock {
+      while free.isEmpty {
+        waiting = true
+        mutex.wait()
+        waiting = false
+      }
+      return free.removeLast()
+    }
+  }
+
+  /// Gives a buffer back.
+  func give(_ buffer: UnsafeMutableRawBufferPointer) {
+    mutex.withLock {
+      free.append(buffer)
+      if waiting { mutex.broadcast() }
+    }
+  }
+}

@@ -33,6 +33,10 @@ int appbox_syncfs(int fd);
  * without waiting for it (a _GNU_SOURCE call). */
 int appbox_start_writeback(int fd, int64_t offset, int64_t count);
 
+/* getdents64(2): fills buffer with struct linux_dirent64 records (d_ino at 0, d_off at 8,
+ * d_reclen at 16, d_type at 18, NUL-terminated d_name at 19); 0 at the end, -1 on error. */
+long appbox_getdents64(int fd, void *buffer, size_t size);
+
 /* The Landlock ABI version the running kernel supports, or 0 when it has none. */
 int appbox_landlock_abi(void);
 
