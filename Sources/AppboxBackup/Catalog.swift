@@ -148,6 +148,13 @@ public final class Catalog {
     }
   }
 
+  /// Runs `body` in one read transaction: a consistent view, and the WAL read lock taken once
+  /// instead of once per query (restoring 100,000 files looks up as many blobs).
+  public func reading<T>(_ body: () throws -> T) throws -> T {
+    if database.isInTransaction { return try body() }
+    return try database.inTransaction(.deferred, body)
+  }
+
   // MARK: Snapshots
 
   static let snapshotColumns = """

@@ -23,6 +23,8 @@ final class ContentExtractor {
   private let writer: TreeWriter
   private let observer: EngineObserver
   private let queue = HandoffQueue<HashMessage>(capacity: 32 << 20)
+  /// Data buffers, handed to the hasher and back: no allocation per chunk.
+  private let pool = BufferPool(count: 32, bufferSize: 256 << 10)
   private let hasherThread: WorkerThread
   private let mismatches = MismatchList()
   /// Indexes into `plan.files` whose content has been written.
@@ -36,13 +38,14 @@ final class ContentExtractor {
     self.observer = observer
     let queue = self.queue
     let mismatches = self.mismatches
+    let pool = self.pool
     hasherThread = WorkerThread(name: "appbox-verify-content") {
       let hasher = SHA256Hasher()
       while let message = queue.pop() {
         switch message {
         case .chunk(let buffer, let count):
           hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
-          buffer.deallocate()
+          pool.give(buffer)
         case .end(let expected, let path):
           if hasher.finalize() != expected { mismatches.add(path) }
         }
@@ -51,9 +54,11 @@ final class ContentExtractor {
   }
 
   deinit {
+    let pool = self.pool
     queue.cancel { message in
-      if case .chunk(let buffer, _) = message { buffer.deallocate() }
+      if case .chunk(let buffer, _) = message { pool.give(buffer) }
     }
+    try? hasherThread.join()
   }
 
   /// Writes the content of `locations` (all in archive `record`) to the planned files.
@@ -93,23 +98,23 @@ final class ContentExtractor {
     for target in targets { descriptors.append(try writer.createFile(plan.files[target].path)) }
     var total: Int64 = 0
     while true {
-      let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
+      let buffer = pool.take(beforeWaiting: queue.nudge)
       let count: Int
       do {
         count = try reader.readData(into: buffer)
       } catch {
-        buffer.deallocate()
+        pool.give(buffer)
         throw error
       }
       if count == 0 {
-        buffer.deallocate()
+        pool.give(buffer)
         break
       }
       let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
       do {
         for descriptor in descriptors { try descriptor.writeAll(chunk) }
       } catch {
-        buffer.deallocate()
+        pool.give(buffer)
         throw error
       }
       total += Int64(count)
@@ -121,6 +126,9 @@ final class ContentExtractor {
     }
     for (descriptor, target) in zip(descriptors, targets) {
       try TreeWriter.applyMetadata(plan.files[target].entry, to: descriptor)
+      // The staged tree is made durable with one syncfs before the swap; starting the
+      // writeback of larger files now lets the disk work while extraction goes on.
+      if total >= 64 << 10 { descriptor.startWriteback(offset: 0, length: total) }
       written.insert(target)
     }
     filesDone += targets.count

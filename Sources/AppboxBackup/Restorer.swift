@@ -61,18 +61,21 @@ extension Repository {
       root = digest
       skipping = []
     }
-    let plan = try RestorePlan(catalog: catalog, root: root, skippingTopLevel: skipping)
+    let (plan, locations) = try catalog.reading { () throws -> (RestorePlan, [String: [BlobLocation]]) in
+      let plan = try RestorePlan(catalog: catalog, root: root, skippingTopLevel: skipping)
+      var locations: [String: [BlobLocation]] = [:]
+      for (digest, files) in plan.filesByDigest {
+        guard let location = try catalog.blob(digest) else {
+          throw BackupError(
+            .corruptCatalog, "The catalog has no archive holding the content of '\(display(plan.files[files[0]].path))'")
+        }
+        locations[location.archive, default: []].append(location)
+      }
+      return (plan, locations)
+    }
     observer.engine(.planned(
       entries: plan.files.count + plan.directories.count + plan.symlinks.count, files: plan.files.count,
       bytes: plan.totalBytes))
-    var locations: [String: [BlobLocation]] = [:]
-    for digest in plan.filesByDigest.keys {
-      guard let location = try catalog.blob(digest) else {
-        let path = plan.files[plan.filesByDigest[digest]![0]].path
-        throw BackupError(.corruptCatalog, "The catalog has no archive holding the content of '\(display(path))'")
-      }
-      locations[location.archive, default: []].append(location)
-    }
     var needed = Set(locations.keys)
     needed.insert(snapshot.archive)
     let records = try checkPresence(of: needed.sorted())

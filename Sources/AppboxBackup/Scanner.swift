@@ -160,7 +160,9 @@ final class Scanner: @unchecked Sendable {
       guard let job else { return }
       do {
         if catalog == nil, previousRoot != nil, let catalogPath {
+          // One read transaction for the whole scan: the WAL read lock is taken once.
           catalog = try Catalog(path: catalogPath, readOnly: true)
+          try catalog!.database.execute("BEGIN DEFERRED TRANSACTION")
         }
         let path = mutex.withLock { directories[job.index].path }
         let previousDigest = job.index == 0 ? previousRoot : job.previous?.digest
