@@ -8,39 +8,9 @@ import Testing
 
 @testable import AppboxBackup
 
-/// Fills a home with everything a backup must preserve.
+/// Fills a home with everything a backup must preserve (see `writeSampleData`).
 func populate(_ fixture: Fixture) throws {
-  try fixture.write("Documents/a.txt", "lower case")
-  try fixture.write("Documents/A.txt", "upper case")
-  try fixture.write("Documents/script.sh", "#!/bin/sh\n", mode: 0o750)
-  try fixture.write("Documents/private", "secret", mode: 0o600)
-  try fixture.write("Documents/Nested/deeper/file.bin", bytes: (0..<5000).map { UInt8($0 % 251) })
-  try fixture.write("Library/Preferences/com.example.notes.plist", "<plist/>")
-  try fixture.write("Library/Application Support/db.sqlite", bytes: [UInt8](repeating: 0xAB, count: 1_300_000))
-  try fixture.setAttribute("Documents/a.txt", "user.color", Array("blue".utf8))
-  try fixture.setAttribute("Documents/Nested", "user.tag", [0, 1, 2])
-  let documents = fixture.path("Documents")
-  #expect(mkdir(documents + "/Empty", 0o755) == 0)
-  #expect(symlink("a.txt", documents + "/link") == 0)
-  #expect(symlink("../Library/Preferences", documents + "/prefs") == 0)
-  #expect(symlink("/nonexistent/absolute", documents + "/dangling") == 0)
-  #expect(link(documents + "/A.txt", documents + "/Nested/hardlink-to-A") == 0)
-  #expect(mkfifo(documents + "/pipe", 0o640) == 0)
-  let weird = Array(documents.utf8) + Array("/caf\u{e9}-\u{1F600}".utf8)
-  #expect(withCName(weird) { open($0, O_CREAT | O_WRONLY, 0o644) } >= 0)
-  let invalid = Array(documents.utf8) + [UInt8(ascii: "/"), 0x66, 0xFF, 0xFE]
-  let fd = withCName(invalid) { open($0, O_CREAT | O_WRONLY, 0o644) }
-  #expect(fd >= 0)
-  _ = write(fd, "not utf-8", 9)
-  close(fd)
-  #expect(mkdir(documents + "/ReadOnly", 0o755) == 0)
-  try fixture.write("Documents/ReadOnly/inside", "x")
-  #expect(chmod(documents + "/ReadOnly", 0o555) == 0)
-  var times = [timespec(tv_sec: 1_234_567_890, tv_nsec: 123_456_789), timespec(tv_sec: 987_654_321, tv_nsec: 1)]
-  #expect(utimensat(AT_FDCWD, documents + "/a.txt", &times, AT_SYMLINK_NOFOLLOW) == 0)
-  #expect(utimensat(AT_FDCWD, documents + "/link", &times, AT_SYMLINK_NOFOLLOW) == 0)
-  try fixture.write("Library/Caches/thumbnail", "regenerable")
-  try fixture.write("tmp/scratch", "temporary")
+  try writeSampleData(home: fixture.home)
 }
 
 struct RestoreEngineTests {

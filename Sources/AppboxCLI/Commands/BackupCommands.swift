@@ -23,9 +23,9 @@ struct BackupCommand: ParsableCommand {
   static let description = CommandDescription(
     name: "backup", abstract: "Take a snapshot of each app's data, storing only what changed since the last one.",
     discussion: """
-      Everything in the home is stored except the bundle (stored on an app's first snapshot and again only \
-      after it changes), Library/Caches, tmp, and files marked 'exclude from backup'. Prints one snapshot \
-      id per app.
+      Everything in the home is stored except the bundle (stored on an app's first snapshot and
+      again only after it changes), Library/Caches, tmp, and files marked 'exclude from backup'.
+      Prints one snapshot id per app.
       """,
     positionals: [.init("APP", help: "Bundle identifiers or container ids.", optional: true, repeating: true)],
     options: [

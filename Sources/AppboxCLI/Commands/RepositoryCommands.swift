@@ -90,7 +90,7 @@ struct ForgetCommand: ParsableCommand {
   static let description = CommandDescription(
     name: "forget", abstract: "Drop an app's older snapshots and reclaim the space only they used.",
     positionals: [.init("APP", help: "A bundle identifier.")],
-    options: [.init("keep-last", value: "N", help: "How many of the newest snapshots to keep."), repositoryOption])
+    options: [.init("keep-last", value: "N", help: "How many of the newest snapshots to keep (required)."), repositoryOption])
   let app: String
   let keepLast: Int
   let arguments: ParsedArguments
@@ -154,9 +154,9 @@ struct ImportCommand: ParsableCommand {
   static let description = CommandDescription(
     name: "import", abstract: "Replace an app's Documents and Library with a tar archive's contents, all or nothing.",
     discussion: """
-      The archive is untrusted: any member outside Documents and Library, link leaving the home, device \
-      file, setuid bit or oversized content refuses the whole archive (exit 65) and leaves the home unchanged. \
-      Limits: APPBOX_IMPORT_MAX_BYTES (and free space), APPBOX_IMPORT_MAX_ENTRIES.
+      The archive is untrusted: any member outside Documents and Library, link leaving the home,
+      device file, setuid bit or oversized content refuses the whole archive (exit 65) and leaves
+      the home unchanged. Limits: APPBOX_IMPORT_MAX_BYTES (and free space), APPBOX_IMPORT_MAX_ENTRIES.
       """,
     positionals: [appArgument, .init("FILE.tar", help: "The archive to import (tar, optionally compressed).")])
   let app: String

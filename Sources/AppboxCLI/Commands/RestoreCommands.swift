@@ -7,8 +7,9 @@ struct RestoreCommand: ParsableCommand {
   static let description = CommandDescription(
     name: "restore", abstract: "Restore an app's data from a snapshot (installing its bundle from the backup if absent).",
     discussion: """
-      Documents, Library and the other data of the snapshot replace the home's, all or nothing; \
-      Library/Caches and tmp end up empty. Every archive and file is verified before the home is touched.
+      Documents, Library and the other data of the snapshot replace the home's, all or nothing;
+      Library/Caches and tmp end up empty. Every archive and file is verified before the home is
+      touched.
       """,
     positionals: [appArgument],
     options: [
