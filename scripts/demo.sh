@@ -53,4 +53,33 @@ section "Refusals are one clear line with the spec's exit status"
 refused install "$FIXTURES/Notes-2.0/Notes.app"
 refused inspect com.example.missing
 
+# Prints and runs an appbox command whose stdout (a snapshot id) the demo keeps.
+capture() {
+  printf '%s$ appbox %s%s\n' "$dim" "$*" "$reset" >&2
+  "$APPBOX" "$@"
+}
+
+section "Back up an app's data"
+mkdir -p "$NOTES_HOME/Documents/Drafts"
+printf 'Dear Ada,\nthe first draft.\n' > "$NOTES_HOME/Documents/Drafts/letter.txt"
+printf 'milk\neggs\n' > "$NOTES_HOME/Documents/list.txt"
+printf 'scratch\n' > "$NOTES_HOME/tmp/scratch.txt"
+FIRST=$(capture backup com.example.notes)
+echo "$FIRST"
+
+section "Change and delete files, then back up again (only what changed is stored)"
+printf 'Dear Ada,\nthe second draft.\n' > "$NOTES_HOME/Documents/Drafts/letter.txt"
+rm "$NOTES_HOME/Documents/list.txt"
+printf 'a new idea\n' > "$NOTES_HOME/Documents/idea.txt"
+SECOND=$(capture backup com.example.notes)
+echo "$SECOND"
+step snapshots com.example.notes
+step diff "$FIRST" "$SECOND"
+
+section "Restore the first snapshot (Caches and tmp end up empty)"
+step restore com.example.notes --snapshot "$FIRST"
+printf '%s$ ls -R Documents; cat Documents/Drafts/letter.txt%s\n' "$dim" "$reset"
+(cd "$NOTES_HOME" && ls -R Documents && cat Documents/Drafts/letter.txt)
+step check --read-data
+
 printf '\n%sDemo finished.%s\n' "$bold" "$reset"

@@ -262,6 +262,26 @@ struct BackupEndToEndTests {
     #expect(device.applicationRootEntries().count == 1)
   }
 
+  /// Root reads everything, so the unreadable file is made for an unprivileged user: the
+  /// device belongs to `nobody`, one file stays root's, and appbox runs as `nobody`.
+  @Test(.enabled(if: getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv")))
+  func anUnreadableFileFailsTheBackupNamingIt() throws {
+    let device = Device()
+    try device.install("Notes-1.0/Notes.app")
+    try Data("ok".utf8).write(to: URL(fileURLWithPath: device.home + "/Documents/fine.txt"))
+    #expect(try runProcess("/bin/chown", ["-R", "65534:65534", device.dir.path]).status == 0)
+    let locked = device.home + "/Documents/locked.txt"
+    try Data("secret".utf8).write(to: URL(fileURLWithPath: locked))
+    #expect(chmod(locked, 0o600) == 0)
+    let result = try runProcess(
+      "/usr/bin/setpriv",
+      ["--reuid=65534", "--regid=65534", "--clear-groups", productsDirectory + "/appbox", "--root", device.root,
+       "backup", "com.example.notes"])
+    #expect(result.status == 77, "\(result.err)")
+    #expect(result.err == "Error: Unable to back up 'Documents/locked.txt': cannot open it (permission denied)\n")
+    #expect(device.archiveNames().isEmpty)
+  }
+
   @Test func twoBackupsOfTheSameAppAtOnceSerializeOrReportBusy() throws {
     let device = Device()
     try device.install("Notes-1.0/Notes.app")

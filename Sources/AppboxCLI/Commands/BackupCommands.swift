@@ -98,12 +98,14 @@ struct SnapshotsCommand: ParsableCommand {
       name = record.bundleIdentifier
     }
     let snapshots = try repository.catalog.snapshots(app: name)
+    let tagged = snapshots.contains { $0.tag != nil }
     let text = snapshots.isEmpty
       ? "No snapshots."
       : table(
-        ["ID", "APP", "TIME", "KIND", "FILES", "SIZE", "TAG"],
+        ["ID", "APP", "TIME", "KIND", "FILES", "SIZE"] + (tagged ? ["TAG"] : []),
         snapshots.map {
-          [$0.id, $0.app, timestamp($0.time), $0.kind.rawValue, String($0.files), byteCount($0.bytes), $0.tag ?? ""]
+          [$0.id, $0.app, timestamp($0.time), $0.kind.rawValue, String($0.files), byteCount($0.bytes)]
+            + (tagged ? [$0.tag ?? ""] : [])
         })
     return CommandOutput(
       text: text,
