@@ -99,9 +99,10 @@ final class Archiver {
   private var filesDone = 0
   private var bytesDone: Int64 = 0
 
-  init(plan: ArchivePlan, writer: ArchiveWriter, catalog: Catalog?, archiveName: String, deduplicate: Bool,
-       pool: BufferPool, observer: EngineObserver)
-  {
+  init(
+    plan: ArchivePlan, writer: ArchiveWriter, catalog: Catalog?, archiveName: String, deduplicate: Bool,
+    pool: BufferPool, observer: EngineObserver
+  ) {
     self.pool = pool
     self.plan = plan
     self.writer = writer
@@ -122,7 +123,9 @@ final class Archiver {
   /// The locations of the content this archive holds, in archive order.
   func blobLocations() -> [BlobLocation] {
     stored.map {
-      BlobLocation(digest: $0.digest, archive: archiveName, offset: $0.offset, path: path(of: Int($0.item)), size: $0.size)
+      BlobLocation(
+        digest: $0.digest, archive: archiveName, offset: $0.offset, path: path(of: Int($0.item)),
+        size: $0.size)
     }
   }
 
@@ -146,7 +149,8 @@ final class Archiver {
           try writePassthrough(item)
         case .whole(let item, let file, let buffer, let count, let digest, let stable):
           defer { pool.give(buffer) }
-          try writeWhole(item, file: file, data: UnsafeRawBufferPointer(rebasing: buffer[0..<count]), digest: digest)
+          try writeWhole(
+            item, file: file, data: UnsafeRawBufferPointer(rebasing: buffer[0..<count]), digest: digest)
           if !stable { warnUnstable(item) }
         case .begin(let item, let file):
           let offset = writer.uncompressedOffset
@@ -163,17 +167,26 @@ final class Archiver {
           bytesAdded += size
           addBlob(digest, offset: started.offset, item: item, size: size)
           writtenItems[item] = true
-          record(item, FileResult(status: started.file.status, attributes: started.file.attributes,
-                                  isExcluded: false, digest: digest, vanished: false))
+          record(
+            item,
+            FileResult(
+              status: started.file.status, attributes: started.file.attributes,
+              isExcluded: false, digest: digest, vanished: false))
           if !stable { warnUnstable(item) }
           current = nil
         case .excluded(let item, let file):
-          record(item, FileResult(status: file.status, attributes: file.attributes, isExcluded: true, digest: nil,
-                                  vanished: false))
+          record(
+            item,
+            FileResult(
+              status: file.status, attributes: file.attributes, isExcluded: true, digest: nil,
+              vanished: false))
         case .vanished(let item, let reason):
           if let reason { warnings.append((display(path(of: item)), "not backed up: \(reason)")) }
-          record(item, FileResult(status: .placeholder, attributes: [], isExcluded: false, digest: nil,
-                                  vanished: true))
+          record(
+            item,
+            FileResult(
+              status: .placeholder, attributes: [], isExcluded: false, digest: nil,
+              vanished: true))
         case .hardlink(let item, let first):
           try writeHardlink(item, first: first)
         }
@@ -197,14 +210,19 @@ final class Archiver {
   }
 
   private func warnUnstable(_ item: Int) {
-    warnings.append((display(path(of: item)), "kept changing while it was read; the snapshot holds its last reading"))
+    warnings.append(
+      (display(path(of: item)), "kept changing while it was read; the snapshot holds its last reading"))
   }
 
-  private func writeWhole(_ item: Int, file: OpenedFile, data: UnsafeRawBufferPointer, digest: Digest) throws {
+  private func writeWhole(_ item: Int, file: OpenedFile, data: UnsafeRawBufferPointer, digest: Digest) throws
+  {
     bytesDone += Int64(data.count)
     defer {
-      record(item, FileResult(status: file.status, attributes: file.attributes, isExcluded: false, digest: digest,
-                              vanished: false))
+      record(
+        item,
+        FileResult(
+          status: file.status, attributes: file.attributes, isExcluded: false, digest: digest,
+          vanished: false))
     }
     if data.count > 0 && deduplicate {
       if storedDigests.contains(digest) { return }
@@ -245,7 +263,8 @@ final class Archiver {
     case .directory(let index):
       let directory = plan.directories[index]
       guard let status = directory.status else { return }
-      var entry = member(directory.path, file: OpenedFile(status: EntryStatus(status), attributes: directory.attributes))
+      var entry = member(
+        directory.path, file: OpenedFile(status: EntryStatus(status), attributes: directory.attributes))
       entry.type = .directory
       entry.size = 0
       try writer.writeHeader(entry)

@@ -37,9 +37,10 @@ public struct BackupOptions: Sendable {
   /// Tests: runs after each reading of a changed file (path, attempt).
   var afterRead: (@Sendable ([UInt8], Int) -> Void)?
 
-  public init(full: Bool = false, compression: ArchiveCompression = .none, tag: String? = nil,
-              keychain: (any KeychainSnapshotting)? = nil)
-  {
+  public init(
+    full: Bool = false, compression: ArchiveCompression = .none, tag: String? = nil,
+    keychain: (any KeychainSnapshotting)? = nil
+  ) {
     self.full = full
     self.compression = compression
     self.tag = tag
@@ -68,8 +69,10 @@ extension Repository {
     let repositoryLock = try lockForWriting()
     defer { withExtendedLifetime((appLock, repositoryLock)) {} }
     observer.engine(.started(operation: "backup", app: app.bundleIdentifier))
-    let result = try BackupRun(repository: self, app: app, session: session, options: options, observer: observer)
-      .run()
+    let result = try BackupRun(
+      repository: self, app: app, session: session, options: options, observer: observer
+    )
+    .run()
     observer.engine(.finished(operation: "backup", app: app.bundleIdentifier))
     return result
   }
@@ -83,9 +86,10 @@ private struct BackupRun {
   let options: BackupOptions
   let observer: EngineObserver
 
-  init(repository: Repository, app: AppRecord, session: DeviceSession, options: BackupOptions,
-       observer: EngineObserver)
-  {
+  init(
+    repository: Repository, app: AppRecord, session: DeviceSession, options: BackupOptions,
+    observer: EngineObserver
+  ) {
     self.repository = repository
     self.app = app
     self.session = session
@@ -125,7 +129,8 @@ private struct BackupRun {
     var renamed = false
     do {
       let written = try writeArchive(
-        to: file, home: home, scanner: scanner, name: archiveName, id: id, parent: parent, bundleEntry: bundleEntry,
+        to: file, home: home, scanner: scanner, name: archiveName, id: id, parent: parent,
+        bundleEntry: bundleEntry,
         start: start)
       try file.sync()
       file.close()
@@ -136,14 +141,19 @@ private struct BackupRun {
       CrashPoint.hit("backup.archive-renamed")
       try catalog.database.inTransaction {
         try catalog.insert(written.record)
-        for tree in written.trees { try catalog.insertTree(tree.digest, data: tree.data, archive: archiveName) }
+        for tree in written.trees {
+          try catalog.insertTree(tree.digest, data: tree.data, archive: archiveName)
+        }
         try catalog.insertBlobs(written.blobs)
         try catalog.insert(written.snapshot)
       }
       CrashPoint.hit("backup.committed")
-      for warning in written.warnings { observer.engine(.warning(path: warning.path, message: warning.message)) }
+      for warning in written.warnings {
+        observer.engine(.warning(path: warning.path, message: warning.message))
+      }
       return BackupResult(
-        snapshot: written.snapshot, archivePath: repository.archivePath(archiveName), newTrees: written.trees.count,
+        snapshot: written.snapshot, archivePath: repository.archivePath(archiveName),
+        newTrees: written.trees.count,
         newBlobs: written.blobs.count, warnings: written.warnings.map { "'\($0.path)' \($0.message)" })
     } catch {
       file.close()
@@ -162,7 +172,8 @@ private struct BackupRun {
 
   /// Writes the whole archive to `file` and returns what the catalog will record.
   private func writeArchive(
-    to file: FileDescriptor, home: FileDescriptor, scanner: Scanner, name: String, id: String, parent: Snapshot?,
+    to file: FileDescriptor, home: FileDescriptor, scanner: Scanner, name: String, id: String,
+    parent: Snapshot?,
     bundleEntry: TreeEntry?, start: Date
   ) throws -> Written {
     let checksum = SHA256Hasher()
@@ -194,7 +205,8 @@ private struct BackupRun {
     let trees = content.trees
     let snapshot = Snapshot(
       id: id, app: app.bundleIdentifier, device: session.identity.udid, containerID: app.containerID,
-      version: app.version, bundleDirectoryName: app.bundleDirectoryName, seal: app.seal, time: start, kind: kind,
+      version: app.version, bundleDirectoryName: app.bundleDirectoryName, seal: app.seal, time: start,
+      kind: kind,
       tag: options.tag, parent: parent?.id, rootTree: trees.root, files: trees.files, bytes: trees.bytes,
       bytesAdded: content.bytesAdded, archive: name, keychainOffset: keychainOffset,
       warnings: content.warnings.count)
@@ -205,7 +217,8 @@ private struct BackupRun {
     try writer.finish()
     let record = ArchiveRecord(
       name: name, size: size, sha256: checksum.finalize(), compression: options.compression, created: start)
-    return Written(snapshot: snapshot, record: record, trees: trees.newTrees, blobs: blobs, warnings: content.warnings)
+    return Written(
+      snapshot: snapshot, record: record, trees: trees.newTrees, blobs: blobs, warnings: content.warnings)
   }
 
   /// What scanning and archiving produced, without the scan itself (which is large and
@@ -223,11 +236,14 @@ private struct BackupRun {
     bundleEntry: TreeEntry?
   ) throws -> ArchivedContent {
     let plan = ArchivePlan(directories: try scanner.scan(), full: kind == .full)
-    observer.engine(.planned(
-      entries: plan.directories.reduce(0) { $0 + $1.entries.count }, files: plan.fileCount, bytes: plan.fileBytes))
+    observer.engine(
+      .planned(
+        entries: plan.directories.reduce(0) { $0 + $1.entries.count }, files: plan.fileCount,
+        bytes: plan.fileBytes))
     let pool = BufferPool(count: 16, bufferSize: 256 << 10)
     let archiver = Archiver(
-      plan: plan, writer: writer, catalog: repository.catalog, archiveName: name, deduplicate: kind == .incremental,
+      plan: plan, writer: writer, catalog: repository.catalog, archiveName: name,
+      deduplicate: kind == .incremental,
       pool: pool, observer: observer)
     let queue = HandoffQueue<ContentMessage>(capacity: 16 << 20)
     let reader = ContentReader(home: home, plan: plan, queue: queue, pool: pool, afterRead: options.afterRead)
@@ -244,7 +260,8 @@ private struct BackupRun {
       bundleDirectoryName: Array(app.bundleDirectoryName.utf8)
     ).build()
     return ArchivedContent(
-      trees: trees, blobs: archiver.blobLocations(), bytesAdded: archiver.bytesAdded, warnings: archiver.warnings)
+      trees: trees, blobs: archiver.blobLocations(), bytesAdded: archiver.bytesAdded,
+      warnings: archiver.warnings)
   }
 }
 
@@ -255,4 +272,3 @@ func metadataMember(_ path: [UInt8], size: Int, time: Date) -> ArchiveEntry {
     path, size: Int64(size), permissions: 0o600,
     modificationTime: ArchiveTimestamp(seconds: Int64(seconds), nanoseconds: 0))
 }
-

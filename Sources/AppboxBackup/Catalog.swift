@@ -163,14 +163,17 @@ public final class Catalog {
     """
 
   private func snapshot(_ row: Statement) throws -> Snapshot {
-    guard let rootTree = Digest(validating: row.blob(11)), let kind = SnapshotKind(rawValue: row.text(8) ?? "")
+    guard let rootTree = Digest(validating: row.blob(11)),
+      let kind = SnapshotKind(rawValue: row.text(8) ?? "")
     else { throw BackupError(.corruptCatalog, "Catalog row of snapshot '\(row.text(0) ?? "")' is malformed") }
     return Snapshot(
-      id: row.text(0) ?? "", app: row.text(1) ?? "", device: row.text(2) ?? "", containerID: row.text(3) ?? "",
+      id: row.text(0) ?? "", app: row.text(1) ?? "", device: row.text(2) ?? "",
+      containerID: row.text(3) ?? "",
       version: row.text(4) ?? "", bundleDirectoryName: row.text(5) ?? "", seal: row.text(6) ?? "",
       time: Date(timeIntervalSince1970: row.double(7)), kind: kind, tag: row.text(9), parent: row.text(10),
       rootTree: rootTree, files: row.int(12), bytes: row.int64(13), bytesAdded: row.int64(14),
-      archive: row.text(15) ?? "", keychainOffset: row.isNull(16) ? nil : row.int64(16), warnings: row.int(17))
+      archive: row.text(15) ?? "", keychainOffset: row.isNull(16) ? nil : row.int64(16), warnings: row.int(17)
+    )
   }
 
   /// Snapshots in the order they were committed (oldest first); only `app`'s when given.
@@ -206,7 +209,8 @@ public final class Catalog {
       .real(snapshot.time.timeIntervalSince1970), .text(snapshot.kind.rawValue),
       snapshot.tag.map(SQLValue.text) ?? .null, snapshot.parent.map(SQLValue.text) ?? .null,
       .blob(snapshot.rootTree.bytes), .integer(Int64(snapshot.files)), .integer(snapshot.bytes),
-      .integer(snapshot.bytesAdded), .text(snapshot.archive), snapshot.keychainOffset.map(SQLValue.integer) ?? .null,
+      .integer(snapshot.bytesAdded), .text(snapshot.archive),
+      snapshot.keychainOffset.map(SQLValue.integer) ?? .null,
       .integer(Int64(snapshot.warnings)),
     ])
     try statement.execute()
@@ -221,15 +225,19 @@ public final class Catalog {
   public func insert(_ archive: ArchiveRecord) throws {
     try database.execute(
       "INSERT INTO archives(name, size, sha256, compression, created) VALUES (?1, ?2, ?3, ?4, ?5)",
-      .text(archive.name), .integer(archive.size), .blob(archive.sha256.bytes), .text(archive.compression.rawValue),
+      .text(archive.name), .integer(archive.size), .blob(archive.sha256.bytes),
+      .text(archive.compression.rawValue),
       .real(archive.created.timeIntervalSince1970))
   }
 
   public func archives() throws -> [ArchiveRecord] {
-    try database.all("SELECT name, size, sha256, compression, created FROM archives ORDER BY created, name") { row in
+    try database.all("SELECT name, size, sha256, compression, created FROM archives ORDER BY created, name") {
+      row in
       guard let digest = Digest(validating: row.blob(2)),
         let compression = ArchiveCompression(rawValue: row.text(3) ?? "")
-      else { throw BackupError(.corruptCatalog, "Catalog row of archive '\(row.text(0) ?? "")' is malformed") }
+      else {
+        throw BackupError(.corruptCatalog, "Catalog row of archive '\(row.text(0) ?? "")' is malformed")
+      }
       return ArchiveRecord(
         name: row.text(0) ?? "", size: row.int64(1), sha256: digest, compression: compression,
         created: Date(timeIntervalSince1970: row.double(4)))
@@ -287,7 +295,8 @@ public final class Catalog {
     try digest.withUnsafeBytes { try statement.bind($0, at: 1) }
     return try statement.first { row in
       BlobLocation(
-        digest: digest, archive: row.text(0) ?? "", offset: row.int64(1), path: row.blob(2), size: row.int64(3))
+        digest: digest, archive: row.text(0) ?? "", offset: row.int64(1), path: row.blob(2),
+        size: row.int64(3))
     }
   }
 
@@ -341,10 +350,12 @@ public final class Catalog {
     }
     if let archive {
       return try database.all(
-        "SELECT digest, archive, offset, path, size FROM blobs WHERE archive = ?1 ORDER BY offset", .text(archive),
+        "SELECT digest, archive, offset, path, size FROM blobs WHERE archive = ?1 ORDER BY offset",
+        .text(archive),
         map: map)
     }
-    return try database.all("SELECT digest, archive, offset, path, size FROM blobs ORDER BY archive, offset", map: map)
+    return try database.all(
+      "SELECT digest, archive, offset, path, size FROM blobs ORDER BY archive, offset", map: map)
   }
 
   /// Row counts, for tests and `check`.

@@ -62,7 +62,8 @@ extension Repository {
         for (record, manifest) in manifests {
           try catalog.insert(record)
           report.archives += 1
-          for tree in manifest.trees where try catalog.insertTree(tree.digest, data: tree.data, archive: record.name) {
+          for tree in manifest.trees
+          where try catalog.insertTree(tree.digest, data: tree.data, archive: record.name) {
             report.trees += 1
           }
           try catalog.insertBlobs(manifest.blobs)
@@ -104,7 +105,8 @@ extension Repository {
     guard let manifestBytes else { throw BackupError(.corruptArchive, "it has no appbox manifest") }
     let manifest = try Manifest.decode(manifestBytes, archive: name)
     var st = stat()
-    let created = manifest.snapshot?.time
+    let created =
+      manifest.snapshot?.time
       ?? (stat(path, &st) == 0 ? Date(timeIntervalSince1970: Double(st.st_mtim.tv_sec)) : Date())
     let record = ArchiveRecord(
       name: name, size: Int64(size), sha256: hasher.finalize(), compression: compression, created: created)

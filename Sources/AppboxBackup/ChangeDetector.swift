@@ -74,7 +74,8 @@ extension TreeEntry {
     self.init(
       name: name, type: type, permissions: UInt32(status.permissions), uid: status.uid, gid: status.gid,
       size: status.size,
-      modificationTime: status.modificationTime.totalNanoseconds, changeTime: status.changeTime.totalNanoseconds,
+      modificationTime: status.modificationTime.totalNanoseconds,
+      changeTime: status.changeTime.totalNanoseconds,
       inode: status.inode, linkCount: status.linkCount)
   }
 }
@@ -112,8 +113,10 @@ extension TreeEntry {
   /// An entry describing `status` (digest, target and attributes to be filled in).
   init(name: [UInt8], status: EntryStatus, type: TreeEntryType) {
     self.init(
-      name: name, type: type, permissions: status.permissions, uid: status.uid, gid: status.gid, size: status.size,
-      modificationTime: status.modificationNanoseconds, changeTime: status.changeNanoseconds, inode: status.inode,
+      name: name, type: type, permissions: status.permissions, uid: status.uid, gid: status.gid,
+      size: status.size,
+      modificationTime: status.modificationNanoseconds, changeTime: status.changeNanoseconds,
+      inode: status.inode,
       linkCount: UInt64(status.linkCount))
   }
 }

@@ -32,7 +32,8 @@ public struct CheckReport: Sendable {
 
 extension Repository {
   /// Verifies the repository; with `readData`, every stored file's SHA-256 too.
-  public func check(readData: Bool = false, observer: EngineObserver = SilentObserver()) throws -> CheckReport {
+  public func check(readData: Bool = false, observer: EngineObserver = SilentObserver()) throws -> CheckReport
+  {
     let lock = try lockRepository(exclusive: false)
     defer { withExtendedLifetime(lock) {} }
     observer.engine(.started(operation: "check", app: nil))
@@ -42,7 +43,8 @@ extension Repository {
     report.archives = records.count
     report.snapshots = snapshots.count
     for name in try unknownArchiveFiles() {
-      report.notes.append("'\(name)' in archives/ is debris of an interrupted command; the next backup removes it")
+      report.notes.append(
+        "'\(name)' in archives/ is debris of an interrupted command; the next backup removes it")
     }
     var present: [ArchiveRecord] = []
     for record in records {
@@ -68,10 +70,12 @@ extension Repository {
     let byArchive = Dictionary(grouping: blobs, by: \.archive)
     let known = Set(records.map(\.name))
     for (archive, locations) in byArchive where !known.contains(archive) {
-      report.problems.append("\(locations.count) blob locations name archive '\(archive)', which the catalog lacks")
+      report.problems.append(
+        "\(locations.count) blob locations name archive '\(archive)', which the catalog lacks")
     }
     for record in present {
-      let (problems, verified) = checkMembers(of: record, locations: byArchive[record.name] ?? [], readData: readData)
+      let (problems, verified) = checkMembers(
+        of: record, locations: byArchive[record.name] ?? [], readData: readData)
       report.problems += problems
       report.bytesVerified += verified
     }
@@ -79,7 +83,8 @@ extension Repository {
     var checkedTrees: Set<Digest> = []
     for snapshot in snapshots {
       if !known.contains(snapshot.archive) {
-        report.problems.append("Snapshot \(snapshot.id) names archive '\(snapshot.archive)', which the catalog lacks")
+        report.problems.append(
+          "Snapshot \(snapshot.id) names archive '\(snapshot.archive)', which the catalog lacks")
       }
       report.problems += try checkTrees(from: snapshot, blobs: blobDigests, checked: &checkedTrees)
     }
@@ -103,9 +108,12 @@ extension Repository {
       let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
       defer { buffer.deallocate() }
       while let entry = try reader.nextEntry() {
-        guard let offset = reader.headerOffset, let location = expected.removeValue(forKey: offset) else { continue }
+        guard let offset = reader.headerOffset, let location = expected.removeValue(forKey: offset) else {
+          continue
+        }
         guard entry.type == .regular, entry.path == location.path, entry.size == location.size else {
-          problems.append("Archive '\(record.name)': the member at offset \(offset) is not '\(display(location.path))'")
+          problems.append(
+            "Archive '\(record.name)': the member at offset \(offset) is not '\(display(location.path))'")
           continue
         }
         guard readData else { continue }
@@ -116,31 +124,35 @@ extension Repository {
           verified += Int64(count)
         }
         if hasher.finalize() != location.digest {
-          problems.append("Archive '\(record.name)': the content of '\(display(location.path))' does not match its SHA-256")
+          problems.append(
+            "Archive '\(record.name)': the content of '\(display(location.path))' does not match its SHA-256")
         }
       }
     } catch {
-      let message = (error as? ArchiveError)?.message ?? "\(error)"
-      problems.append("Archive '\(record.name)' cannot be read: \(message)")
+      problems.append("Archive '\(record.name)' cannot be read: \(error.message)")
     }
     for location in expected.values.sorted(by: { $0.offset < $1.offset }) {
-      problems.append("Archive '\(record.name)' has no member '\(display(location.path))' at offset \(location.offset)")
+      problems.append(
+        "Archive '\(record.name)' has no member '\(display(location.path))' at offset \(location.offset)")
     }
     return (problems, verified)
   }
 
-  private func checkTrees(from snapshot: Snapshot, blobs: Set<Digest>, checked: inout Set<Digest>) throws -> [String]
+  private func checkTrees(from snapshot: Snapshot, blobs: Set<Digest>, checked: inout Set<Digest>) throws
+    -> [String]
   {
     var problems: [String] = []
     var stack: [(Digest, [UInt8])] = [(snapshot.rootTree, [])]
     while let (digest, path) = stack.popLast() {
       guard checked.insert(digest).inserted else { continue }
       guard let data = try catalog.treeData(digest) else {
-        problems.append("Snapshot \(snapshot.id): the tree of '\(path.isEmpty ? "." : display(path))' is missing")
+        problems.append(
+          "Snapshot \(snapshot.id): the tree of '\(path.isEmpty ? "." : display(path))' is missing")
         continue
       }
       guard SHA256.hash(data) == digest, let tree = try? Tree.decode(data) else {
-        problems.append("Snapshot \(snapshot.id): the tree of '\(path.isEmpty ? "." : display(path))' is damaged")
+        problems.append(
+          "Snapshot \(snapshot.id): the tree of '\(path.isEmpty ? "." : display(path))' is damaged")
         continue
       }
       for entry in tree.entries where !entry.isExcluded {

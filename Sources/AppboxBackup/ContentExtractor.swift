@@ -67,7 +67,8 @@ final class ContentExtractor {
     guard let first = sorted.first else { return }
     let fd = try FileDescriptor.open(path, O_RDONLY)
     defer { fd.close() }
-    let reader = record.compression == .none
+    let reader =
+      record.compression == .none
       ? try ArchiveReader(fileDescriptor: fd.rawValue, startingAt: first.offset, name: path)
       : try ArchiveReader(fileDescriptor: fd.rawValue, name: path)
     func damaged(_ what: String) -> BackupError {
@@ -78,10 +79,13 @@ final class ContentExtractor {
       while index < sorted.count, let entry = try reader.nextEntry() {
         guard let offset = reader.headerOffset, offset >= sorted[index].offset else { continue }
         let location = sorted[index]
-        guard offset == location.offset else { throw damaged("no member starts at offset \(location.offset)") }
+        guard offset == location.offset else {
+          throw damaged("no member starts at offset \(location.offset)")
+        }
         index += 1
         guard entry.type == .regular, entry.path == location.path, entry.size == location.size else {
-          throw damaged("the member at offset \(offset) is not '\(display(location.path))' of \(location.size) bytes")
+          throw damaged(
+            "the member at offset \(offset) is not '\(display(location.path))' of \(location.size) bytes")
         }
         try copy(from: reader, location: location)
       }
@@ -142,7 +146,8 @@ final class ContentExtractor {
     try hasherThread.join()
     if let path = mismatches.first {
       throw BackupError(
-        .corruptArchive, "The content of '\(display(path))' does not match its recorded SHA-256: an archive is damaged")
+        .corruptArchive,
+        "The content of '\(display(path))' does not match its recorded SHA-256: an archive is damaged")
     }
   }
 }

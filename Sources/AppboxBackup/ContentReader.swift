@@ -33,8 +33,9 @@ enum ContentMessage {
   /// A directory or symlink item: nothing to read.
   case passthrough(item: Int)
   /// A small file read whole: `buffer[0..<count]` is its content.
-  case whole(item: Int, file: OpenedFile, buffer: UnsafeMutableRawBufferPointer, count: Int, digest: Digest,
-             stable: Bool)
+  case whole(
+    item: Int, file: OpenedFile, buffer: UnsafeMutableRawBufferPointer, count: Int, digest: Digest,
+    stable: Bool)
   /// A large file's attempt begins: the header declares `file.status.size` bytes.
   case begin(item: Int, file: OpenedFile)
   case chunk(buffer: UnsafeMutableRawBufferPointer, count: Int)
@@ -63,9 +64,10 @@ final class ContentReader: @unchecked Sendable {
   /// that decides whether the file held still.
   private let afterRead: (@Sendable ([UInt8], Int) -> Void)?
 
-  init(home: FileDescriptor, plan: ArchivePlan, queue: HandoffQueue<ContentMessage>, pool: BufferPool,
-       afterRead: (@Sendable ([UInt8], Int) -> Void)? = nil)
-  {
+  init(
+    home: FileDescriptor, plan: ArchivePlan, queue: HandoffQueue<ContentMessage>, pool: BufferPool,
+    afterRead: (@Sendable ([UInt8], Int) -> Void)? = nil
+  ) {
     self.home = home
     self.plan = plan
     self.queue = queue
@@ -102,20 +104,29 @@ final class ContentReader: @unchecked Sendable {
         open?.descriptor.close()
         open = nil
         do {
-          open = (directory, try home.openBeneath(parentPath, O_RDONLY | O_DIRECTORY, displayPath: display(parentPath)))
+          open = (
+            directory,
+            try home.openBeneath(parentPath, O_RDONLY | O_DIRECTORY, displayPath: display(parentPath))
+          )
         } catch let error as SystemError where error.errno == .noEntry || error.errno == .tooManyLinks {
-          guard queue.push(.vanished(item: index, reason: "its directory was moved during the backup")) else { return }
+          guard queue.push(.vanished(item: index, reason: "its directory was moved during the backup")) else {
+            return
+          }
           continue
         } catch let error as SystemError {
           throw unreadable(error, path: display(parentPath))
         }
       }
-      guard try read(item: index, name: name, in: open!.descriptor, path: path, hasher: hasher) else { return }
+      guard try read(item: index, name: name, in: open!.descriptor, path: path, hasher: hasher) else {
+        return
+      }
     }
   }
 
   /// Reads one file (all attempts). Returns false when the archiver cancelled.
-  private func read(item: Int, name: [UInt8], in directory: FileDescriptor, path: [UInt8], hasher: SHA256Hasher)
+  private func read(
+    item: Int, name: [UInt8], in directory: FileDescriptor, path: [UInt8], hasher: SHA256Hasher
+  )
     throws -> Bool
   {
     var attempt = 0
@@ -128,7 +139,8 @@ final class ContentReader: @unchecked Sendable {
       } catch let error as SystemError where error.errno == .noEntry {
         return queue.push(.vanished(item: item, reason: nil))
       } catch let error as SystemError where error.errno == .tooManyLinks {
-        return queue.push(.vanished(item: item, reason: "it was replaced by a symbolic link during the backup"))
+        return queue.push(
+          .vanished(item: item, reason: "it was replaced by a symbolic link during the backup"))
       } catch let error as SystemError {
         throw unreadable(error, path: display(path))
       }
@@ -138,7 +150,8 @@ final class ContentReader: @unchecked Sendable {
       do {
         before = try fd.status()
         guard before.type == .regular else {
-          return queue.push(.vanished(item: item, reason: "it stopped being a regular file during the backup"))
+          return queue.push(
+            .vanished(item: item, reason: "it stopped being a regular file during the backup"))
         }
         attributes = try fd.userExtendedAttributes().map { ExtendedAttribute(name: $0.name, value: $0.value) }
       } catch let error as SystemError {
@@ -154,7 +167,7 @@ final class ContentReader: @unchecked Sendable {
         var count = 0
         do {
           while count < Int(before.size) {
-            let n = try fd.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[count...]))
+            let n = try fd.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[count..<Int(before.size)]))
             if n == 0 { break }
             count += n
           }
@@ -188,7 +201,8 @@ final class ContentReader: @unchecked Sendable {
         let buffer = pool.take(beforeWaiting: queue.nudge)
         let n: Int
         do {
-          n = try fd.read(into: buffer)
+          // Never more than the header declared: growth shows in the fstat after.
+          n = try fd.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<size]))
         } catch let error as SystemError {
           pool.give(buffer)
           throw unreadable(error, path: display(path))
@@ -208,7 +222,10 @@ final class ContentReader: @unchecked Sendable {
       afterRead?(path, attempt)
       let after = try fd.status()
       let stable = remaining == 0 && Self.same(before, after)
-      guard queue.push(.end(item: item, digest: hasher.finalize(), short: remaining, stable: stable, final: stable || isLast))
+      guard
+        queue.push(
+          .end(
+            item: item, digest: hasher.finalize(), short: remaining, stable: stable, final: stable || isLast))
       else { return false }
       if stable || isLast { return true }
     }

@@ -78,7 +78,9 @@ extension Repository {
   private func list(_ entry: TreeEntry, under path: [UInt8], into paths: inout [[UInt8]]) throws {
     let entryPath = joinPath(path, entry.name)
     paths.append(entryPath)
-    if entry.type == .directory, let digest = entry.digest { try listTree(digest, under: entryPath, into: &paths) }
+    if entry.type == .directory, let digest = entry.digest {
+      try listTree(digest, under: entryPath, into: &paths)
+    }
   }
 
   private func listTree(_ digest: Digest, under path: [UInt8], into paths: inout [[UInt8]]) throws {

@@ -22,7 +22,8 @@ public struct ExportReport: Sendable {
 
 extension DeviceSession {
   /// Writes `app`'s Documents and Library to the tar file at `path` (replacing it atomically).
-  public func exportData(of app: AppRecord, to path: String, observer: EngineObserver = SilentObserver()) throws
+  public func exportData(of app: AppRecord, to path: String, observer: EngineObserver = SilentObserver())
+    throws
     -> ExportReport
   {
     observer.engine(.started(operation: "export", app: app.bundleIdentifier))
@@ -34,19 +35,23 @@ extension DeviceSession {
     let scanner = Scanner(
       home: home, rules: rules, catalogPath: nil, previousRoot: nil, trustedBefore: 0, observer: observer)
     let plan = ArchivePlan(directories: try scanner.scan(), full: true)
-    observer.engine(.planned(
-      entries: plan.directories.reduce(0) { $0 + $1.entries.count }, files: plan.fileCount, bytes: plan.fileBytes))
+    observer.engine(
+      .planned(
+        entries: plan.directories.reduce(0) { $0 + $1.entries.count }, files: plan.fileCount,
+        bytes: plan.fileBytes))
 
     let (directoryPath, name) = splitPath(path)
     let directory = try FileDescriptor.open(directoryPath, O_RDONLY | O_DIRECTORY)
     defer { directory.close() }
     let temporary = ".\(name).tmp-\(UInt32.random(in: 0...UInt32.max))"
-    let file = try directory.open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o644, displayPath: path)
+    let file = try directory.open(
+      temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o644, displayPath: path)
     do {
       let writer = try ArchiveWriter(fileDescriptor: file.rawValue, compression: .none, name: path)
       let pool = BufferPool(count: 16, bufferSize: 256 << 10)
-    let archiver = Archiver(
-        plan: plan, writer: writer, catalog: nil, archiveName: name, deduplicate: false, pool: pool, observer: observer)
+      let archiver = Archiver(
+        plan: plan, writer: writer, catalog: nil, archiveName: name, deduplicate: false, pool: pool,
+        observer: observer)
       let queue = HandoffQueue<ContentMessage>(capacity: 16 << 20)
       let reader = ContentReader(home: home, plan: plan, queue: queue, pool: pool)
       let thread = WorkerThread(name: "appbox-read") { try reader.run() }
@@ -62,11 +67,14 @@ extension DeviceSession {
       file.close()
       try directory.rename(temporary, to: name)
       try directory.sync()
-      for warning in archiver.warnings { observer.engine(.warning(path: warning.path, message: warning.message)) }
+      for warning in archiver.warnings {
+        observer.engine(.warning(path: warning.path, message: warning.message))
+      }
       observer.engine(.finished(operation: "export", app: app.bundleIdentifier))
       let stored = archiver.results.compactMap { $0 }.filter { !$0.vanished && !$0.isExcluded }
       return ExportReport(
-        files: stored.count + plan.items.filter { if case .symlink = $0 { return true } else { return false } }.count,
+        files: stored.count
+          + plan.items.filter { if case .symlink = $0 { return true } else { return false } }.count,
         bytes: archiver.bytesAdded, warnings: archiver.warnings.map { "'\($0.path)' \($0.message)" })
     } catch {
       file.close()

@@ -34,7 +34,9 @@ public struct ForgetReport: Sendable {
 
 extension Repository {
   /// Keeps the last `keepLast` snapshots of `app` and drops the others.
-  public func forget(app: String, keepLast: Int, observer: EngineObserver = SilentObserver()) throws -> ForgetReport {
+  public func forget(app: String, keepLast: Int, observer: EngineObserver = SilentObserver()) throws
+    -> ForgetReport
+  {
     guard keepLast >= 1 else { throw BackupError(.invalidRequest, "--keep-last must be at least 1") }
     let appLock = try lockApp(app)
     let repositoryLock = try lockRepository(exclusive: true)
@@ -60,8 +62,9 @@ extension Repository {
     let liveByArchive = Dictionary(grouping: allBlobs.filter { liveBlobs.contains($0.digest) }, by: \.archive)
     let doomed = records.filter { record in
       !owned.contains(record.name)
-        && (report.removed.contains { $0.archive == record.name } || !everOwned.contains(record.name)
-          && liveByArchive[record.name] == nil)
+        && (report.removed.contains { $0.archive == record.name }
+          || !everOwned.contains(record.name)
+            && liveByArchive[record.name] == nil)
     }
     let doomedNames = Set(doomed.map(\.name))
     let moving = doomed.flatMap { liveByArchive[$0.name] ?? [] }
@@ -83,7 +86,8 @@ extension Repository {
       if let newRecord { try catalog.insert(newRecord) }
       for blob in moved {
         try catalog.database.execute(
-          "UPDATE blobs SET archive = ?1, offset = ?2 WHERE digest = ?3", .text(blob.archive), .integer(blob.offset),
+          "UPDATE blobs SET archive = ?1, offset = ?2 WHERE digest = ?3", .text(blob.archive),
+          .integer(blob.offset),
           .blob(blob.digest.bytes))
       }
       for digest in movingTrees {
@@ -116,8 +120,9 @@ extension Repository {
   }
 
   private func treeArchive(_ digest: Digest) throws -> String? {
-    guard case .text(let name)? = try catalog.database.scalar(
-      "SELECT archive FROM trees WHERE digest = ?1", .blob(digest.bytes))
+    guard
+      case .text(let name)? = try catalog.database.scalar(
+        "SELECT archive FROM trees WHERE digest = ?1", .blob(digest.bytes))
     else { return nil }
     return name
   }
@@ -135,7 +140,9 @@ extension Repository {
   }
 
   /// Copies `moving` (and the trees' data) into a new archive, verifying each blob's digest.
-  private func writeRepack(moving: [BlobLocation], trees: [Digest]) throws -> (record: ArchiveRecord, blobs: [BlobLocation]) {
+  private func writeRepack(moving: [BlobLocation], trees: [Digest]) throws -> (
+    record: ArchiveRecord, blobs: [BlobLocation]
+  ) {
     let name = try newSnapshotID() + ArchiveCompression.none.fileSuffix
     let temporaryName = Repository.temporaryPrefix + name
     let archives = try FileDescriptor.open(archivesPath, O_RDONLY | O_DIRECTORY)
@@ -160,9 +167,12 @@ extension Repository {
         let reader = try ArchiveReader(fileDescriptor: source.rawValue, name: archivePath(archive))
         var wanted = Dictionary(locations.map { ($0.offset, $0) }, uniquingKeysWith: { first, _ in first })
         while !wanted.isEmpty, let entry = try reader.nextEntry() {
-          guard let offset = reader.headerOffset, let location = wanted.removeValue(forKey: offset) else { continue }
+          guard let offset = reader.headerOffset, let location = wanted.removeValue(forKey: offset) else {
+            continue
+          }
           guard entry.type == .regular, entry.size == location.size, entry.path == location.path else {
-            throw BackupError(.corruptArchive, "Archive '\(archive)' has no member '\(display(location.path))' at \(offset)")
+            throw BackupError(
+              .corruptArchive, "Archive '\(archive)' has no member '\(display(location.path))' at \(offset)")
           }
           let newOffset = writer.uncompressedOffset
           try writer.writeHeader(entry)
@@ -176,10 +186,13 @@ extension Repository {
           try writer.finishEntry()
           guard hasher.finalize() == location.digest else {
             throw BackupError(
-              .corruptArchive, "Archive '\(archive)' is damaged: '\(display(location.path))' does not match its SHA-256")
+              .corruptArchive,
+              "Archive '\(archive)' is damaged: '\(display(location.path))' does not match its SHA-256")
           }
-          copied.append(BlobLocation(digest: location.digest, archive: name, offset: newOffset, path: location.path,
-                                     size: location.size))
+          copied.append(
+            BlobLocation(
+              digest: location.digest, archive: name, offset: newOffset, path: location.path,
+              size: location.size))
         }
         if let missing = wanted.values.first {
           throw BackupError(.corruptArchive, "Archive '\(archive)' ends before '\(display(missing.path))'")
@@ -200,7 +213,8 @@ extension Repository {
       file.close()
       try archives.rename(temporaryName, to: name, flags: .noReplace)
       try archives.sync()
-      let record = ArchiveRecord(name: name, size: size, sha256: checksum.finalize(), compression: .none, created: Date())
+      let record = ArchiveRecord(
+        name: name, size: size, sha256: checksum.finalize(), compression: .none, created: Date())
       return (record, copied)
     } catch {
       file.close()

@@ -80,7 +80,9 @@ public enum HomeSwap {
 
   /// Makes `staging` the contents of `app`'s home, carrying items over from the old ones.
   /// Consumes `staging` (closes it).
-  public static func swap(_ staging: HomeStagingArea, into app: AppRecord, carrying: Carry, session: DeviceSession)
+  public static func swap(
+    _ staging: HomeStagingArea, into app: AppRecord, carrying: Carry, session: DeviceSession
+  )
     throws
   {
     let journal = try prepare(staging, into: app, carrying: carrying, session: session)
@@ -94,7 +96,9 @@ public enum HomeSwap {
   /// Makes the staged contents durable and writes the journal that commits the swap; from
   /// here on, recovery rolls it forward. Closes the staging descriptor (discarding the
   /// staging directory if this fails).
-  static func prepare(_ staging: HomeStagingArea, into app: AppRecord, carrying: Carry, session: DeviceSession)
+  static func prepare(
+    _ staging: HomeStagingArea, into app: AppRecord, carrying: Carry, session: DeviceSession
+  )
     throws -> PropertyList
   {
     precondition(session.isLocked, "swapping a home needs the root's lock")
@@ -132,9 +136,11 @@ public enum HomeSwap {
   }
 
   /// Rolls a journaled swap forward from wherever it stopped.
-  static func finish(journal: PropertyList, applicationRoot: FileDescriptor, journals: FileDescriptor) throws {
+  static func finish(journal: PropertyList, applicationRoot: FileDescriptor, journals: FileDescriptor) throws
+  {
     guard let id = journal["containerID"]?.string, let staging = journal["staging"]?.string,
-      staging.hasPrefix(HomeStagingArea.prefix), !id.contains("/"), let inode = journal["stagingInode"]?.integer
+      staging.hasPrefix(HomeStagingArea.prefix), !id.contains("/"),
+      let inode = journal["stagingInode"]?.integer
     else { throw BackupError(.corruptCatalog, "A home swap journal in '.appbox/journal' is malformed") }
     let carried = (journal["carry"]?.array ?? []).compactMap { $0.data.map { Array($0) } }
     let exchanged = try applicationRoot.statusIfPresent(of: id)?.inode == UInt64(bitPattern: inode)
@@ -145,7 +151,8 @@ public enum HomeSwap {
       defer { home.close() }
       let target = try applicationRoot.open(staging, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
       defer { target.close() }
-      for name in carried where try home.status(ofRawName: name) != nil && target.status(ofRawName: name) == nil {
+      for name in carried
+      where try home.status(ofRawName: name) != nil && target.status(ofRawName: name) == nil {
         try home.rename(rawName: name, to: name, in: target, flags: .noReplace)
         CrashPoint.hit("swap.carried")
       }

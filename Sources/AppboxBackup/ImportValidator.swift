@@ -37,7 +37,9 @@ public struct ImportLimits: Sendable {
     if let entries = environment["APPBOX_IMPORT_MAX_ENTRIES"].flatMap(Int.init), entries > 0 {
       limits.maxEntries = entries
     }
-    if let bytes = environment["APPBOX_IMPORT_MAX_BYTES"].flatMap(Int64.init), bytes > 0 { limits.maxBytes = bytes }
+    if let bytes = environment["APPBOX_IMPORT_MAX_BYTES"].flatMap(Int64.init), bytes > 0 {
+      limits.maxBytes = bytes
+    }
     return limits
   }
 }
@@ -79,10 +81,13 @@ struct ImportValidator {
       throw BackupError(.refusedArchive, "it has more than \(maxEntries) entries (APPBOX_IMPORT_MAX_ENTRIES)")
     }
     if path.first == UInt8(ascii: "/") { throw Self.refuse(path, "has an absolute path") }
-    let components = path.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false).map(Array.init)
+    let components = path.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false).map(
+      Array.init)
     for component in components {
       if component == Array("..".utf8) { throw Self.refuse(path, "climbs out with '..'") }
-      if component.isEmpty || component == [UInt8(ascii: ".")] { throw Self.refuse(path, "has an empty or '.' component") }
+      if component.isEmpty || component == [UInt8(ascii: ".")] {
+        throw Self.refuse(path, "has an empty or '.' component")
+      }
     }
     guard let first = components.first, Self.topLevel.contains(first) else {
       throw Self.refuse(path, "is outside Documents and Library")
@@ -102,7 +107,8 @@ struct ImportValidator {
       prefix = joinPath(prefix, component)
       switch known[prefix] {
       case .directory?: continue
-      case .symlink?: throw Self.refuse(path, "would be written through the symbolic link '\(display(prefix))'")
+      case .symlink?:
+        throw Self.refuse(path, "would be written through the symbolic link '\(display(prefix))'")
       case .file?: throw Self.refuse(path, "is inside '\(display(prefix))', which is a file")
       case nil:
         known[prefix] = .directory
@@ -119,20 +125,24 @@ struct ImportValidator {
       guard entry.size >= 0, entry.size <= maxBytes - bytes else {
         throw BackupError(
           .refusedArchive,
-          "member '\(display(path))' would make it expand beyond \(maxBytes) bytes (free space or APPBOX_IMPORT_MAX_BYTES)")
+          "member '\(display(path))' would make it expand beyond \(maxBytes) bytes (free space or APPBOX_IMPORT_MAX_BYTES)"
+        )
       }
       bytes += entry.size
       kind = .file
       admission = .file
     case .symlink(let target):
       if target.isEmpty { throw Self.refuse(path, "is a symbolic link with an empty target") }
-      if target.first == UInt8(ascii: "/") { throw Self.refuse(path, "is a symbolic link to an absolute path") }
+      if target.first == UInt8(ascii: "/") {
+        throw Self.refuse(path, "is a symbolic link to an absolute path")
+      }
       kind = .symlink
       admission = .symlink
       symlinks.append((path, target))
     case .hardlink(let target):
       guard known[target] == .file else {
-        throw Self.refuse(path, "is a hard link to '\(display(target))', which is not an earlier file of the archive")
+        throw Self.refuse(
+          path, "is a hard link to '\(display(target))', which is not an earlier file of the archive")
       }
       kind = .file
       admission = .hardlink(target: target)
@@ -159,7 +169,9 @@ struct ImportValidator {
     }
   }
 
-  private static func resolve(_ target: [UInt8], from directory: [[UInt8]], links: [[UInt8]: [UInt8]], budget: Int)
+  private static func resolve(
+    _ target: [UInt8], from directory: [[UInt8]], links: [[UInt8]: [UInt8]], budget: Int
+  )
     -> [[UInt8]]?
   {
     if target.first == UInt8(ascii: "/") || budget <= 0 { return nil }
@@ -175,7 +187,9 @@ struct ImportValidator {
       let joined = Array(current.joined(separator: [UInt8(ascii: "/")]))
       if let next = links[joined] {
         current.removeLast()
-        guard let resolved = resolve(next, from: current, links: links, budget: budget - 1) else { return nil }
+        guard let resolved = resolve(next, from: current, links: links, budget: budget - 1) else {
+          return nil
+        }
         current = resolved
       }
     }

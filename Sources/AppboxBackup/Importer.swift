@@ -26,7 +26,8 @@ public struct ImportReport: Sendable {
 extension DeviceSession {
   /// Replaces `app`'s Documents and Library with the archive at `path`, all or nothing.
   public func importData(
-    into app: AppRecord, from path: String, limits: ImportLimits? = nil, observer: EngineObserver = SilentObserver()
+    into app: AppRecord, from path: String, limits: ImportLimits? = nil,
+    observer: EngineObserver = SilentObserver()
   ) throws -> ImportReport {
     let running = try holdNotRunning(app, session: self)
     defer { withExtendedLifetime(running) {} }
@@ -100,8 +101,9 @@ private struct ImportBuild {
       let (admission, implied) = try validator.admit(facts(entry))
       for directory in implied {
         try writer.makeDirectory(directory)
-        directories[directory] = TreeEntry(name: [], type: .directory, permissions: 0o755,
-                                           modificationTime: Int64(Date().timeIntervalSince1970 * 1e9))
+        directories[directory] = TreeEntry(
+          name: [], type: .directory, permissions: 0o755,
+          modificationTime: Int64(Date().timeIntervalSince1970 * 1e9))
       }
       let metadata = treeEntry(entry)
       switch admission {
@@ -129,7 +131,8 @@ private struct ImportBuild {
         report.files += 1
         report.bytes += entry.size
       case .hardlink(let target):
-        try writer.link(RestoreItem(path: entry.path, entry: metadata), to: RestoreItem(path: target, entry: metadata))
+        try writer.link(
+          RestoreItem(path: entry.path, entry: metadata), to: RestoreItem(path: target, entry: metadata))
         report.files += 1
       case .symlink:
         links.append((entry.path, entry.linkTarget ?? [], metadata.modificationTime))
@@ -171,7 +174,8 @@ private struct ImportBuild {
   private func treeEntry(_ entry: ArchiveEntry) -> TreeEntry {
     TreeEntry(
       name: [], type: .file, permissions: entry.permissions & 0o1777, size: entry.size,
-      modificationTime: entry.modificationTime.seconds &* 1_000_000_000 &+ Int64(entry.modificationTime.nanoseconds),
+      modificationTime: entry.modificationTime.seconds &* 1_000_000_000
+        &+ Int64(entry.modificationTime.nanoseconds),
       extendedAttributes: entry.extendedAttributes.map { ExtendedAttribute(name: $0.name, value: $0.value) }
         .sorted { $0.name < $1.name })
   }

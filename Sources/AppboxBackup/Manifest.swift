@@ -43,7 +43,9 @@ struct Manifest {
     for tree in trees { size += Digest.byteCount + data(tree.data.count) }
     size += ByteWriter.varintSize(UInt64(blobs.count))
     for blob in blobs {
-      size += Digest.byteCount + ByteWriter.varintSize(UInt64(blob.offset)) + ByteWriter.varintSize(UInt64(blob.size))
+      size +=
+        Digest.byteCount + ByteWriter.varintSize(UInt64(blob.offset))
+        + ByteWriter.varintSize(UInt64(blob.size))
         + data(blob.path.count)
     }
     return size + Digest.byteCount
@@ -90,7 +92,8 @@ struct Manifest {
 
   private static func fields(_ snapshot: Snapshot) -> [(String, String)] {
     var fields: [(String, String)] = [
-      ("id", snapshot.id), ("app", snapshot.app), ("device", snapshot.device), ("container", snapshot.containerID),
+      ("id", snapshot.id), ("app", snapshot.app), ("device", snapshot.device),
+      ("container", snapshot.containerID),
       ("version", snapshot.version), ("bundle", snapshot.bundleDirectoryName), ("seal", snapshot.seal),
       ("time", String(snapshot.time.timeIntervalSince1970)), ("kind", snapshot.kind.rawValue),
       ("root", snapshot.rootTree.hex), ("files", String(snapshot.files)), ("bytes", String(snapshot.bytes)),
@@ -107,7 +110,8 @@ struct Manifest {
     func bad(_ what: String) -> BackupError {
       BackupError(.corruptArchive, "The manifest of archive '\(archive)' is damaged: \(what)")
     }
-    guard bytes.count >= magic.count + 1 + Digest.byteCount, bytes.starts(with: magic), bytes[magic.count] == 1
+    guard bytes.count >= magic.count + 1 + Digest.byteCount, bytes.starts(with: magic),
+      bytes[magic.count] == 1
     else { throw bad("not an appbox manifest") }
     let body = bytes[0..<(bytes.count - Digest.byteCount)]
     guard SHA256.hash(Array(body)) == Digest(bytes: bytes[(bytes.count - Digest.byteCount)...]) else {
@@ -126,7 +130,9 @@ struct Manifest {
         for _ in 0..<(try input.count(limit: raw.count)) {
           let digest = try input.digest()
           let data = try input.data(limit: raw.count)
-          guard SHA256.hash(data) == digest else { throw bad("tree \(digest.hex.prefix(16)) does not match its digest") }
+          guard SHA256.hash(data) == digest else {
+            throw bad("tree \(digest.hex.prefix(16)) does not match its digest")
+          }
           trees.append((digest, data))
         }
         var blobs: [BlobLocation] = []
@@ -147,7 +153,8 @@ struct Manifest {
     }
   }
 
-  private static func snapshot(_ fields: [String: String], archive: String, bad: (String) -> BackupError) throws
+  private static func snapshot(_ fields: [String: String], archive: String, bad: (String) -> BackupError)
+    throws
     -> Snapshot
   {
     func field(_ key: String) throws -> String {
@@ -160,7 +167,8 @@ struct Manifest {
       let warnings = Int(try field("warnings"))
     else { throw bad("a snapshot field is malformed") }
     return Snapshot(
-      id: try field("id"), app: try field("app"), device: try field("device"), containerID: try field("container"),
+      id: try field("id"), app: try field("app"), device: try field("device"),
+      containerID: try field("container"),
       version: try field("version"), bundleDirectoryName: try field("bundle"), seal: try field("seal"),
       time: Date(timeIntervalSince1970: time), kind: kind, tag: fields["tag"], parent: fields["parent"],
       rootTree: root, files: files, bytes: bytes, bytesAdded: added, archive: archive,

@@ -29,7 +29,9 @@ public final class Repository {
 
   /// Opens the repository at `path`, creating it (and its parents) when `create` is true.
   /// A missing repository without `create` is `.snapshotNotFound` (exit 66).
-  public init(path: String, create: Bool = true, environment: [String: String] = ProcessInfo.processInfo.environment)
+  public init(
+    path: String, create: Bool = true, environment: [String: String] = ProcessInfo.processInfo.environment
+  )
     throws
   {
     var trimmed = path
@@ -66,7 +68,8 @@ public final class Repository {
   /// The repository-wide lock, shared for writers and exclusive for maintenance.
   public func lockRepository(exclusive: Bool) throws -> FileLock {
     try FileLock.acquire(
-      locksPath + "/repository.lock", exclusive: exclusive, timeout: lockTimeout, what: "Repository '\(path)'")
+      locksPath + "/repository.lock", exclusive: exclusive, timeout: lockTimeout, what: "Repository '\(path)'"
+    )
   }
 
   /// Takes the repository lock shared for a writer, removing debris first when no other
@@ -111,7 +114,8 @@ public final class Repository {
     while true {
       let id = String(format: "%08x", UInt32.random(in: 0...UInt32.max))
       if try catalog.snapshot(id: id) != nil { continue }
-      if existing.contains(where: { $0.hasPrefix(id + ".") || $0.hasPrefix(Repository.temporaryPrefix + id) }) {
+      if existing.contains(where: { $0.hasPrefix(id + ".") || $0.hasPrefix(Repository.temporaryPrefix + id) })
+      {
         continue
       }
       return id
@@ -131,7 +135,8 @@ public final class Repository {
       return last
     }
     guard let snapshot = try catalog.snapshot(id: id), app.map({ $0 == snapshot.app }) ?? true else {
-      throw BackupError(.snapshotNotFound, "No snapshot '\(id)'\(app.map { " of '\($0)'" } ?? "") in '\(path)'")
+      throw BackupError(
+        .snapshotNotFound, "No snapshot '\(id)'\(app.map { " of '\($0)'" } ?? "") in '\(path)'")
     }
     return snapshot
   }

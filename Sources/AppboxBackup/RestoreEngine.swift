@@ -112,11 +112,13 @@ extension Repository {
     let fd = try FileDescriptor.open(path, O_RDONLY)
     defer { fd.close() }
     let record = try catalog.archive(named: snapshot.archive)
-    let reader = record?.compression == ArchiveCompression.none
+    let reader =
+      record?.compression == ArchiveCompression.none
       ? try ArchiveReader(fileDescriptor: fd.rawValue, startingAt: offset, name: path)
       : try ArchiveReader(fileDescriptor: fd.rawValue, name: path)
     while let entry = try reader.nextEntry() {
-      if reader.headerOffset == offset && entry.path == Manifest.keychainMemberPath && entry.size <= 64 << 20 {
+      if reader.headerOffset == offset && entry.path == Manifest.keychainMemberPath && entry.size <= 64 << 20
+      {
         return try reader.readAllData()
       }
       if let at = reader.headerOffset, at > offset { break }

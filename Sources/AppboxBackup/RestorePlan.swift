@@ -55,7 +55,9 @@ struct RestorePlan {
             continue
           }
           if entry.linkCount > 1 { inodes[entry.inode] = files.count }
-          if entry.size > 0, let content = entry.digest { filesByDigest[content, default: []].append(files.count) }
+          if entry.size > 0, let content = entry.digest {
+            filesByDigest[content, default: []].append(files.count)
+          }
           files.append(item)
           totalBytes += entry.size
         case .symlink:

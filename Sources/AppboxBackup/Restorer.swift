@@ -44,7 +44,8 @@ extension Repository {
   /// With `standardDirectories`, the home's standard directories the snapshot lacks
   /// (Library/Caches and tmp, always) are created empty, before directory times are set.
   public func materialize(
-    _ snapshot: Snapshot, part: SnapshotPart, into directory: FileDescriptor, standardDirectories: Bool = false,
+    _ snapshot: Snapshot, part: SnapshotPart, into directory: FileDescriptor,
+    standardDirectories: Bool = false,
     observer: EngineObserver = SilentObserver()
   ) throws -> MaterializeReport {
     let bundleName = Array(snapshot.bundleDirectoryName.utf8)
@@ -55,7 +56,8 @@ extension Repository {
       root = snapshot.rootTree
       skipping = [bundleName]
     case .bundle:
-      guard let entry = try catalog.tree(snapshot.rootTree).entry(named: bundleName), entry.type == .directory,
+      guard let entry = try catalog.tree(snapshot.rootTree).entry(named: bundleName),
+        entry.type == .directory,
         let digest = entry.digest
       else { throw BackupError(.snapshotNotFound, "Snapshot \(snapshot.id) holds no bundle") }
       root = digest
@@ -67,15 +69,17 @@ extension Repository {
       for (digest, files) in plan.filesByDigest {
         guard let location = try catalog.blob(digest) else {
           throw BackupError(
-            .corruptCatalog, "The catalog has no archive holding the content of '\(display(plan.files[files[0]].path))'")
+            .corruptCatalog,
+            "The catalog has no archive holding the content of '\(display(plan.files[files[0]].path))'")
         }
         locations[location.archive, default: []].append(location)
       }
       return (plan, locations)
     }
-    observer.engine(.planned(
-      entries: plan.files.count + plan.directories.count + plan.symlinks.count, files: plan.files.count,
-      bytes: plan.totalBytes))
+    observer.engine(
+      .planned(
+        entries: plan.files.count + plan.directories.count + plan.symlinks.count, files: plan.files.count,
+        bytes: plan.totalBytes))
     var needed = Set(locations.keys)
     needed.insert(snapshot.archive)
     let records = try checkPresence(of: needed.sorted())
@@ -90,7 +94,8 @@ extension Repository {
       for item in plan.directories { try writer.makeDirectory(item.path) }
       let extractor = ContentExtractor(plan: plan, writer: writer, observer: observer)
       for record in records where locations[record.name] != nil {
-        try extractor.extract(from: record, path: archivePath(record.name), locations: locations[record.name]!)
+        try extractor.extract(
+          from: record, path: archivePath(record.name), locations: locations[record.name]!)
       }
       try extractor.finish()
       for (index, item) in plan.files.enumerated() where !extractor.written.contains(index) {
@@ -128,7 +133,8 @@ extension Repository {
       }
       guard Int64(st.st_size) == record.size else {
         throw BackupError(
-          .corruptArchive, "Archive '\(archivePath(name))' is \(st.st_size) bytes; the catalog recorded \(record.size)")
+          .corruptArchive,
+          "Archive '\(archivePath(name))' is \(st.st_size) bytes; the catalog recorded \(record.size)")
       }
       return record
     }
@@ -151,8 +157,9 @@ extension Repository {
 /// their place is left alone: the snapshot recorded it so).
 func addStandardDirectories(in directory: FileDescriptor) throws {
   for path in Home.standardDirectories {
-    let (parent, name) = TreeWriter.split(Array(path.utf8))
-    guard let parentStatus = parent.isEmpty ? try directory.status() : try directory.status(ofRawName: parent),
+    let parent = TreeWriter.split(Array(path.utf8)).parent
+    guard
+      let parentStatus = parent.isEmpty ? try directory.status() : try directory.status(ofRawName: parent),
       parentStatus.type == .directory, try directory.status(ofRawName: Array(path.utf8)) == nil
     else { continue }
     try directory.makeDirectory(path, mode: 0o755)

@@ -119,9 +119,10 @@ final class Scanner: @unchecked Sendable {
   /// `previousRoot` is the parent snapshot's root tree (nil: no change detection), read from
   /// the catalog at `catalogPath`; entries whose ctime is not before `trustedBefore` minus the
   /// racy window are treated as changed.
-  init(home: FileDescriptor, rules: ScanRules, catalogPath: String?, previousRoot: Digest?, trustedBefore: Int64,
-       observer: EngineObserver)
-  {
+  init(
+    home: FileDescriptor, rules: ScanRules, catalogPath: String?, previousRoot: Digest?, trustedBefore: Int64,
+    observer: EngineObserver
+  ) {
     self.home = home
     self.rules = rules
     self.catalogPath = catalogPath
@@ -204,7 +205,8 @@ final class Scanner: @unchecked Sendable {
   /// Lists one directory and stats its entries, merging them with the previous tree's.
   /// Also returns, by entry position, the previous entries of subdirectories, decoded.
   private func visit(
-    path: [UInt8], previous: TreeEntry?, isRoot: Bool, previousData: [UInt8], buffer: UnsafeMutableRawBufferPointer
+    path: [UInt8], previous: TreeEntry?, isRoot: Bool, previousData: [UInt8],
+    buffer: UnsafeMutableRawBufferPointer
   ) throws -> (ScannedDirectory, [Int: TreeEntry]) {
     let shown = path.isEmpty ? "." : display(path)
     let directory: FileDescriptor
@@ -224,7 +226,9 @@ final class Scanner: @unchecked Sendable {
         result.isExcluded = previous.isExcluded
         result.isUnchanged = true
       } else {
-        result.attributes = try directory.userExtendedAttributes().map { ExtendedAttribute(name: $0.name, value: $0.value) }
+        result.attributes = try directory.userExtendedAttributes().map {
+          ExtendedAttribute(name: $0.name, value: $0.value)
+        }
         result.isExcluded = result.attributes.contains { $0.name == excludeFromBackupAttribute }
       }
       if result.isExcluded { return (result, [:]) }
@@ -255,13 +259,15 @@ final class Scanner: @unchecked Sendable {
       try names.withUnsafeBytes { arena in
         for span in spans {
           while let current = candidate,
-            compareBytes(old, (Int32(current.nameRange.lowerBound), Int32(current.nameRange.count)), arena, span) < 0
+            compareBytes(
+              old, (Int32(current.nameRange.lowerBound), Int32(current.nameRange.count)), arena, span) < 0
           {
             candidate = try cursor!.next()
           }
           var match: EncodedEntry?
           if let current = candidate,
-            compareBytes(old, (Int32(current.nameRange.lowerBound), Int32(current.nameRange.count)), arena, span) == 0
+            compareBytes(
+              old, (Int32(current.nameRange.lowerBound), Int32(current.nameRange.count)), arena, span) == 0
           {
             match = current
           }
@@ -271,11 +277,16 @@ final class Scanner: @unchecked Sendable {
             guard let found = try directory.status(ofCName: cName) else { continue }  // vanished
             status = found
           } catch let error as SystemError {
-            throw unreadable(error, path: display(joinPath(path, Array(UnsafeRawBufferPointer(start: cName, count: Int(span.length))))))
+            throw unreadable(
+              error,
+              path: display(
+                joinPath(path, Array(UnsafeRawBufferPointer(start: cName, count: Int(span.length))))))
           }
           guard let type = TreeEntryType(status.type) else {
-            let entryPath = display(joinPath(path, Array(UnsafeRawBufferPointer(start: cName, count: Int(span.length)))))
-            throw BackupError(.unreadable(.badData), "Unable to back up '\(entryPath)': device files do not belong in a home")
+            let entryPath = display(
+              joinPath(path, Array(UnsafeRawBufferPointer(start: cName, count: Int(span.length)))))
+            throw BackupError(
+              .unreadable(.badData), "Unable to back up '\(entryPath)': device files do not belong in a home")
           }
           var entry = ScannedEntry(
             nameStart: span.start, nameLength: span.length, status: EntryStatus(status), type: type,
@@ -284,7 +295,9 @@ final class Scanner: @unchecked Sendable {
             if let match, match.type == .directory {
               previousDirectories[result.entries.count] = try Tree.materialize(match, in: old)
             }
-          } else if let match, ChangeDetector.isUnchanged(status, previous: match, trustedBefore: trustedBefore) {
+          } else if let match,
+            ChangeDetector.isUnchanged(status, previous: match, trustedBefore: trustedBefore)
+          {
             entry.isReused = true
           } else if type == .symlink {
             let name = Array(UnsafeRawBufferPointer(start: cName, count: Int(span.length)))
@@ -317,6 +330,7 @@ func compareBytes(
 
 /// Turns a failed system call on a file of the home into the backup's error.
 func unreadable(_ error: SystemError, path: String) -> BackupError {
-  BackupError(.unreadable(error.kind == .denied ? .denied : .io),
-              "Unable to back up '\(path)': cannot \(error.operation) it (\(error.errno))")
+  BackupError(
+    .unreadable(error.kind == .denied ? .denied : .io),
+    "Unable to back up '\(path)': cannot \(error.operation) it (\(error.errno))")
 }

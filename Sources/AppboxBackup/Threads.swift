@@ -158,7 +158,6 @@ final class HandoffQueue<Element>: @unchecked Sendable {
   }
 }
 
-
 /// A fixed set of equal buffers passed between threads: reading into a pooled buffer and
 /// returning it once written keeps memory flat and spares malloc the churn of thousands of
 /// large allocations (which glibc would keep around after the first few are freed).

@@ -61,7 +61,8 @@ public struct TreeEntry: Sendable, Equatable {
   public var isExcluded: Bool
 
   public init(
-    name: [UInt8], type: TreeEntryType, permissions: UInt32, uid: UInt32 = 0, gid: UInt32 = 0, size: Int64 = 0,
+    name: [UInt8], type: TreeEntryType, permissions: UInt32, uid: UInt32 = 0, gid: UInt32 = 0,
+    size: Int64 = 0,
     modificationTime: Int64 = 0, changeTime: Int64 = 0, inode: UInt64 = 0, linkCount: UInt64 = 1,
     digest: Digest? = nil, linkTarget: [UInt8]? = nil, extendedAttributes: [ExtendedAttribute] = [],
     isExcluded: Bool = false
@@ -157,7 +158,8 @@ public struct Tree: Sendable, Equatable {
   /// The full entry a cursor found, with its name, digest, target and attributes.
   static func materialize(_ encoded: EncodedEntry, in buffer: UnsafeRawBufferPointer) throws -> TreeEntry {
     var entry = TreeEntry(
-      name: Array(buffer[encoded.nameRange]), type: encoded.type, permissions: encoded.permissions, uid: encoded.uid,
+      name: Array(buffer[encoded.nameRange]), type: encoded.type, permissions: encoded.permissions,
+      uid: encoded.uid,
       gid: encoded.gid, size: encoded.size, modificationTime: encoded.modificationTime,
       changeTime: encoded.changeTime, inode: encoded.inode, linkCount: encoded.linkCount,
       isExcluded: encoded.isExcluded)

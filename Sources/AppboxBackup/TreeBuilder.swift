@@ -46,7 +46,8 @@ struct TreeBuilder {
       let counts = !isBundle(directory.path)
       var body = ByteWriter()
       var count = 0
-      var reusedAll = directory.previousDigest != nil && directory.previousEntryCount == directory.entries.count
+      var reusedAll =
+        directory.previousDigest != nil && directory.previousEntryCount == directory.entries.count
       var rootEntries: [TreeEntry] = []  // the root is assembled from values, to insert the bundle
       try directory.previousData.withUnsafeBytes { old in
         for (position, scanned) in directory.entries.enumerated() {
@@ -58,7 +59,8 @@ struct TreeBuilder {
             }
             count += 1
             if index == 0 {
-              rootEntries.append(try Tree.materialize(try TreeCursor.entry(at: previous.range, in: old), in: old))
+              rootEntries.append(
+                try Tree.materialize(try TreeCursor.entry(at: previous.range, in: old), in: old))
             } else {
               body.bytes.append(contentsOf: old[previous.range])
             }
@@ -151,7 +153,9 @@ struct TreeBuilder {
   }
 
   private func isBundle(_ path: [UInt8]) -> Bool {
-    guard path.count >= bundleDirectoryName.count, path.starts(with: bundleDirectoryName) else { return false }
+    guard path.count >= bundleDirectoryName.count, path.starts(with: bundleDirectoryName) else {
+      return false
+    }
     return path.count == bundleDirectoryName.count || path[bundleDirectoryName.count] == UInt8(ascii: "/")
   }
 }

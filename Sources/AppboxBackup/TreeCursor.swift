@@ -31,7 +31,8 @@ struct EncodedEntry {
   /// The digest (content or subtree), read from `buffer`.
   func digest(in buffer: UnsafeRawBufferPointer) -> Digest? {
     guard hasDigest else { return nil }
-    return Digest(bytes: UnsafeRawBufferPointer(rebasing: buffer[tailRange.lowerBound..<(tailRange.lowerBound + 32)]))
+    return Digest(
+      bytes: UnsafeRawBufferPointer(rebasing: buffer[tailRange.lowerBound..<(tailRange.lowerBound + 32)]))
   }
 }
 
@@ -120,7 +121,8 @@ struct TreeCursor {
     return EncodedEntry(
       range: start..<input.position, nameRange: nameStart..<(nameStart + nameLength),
       tailRange: tailStart..<input.position, type: type, permissions: UInt32(permissions), uid: uid, gid: gid,
-      size: size, modificationTime: modificationTime, changeTime: changeTime, inode: inode, linkCount: linkCount,
+      size: size, modificationTime: modificationTime, changeTime: changeTime, inode: inode,
+      linkCount: linkCount,
       isExcluded: isExcluded, hasDigest: hasDigest)
   }
 
@@ -129,7 +131,9 @@ struct TreeCursor {
     guard !name.isEmpty, !name.contains(0), !name.contains(UInt8(ascii: "/")),
       !(name.count == 1 && name[0] == dot), !(name.count == 2 && name[0] == dot && name[1] == dot)
     else { throw ByteReader.malformed("bad entry name") }
-    if let previousName, !UnsafeRawBufferPointer(rebasing: buffer[previousName]).lexicographicallyPrecedes(name) {
+    if let previousName,
+      !UnsafeRawBufferPointer(rebasing: buffer[previousName]).lexicographicallyPrecedes(name)
+    {
       throw ByteReader.malformed("names out of order")
     }
   }

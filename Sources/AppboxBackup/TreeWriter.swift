@@ -71,7 +71,8 @@ final class TreeWriter {
     let (parent, name) = TreeWriter.split(item.path)
     let directory = try directory(parent)
     try directory.makeSymlink(rawName: name, target: item.entry.linkTarget ?? [])
-    try directory.setTimes(ofRawName: name, modification: Timespec(totalNanoseconds: item.entry.modificationTime))
+    try directory.setTimes(
+      ofRawName: name, modification: Timespec(totalNanoseconds: item.entry.modificationTime))
   }
 
   func makeFIFO(_ item: RestoreItem) throws {

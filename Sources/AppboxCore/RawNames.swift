@@ -82,7 +82,9 @@ extension FileDescriptor {
       }
       let isLast = index == components.count - 1
       let stepFlags = isLast ? finalFlags : (O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-      let fd = withCName(name) { cName in retryingOnInterrupt { Glibc.openat(current.rawValue, cName, stepFlags, mode) } }
+      let fd = withCName(name) { cName in
+        retryingOnInterrupt { Glibc.openat(current.rawValue, cName, stepFlags, mode) }
+      }
       let errno = Errno.current
       current.close()
       guard fd >= 0 else { throw SystemError("open", path: display, errno: errno) }
@@ -101,7 +103,9 @@ extension FileDescriptor {
   /// Creates symlink `name` here pointing at `target` (both raw bytes). Uses `symlinkat(2)`.
   public func makeSymlink(rawName name: [UInt8], target: [UInt8]) throws {
     let result = withCName(target) { cTarget in withCName(name) { Glibc.symlinkat(cTarget, rawValue, $0) } }
-    guard result == 0 else { throw SystemError("create symlink", path: String(decoding: name, as: UTF8.self)) }
+    guard result == 0 else {
+      throw SystemError("create symlink", path: String(decoding: name, as: UTF8.self))
+    }
   }
 
   /// Creates a FIFO `name` here. Uses `mkfifoat(3)`.
@@ -114,8 +118,12 @@ extension FileDescriptor {
   /// Makes `name` in `directory` a new hard link to `existing` in this directory, never
   /// following a symlink. Uses `linkat(2)`.
   public func link(rawName existing: [UInt8], to name: [UInt8], in directory: FileDescriptor) throws {
-    let result = withCName(existing) { old in withCName(name) { Glibc.linkat(rawValue, old, directory.rawValue, $0, 0) } }
-    guard result == 0 else { throw SystemError("create hard link", path: String(decoding: name, as: UTF8.self)) }
+    let result = withCName(existing) { old in
+      withCName(name) { Glibc.linkat(rawValue, old, directory.rawValue, $0, 0) }
+    }
+    guard result == 0 else {
+      throw SystemError("create hard link", path: String(decoding: name, as: UTF8.self))
+    }
   }
 
   /// Removes entry `name` (a directory with `directory: true`). Uses `unlinkat(2)`.
@@ -126,9 +134,10 @@ extension FileDescriptor {
   }
 
   /// Renames entry `name` here to `newName` in `directory` (renameat2 `flags`). Uses `renameat2(2)`.
-  public func rename(rawName name: [UInt8], to newName: [UInt8], in directory: FileDescriptor,
-                     flags: RenameFlags = []) throws
-  {
+  public func rename(
+    rawName name: [UInt8], to newName: [UInt8], in directory: FileDescriptor,
+    flags: RenameFlags = []
+  ) throws {
     let result = withCName(name) { old in
       withCName(newName) { appbox_renameat2(rawValue, old, directory.rawValue, $0, flags.rawValue) }
     }

@@ -16,7 +16,9 @@ public struct RawTar: Sendable {
     }
     func octal(_ value: Int, at offset: Int, length: Int) {
       let digits = String(value, radix: 8)
-      put(String(repeating: "0", count: max(0, length - 1 - digits.count)) + digits, at: offset, length: length - 1)
+      put(
+        String(repeating: "0", count: max(0, length - 1 - digits.count)) + digits, at: offset,
+        length: length - 1)
     }
     put(name, at: 0, length: 100)
     octal(mode, at: 100, length: 8)

@@ -10,7 +10,8 @@ import Glibc
 public func writeSampleData(home: String) throws {
   func write(_ relative: String, _ bytes: [UInt8], mode: mode_t = 0o644) throws {
     let path = home + "/" + relative
-    try FileManager.default.createDirectory(atPath: splitPath(path).directory, withIntermediateDirectories: true)
+    try FileManager.default.createDirectory(
+      atPath: splitPath(path).directory, withIntermediateDirectories: true)
     let fd = try FileDescriptor.open(path, O_WRONLY | O_CREAT | O_TRUNC, mode: mode)
     try fd.closeAfter { fd in
       try fd.writeAll(bytes)
@@ -49,7 +50,9 @@ public func writeSampleData(home: String) throws {
   try check(mkdir(documents + "/ReadOnly", 0o755), "mkdir")
   try write("Documents/ReadOnly/inside", Array("x".utf8))
   try check(chmod(documents + "/ReadOnly", 0o555), "chmod")
-  var times = [timespec(tv_sec: 1_234_567_890, tv_nsec: 123_456_789), timespec(tv_sec: 987_654_321, tv_nsec: 1)]
+  var times = [
+    timespec(tv_sec: 1_234_567_890, tv_nsec: 123_456_789), timespec(tv_sec: 987_654_321, tv_nsec: 1),
+  ]
   try check(utimensat(AT_FDCWD, documents + "/a.txt", &times, AT_SYMLINK_NOFOLLOW), "utimensat")
   try check(utimensat(AT_FDCWD, documents + "/link", &times, AT_SYMLINK_NOFOLLOW), "utimensat")
   try write("Library/Caches/thumbnail", Array("regenerable".utf8))

@@ -38,7 +38,8 @@ public func captureTree(_ root: String, skipping: Set<String> = []) throws -> [[
       guard let status = try directory.status(ofRawName: entry.name) else { continue }
       var captured = CapturedEntry(
         type: status.type, permissions: status.permissions, size: status.type == .regular ? status.size : 0,
-        modificationTime: status.modificationTime.totalNanoseconds, content: nil, linkTarget: nil, attributes: [:],
+        modificationTime: status.modificationTime.totalNanoseconds, content: nil, linkTarget: nil,
+        attributes: [:],
         hardLinks: [])
       switch status.type {
       case .symlink:
@@ -69,7 +70,8 @@ public func captureTree(_ root: String, skipping: Set<String> = []) throws -> [[
 }
 
 /// Human-readable differences between two captures (empty when equal).
-public func differences(_ expected: [[UInt8]: CapturedEntry], _ actual: [[UInt8]: CapturedEntry]) -> [String] {
+public func differences(_ expected: [[UInt8]: CapturedEntry], _ actual: [[UInt8]: CapturedEntry]) -> [String]
+{
   var lines: [String] = []
   let paths = Set(expected.keys).union(actual.keys).sorted { $0.lexicographicallyPrecedes($1) }
   for path in paths {

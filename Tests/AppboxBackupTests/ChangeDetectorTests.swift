@@ -7,9 +7,10 @@ import Testing
 struct ChangeDetectorTests {
   static let snapshotStart: Int64 = 2_000_000_000_000_000_000
 
-  static func status(size: Int64 = 10, mtime: Int64 = 1_000, ctime: Int64 = 1_000_000_000_000_000_000,
-                     inode: UInt64 = 7, mode: mode_t = S_IFREG | 0o644) -> FileStatus
-  {
+  static func status(
+    size: Int64 = 10, mtime: Int64 = 1_000, ctime: Int64 = 1_000_000_000_000_000_000,
+    inode: UInt64 = 7, mode: mode_t = S_IFREG | 0o644
+  ) -> FileStatus {
     var st = stat()
     st.st_size = Int(size)
     st.st_mtim = Timespec(totalNanoseconds: mtime).asTimespec
@@ -28,7 +29,9 @@ struct ChangeDetectorTests {
 
   @Test func identicalStatIsUnchanged() {
     let status = Self.status()
-    #expect(ChangeDetector.isUnchanged(status, previous: Self.entry(for: status), trustedBefore: Self.snapshotStart))
+    #expect(
+      ChangeDetector.isUnchanged(status, previous: Self.entry(for: status), trustedBefore: Self.snapshotStart)
+    )
   }
 
   @Test func noPreviousEntryMeansChanged() {
@@ -47,9 +50,12 @@ struct ChangeDetectorTests {
   @Test func entriesChangedJustBeforeThePreviousSnapshotAreNotTrusted() {
     let ctime = Self.snapshotStart - ChangeDetector.racyWindowNanoseconds / 2
     let status = Self.status(ctime: ctime)
-    #expect(!ChangeDetector.isUnchanged(status, previous: Self.entry(for: status), trustedBefore: Self.snapshotStart))
+    #expect(
+      !ChangeDetector.isUnchanged(
+        status, previous: Self.entry(for: status), trustedBefore: Self.snapshotStart))
     let older = Self.status(ctime: Self.snapshotStart - 2 * ChangeDetector.racyWindowNanoseconds)
-    #expect(ChangeDetector.isUnchanged(older, previous: Self.entry(for: older), trustedBefore: Self.snapshotStart))
+    #expect(
+      ChangeDetector.isUnchanged(older, previous: Self.entry(for: older), trustedBefore: Self.snapshotStart))
   }
 }
 

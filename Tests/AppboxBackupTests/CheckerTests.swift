@@ -26,7 +26,8 @@ struct CheckerTests {
     #expect(quick.problems.count == 1)
     #expect(quick.problems.first?.contains("SHA-256 does not match the catalog") == true)
     let thorough = try fixture.repository.check(readData: true)
-    #expect(thorough.problems.contains { $0.contains("Documents/") && $0.contains("does not match its SHA-256") })
+    #expect(
+      thorough.problems.contains { $0.contains("Documents/") && $0.contains("does not match its SHA-256") })
   }
 
   @Test func aMissingOrTruncatedArchiveIsAProblem() throws {

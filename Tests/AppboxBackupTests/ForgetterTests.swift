@@ -16,7 +16,8 @@ struct ForgetterTests {
     for round in 0..<3 {
       if round > 0 {
         try fixture.write("Documents/round.txt", "round \(round)")
-        try fixture.write("Documents/Nested/deeper/file.bin", bytes: [UInt8](repeating: UInt8(round), count: 2000))
+        try fixture.write(
+          "Documents/Nested/deeper/file.bin", bytes: [UInt8](repeating: UInt8(round), count: 2000))
         try fixture.trustSnapshots()
       }
       captures.append(try fixture.captureData())
@@ -82,7 +83,8 @@ struct ForgetterTests {
     #expect(try ["snapshots", "archives", "trees", "blobs"].map { try rebuilt.catalog.count($0) } == counts)
     #expect(try rebuilt.catalog.snapshots().map(\.id) == results.suffix(2).map(\.snapshot.id))
     #expect(try rebuilt.check(readData: true).isClean)
-    _ = try rebuilt.restore(fixture.app.bundleIdentifier, snapshot: results[1].snapshot.id, in: fixture.session)
+    _ = try rebuilt.restore(
+      fixture.app.bundleIdentifier, snapshot: results[1].snapshot.id, in: fixture.session)
     expectSame(captures[1], try fixture.captureData())
   }
 }

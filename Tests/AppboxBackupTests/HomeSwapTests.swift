@@ -24,17 +24,23 @@ struct HomeSwapTests {
     try fixture.write("tmp/scratch", "old")
     let staging = try HomeStagingArea.create(in: fixture.session)
     let snapshot = try fixture.repository.snapshot("latest", app: fixture.app.bundleIdentifier)
-    _ = try fixture.repository.materialize(snapshot, part: .data, into: staging.descriptor, standardDirectories: true)
+    _ = try fixture.repository.materialize(
+      snapshot, part: .data, into: staging.descriptor, standardDirectories: true)
     return (fixture, staging)
   }
 
   func expectSwapped(_ fixture: Fixture) throws {
-    #expect(String(decoding: try Data(contentsOf: URL(fileURLWithPath: fixture.path("Documents/which"))), as: UTF8.self)
-      == "new")
+    #expect(
+      String(
+        decoding: try Data(contentsOf: URL(fileURLWithPath: fixture.path("Documents/which"))), as: UTF8.self)
+        == "new")
     #expect(!FileManager.default.fileExists(atPath: fixture.path("Documents/only-old")))
     #expect(fixture.names(in: "tmp").isEmpty)
     #expect(try Seal.verify(bundleAt: fixture.path("Notes.app"), expectedDigest: fixture.app.seal).isValid)
-    #expect(try FileManager.default.contentsOfDirectory(atPath: fixture.root.applicationRoot) == [fixture.app.containerID])
+    #expect(
+      try FileManager.default.contentsOfDirectory(atPath: fixture.root.applicationRoot) == [
+        fixture.app.containerID
+      ])
     #expect(try FileManager.default.contentsOfDirectory(atPath: fixture.root.journalDirectory).isEmpty)
   }
 
@@ -65,9 +71,14 @@ struct HomeSwapTests {
     let (fixture, staging) = try prepared()
     staging.descriptor.close()
     try HomeSwapRecovery().recover(fixture.session)
-    #expect(String(decoding: try Data(contentsOf: URL(fileURLWithPath: fixture.path("Documents/which"))), as: UTF8.self)
-      == "old")
-    #expect(try FileManager.default.contentsOfDirectory(atPath: fixture.root.applicationRoot) == [fixture.app.containerID])
+    #expect(
+      String(
+        decoding: try Data(contentsOf: URL(fileURLWithPath: fixture.path("Documents/which"))), as: UTF8.self)
+        == "old")
+    #expect(
+      try FileManager.default.contentsOfDirectory(atPath: fixture.root.applicationRoot) == [
+        fixture.app.containerID
+      ])
   }
 
   @Test func importCarriesEverythingButDocumentsAndLibrary() throws {

@@ -3,16 +3,20 @@ import Testing
 @testable import AppboxBackup
 
 struct ImportValidatorTests {
-  func facts(_ path: String, _ kind: ArchiveEntryFacts.Kind = .regular, size: Int64 = 1, permissions: UInt32 = 0o644)
+  func facts(
+    _ path: String, _ kind: ArchiveEntryFacts.Kind = .regular, size: Int64 = 1, permissions: UInt32 = 0o644
+  )
     -> ArchiveEntryFacts
   {
-    ArchiveEntryFacts(path: Array(path.utf8), kind: kind, permissions: permissions, size: size, attributeNames: [])
+    ArchiveEntryFacts(
+      path: Array(path.utf8), kind: kind, permissions: permissions, size: size, attributeNames: [])
   }
 
   @Test func impliesMissingParentsOnce() throws {
     var validator = ImportValidator(maxEntries: 10, maxBytes: 100)
     let (_, implied) = try validator.admit(facts("Documents/a/b/c.txt"))
-    #expect(implied.map { String(decoding: $0, as: UTF8.self) } == ["Documents", "Documents/a", "Documents/a/b"])
+    #expect(
+      implied.map { String(decoding: $0, as: UTF8.self) } == ["Documents", "Documents/a", "Documents/a/b"])
     let (_, again) = try validator.admit(facts("Documents/a/d.txt"))
     #expect(again.isEmpty)
     // A directory named after an implied one is fine; a file is not.

@@ -13,8 +13,9 @@ struct Member: Sendable {
   var entry: ArchiveEntry
   var data: [UInt8] = []
   static func file(_ path: String, _ content: String = "x", permissions: UInt32 = 0o644) -> Member {
-    Member(entry: .file(Array(path.utf8), size: Int64(content.utf8.count), permissions: permissions),
-           data: Array(content.utf8))
+    Member(
+      entry: .file(Array(path.utf8), size: Int64(content.utf8.count), permissions: permissions),
+      data: Array(content.utf8))
   }
   static func directory(_ path: String, permissions: UInt32 = 0o755) -> Member {
     Member(entry: .directory(Array(path.utf8), permissions: permissions))
@@ -63,16 +64,21 @@ let hostileCorpus: [HostileArchive] = {
     HostileArchive(name: "absolute symlink", members: [.symlink("Documents/etc", "/etc")]),
     HostileArchive(name: "escaping symlink", members: [.symlink("Documents/up", "../../..")]),
     HostileArchive(
-      name: "symlink chain escaping", members: [
+      name: "symlink chain escaping",
+      members: [
         .symlink("Documents/a", "../Library"), .symlink("Library/b", "../.."), .symlink("Documents/c", "a/b"),
       ]),
     HostileArchive(
-      name: "write through a symlink", members: [.symlink("Documents/link", "../Library"), .file("Documents/link/x")]),
+      name: "write through a symlink",
+      members: [.symlink("Documents/link", "../Library"), .file("Documents/link/x")]),
     HostileArchive(name: "Documents as a symlink", members: [.symlink("Documents", "Library")]),
-    HostileArchive(name: "hard link outside", members: [.hardlink("Documents/passwd", "../../../etc/passwd")]),
-    HostileArchive(name: "hard link to a missing file", members: [.hardlink("Documents/h", "Documents/missing")]),
     HostileArchive(
-      name: "hard link to a symlink", members: [.symlink("Documents/s", "x"), .hardlink("Documents/h", "Documents/s")]),
+      name: "hard link outside", members: [.hardlink("Documents/passwd", "../../../etc/passwd")]),
+    HostileArchive(
+      name: "hard link to a missing file", members: [.hardlink("Documents/h", "Documents/missing")]),
+    HostileArchive(
+      name: "hard link to a symlink",
+      members: [.symlink("Documents/s", "x"), .hardlink("Documents/h", "Documents/s")]),
     HostileArchive(name: "character device", members: [.special("Documents/null", S_IFCHR)]),
     HostileArchive(name: "FIFO", members: [.special("Documents/pipe", S_IFIFO)]),
     HostileArchive(name: "setuid file", members: [.file("Documents/su", "x", permissions: 0o4755)]),
@@ -82,11 +88,14 @@ let hostileCorpus: [HostileArchive] = {
     HostileArchive(name: "file twice", members: [.file("Documents/x"), .file("Documents/x")]),
     HostileArchive(name: "inside a file", members: [.file("Documents/f"), .file("Documents/f/g")]),
     HostileArchive(name: "zip file", raw: Array("PK\u{3}\u{4}".utf8) + [UInt8](repeating: 0, count: 600)),
-    HostileArchive(name: "random bytes", raw: (0..<4096).map { UInt8(truncatingIfNeeded: $0 &* 2_654_435_761 >> 7) }),
+    HostileArchive(
+      name: "random bytes", raw: (0..<4096).map { UInt8(truncatingIfNeeded: $0 &* 2_654_435_761 >> 7) }),
     HostileArchive(name: "text file", raw: Array("just some text\n".utf8)),
   ]
   var capability = Member.file("Documents/tool")
-  capability.entry.extendedAttributes = [ArchiveExtendedAttribute(name: "security.capability", value: [1, 2])]
+  capability.entry.extendedAttributes = [
+    ArchiveExtendedAttribute(name: "security.capability", value: [1, 2])
+  ]
   corpus.append(HostileArchive(name: "non-user extended attribute", members: [capability]))
 
   var absolute = RawTar()
@@ -136,7 +145,9 @@ struct ImporterTests {
     }
     expectSame(before, try captureTree(fixture.home), sourceLocation: sourceLocation)
     #expect(
-      try FileManager.default.contentsOfDirectory(atPath: fixture.root.applicationRoot) == [fixture.app.containerID],
+      try FileManager.default.contentsOfDirectory(atPath: fixture.root.applicationRoot) == [
+        fixture.app.containerID
+      ],
       sourceLocation: sourceLocation)
   }
 
@@ -165,8 +176,9 @@ struct ImporterTests {
     let (fixture, before) = try prepared()
     let archive = fixture.dir.url("bomb.tar.gz")
     let zeros = [UInt8](repeating: 0, count: 8 << 20)
-    try writeArchive(archive, [Member(entry: .file(Array("Documents/zeros".utf8), size: Int64(zeros.count)), data: zeros)],
-                     compression: .gzip)
+    try writeArchive(
+      archive, [Member(entry: .file(Array("Documents/zeros".utf8), size: Int64(zeros.count)), data: zeros)],
+      compression: .gzip)
     let size = try FileManager.default.attributesOfItem(atPath: archive)[.size] as? Int ?? 0
     #expect(size < 100_000)
     try expectRefusedAndUnchanged(fixture, before, archive: archive, limits: ImportLimits(maxBytes: 1 << 20))
@@ -175,11 +187,13 @@ struct ImporterTests {
   @Test func exportThenImportRoundTrips() throws {
     let fixture = try Fixture()
     try populate(fixture)
-    try FileManager.default.removeItem(atPath: fixture.path("Documents/dangling"))  // absolute: import refuses it
-    try FileManager.default.removeItem(atPath: fixture.path("Documents/pipe"))  // FIFOs are not exported
+    // Import refuses absolute symlinks, and export leaves FIFOs out.
+    try FileManager.default.removeItem(atPath: fixture.path("Documents/dangling"))
+    try FileManager.default.removeItem(atPath: fixture.path("Documents/pipe"))
     try fixture.write("Documents/excluded.bin", "not exported")
     try fixture.setAttribute("Documents/excluded.bin", excludeFromBackupAttribute, [])
-    var expected = try captureTree(fixture.home, skipping: ["Notes.app", "tmp", "Library/Caches", Home.metadataFile])
+    var expected = try captureTree(
+      fixture.home, skipping: ["Notes.app", "tmp", "Library/Caches", Home.metadataFile])
     expected[Array("Documents/excluded.bin".utf8)] = nil
     let archive = fixture.dir.url("export.tar")
     let exported = try fixture.session.exportData(of: fixture.app, to: archive)
@@ -188,7 +202,9 @@ struct ImporterTests {
     try fixture.write("Documents/stray", "will be replaced")
     try fixture.write("tmp/kept", "tmp is not part of an import")
     _ = try fixture.session.importData(into: fixture.app, from: archive)
-    expectSame(expected, try captureTree(fixture.home, skipping: ["Notes.app", "tmp", "Library/Caches", Home.metadataFile]))
+    expectSame(
+      expected,
+      try captureTree(fixture.home, skipping: ["Notes.app", "tmp", "Library/Caches", Home.metadataFile]))
     #expect(fixture.names(in: "tmp") == ["kept", "scratch"])
     #expect(fixture.names(in: "Library/Caches").isEmpty)
     #expect(try Seal.verify(bundleAt: fixture.path("Notes.app"), expectedDigest: fixture.app.seal).isValid)
@@ -201,11 +217,16 @@ struct ImporterTests {
     try source.write("Library/Preferences/p.plist", "<plist/>")
     try source.symlink("Documents/link", to: "notes/one.txt")
     let archive = fixture.dir.url("gnu.tar")
-    let tar = try runProcess("/usr/bin/tar", ["--format=pax", "-C", source.path, "-cf", archive, "Documents", "Library"])
+    let tar = try runProcess(
+      "/usr/bin/tar", ["--format=pax", "-C", source.path, "-cf", archive, "Documents", "Library"])
     #expect(tar.status == 0, "\(tar.err)")
     _ = try fixture.session.importData(into: fixture.app, from: archive)
-    expectSame(try captureTree(source.path), try captureTree(fixture.home, skipping: [
-      "Notes.app", "tmp", "Library/Caches", Home.metadataFile,
-    ]))
+    expectSame(
+      try captureTree(source.path),
+      try captureTree(
+        fixture.home,
+        skipping: [
+          "Notes.app", "tmp", "Library/Caches", Home.metadataFile,
+        ]))
   }
 }

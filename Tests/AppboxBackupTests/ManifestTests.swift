@@ -10,12 +10,16 @@ struct ManifestTests {
     let snapshot = Snapshot(
       id: "0a1b2c3d", app: "com.example.notes", device: "UDID", containerID: "C", version: "1.0",
       bundleDirectoryName: "Notes.app", seal: "ab", time: Date(timeIntervalSince1970: 1_700_000_000.25),
-      kind: .incremental, tag: "pre-update", parent: "ffffffff", rootTree: SHA256.hash(tree), files: 3, bytes: 42,
+      kind: .incremental, tag: "pre-update", parent: "ffffffff", rootTree: SHA256.hash(tree), files: 3,
+      bytes: 42,
       bytesAdded: 7, archive: "0a1b2c3d.tar", keychainOffset: 4096, warnings: 1)
     return Manifest(
       snapshot: snapshot, trees: [(SHA256.hash(tree), tree)],
-      blobs: [BlobLocation(digest: SHA256.hash([1]), archive: "0a1b2c3d.tar", offset: 1536, path: [0x61, 0xFF],
-                           size: 1)])
+      blobs: [
+        BlobLocation(
+          digest: SHA256.hash([1]), archive: "0a1b2c3d.tar", offset: 1536, path: [0x61, 0xFF],
+          size: 1)
+      ])
   }
 
   @Test func roundTrips() throws {

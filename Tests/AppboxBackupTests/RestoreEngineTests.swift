@@ -28,7 +28,8 @@ struct RestoreEngineTests {
     let second = try fixture.backup()
     #expect(second.snapshot.kind == .incremental)
 
-    _ = try fixture.repository.restore(fixture.app.bundleIdentifier, snapshot: first.snapshot.id, in: fixture.session)
+    _ = try fixture.repository.restore(
+      fixture.app.bundleIdentifier, snapshot: first.snapshot.id, in: fixture.session)
     expectSame(before, try fixture.captureData())
     #expect(fixture.names(in: "Library/Caches").isEmpty)
     #expect(fixture.names(in: "tmp").isEmpty)
@@ -37,7 +38,10 @@ struct RestoreEngineTests {
 
     _ = try fixture.repository.restore(fixture.app.bundleIdentifier, in: fixture.session)
     expectSame(after, try fixture.captureData())
-    #expect(try FileManager.default.contentsOfDirectory(atPath: fixture.root.applicationRoot) == [fixture.app.containerID])
+    #expect(
+      try FileManager.default.contentsOfDirectory(atPath: fixture.root.applicationRoot) == [
+        fixture.app.containerID
+      ])
   }
 
   @Test(arguments: [ArchiveCompressionCase.gzip, .zstd])
@@ -65,7 +69,10 @@ struct RestoreEngineTests {
       try fixture.repository.restore(fixture.app.bundleIdentifier, in: fixture.session)
     } throws: { ($0 as? BackupError)?.kind == .badData }
     expectSame(live, try fixture.captureData())
-    #expect(try FileManager.default.contentsOfDirectory(atPath: fixture.root.applicationRoot) == [fixture.app.containerID])
+    #expect(
+      try FileManager.default.contentsOfDirectory(atPath: fixture.root.applicationRoot) == [
+        fixture.app.containerID
+      ])
   }
 
   @Test func aMissingArchiveIsRefusedBeforeTheHomeIsTouched() throws {

@@ -34,7 +34,8 @@ final class Fixture: @unchecked Sendable {
   @discardableResult
   func write(_ relative: String, bytes: [UInt8], mode: mode_t = 0o644) throws -> String {
     let full = path(relative)
-    try FileManager.default.createDirectory(atPath: splitPath(full).directory, withIntermediateDirectories: true)
+    try FileManager.default.createDirectory(
+      atPath: splitPath(full).directory, withIntermediateDirectories: true)
     let fd = try FileDescriptor.open(full, O_WRONLY | O_CREAT | O_TRUNC, mode: mode)
     try fd.closeAfter { try $0.writeAll(bytes) }
     guard chmod(full, mode) == 0 else { throw SystemError("chmod", path: full) }
@@ -93,7 +94,10 @@ final class FakeKeychain: KeychainSnapshotting, @unchecked Sendable {
 /// Flips one bit of the first occurrence of `needle` in the file at `path`.
 func flipByte(in path: String, within needle: [UInt8]) throws {
   var bytes = Array(try Data(contentsOf: URL(fileURLWithPath: path)))
-  guard let start = (0...(bytes.count - needle.count)).first(where: { bytes[$0..<($0 + needle.count)].elementsEqual(needle) })
+  guard
+    let start = (0...(bytes.count - needle.count)).first(where: {
+      bytes[$0..<($0 + needle.count)].elementsEqual(needle)
+    })
   else { throw BackupError(.invalidRequest, "content not found in \(path)") }
   bytes[start + needle.count / 2] ^= 0x01
   try Data(bytes).write(to: URL(fileURLWithPath: path))
@@ -101,7 +105,8 @@ func flipByte(in path: String, within needle: [UInt8]) throws {
 
 /// Expects two captures to be equal, listing what differs.
 func expectSame(
-  _ expected: [[UInt8]: CapturedEntry], _ actual: [[UInt8]: CapturedEntry], sourceLocation: SourceLocation = #_sourceLocation
+  _ expected: [[UInt8]: CapturedEntry], _ actual: [[UInt8]: CapturedEntry],
+  sourceLocation: SourceLocation = #_sourceLocation
 ) {
   let lines = differences(expected, actual)
   #expect(lines.isEmpty, "\(lines.joined(separator: "\n"))", sourceLocation: sourceLocation)

@@ -9,9 +9,12 @@ struct TreeTests {
       TreeEntry(
         name: Array("A.txt".utf8), type: .file, permissions: 0o644, uid: 1000, gid: 1000, size: 3,
         modificationTime: 1_700_000_000_123_456_789, changeTime: -5, inode: 42, linkCount: 2,
-        digest: SHA256.hash([1, 2, 3]), extendedAttributes: [ExtendedAttribute(name: "user.a", value: [0, 255])]),
-      TreeEntry(name: Array("a.txt".utf8), type: .file, permissions: 0o4755, size: 0, digest: SHA256.hash([UInt8]())),
-      TreeEntry(name: [0x62, 0xFF], type: .symlink, permissions: 0o777, size: 5, linkTarget: Array("../x".utf8)),
+        digest: SHA256.hash([1, 2, 3]),
+        extendedAttributes: [ExtendedAttribute(name: "user.a", value: [0, 255])]),
+      TreeEntry(
+        name: Array("a.txt".utf8), type: .file, permissions: 0o4755, size: 0, digest: SHA256.hash([UInt8]())),
+      TreeEntry(
+        name: [0x62, 0xFF], type: .symlink, permissions: 0o777, size: 5, linkTarget: Array("../x".utf8)),
       TreeEntry(name: Array("dir".utf8), type: .directory, permissions: 0o700, digest: SHA256.hash([9])),
       TreeEntry(name: Array("skip".utf8), type: .file, permissions: 0o600, size: 99, isExcluded: true),
       TreeEntry(name: Array("zfifo".utf8), type: .fifo, permissions: 0o600),

@@ -5,7 +5,9 @@ import Glibc
 import Testing
 
 /// Starts the built `appbox` without waiting for it; output is discarded.
-func startAppbox(_ arguments: [String], root: String, environment extra: [String: String] = [:]) throws -> Process {
+func startAppbox(_ arguments: [String], root: String, environment extra: [String: String] = [:]) throws
+  -> Process
+{
   var environment = ProcessInfo.processInfo.environment
   environment.removeValue(forKey: "APPBOX_ROOT")
   for (key, value) in extra { environment[key] = value }
@@ -114,7 +116,8 @@ struct BackupCrashTests {
     for round in 0..<12 {
       let (target, expected) = round % 2 == 0 ? (a, first) : (b, second)
       let current = try captureHomeData(device.home)
-      let process = try startAppbox(["restore", "com.example.notes", "--snapshot", target], root: device.root)
+      let process = try startAppbox(
+        ["restore", "com.example.notes", "--snapshot", target], root: device.root)
       usleep(UInt32.random(in: 0...40_000, using: &generator))
       kill(process.processIdentifier, SIGKILL)
       process.waitUntilExit()

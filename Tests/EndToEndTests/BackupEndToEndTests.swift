@@ -6,13 +6,17 @@ import Glibc
 import Testing
 
 extension Device {
-  var home: String { root + "/ApplicationRoot/" + ((try? FileManager.default.contentsOfDirectory(
-    atPath: root + "/ApplicationRoot"))?.first { !$0.hasPrefix(".") } ?? "") }
+  var home: String {
+    root + "/ApplicationRoot/"
+      + ((try? FileManager.default.contentsOfDirectory(
+        atPath: root + "/ApplicationRoot"))?.first { !$0.hasPrefix(".") } ?? "")
+  }
   var repository: String { root + "/Backups" }
 
   /// Runs `backup --json` and returns the one snapshot object.
   func backup(_ extra: String..., environment: [String: String] = [:]) throws -> [String: Any] {
-    let result = try appbox(["--json", "backup", "com.example.notes"] + extra, root: root, environment: environment)
+    let result = try appbox(
+      ["--json", "backup", "com.example.notes"] + extra, root: root, environment: environment)
     #expect(result.status == 0, "backup: \(result.err)")
     let array = try JSONSerialization.jsonObject(with: Data(result.stdout)) as? [[String: Any]]
     return array?.first ?? [:]
@@ -113,7 +117,10 @@ struct BackupEndToEndTests {
     let target = TemporaryDirectory("gnutar-x")
     let extract = try runProcess(
       "/usr/bin/tar",
-      ["--warning=no-unknown-keyword", "--xattrs", "--xattrs-include=user.*", "-xf", archive, "-C", target.path])
+      [
+        "--warning=no-unknown-keyword", "--xattrs", "--xattrs-include=user.*", "-xf", archive, "-C",
+        target.path,
+      ])
     #expect(extract.status == 0, "\(extract.err)")
     let extracted = try captureTree(target.path, skipping: [".appbox", "Notes.app"])
     #expect(differences(try captureHomeData(device.home), extracted) == [])
@@ -246,7 +253,8 @@ struct BackupEndToEndTests {
     let outside = TemporaryDirectory("hostile")
     try outside.write("etc/evil", "x")
     let traversal = device.dir.url("traversal.tar")
-    let tar = try runProcess("/usr/bin/tar", ["-cf", traversal, "-C", outside.path, "--transform=s,^,Documents/../../,", "etc"])
+    let tar = try runProcess(
+      "/usr/bin/tar", ["-cf", traversal, "-C", outside.path, "--transform=s,^,Documents/../../,", "etc"])
     #expect(tar.status == 0, "\(tar.err)")
     var raw = RawTar()
     raw.header("Documents/pipe", type: "6")
@@ -275,10 +283,14 @@ struct BackupEndToEndTests {
     #expect(chmod(locked, 0o600) == 0)
     let result = try runProcess(
       "/usr/bin/setpriv",
-      ["--reuid=65534", "--regid=65534", "--clear-groups", productsDirectory + "/appbox", "--root", device.root,
-       "backup", "com.example.notes"])
+      [
+        "--reuid=65534", "--regid=65534", "--clear-groups", productsDirectory + "/appbox", "--root",
+        device.root,
+        "backup", "com.example.notes",
+      ])
     #expect(result.status == 77, "\(result.err)")
-    #expect(result.err == "Error: Unable to back up 'Documents/locked.txt': cannot open it (permission denied)\n")
+    #expect(
+      result.err == "Error: Unable to back up 'Documents/locked.txt': cannot open it (permission denied)\n")
     #expect(device.archiveNames().isEmpty)
   }
 
@@ -290,7 +302,8 @@ struct BackupEndToEndTests {
     let group = DispatchGroup()
     for _ in 0..<2 {
       DispatchQueue.global().async(group: group) {
-        let result = try? device.run("backup", "com.example.notes", environment: ["APPBOX_LOCK_TIMEOUT": "0.05"])
+        let result = try? device.run(
+          "backup", "com.example.notes", environment: ["APPBOX_LOCK_TIMEOUT": "0.05"])
         statuses.add(result?.status ?? -1)
       }
     }
@@ -313,7 +326,8 @@ final class ProcessStatuses: @unchecked Sendable {
 func flipOneByte(in path: String, inside text: String) throws {
   var bytes = Array(try Data(contentsOf: URL(fileURLWithPath: path)))
   let needle = Array(text.utf8)
-  let start = try #require((0...(bytes.count - needle.count)).first { bytes[$0..<($0 + needle.count)].elementsEqual(needle) })
+  let start = try #require(
+    (0...(bytes.count - needle.count)).first { bytes[$0..<($0 + needle.count)].elementsEqual(needle) })
   bytes[start + needle.count / 2] ^= 0x01
   try Data(bytes).write(to: URL(fileURLWithPath: path))
 }

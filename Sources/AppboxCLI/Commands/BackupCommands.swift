@@ -21,18 +21,22 @@ extension CommandContext {
 
 struct BackupCommand: ParsableCommand {
   static let description = CommandDescription(
-    name: "backup", abstract: "Take a snapshot of each app's data, storing only what changed since the last one.",
+    name: "backup",
+    abstract: "Take a snapshot of each app's data, storing only what changed since the last one.",
     discussion: """
       Everything in the home is stored except the bundle (stored on an app's first snapshot and
       again only after it changes), Library/Caches, tmp, and files marked 'exclude from backup'.
       Prints one snapshot id per app.
       """,
-    positionals: [.init("APP", help: "Bundle identifiers or container ids.", optional: true, repeating: true)],
+    positionals: [
+      .init("APP", help: "Bundle identifiers or container ids.", optional: true, repeating: true)
+    ],
     options: [
       .init("all", help: "Back up every installed app."), repositoryOption,
       .init("full", help: "Store everything again, so the snapshot's archive stands alone."),
-      .init("compress", value: "METHOD", help: "Compress the archive (default: none).",
-            choices: ["none", "gzip", "zstd"]),
+      .init(
+        "compress", value: "METHOD", help: "Compress the archive (default: none).",
+        choices: ["none", "gzip", "zstd"]),
     ])
   let apps: [String]
   let all: Bool
@@ -67,13 +71,14 @@ struct BackupCommand: ParsableCommand {
     }
     return CommandOutput(
       text: results.map(\.snapshot.id).joined(separator: "\n"),
-      json: .array(results.map { result in
-        .object([
-          ("snapshot", .string(result.snapshot.id)), ("app", .string(result.snapshot.app)),
-          ("kind", .string(result.snapshot.kind.rawValue)), ("files", .int(result.snapshot.files)),
-          ("bytesAdded", .int(result.snapshot.bytesAdded)), ("archive", .string(result.archivePath)),
-        ])
-      }))
+      json: .array(
+        results.map { result in
+          .object([
+            ("snapshot", .string(result.snapshot.id)), ("app", .string(result.snapshot.app)),
+            ("kind", .string(result.snapshot.kind.rawValue)), ("files", .int(result.snapshot.files)),
+            ("bytesAdded", .int(result.snapshot.bytesAdded)), ("archive", .string(result.archivePath)),
+          ])
+        }))
   }
 }
 
@@ -99,7 +104,8 @@ struct SnapshotsCommand: ParsableCommand {
     }
     let snapshots = try repository.catalog.snapshots(app: name)
     let tagged = snapshots.contains { $0.tag != nil }
-    let text = snapshots.isEmpty
+    let text =
+      snapshots.isEmpty
       ? "No snapshots."
       : table(
         ["ID", "APP", "TIME", "KIND", "FILES", "SIZE"] + (tagged ? ["TAG"] : []),
@@ -109,11 +115,14 @@ struct SnapshotsCommand: ParsableCommand {
         })
     return CommandOutput(
       text: text,
-      json: .array(snapshots.map { snapshot in
-        .object([
-          ("snapshot", .string(snapshot.id)), ("app", .string(snapshot.app)), ("time", .string(timestamp(snapshot.time))),
-          ("kind", .string(snapshot.kind.rawValue)), ("files", .int(snapshot.files)), ("bytes", .int(snapshot.bytes)),
-        ])
-      }))
+      json: .array(
+        snapshots.map { snapshot in
+          .object([
+            ("snapshot", .string(snapshot.id)), ("app", .string(snapshot.app)),
+            ("time", .string(timestamp(snapshot.time))),
+            ("kind", .string(snapshot.kind.rawValue)), ("files", .int(snapshot.files)),
+            ("bytes", .int(snapshot.bytes)),
+          ])
+        }))
   }
 }

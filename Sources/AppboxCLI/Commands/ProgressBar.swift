@@ -45,14 +45,17 @@ final class ProgressBar: EngineObserver, @unchecked Sendable {
     let now = Date()
     guard now.timeIntervalSince(lastDraw) >= 0.1 else { return }
     lastDraw = now
-    let fraction = totalBytes > 0 ? min(1, Double(bytes) / Double(totalBytes))
+    let fraction =
+      totalBytes > 0
+      ? min(1, Double(bytes) / Double(totalBytes))
       : (totalFiles > 0 ? min(1, Double(files) / Double(totalFiles)) : 1)
     let width = 24
     let filled = Int(fraction * Double(width))
     let bar = String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled)
     let elapsed = max(now.timeIntervalSince(started), 0.001)
     let rate = byteCount(Int64(Double(bytes) / elapsed)) + "/s"
-    let line = "\(label) [\(bar)] \(files)/\(totalFiles) files  \(byteCount(bytes))/\(byteCount(totalBytes))  \(rate)"
+    let line =
+      "\(label) [\(bar)] \(files)/\(totalFiles) files  \(byteCount(bytes))/\(byteCount(totalBytes))  \(rate)"
     context.stderr.write("\r\u{1B}[2K" + line)
     visible = true
   }

@@ -7,7 +7,8 @@ struct DiffCommand: ParsableCommand {
   static let description = CommandDescription(
     name: "diff", abstract: "Show the paths added, removed and changed between two snapshots.",
     positionals: [
-      .init("SNAPSHOT-A", help: "The older snapshot's id."), .init("SNAPSHOT-B", help: "The newer snapshot's id."),
+      .init("SNAPSHOT-A", help: "The older snapshot's id."),
+      .init("SNAPSHOT-B", help: "The newer snapshot's id."),
     ],
     options: [repositoryOption])
   let old: String
@@ -25,10 +26,13 @@ struct DiffCommand: ParsableCommand {
     let b = try repository.snapshot(new)
     let diff = try repository.diff(a, b)
     func show(_ path: [UInt8]) -> String { String(decoding: path, as: UTF8.self) }
-    let lines = diff.added.map { ("+ ", $0) } + diff.removed.map { ("- ", $0) } + diff.changed.map { ("M ", $0) }
-    let text = lines.isEmpty
+    let lines =
+      diff.added.map { ("+ ", $0) } + diff.removed.map { ("- ", $0) } + diff.changed.map { ("M ", $0) }
+    let text =
+      lines.isEmpty
       ? "No differences between \(a.id) and \(b.id)."
-      : lines.sorted { $0.1.lexicographicallyPrecedes($1.1) }.map { $0.0 + show($0.1) }.joined(separator: "\n")
+      : lines.sorted { $0.1.lexicographicallyPrecedes($1.1) }.map { $0.0 + show($0.1) }.joined(
+        separator: "\n")
     return CommandOutput(
       text: text,
       json: .object([
@@ -78,8 +82,10 @@ struct CheckCommand: ParsableCommand {
     return CommandOutput(
       text: lines.joined(separator: "\n"),
       json: .object([
-        ("ok", .bool(report.isClean)), ("snapshots", .int(report.snapshots)), ("archives", .int(report.archives)),
-        ("trees", .int(report.trees)), ("blobs", .int(report.blobs)), ("bytesVerified", .int(report.bytesVerified)),
+        ("ok", .bool(report.isClean)), ("snapshots", .int(report.snapshots)),
+        ("archives", .int(report.archives)),
+        ("trees", .int(report.trees)), ("blobs", .int(report.blobs)),
+        ("bytesVerified", .int(report.bytesVerified)),
         ("problems", .array(report.problems.map(JSONValue.string))),
       ]),
       exitStatus: report.isClean ? 0 : ExitStatus.dataError)
@@ -90,7 +96,10 @@ struct ForgetCommand: ParsableCommand {
   static let description = CommandDescription(
     name: "forget", abstract: "Drop an app's older snapshots and reclaim the space only they used.",
     positionals: [.init("APP", help: "A bundle identifier.")],
-    options: [.init("keep-last", value: "N", help: "How many of the newest snapshots to keep (required)."), repositoryOption])
+    options: [
+      .init("keep-last", value: "N", help: "How many of the newest snapshots to keep (required)."),
+      repositoryOption,
+    ])
   let app: String
   let keepLast: Int
   let arguments: ParsedArguments
@@ -106,11 +115,14 @@ struct ForgetCommand: ParsableCommand {
   func run(_ context: CommandContext) throws -> CommandOutput {
     let repository = try context.repository(arguments, create: false)
     var name = app
-    if UUID(uuidString: app) != nil, let record = try? context.openDevice(mutating: false).registry.appIfPresent(app) {
+    if UUID(uuidString: app) != nil,
+      let record = try? context.openDevice(mutating: false).registry.appIfPresent(app)
+    {
       name = record.bundleIdentifier
     }
     let report = try repository.forget(app: name, keepLast: keepLast, observer: ProgressBar(context))
-    let text = report.removed.isEmpty
+    let text =
+      report.removed.isEmpty
       ? "Nothing to forget: \(name) has \(report.kept.count) snapshots."
       : "Forgot \(report.removed.count) snapshots of \(name) (\(report.removed.map(\.id).joined(separator: ", "))); "
         + "kept \(report.kept.count); deleted \(report.deletedArchives.count) archives, "
@@ -128,7 +140,8 @@ struct ForgetCommand: ParsableCommand {
 
 struct ExportCommand: ParsableCommand {
   static let description = CommandDescription(
-    name: "export", abstract: "Write an app's data (Documents and Library, as a backup stores them) to one tar file.",
+    name: "export",
+    abstract: "Write an app's data (Documents and Library, as a backup stores them) to one tar file.",
     positionals: [appArgument, .init("FILE.tar", help: "The archive to write (replaced atomically).")])
   let app: String
   let file: String
@@ -142,7 +155,8 @@ struct ExportCommand: ParsableCommand {
     let record = try session.app(app)
     let report = try session.exportData(of: record, to: file, observer: ProgressBar(context))
     return CommandOutput(
-      text: "Exported \(record.bundleIdentifier): \(report.files) files, \(byteCount(report.bytes)) to \(file)",
+      text:
+        "Exported \(record.bundleIdentifier): \(report.files) files, \(byteCount(report.bytes)) to \(file)",
       json: .object([
         ("app", .string(record.bundleIdentifier)), ("archive", .string(file)), ("files", .int(report.files)),
         ("bytes", .int(report.bytes)),
@@ -152,13 +166,16 @@ struct ExportCommand: ParsableCommand {
 
 struct ImportCommand: ParsableCommand {
   static let description = CommandDescription(
-    name: "import", abstract: "Replace an app's Documents and Library with a tar archive's contents, all or nothing.",
+    name: "import",
+    abstract: "Replace an app's Documents and Library with a tar archive's contents, all or nothing.",
     discussion: """
       The archive is untrusted: any member outside Documents and Library, link leaving the home,
       device file, setuid bit or oversized content refuses the whole archive (exit 65) and leaves
       the home unchanged. Limits: APPBOX_IMPORT_MAX_BYTES (and free space), APPBOX_IMPORT_MAX_ENTRIES.
       """,
-    positionals: [appArgument, .init("FILE.tar", help: "The archive to import (tar, optionally compressed).")])
+    positionals: [
+      appArgument, .init("FILE.tar", help: "The archive to import (tar, optionally compressed)."),
+    ])
   let app: String
   let file: String
   init(_ arguments: ParsedArguments) throws {

@@ -5,7 +5,8 @@ import Foundation
 
 struct RestoreCommand: ParsableCommand {
   static let description = CommandDescription(
-    name: "restore", abstract: "Restore an app's data from a snapshot (installing its bundle from the backup if absent).",
+    name: "restore",
+    abstract: "Restore an app's data from a snapshot (installing its bundle from the backup if absent).",
     discussion: """
       Documents, Library and the other data of the snapshot replace the home's, all or nothing;
       Library/Caches and tmp end up empty. Every archive and file is verified before the home is
@@ -29,7 +30,8 @@ struct RestoreCommand: ParsableCommand {
     let session = try context.openDevice(mutating: true)
     let repository = try context.repository(arguments, create: false)
     let result = try repository.restore(
-      app, snapshot: snapshot, in: session, keychain: context.keychainSnapshotter, observer: ProgressBar(context))
+      app, snapshot: snapshot, in: session, keychain: context.keychainSnapshotter,
+      observer: ProgressBar(context))
     var keychainRestored = false
     var keychainReason: String?
     switch result.keychain {
@@ -38,7 +40,8 @@ struct RestoreCommand: ParsableCommand {
       keychainReason = reason
       context.warn("keychain items were not restored: \(reason)")
     case nil:
-      keychainReason = result.snapshot.keychainOffset == nil
+      keychainReason =
+        result.snapshot.keychainOffset == nil
         ? "the snapshot holds no keychain items" : "no keychain is available"
     }
     for warning in result.warnings { context.warn(warning) }
@@ -47,8 +50,9 @@ struct RestoreCommand: ParsableCommand {
         + "(\(timestamp(result.snapshot.time))): \(result.files) files, \(byteCount(result.bytes))"
     ]
     if result.installedBundle {
-      lines.append("Installed \(result.app.bundleDirectoryName) \(result.app.version) from the backup "
-        + "(container \(result.app.containerID))")
+      lines.append(
+        "Installed \(result.app.bundleDirectoryName) \(result.app.version) from the backup "
+          + "(container \(result.app.containerID))")
     }
     return CommandOutput(
       text: lines.joined(separator: "\n"),
