@@ -125,6 +125,11 @@ public final class Repository {
   /// The absolute path of archive `name`.
   public func archivePath(_ name: String) -> String { archivesPath + "/" + name }
 
+  /// The app's most recent snapshot, or its most recent one carrying `tag` ("pre-update").
+  public func latestSnapshot(app: String, tag: String? = nil) throws -> Snapshot? {
+    try catalog.snapshots(app: app).last { tag == nil || $0.tag == tag }
+  }
+
   /// Looks up a snapshot by id (or `latest` of `app`); exit 66 when there is none.
   public func snapshot(_ id: String, app: String? = nil) throws -> Snapshot {
     if id == "latest" {

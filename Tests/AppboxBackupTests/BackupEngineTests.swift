@@ -181,6 +181,15 @@ struct BackupEngineTests {
     #expect(restored[Array("Documents/alias".utf8)]?.hardLinks == [Array("Documents/original".utf8)])
   }
 
+  @Test func aTaggedSnapshotCanBeFoundAgain() throws {
+    let fixture = try Fixture()
+    let tagged = try fixture.backup(BackupOptions(tag: "pre-update"))
+    _ = try fixture.backup()
+    let found = try fixture.repository.latestSnapshot(app: fixture.app.bundleIdentifier, tag: "pre-update")
+    #expect(found?.id == tagged.snapshot.id && found?.tag == "pre-update")
+    #expect(try fixture.repository.latestSnapshot(app: fixture.app.bundleIdentifier)?.tag == nil)
+  }
+
   @Test func keychainItemsTravelInTheArchive() throws {
     let fixture = try Fixture()
     let items: [UInt8] = Array("sealed keychain bytes".utf8)
