@@ -28,7 +28,7 @@ final class ContentExtractor {
   private let hasherThread: WorkerThread
   private let mismatches = MismatchList()
   /// Indexes into `plan.files` whose content has been written.
-  private(set) var written: Set<Int> = []
+  private(set) var written: [Bool]
   private var filesDone = 0
   private var bytesDone: Int64 = 0
 
@@ -36,6 +36,7 @@ final class ContentExtractor {
     self.plan = plan
     self.writer = writer
     self.observer = observer
+    written = [Bool](repeating: false, count: plan.files.count)
     let queue = self.queue
     let mismatches = self.mismatches
     let pool = self.pool
@@ -96,7 +97,7 @@ final class ContentExtractor {
   }
 
   private func copy(from reader: ArchiveReader, location: BlobLocation) throws {
-    let targets = plan.filesByDigest[location.digest] ?? []
+    let targets = plan.files(withContent: location.digest)
     var descriptors: [FileDescriptor] = []
     defer { descriptors.forEach { $0.close() } }
     for target in targets { descriptors.append(try writer.createFile(plan.files[target].path)) }
@@ -129,11 +130,11 @@ final class ContentExtractor {
       throw BackupError(.corruptArchive, "The member '\(display(location.path))' is shorter than recorded")
     }
     for (descriptor, target) in zip(descriptors, targets) {
-      try TreeWriter.applyMetadata(plan.files[target].entry, to: descriptor)
+      try TreeWriter.applyMetadata(plan.files[target], to: descriptor)
       // The staged tree is made durable with one syncfs before the swap; starting the
       // writeback of larger files now lets the disk work while extraction goes on.
       if total >= 64 << 10 { descriptor.startWriteback(offset: 0, length: total) }
-      written.insert(target)
+      written[target] = true
     }
     filesDone += targets.count
     bytesDone += total * Int64(targets.count)

@@ -167,7 +167,8 @@ final class ContentReader: @unchecked Sendable {
         var count = 0
         do {
           while count < Int(before.size) {
-            let n = try fd.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[count..<Int(before.size)]))
+            let n = try fd.read(
+              into: UnsafeMutableRawBufferPointer(rebasing: buffer[count..<Int(before.size)]))
             if n == 0 { break }
             count += n
           }

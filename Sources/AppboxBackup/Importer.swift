@@ -126,7 +126,7 @@ private struct ImportBuild {
           guard written == entry.size else {
             throw BackupError(.refusedArchive, "member '\(entry.displayPath)' has less data than it declares")
           }
-          try TreeWriter.applyMetadata(metadata, to: fd)
+          try TreeWriter.applyMetadata(RestoreItem(path: entry.path, entry: metadata), to: fd)
         }
         report.files += 1
         report.bytes += entry.size

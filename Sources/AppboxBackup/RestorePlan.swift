@@ -14,10 +14,22 @@
 import AppboxCore
 import AppboxCrypto
 
-/// One thing to create, relative to the target directory.
+/// One thing to create, relative to the target directory, with the metadata to give it.
+/// Compact on purpose: a restore plans one per file.
 struct RestoreItem {
   var path: [UInt8]
-  var entry: TreeEntry
+  var permissions: UInt32
+  var modificationTime: Int64
+  var attributes: [ExtendedAttribute]
+  var linkTarget: [UInt8]?
+
+  init(path: [UInt8], entry: TreeEntry) {
+    self.path = path
+    permissions = entry.permissions
+    modificationTime = entry.modificationTime
+    attributes = entry.extendedAttributes
+    linkTarget = entry.linkTarget
+  }
 }
 
 struct RestorePlan {
@@ -25,18 +37,34 @@ struct RestorePlan {
   var directories: [RestoreItem] = []
   /// Regular files that receive content (the first path of each inode).
   var files: [RestoreItem] = []
+  /// Sizes of `files`.
+  var sizes: [Int64] = []
   /// Later paths of an inode: (item, index in `files` of the path they link to).
   var hardLinks: [(item: RestoreItem, primary: Int)] = []
   var symlinks: [RestoreItem] = []
   var fifos: [RestoreItem] = []
-  /// Files (indexes into `files`) by content digest, for non-empty files.
-  var filesByDigest: [Digest: [Int]] = [:]
+  /// For each non-empty content, the first file (index into `files`) that has it; the others
+  /// follow through `nextWithSameContent` (-1 ends the chain).
+  var firstWithContent: [Digest: Int32] = [:]
+  var nextWithSameContent: [Int32] = []
   var totalBytes: Int64 = 0
   var warnings: [String] = []
+
+  /// The files (indexes into `files`) whose content is `digest`.
+  func files(withContent digest: Digest) -> [Int] {
+    var result: [Int] = []
+    var next = firstWithContent[digest] ?? -1
+    while next >= 0 {
+      result.append(Int(next))
+      next = nextWithSameContent[Int(next)]
+    }
+    return result
+  }
 
   /// Plans the subtree `root`. At the top, entries named in `skippingTopLevel` are left out.
   init(catalog: Catalog, root: Digest, skippingTopLevel: Set<[UInt8]> = []) throws {
     var inodes: [UInt64: Int] = [:]
+    var lastWithContent: [Digest: Int32] = [:]
     var stack: [(digest: Digest, path: [UInt8])] = [(root, [])]
     while let (digest, path) = stack.popLast() {
       let tree = try catalog.tree(digest)
@@ -54,11 +82,19 @@ struct RestorePlan {
             hardLinks.append((item, primary))
             continue
           }
+          let index = Int32(files.count)
           if entry.linkCount > 1 { inodes[entry.inode] = files.count }
+          nextWithSameContent.append(-1)
           if entry.size > 0, let content = entry.digest {
-            filesByDigest[content, default: []].append(files.count)
+            if let last = lastWithContent[content] {
+              nextWithSameContent[Int(last)] = index
+            } else {
+              firstWithContent[content] = index
+            }
+            lastWithContent[content] = index
           }
           files.append(item)
+          sizes.append(entry.size)
           totalBytes += entry.size
         case .symlink:
           symlinks.append(item)

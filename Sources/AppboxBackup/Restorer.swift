@@ -66,11 +66,11 @@ extension Repository {
     let (plan, locations) = try catalog.reading { () throws -> (RestorePlan, [String: [BlobLocation]]) in
       let plan = try RestorePlan(catalog: catalog, root: root, skippingTopLevel: skipping)
       var locations: [String: [BlobLocation]] = [:]
-      for (digest, files) in plan.filesByDigest {
+      for (digest, first) in plan.firstWithContent {
         guard let location = try catalog.blob(digest) else {
           throw BackupError(
             .corruptCatalog,
-            "The catalog has no archive holding the content of '\(display(plan.files[files[0]].path))'")
+            "The catalog has no archive holding the content of '\(display(plan.files[Int(first)].path))'")
         }
         locations[location.archive, default: []].append(location)
       }
@@ -98,12 +98,12 @@ extension Repository {
           from: record, path: archivePath(record.name), locations: locations[record.name]!)
       }
       try extractor.finish()
-      for (index, item) in plan.files.enumerated() where !extractor.written.contains(index) {
-        guard item.entry.size == 0 else {
+      for (index, item) in plan.files.enumerated() where !extractor.written[index] {
+        guard plan.sizes[index] == 0 else {
           throw BackupError(.corruptCatalog, "No content was found for '\(display(item.path))'")
         }
         let fd = try writer.createFile(item.path)
-        try fd.closeAfter { try TreeWriter.applyMetadata(item.entry, to: $0) }
+        try fd.closeAfter { try TreeWriter.applyMetadata(item, to: $0) }
       }
       for (item, primary) in plan.hardLinks { try writer.link(item, to: plan.files[primary]) }
       for item in plan.fifos { try writer.makeFIFO(item) }

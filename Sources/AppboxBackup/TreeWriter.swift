@@ -58,29 +58,29 @@ final class TreeWriter {
   }
 
   /// Applies mode, `user.*` attributes and times to an open file or directory.
-  static func applyMetadata(_ entry: TreeEntry, to descriptor: FileDescriptor) throws {
-    for attribute in entry.extendedAttributes {
+  static func applyMetadata(_ item: RestoreItem, to descriptor: FileDescriptor) throws {
+    for attribute in item.attributes {
       try descriptor.setExtendedAttribute(attribute.name, attribute.value)
     }
-    try descriptor.setPermissions(mode_t(entry.permissions))
-    let time = Timespec(totalNanoseconds: entry.modificationTime)
+    try descriptor.setPermissions(mode_t(item.permissions))
+    let time = Timespec(totalNanoseconds: item.modificationTime)
     try descriptor.setTimes(access: time, modification: time)
   }
 
   func makeSymlink(_ item: RestoreItem) throws {
     let (parent, name) = TreeWriter.split(item.path)
     let directory = try directory(parent)
-    try directory.makeSymlink(rawName: name, target: item.entry.linkTarget ?? [])
+    try directory.makeSymlink(rawName: name, target: item.linkTarget ?? [])
     try directory.setTimes(
-      ofRawName: name, modification: Timespec(totalNanoseconds: item.entry.modificationTime))
+      ofRawName: name, modification: Timespec(totalNanoseconds: item.modificationTime))
   }
 
   func makeFIFO(_ item: RestoreItem) throws {
     let (parent, name) = TreeWriter.split(item.path)
     let directory = try directory(parent)
-    try directory.makeFIFO(rawName: name, mode: mode_t(item.entry.permissions & 0o777))
+    try directory.makeFIFO(rawName: name, mode: mode_t(item.permissions & 0o777))
     let fd = try directory.open(rawName: name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW)
-    try fd.closeAfter { try TreeWriter.applyMetadata(item.entry, to: $0) }
+    try fd.closeAfter { try TreeWriter.applyMetadata(item, to: $0) }
   }
 
   /// Makes `item` a hard link to the already written `primary`.
@@ -95,6 +95,6 @@ final class TreeWriter {
   /// Applies a directory's final metadata.
   func finishDirectory(_ item: RestoreItem) throws {
     let descriptor = try target.openBeneath(item.path, O_RDONLY | O_DIRECTORY)
-    try descriptor.closeAfter { try TreeWriter.applyMetadata(item.entry, to: $0) }
+    try descriptor.closeAfter { try TreeWriter.applyMetadata(item, to: $0) }
   }
 }

@@ -221,8 +221,10 @@ struct BackupEngineTests {
   @Test func debrisOfAKilledBackupIsRemovedByTheNext() throws {
     let fixture = try Fixture()
     let archives = fixture.repository.archivesPath
-    #expect(FileManager.default.createFile(atPath: archives + "/.tmp-deadbeef.tar", contents: Data("partial".utf8)))
-    #expect(FileManager.default.createFile(atPath: archives + "/cafebabe.tar", contents: Data("uncommitted".utf8)))
+    #expect(
+      FileManager.default.createFile(atPath: archives + "/.tmp-deadbeef.tar", contents: Data("partial".utf8)))
+    #expect(
+      FileManager.default.createFile(atPath: archives + "/cafebabe.tar", contents: Data("uncommitted".utf8)))
     #expect(try fixture.repository.unknownArchiveFiles().count == 2)
     #expect(try fixture.repository.check().isClean)
     let result = try fixture.backup()
