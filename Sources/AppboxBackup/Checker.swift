@@ -81,12 +81,14 @@ extension Repository {
     }
     let blobDigests = Set(blobs.map(\.digest))
     var checkedTrees: Set<Digest> = []
-    for snapshot in snapshots {
-      if !known.contains(snapshot.archive) {
-        report.problems.append(
-          "Snapshot \(snapshot.id) names archive '\(snapshot.archive)', which the catalog lacks")
+    try catalog.reading {
+      for snapshot in snapshots {
+        if !known.contains(snapshot.archive) {
+          report.problems.append(
+            "Snapshot \(snapshot.id) names archive '\(snapshot.archive)', which the catalog lacks")
+        }
+        report.problems += try checkTrees(from: snapshot, blobs: blobDigests, checked: &checkedTrees)
       }
-      report.problems += try checkTrees(from: snapshot, blobs: blobDigests, checked: &checkedTrees)
     }
     report.trees = checkedTrees.count
     try checksums.join()
