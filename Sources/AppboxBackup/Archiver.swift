@@ -34,6 +34,9 @@ struct ArchivePlan: @unchecked Sendable {
   var fileBytes: Int64 = 0
   /// The item index of each `.file` item, by `directory << 32 | entry`.
   var fileItems: [Int: Int] = [:]
+  /// For files whose stat matched the previous snapshot but was too recent to trust: the
+  /// content digest recorded then, by item index.
+  var probableDigests: [Int: Digest] = [:]
 
   /// Lists what the archive needs: everything with `full`, else only new and changed items.
   init(directories: [ScannedDirectory], full: Bool) {
@@ -50,6 +53,11 @@ struct ArchivePlan: @unchecked Sendable {
         case .directory:
           if let child = entry.child { children.append(child) }
         case .file where !entry.isReused:
+          if entry.isRacy, let previous = entry.previous {
+            probableDigests[items.count] = directory.previousData.withUnsafeBytes { old in
+              (try? TreeCursor.entry(at: previous.range, in: old))?.digest(in: old)
+            }
+          }
           fileItems[index << 32 | position] = items.count
           items.append(.file(directory: index, entry: position))
           fileCount += 1
@@ -174,6 +182,12 @@ final class Archiver {
               isExcluded: false, digest: digest, vanished: false))
           if !stable { warnUnstable(item) }
           current = nil
+        case .confirmed(let item, let file, let digest):
+          bytesDone += file.status.size
+          record(
+            item,
+            FileResult(
+              status: file.status, attributes: file.attributes, isExcluded: false, digest: digest, vanished: false))
         case .excluded(let item, let file):
           record(
             item,

@@ -9,7 +9,10 @@
 // One exception keeps this sound on a clock with coarse ticks ("racily clean" entries, as
 // git calls them): a file whose ctime is not safely before the moment the previous snapshot
 // started reading could have been changed again within the same tick after it was read, and
-// its stat would not show it. Such entries count as changed, so they are read once more.
+// its stat would not show it. Such entries count as changed, so they are read once more;
+// the archiver then hashes them before writing anything and stores nothing when the digest
+// is the one recorded (which it almost always is). File timestamps come from the kernel's
+// coarse clock, one tick (at most 10 ms) behind; the window allows ten times that.
 
 import AppboxCore
 import Glibc
@@ -18,7 +21,7 @@ import Glibc
 public enum ChangeDetector {
   /// How far before the previous snapshot's start an entry's ctime must be for its stat to
   /// be trusted: more than a kernel timestamp tick, with a wide margin.
-  public static let racyWindowNanoseconds: Int64 = 1_000_000_000
+  public static let racyWindowNanoseconds: Int64 = 100_000_000
 
   /// Whether `status` matches `previous` (see the file comment). `trustedBefore` is the
   /// previous snapshot's start time in nanoseconds since the epoch.

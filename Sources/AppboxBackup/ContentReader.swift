@@ -42,6 +42,8 @@ enum ContentMessage {
   /// The attempt ended: `short` bytes were missing (to pad); `final` is false when another
   /// attempt follows.
   case end(item: Int, digest: Digest, short: Int64, stable: Bool, final: Bool)
+  /// Read and hashed to the digest the previous snapshot recorded: nothing to store.
+  case confirmed(item: Int, file: OpenedFile, digest: Digest)
   /// Marked "exclude from backup": not read.
   case excluded(item: Int, file: OpenedFile)
   /// Gone (or no longer a regular file) by the time it was opened.
@@ -159,6 +161,15 @@ final class ContentReader: @unchecked Sendable {
       }
       let file = OpenedFile(status: EntryStatus(before), attributes: attributes)
       if file.isExcluded { return queue.push(.excluded(item: item, file: file)) }
+      if attempt == 1, before.size > Int64(pool.bufferSize), let probable = plan.probableDigests[item] {
+        // Most likely unchanged (only its stat was too recent to trust): hash it first, and
+        // write it only if the digest differs. Small files need no such care: the archiver
+        // skips content the repository already holds.
+        if try hashMatches(fd, probable, before: before, hasher: hasher, path: path) {
+          return queue.push(.confirmed(item: item, file: file, digest: probable))
+        }
+        continue
+      }
 
       if before.size <= Int64(pool.bufferSize) {
         // Read the declared size; growth shows in the fstat after (size, mtime and ctime move
@@ -229,6 +240,28 @@ final class ContentReader: @unchecked Sendable {
             item: item, digest: hasher.finalize(), short: remaining, stable: stable, final: stable || isLast))
       else { return false }
       if stable || isLast { return true }
+    }
+  }
+
+  /// Reads the whole file and tells whether it hashes to `digest` and held still meanwhile.
+  private func hashMatches(
+    _ fd: FileDescriptor, _ digest: Digest, before: FileStatus, hasher: SHA256Hasher, path: [UInt8]
+  ) throws -> Bool {
+    let buffer = pool.take(beforeWaiting: queue.nudge)
+    defer { pool.give(buffer) }
+    var total: Int64 = 0
+    do {
+      while true {
+        let n = try fd.read(into: buffer)
+        if n == 0 { break }
+        hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+        total += Int64(n)
+      }
+      let after = try fd.status()
+      return hasher.finalize() == digest && total == before.size && Self.same(before, after)
+    } catch let error as SystemError {
+      _ = hasher.finalize()
+      throw unreadable(error, path: display(path))
     }
   }
 

@@ -34,6 +34,9 @@ struct ScannedEntry {
   var previous: PreviousEntry?
   /// Change detection found the entry unchanged: `previous` stands for it, byte for byte.
   var isReused = false
+  /// The stat matches `previous` but is too recent to be trusted: probably unchanged, to be
+  /// confirmed by hashing before anything is written.
+  var isRacy = false
   /// The target of a changed symlink.
   var linkTarget: [UInt8]?
   /// For a subdirectory, the index of its `ScannedDirectory`.
@@ -299,6 +302,10 @@ final class Scanner: @unchecked Sendable {
             ChangeDetector.isUnchanged(status, previous: match, trustedBefore: trustedBefore)
           {
             entry.isReused = true
+          } else if type == .file, let match, match.hasDigest,
+            ChangeDetector.isUnchanged(status, previous: match, trustedBefore: .max)
+          {
+            entry.isRacy = true
           } else if type == .symlink {
             let name = Array(UnsafeRawBufferPointer(start: cName, count: Int(span.length)))
             do {

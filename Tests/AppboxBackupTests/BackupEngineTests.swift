@@ -67,6 +67,17 @@ struct BackupEngineTests {
     #expect(diff.changed == [Array("Documents/a.txt".utf8)])
   }
 
+  @Test func aLargeFileTooRecentToTrustIsHashedAndNotStoredAgain() throws {
+    let fixture = try Fixture()
+    try fixture.write("Documents/big.bin", bytes: (0..<3_000_000).map { UInt8(truncatingIfNeeded: $0 &* 7) })
+    _ = try fixture.backup()
+    // No trustSnapshots(): the file's ctime is within the racy window of the first snapshot.
+    let again = try fixture.backup()
+    #expect(again.snapshot.bytesAdded == 0 && again.newBlobs == 0)
+    #expect(!(try memberPaths(again.archivePath).contains("Documents/big.bin")))
+    expectSame(try fixture.captureData(), try restoredData(fixture, again.snapshot))
+  }
+
   @Test func theBundleIsStoredOnTheFirstSnapshotAndAfterItsSealChanges() throws {
     let fixture = try Fixture()
     let first = try fixture.backup()
