@@ -10,7 +10,7 @@ let package = Package(
     .executable(name: "appbox-sandbox", targets: ["appbox-sandbox"]),
     .library(
       name: "AppboxKit",
-      targets: ["AppboxCore", "AppboxKeychain", "AppboxContainer"]),
+      targets: ["AppboxCore", "AppboxKeychain", "AppboxContainer", "AppboxBackup"]),
   ],
   targets: [
     // C libraries, one door each: only the module named in the comment imports it.
@@ -41,8 +41,15 @@ let package = Package(
     .target(
       name: "AppboxContainer",
       dependencies: ["AppboxCore", "AppboxStore", "AppboxCrypto", "AppboxKeychain"]),
+    // Incremental tar snapshots: scan, change detection, archive, catalog; restore, check, forget.
+    .target(
+      name: "AppboxBackup",
+      dependencies: [
+        "AppboxCore", "AppboxStore", "AppboxCrypto", "AppboxArchive", "AppboxKeychain", "AppboxContainer",
+      ]),
     // Command-line parsing, the commands, text and JSON output.
-    .target(name: "AppboxCLI", dependencies: ["AppboxCore", "AppboxKeychain", "AppboxContainer"]),
+    .target(
+      name: "AppboxCLI", dependencies: ["AppboxCore", "AppboxKeychain", "AppboxContainer", "AppboxBackup"]),
     // The executable: a few lines that hand over to AppboxCLI.
     .executableTarget(name: "appbox", dependencies: ["AppboxCLI"]),
 
@@ -58,7 +65,11 @@ let package = Package(
     .testTarget(name: "AppboxArchiveTests", dependencies: ["AppboxArchive", "AppboxTestSupport"]),
     .testTarget(name: "AppboxKeychainTests", dependencies: ["AppboxKeychain", "AppboxTestSupport"]),
     .testTarget(name: "AppboxContainerTests", dependencies: ["AppboxContainer", "AppboxTestSupport"]),
+    .testTarget(
+      name: "AppboxBackupTests",
+      dependencies: ["AppboxBackup", "AppboxArchive", "AppboxContainer", "AppboxCrypto", "AppboxTestSupport"]),
     .testTarget(name: "AppboxCLITests", dependencies: ["AppboxCLI", "AppboxTestSupport"]),
-    .testTarget(name: "EndToEndTests", dependencies: ["AppboxCore", "AppboxTestSupport"]),
+    .testTarget(
+      name: "EndToEndTests", dependencies: ["AppboxCore", "AppboxArchive", "AppboxBackup", "AppboxTestSupport"]),
   ]
 )

@@ -98,6 +98,35 @@ refused install "$FIXTURES/Notes-2.0/Notes.app"
 refused update com.example.notes "$FIXTURES/Notes-1.0/Notes.app"
 refused inspect com.example.missing
 
+# Prints and runs an appbox command whose stdout (a snapshot id) the demo keeps.
+capture() {
+  printf '%s$ appbox %s%s\n' "$dim" "$*" "$reset" >&2
+  "$APPBOX" "$@"
+}
+
+section "Back up an app's data"
+mkdir -p "$NOTES_HOME/Documents/Drafts"
+printf 'Dear Ada,\nthe first draft.\n' > "$NOTES_HOME/Documents/Drafts/letter.txt"
+printf 'milk\neggs\n' > "$NOTES_HOME/Documents/list.txt"
+printf 'scratch\n' > "$NOTES_HOME/tmp/scratch.txt"
+FIRST=$(capture backup com.example.notes)
+echo "$FIRST"
+
+section "Change and delete files, then back up again (only what changed is stored)"
+printf 'Dear Ada,\nthe second draft.\n' > "$NOTES_HOME/Documents/Drafts/letter.txt"
+rm "$NOTES_HOME/Documents/list.txt"
+printf 'a new idea\n' > "$NOTES_HOME/Documents/idea.txt"
+SECOND=$(capture backup com.example.notes)
+echo "$SECOND"
+step snapshots com.example.notes
+step diff "$FIRST" "$SECOND"
+
+section "Restore the first snapshot (Caches and tmp end up empty)"
+step restore com.example.notes --snapshot "$FIRST"
+printf '%s$ ls -R Documents; cat Documents/Drafts/letter.txt%s\n' "$dim" "$reset"
+(cd "$NOTES_HOME" && ls -R Documents && cat Documents/Drafts/letter.txt)
+step check --read-data
+
 section "Keychain: encrypted, shared within a team, refused across teams"
 step install "$FIXTURES/Other-1.0/Other.app"
 printf '%s$ printf %%s "correct horse battery staple" | appbox keychain com.example.notes add --service sync --account alice --group ABCDE12345.shared --label "Sync token" --data-file -%s\n' "$dim" "$reset"

@@ -43,11 +43,14 @@ public final class ArchiveWriter {
   ///
   /// `compressionLevel` is passed to the filter (gzip 1...9, zstd 1...22); nil uses its default.
   /// `name` labels errors (e.g. the archive's path); it defaults to "descriptor N".
+  /// `outputObserver`, when given, sees every block of the final (compressed) stream just before
+  /// it is written, in order: the way to checksum an archive while it is made. It runs on the
+  /// writing thread and must not keep the buffer.
   /// Uses `archive_write_set_format_pax`, `archive_write_add_filter_gzip` / `_zstd` and
   /// `archive_write_open2`.
   public init(
     fileDescriptor: Int32, compression: ArchiveCompression, compressionLevel: Int? = nil,
-    name: String? = nil
+    name: String? = nil, outputObserver: ((UnsafeRawBufferPointer) -> Void)? = nil
   ) throws(ArchiveError) {
     let name = name ?? "descriptor \(fileDescriptor)"
     let handle = archive_write_new()
@@ -59,7 +62,7 @@ public final class ArchiveWriter {
     }
     self.handle = handle
     self.scratchEntry = scratchEntry
-    self.sink = DescriptorSink(fd: fileDescriptor)
+    self.sink = DescriptorSink(fd: fileDescriptor, observer: outputObserver)
     self.name = name
     // From here on a throw runs deinit, which abandons and frees what was made.
     state = .failed

@@ -17,8 +17,13 @@ final class DescriptorSink {
   let fd: Int32
   /// The errno of the first failed `write(2)`, if any.
   fileprivate(set) var failure: Int32?
+  /// Sees every block before it is written (e.g. to checksum the archive as it is made).
+  let observer: ((UnsafeRawBufferPointer) -> Void)?
 
-  init(fd: Int32) { self.fd = fd }
+  init(fd: Int32, observer: ((UnsafeRawBufferPointer) -> Void)? = nil) {
+    self.fd = fd
+    self.observer = observer
+  }
 
   /// Writes all of `buffer`, retrying on EINTR and short writes. Uses `write(2)`.
   fileprivate func write(_ buffer: UnsafeRawBufferPointer) -> Int32? {
@@ -49,7 +54,9 @@ private func writeCallback(
   _ length: Int
 ) -> la_ssize_t {
   let sink = Unmanaged<DescriptorSink>.fromOpaque(context!).takeUnretainedValue()
-  if let code = sink.write(UnsafeRawBufferPointer(start: buffer, count: length)) {
+  let block = UnsafeRawBufferPointer(start: buffer, count: length)
+  sink.observer?(block)
+  if let code = sink.write(block) {
     if sink.failure == nil { sink.failure = code }
     appbox_archive_set_error(handle, code, "write to the archive failed")
     return -1

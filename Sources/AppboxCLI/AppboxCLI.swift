@@ -1,3 +1,4 @@
+import AppboxBackup
 import AppboxContainer
 import AppboxCore
 import Foundation
@@ -11,7 +12,9 @@ public enum AppboxCLI {
   public static let commands: [any ParsableCommand.Type] = [
     DeviceCommand.self, InstallCommand.self, ListCommand.self, InspectCommand.self, PathCommand.self,
     UninstallCommand.self, UpdateCommand.self, RunCommand.self, LaunchCommand.self, FilesCommand.self,
-    DefaultsCommand.self, ExcludeCommand.self, KeychainCommand.self,
+    DefaultsCommand.self, ExcludeCommand.self, BackupCommand.self, SnapshotsCommand.self, RestoreCommand.self,
+    DiffCommand.self, CheckCommand.self, ForgetCommand.self, ExportCommand.self, ImportCommand.self,
+    KeychainCommand.self,
   ]
 
   public static let runner = CommandRunner(commands: commands, version: version)
@@ -34,7 +37,7 @@ extension CommandContext {
     try DeviceSession.open(root: deviceRoot, mutating: mutating, recovery: recoverySteps, environment: environment)
   }
 
-  var recoverySteps: [any RecoveryStep] { [UpdateRecovery(), ContainerRecovery()] }
+  var recoverySteps: [any RecoveryStep] { [UpdateRecovery(), HomeSwapRecovery(), ContainerRecovery()] }
 }
 
 /// Formats dates as ISO 8601 in UTC, the same in text and JSON.

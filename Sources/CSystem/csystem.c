@@ -42,3 +42,15 @@ int appbox_landlock_abi(void) {
 }
 
 int appbox_syncfs(int fd) { return syncfs(fd); }
+
+int appbox_start_writeback(int fd, int64_t offset, int64_t count) {
+  return sync_file_range(fd, (off_t)offset, (off_t)count, SYNC_FILE_RANGE_WRITE);
+}
+
+long appbox_getdents64(int fd, void *buffer, size_t size) {
+  long n;
+  do {
+    n = syscall(SYS_getdents64, fd, buffer, size);
+  } while (n < 0 && errno == EINTR);
+  return n;
+}

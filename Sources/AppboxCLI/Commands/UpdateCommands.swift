@@ -1,3 +1,4 @@
+import AppboxBackup
 import AppboxContainer
 import AppboxCore
 import Foundation
@@ -100,7 +101,11 @@ func updateJSON(_ report: UpdateReport) -> JSONValue {
 }
 
 extension CommandContext {
-  /// The snapshot an update takes first, in the device's default repository.
-  /// (Wired to the backup engine once it lands; until then no snapshot is taken.)
-  func preUpdateSnapshot(of app: AppRecord, in session: DeviceSession) throws -> String? { nil }
+  /// The snapshot an update takes first (incremental, tagged "pre-update"), in the
+  /// device's default repository, keychain items included.
+  func preUpdateSnapshot(of app: AppRecord, in session: DeviceSession) throws -> String? {
+    let repository = try Repository(path: session.root.backups, environment: environment)
+    let options = BackupOptions(tag: "pre-update", keychain: keychainSnapshotter)
+    return try repository.backup(app, in: session, options: options).snapshot.id
+  }
 }

@@ -29,6 +29,14 @@ int appbox_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char
 /* syncfs(2): flushes the whole file system holding fd (a _GNU_SOURCE call). */
 int appbox_syncfs(int fd);
 
+/* sync_file_range(fd, offset, count, SYNC_FILE_RANGE_WRITE): starts writeback of a range
+ * without waiting for it (a _GNU_SOURCE call). */
+int appbox_start_writeback(int fd, int64_t offset, int64_t count);
+
+/* getdents64(2): fills buffer with struct linux_dirent64 records (d_ino at 0, d_off at 8,
+ * d_reclen at 16, d_type at 18, NUL-terminated d_name at 19); 0 at the end, -1 on error. */
+long appbox_getdents64(int fd, void *buffer, size_t size);
+
 /* The Landlock ABI version the running kernel supports, or 0 when it has none. */
 int appbox_landlock_abi(void);
 

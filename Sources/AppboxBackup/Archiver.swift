@@ -1,0 +1,308 @@
+// Stage 3b of a backup: write new and changed content into the snapshot's tar archive.
+//
+// Algorithm: the plan lists, in depth-first name order, every item the archive needs: the
+// directories and symlinks that are new or changed (all of them for a full backup) and the
+// regular files change detection could not vouch for. The content reader (its own thread)
+// reads and hashes files and hands them over in that order; this stage, on the calling
+// thread, writes members: a directory, symlink or file header with mode, mtime (ns), owner
+// ids and `user.*` xattrs (pax SCHILY), then the file's data.
+//
+// Invariants: a blob location is recorded only for a member whose data is exactly the bytes
+// that were hashed, and for the last attempt of a file read more than once; an incremental
+// archive skips a small file whose digest the repository (or this archive) already holds;
+// empty files get a member but never a blob; a later path of an inode already written here
+// becomes a hard-link member to the first path; every buffer received is freed.
+
+import AppboxArchive
+import AppboxCore
+import AppboxCrypto
+import Glibc
+
+/// One thing the archive needs, in member order.
+enum ArchiveItem {
+  case directory(Int)
+  case file(directory: Int, entry: Int)
+  case symlink(directory: Int, entry: Int)
+}
+
+/// The scanned directories and the items to archive.
+struct ArchivePlan: @unchecked Sendable {
+  var directories: [ScannedDirectory]
+  var items: [ArchiveItem] = []
+  /// Regular files to read, and their total size.
+  var fileCount = 0
+  var fileBytes: Int64 = 0
+  /// The item index of each `.file` item, by `directory << 32 | entry`.
+  var fileItems: [Int: Int] = [:]
+  /// For files whose stat matched the previous snapshot but was too recent to trust: the
+  /// content digest recorded then, by item index.
+  var probableDigests: [Int: Digest] = [:]
+
+  /// Lists what the archive needs: everything with `full`, else only new and changed items.
+  init(directories: [ScannedDirectory], full: Bool) {
+    self.directories = directories
+    var stack = [0]
+    while let index = stack.popLast() {
+      let directory = directories[index]
+      if index != 0 && (full || !directory.isUnchanged) && !directory.isExcluded {
+        items.append(.directory(index))
+      }
+      var children: [Int] = []
+      for (position, entry) in directory.entries.enumerated() {
+        switch entry.type {
+        case .directory:
+          if let child = entry.child { children.append(child) }
+        case .file where !entry.isReused:
+          if entry.isRacy, let previous = entry.previous {
+            probableDigests[items.count] = directory.previousData.withUnsafeBytes { old in
+              (try? TreeCursor.entry(at: previous.range, in: old))?.digest(in: old)
+            }
+          }
+          fileItems[index << 32 | position] = items.count
+          items.append(.file(directory: index, entry: position))
+          fileCount += 1
+          fileBytes += entry.status.size
+        case .symlink where !entry.isReused:
+          items.append(.symlink(directory: index, entry: position))
+        default:
+          break
+        }
+      }
+      stack.append(contentsOf: children.reversed())
+    }
+  }
+}
+
+/// What archiving learned about one changed file.
+struct FileResult {
+  var status: EntryStatus
+  var attributes: [ExtendedAttribute]
+  var isExcluded: Bool
+  var digest: Digest?
+  /// Gone by the time it was opened: the file is left out of the snapshot.
+  var vanished: Bool
+}
+
+/// Writes the plan's items into an archive as the content reader delivers them.
+final class Archiver {
+  private let plan: ArchivePlan
+  private let writer: ArchiveWriter
+  private let catalog: Catalog?
+  private let archiveName: String
+  private let deduplicate: Bool
+  private let observer: EngineObserver
+  private let pool: BufferPool
+
+  /// Results of `.file` items, by item index (nil for other items).
+  private(set) var results: [FileResult?]
+  /// Blobs whose content this archive holds, in archive order (compact: a full backup has
+  /// one per file; paths are looked up when the locations are made).
+  private var stored: [(digest: Digest, offset: Int64, size: Int64, item: Int32)] = []
+  /// Digests stored here, for deduplication (incremental archives only).
+  private var storedDigests: Set<Digest> = []
+  private(set) var bytesAdded: Int64 = 0
+  private(set) var warnings: [(path: String, message: String)] = []
+  /// By item index: whether its content was written here (for hard links to it).
+  private var writtenItems: [Bool]
+  private var filesDone = 0
+  private var bytesDone: Int64 = 0
+
+  init(
+    plan: ArchivePlan, writer: ArchiveWriter, catalog: Catalog?, archiveName: String, deduplicate: Bool,
+    pool: BufferPool, observer: EngineObserver
+  ) {
+    self.pool = pool
+    self.plan = plan
+    self.writer = writer
+    self.catalog = catalog
+    self.archiveName = archiveName
+    self.deduplicate = deduplicate
+    self.observer = observer
+    results = [FileResult?](repeating: nil, count: plan.items.count)
+    writtenItems = [Bool](repeating: false, count: plan.items.count)
+  }
+
+  private func addBlob(_ digest: Digest, offset: Int64, item: Int, size: Int64) {
+    guard size > 0 else { return }
+    if deduplicate && !storedDigests.insert(digest).inserted { return }
+    stored.append((digest, offset, size, Int32(item)))
+  }
+
+  /// The locations of the content this archive holds, in archive order.
+  func blobLocations() -> [BlobLocation] {
+    stored.map {
+      BlobLocation(
+        digest: $0.digest, archive: archiveName, offset: $0.offset, path: path(of: Int($0.item)),
+        size: $0.size)
+    }
+  }
+
+  private func path(of item: Int) -> [UInt8] {
+    switch plan.items[item] {
+    case .directory(let index): return plan.directories[index].path
+    case .file(let directory, let entry), .symlink(let directory, let entry):
+      let scanned = plan.directories[directory]
+      return joinPath(scanned.path, scanned.name(of: scanned.entries[entry]))
+    }
+  }
+
+  /// Consumes the queue until the reader closes it. On error, cancels the queue (freeing
+  /// what is pending) and rethrows.
+  func run(_ queue: HandoffQueue<ContentMessage>) throws {
+    var current: (item: Int, offset: Int64, file: OpenedFile)?
+    do {
+      while let message = queue.pop() {
+        switch message {
+        case .passthrough(let item):
+          try writePassthrough(item)
+        case .whole(let item, let file, let buffer, let count, let digest, let stable):
+          defer { pool.give(buffer) }
+          try writeWhole(
+            item, file: file, data: UnsafeRawBufferPointer(rebasing: buffer[0..<count]), digest: digest)
+          if !stable { warnUnstable(item) }
+        case .begin(let item, let file):
+          let offset = writer.uncompressedOffset
+          try writer.writeHeader(member(path(of: item), file: file))
+          current = (item, offset, file)
+        case .chunk(let buffer, let count):
+          defer { pool.give(buffer) }
+          try writer.writeData(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
+          bytesDone += Int64(count)
+        case .end(let item, let digest, let short, let stable, let final):
+          if short > 0 { try writer.finishEntryPaddingWithZeros() } else { try writer.finishEntry() }
+          guard final, let started = current else { continue }
+          let size = started.file.status.size
+          bytesAdded += size
+          addBlob(digest, offset: started.offset, item: item, size: size)
+          writtenItems[item] = true
+          record(
+            item,
+            FileResult(
+              status: started.file.status, attributes: started.file.attributes,
+              isExcluded: false, digest: digest, vanished: false))
+          if !stable { warnUnstable(item) }
+          current = nil
+        case .confirmed(let item, let file, let digest):
+          bytesDone += file.status.size
+          record(
+            item,
+            FileResult(
+              status: file.status, attributes: file.attributes, isExcluded: false, digest: digest, vanished: false))
+        case .excluded(let item, let file):
+          record(
+            item,
+            FileResult(
+              status: file.status, attributes: file.attributes, isExcluded: true, digest: nil,
+              vanished: false))
+        case .vanished(let item, let reason):
+          if let reason { warnings.append((display(path(of: item)), "not backed up: \(reason)")) }
+          record(
+            item,
+            FileResult(
+              status: .placeholder, attributes: [], isExcluded: false, digest: nil,
+              vanished: true))
+        case .hardlink(let item, let first):
+          try writeHardlink(item, first: first)
+        }
+      }
+    } catch {
+      queue.cancel { message in
+        switch message {
+        case .whole(_, _, let buffer, _, _, _), .chunk(let buffer, _): pool.give(buffer)
+        default: break
+        }
+      }
+      throw error
+    }
+    observer.engine(.progress(files: filesDone, bytes: bytesDone))
+  }
+
+  private func record(_ item: Int, _ result: FileResult) {
+    results[item] = result
+    filesDone += 1
+    if filesDone % 256 == 0 { observer.engine(.progress(files: filesDone, bytes: bytesDone)) }
+  }
+
+  private func warnUnstable(_ item: Int) {
+    warnings.append(
+      (display(path(of: item)), "kept changing while it was read; the snapshot holds its last reading"))
+  }
+
+  private func writeWhole(_ item: Int, file: OpenedFile, data: UnsafeRawBufferPointer, digest: Digest) throws
+  {
+    bytesDone += Int64(data.count)
+    defer {
+      record(
+        item,
+        FileResult(
+          status: file.status, attributes: file.attributes, isExcluded: false, digest: digest,
+          vanished: false))
+    }
+    if data.count > 0 && deduplicate {
+      if storedDigests.contains(digest) { return }
+      if let catalog, try catalog.hasBlob(digest) { return }
+    }
+    let offset = writer.uncompressedOffset
+    let path = path(of: item)
+    try writer.writeHeader(member(path, file: file))
+    try writer.writeData(data)
+    try writer.finishEntry()
+    writtenItems[item] = true
+    bytesAdded += Int64(data.count)
+    addBlob(digest, offset: offset, item: item, size: Int64(data.count))
+  }
+
+  private func writeHardlink(_ item: Int, first: Int) throws {
+    guard var result = results[first] else { return }
+    if result.vanished {
+      record(item, result)
+      return
+    }
+    // Same inode, so the same status; only the name differs.
+    if case .file(let directory, let entry) = plan.items[item] {
+      result.status = plan.directories[directory].entries[entry].status
+    }
+    record(item, result)
+    guard writtenItems[first] else { return }
+    var entry = member(path(of: item), file: OpenedFile(status: result.status, attributes: result.attributes))
+    entry.type = .hardlink
+    entry.size = 0
+    entry.linkTarget = path(of: first)
+    try writer.writeHeader(entry)
+    try writer.finishEntry()
+  }
+
+  private func writePassthrough(_ item: Int) throws {
+    switch plan.items[item] {
+    case .directory(let index):
+      let directory = plan.directories[index]
+      guard let status = directory.status else { return }
+      var entry = member(
+        directory.path, file: OpenedFile(status: EntryStatus(status), attributes: directory.attributes))
+      entry.type = .directory
+      entry.size = 0
+      try writer.writeHeader(entry)
+      try writer.finishEntry()
+    case .symlink(let directory, let position):
+      let scanned = plan.directories[directory].entries[position]
+      var entry = member(path(of: item), file: OpenedFile(status: scanned.status, attributes: []))
+      entry.type = .symlink
+      entry.size = 0
+      entry.linkTarget = scanned.linkTarget ?? []
+      try writer.writeHeader(entry)
+      try writer.finishEntry()
+    case .file:
+      break
+    }
+  }
+
+  private func member(_ path: [UInt8], file: OpenedFile) -> ArchiveEntry {
+    let status = file.status
+    return ArchiveEntry(
+      path: path, type: .regular, permissions: status.permissions, uid: status.uid, gid: status.gid,
+      size: status.size,
+      modificationTime: ArchiveTimestamp(
+        seconds: status.modificationTime.seconds, nanoseconds: status.modificationTime.nanoseconds),
+      extendedAttributes: file.attributes.map { ArchiveExtendedAttribute(name: $0.name, value: $0.value) })
+  }
+}

@@ -1,0 +1,274 @@
+// The backup pipeline: scan → change detection → archive → trees → catalog commit.
+//
+// Algorithm for one app:
+// 1. Take the app's writer lock and the repository lock (shared), removing debris first
+//    when no one else writes.
+// 2. Pick the parent: the app's latest snapshot from this device (change detection trusts
+//    inode numbers and ctimes only there), else its latest from anywhere (for the bundle).
+// 3. Scan the home with two workers, comparing with the parent's trees (Scanner).
+//    The bundle is not scanned when the parent recorded the same seal: its entry is reused.
+// 4. Archive what changed into `archives/.tmp-<id>.tar`: one thread reads and hashes
+//    (ContentReader), this one writes (Archiver) and checksums the archive stream.
+// 5. Build the trees bottom-up (TreeBuilder); add the keychain member if any, then the
+//    manifest as the last member.
+// 6. fsync the archive, rename it to `<id>.tar`, fsync the directory, and only then commit
+//    the catalog rows (archive, new trees, new blobs, snapshot) in one transaction.
+// Invariants: a crash before step 6's commit leaves only debris (a temp file or an archive
+// the catalog does not name) that the next writer removes; every earlier snapshot is
+// untouched. A full backup stores everything and deduplicates nothing, so its archive
+// stands alone; an incremental one stores only content the repository lacks.
+
+import AppboxArchive
+import AppboxContainer
+import AppboxCore
+import AppboxCrypto
+import Foundation
+import Glibc
+
+/// How to take a snapshot.
+public struct BackupOptions: Sendable {
+  /// Store everything (the bundle too) instead of only what changed.
+  public var full: Bool
+  public var compression: ArchiveCompression
+  /// A label recorded with the snapshot ("pre-update").
+  public var tag: String?
+  /// Exports the app's keychain items into the snapshot, when given.
+  public var keychain: (any KeychainSnapshotting)?
+  /// Tests: runs after each reading of a changed file (path, attempt).
+  var afterRead: (@Sendable ([UInt8], Int) -> Void)?
+
+  public init(
+    full: Bool = false, compression: ArchiveCompression = .none, tag: String? = nil,
+    keychain: (any KeychainSnapshotting)? = nil
+  ) {
+    self.full = full
+    self.compression = compression
+    self.tag = tag
+    self.keychain = keychain
+  }
+}
+
+/// What a backup made.
+public struct BackupResult: Sendable {
+  public var snapshot: Snapshot
+  /// The archive's absolute path.
+  public var archivePath: String
+  /// Trees and blobs this snapshot added to the catalog.
+  public var newTrees: Int
+  public var newBlobs: Int
+  public var warnings: [String]
+}
+
+extension Repository {
+  /// Takes a snapshot of `app`'s home on the device of `session`.
+  public func backup(
+    _ app: AppRecord, in session: DeviceSession, options: BackupOptions = BackupOptions(),
+    observer: EngineObserver = SilentObserver()
+  ) throws -> BackupResult {
+    let appLock = try lockApp(app.bundleIdentifier)
+    let repositoryLock = try lockForWriting()
+    defer { withExtendedLifetime((appLock, repositoryLock)) {} }
+    observer.engine(.started(operation: "backup", app: app.bundleIdentifier))
+    let result = try BackupRun(
+      repository: self, app: app, session: session, options: options, observer: observer
+    )
+    .run()
+    observer.engine(.finished(operation: "backup", app: app.bundleIdentifier))
+    return result
+  }
+}
+
+/// One backup, start to finish.
+private struct BackupRun {
+  let repository: Repository
+  let app: AppRecord
+  let session: DeviceSession
+  let options: BackupOptions
+  let observer: EngineObserver
+
+  init(
+    repository: Repository, app: AppRecord, session: DeviceSession, options: BackupOptions,
+    observer: EngineObserver
+  ) {
+    self.repository = repository
+    self.app = app
+    self.session = session
+    self.options = options
+    self.observer = observer
+  }
+
+  func run() throws -> BackupResult {
+    let catalog = repository.catalog
+    let device = session.identity.udid
+    let history = try catalog.snapshots(app: app.bundleIdentifier)
+    let parent = options.full ? nil : (history.last { $0.device == device } ?? history.last)
+    let detectChanges = parent?.device == device
+    let bundleName = Array(app.bundleDirectoryName.utf8)
+    var bundleEntry: TreeEntry?
+    if let parent, parent.seal == app.seal, parent.bundleDirectoryName == app.bundleDirectoryName,
+      let entry = try catalog.tree(parent.rootTree).entry(named: bundleName), entry.type == .directory
+    {
+      bundleEntry = entry
+    }
+    let start = Date()
+    let home = try FileDescriptor.open(session.home(of: app).path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+    defer { home.close() }
+
+    let rules = ScanRules(bundleDirectoryName: app.bundleDirectoryName, includeBundle: bundleEntry == nil)
+    let scanner = Scanner(
+      home: home, rules: rules, catalogPath: repository.catalogPath,
+      previousRoot: detectChanges ? parent?.rootTree : nil,
+      trustedBefore: parent.map { Int64($0.time.timeIntervalSince1970 * 1e9) } ?? 0, observer: observer)
+
+    let id = try repository.newSnapshotID()
+    let archiveName = id + options.compression.fileSuffix
+    let temporaryName = Repository.temporaryPrefix + archiveName
+    let archives = try FileDescriptor.open(repository.archivesPath, O_RDONLY | O_DIRECTORY)
+    defer { archives.close() }
+    let file = try archives.open(temporaryName, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o600)
+    var renamed = false
+    do {
+      let written = try writeArchive(
+        to: file, home: home, scanner: scanner, name: archiveName, id: id, parent: parent,
+        bundleEntry: bundleEntry,
+        start: start)
+      try file.sync()
+      file.close()
+      CrashPoint.hit("backup.archive-synced")
+      try archives.rename(temporaryName, to: archiveName, flags: .noReplace)
+      renamed = true
+      try archives.sync()
+      CrashPoint.hit("backup.archive-renamed")
+      try catalog.database.inTransaction {
+        try catalog.insert(written.record)
+        for tree in written.trees {
+          try catalog.insertTree(tree.digest, data: tree.data, archive: archiveName)
+        }
+        try catalog.insertBlobs(written.blobs)
+        try catalog.insert(written.snapshot)
+      }
+      CrashPoint.hit("backup.committed")
+      for warning in written.warnings {
+        observer.engine(.warning(path: warning.path, message: warning.message))
+      }
+      return BackupResult(
+        snapshot: written.snapshot, archivePath: repository.archivePath(archiveName),
+        newTrees: written.trees.count,
+        newBlobs: written.blobs.count, warnings: written.warnings.map { "'\($0.path)' \($0.message)" })
+    } catch {
+      file.close()
+      try? archives.remove(renamed ? archiveName : temporaryName)
+      throw error
+    }
+  }
+
+  private struct Written {
+    var snapshot: Snapshot
+    var record: ArchiveRecord
+    var trees: [(digest: Digest, data: [UInt8])]
+    var blobs: [BlobLocation]
+    var warnings: [(path: String, message: String)]
+  }
+
+  /// Writes the whole archive to `file` and returns what the catalog will record.
+  private func writeArchive(
+    to file: FileDescriptor, home: FileDescriptor, scanner: Scanner, name: String, id: String,
+    parent: Snapshot?,
+    bundleEntry: TreeEntry?, start: Date
+  ) throws -> Written {
+    let checksum = SHA256Hasher()
+    nonisolated(unsafe) var size: Int64 = 0
+    nonisolated(unsafe) var flushed: Int64 = 0
+    let writer = try ArchiveWriter(
+      fileDescriptor: file.rawValue, compression: options.compression, name: repository.archivePath(name),
+      outputObserver: { block in
+        checksum.update(block)
+        // Start writeback of what is already written every 8 MiB, so the fsync before the
+        // commit does not find the whole archive still in memory.
+        if size - flushed >= 8 << 20 {
+          file.startWriteback(offset: flushed, length: size - flushed)
+          flushed = size
+        }
+        size += Int64(block.count)
+      })
+    let kind: SnapshotKind = parent == nil ? .full : .incremental
+    let content = try archiveContent(
+      writer: writer, home: home, scanner: scanner, name: name, kind: kind, bundleEntry: bundleEntry)
+    var keychainOffset: Int64?
+    if let keychain = options.keychain, let items = try keychain.exportItems(for: app) {
+      keychainOffset = writer.uncompressedOffset
+      try writer.writeHeader(metadataMember(Manifest.keychainMemberPath, size: items.count, time: start))
+      try writer.writeData(items)
+      try writer.finishEntry()
+    }
+    let blobs = content.blobs
+    let trees = content.trees
+    let snapshot = Snapshot(
+      id: id, app: app.bundleIdentifier, device: session.identity.udid, containerID: app.containerID,
+      version: app.version, bundleDirectoryName: app.bundleDirectoryName, seal: app.seal, time: start,
+      kind: kind,
+      tag: options.tag, parent: parent?.id, rootTree: trees.root, files: trees.files, bytes: trees.bytes,
+      bytesAdded: content.bytesAdded, archive: name, keychainOffset: keychainOffset,
+      warnings: content.warnings.count)
+    let manifest = Manifest(snapshot: snapshot, trees: trees.newTrees, blobs: blobs)
+    try writer.writeHeader(metadataMember(Manifest.memberPath, size: manifest.encodedSize, time: start))
+    try manifest.encode { try writer.writeData($0) }
+    try writer.finishEntry()
+    try writer.finish()
+    let record = ArchiveRecord(
+      name: name, size: size, sha256: checksum.finalize(), compression: options.compression, created: start)
+    return Written(
+      snapshot: snapshot, record: record, trees: trees.newTrees, blobs: blobs, warnings: content.warnings)
+  }
+
+  /// What scanning and archiving produced, without the scan itself (which is large and
+  /// released when this is returned).
+  private struct ArchivedContent {
+    var trees: TreeBuildResult
+    var blobs: [BlobLocation]
+    var bytesAdded: Int64
+    var warnings: [(path: String, message: String)]
+  }
+
+  /// Scans the home, writes the new and changed content, and builds the trees.
+  private func archiveContent(
+    writer: ArchiveWriter, home: FileDescriptor, scanner: Scanner, name: String, kind: SnapshotKind,
+    bundleEntry: TreeEntry?
+  ) throws -> ArchivedContent {
+    let plan = ArchivePlan(directories: try scanner.scan(), full: kind == .full)
+    observer.engine(
+      .planned(
+        entries: plan.directories.reduce(0) { $0 + $1.entries.count }, files: plan.fileCount,
+        bytes: plan.fileBytes))
+    let pool = BufferPool(count: 16, bufferSize: 256 << 10)
+    let archiver = Archiver(
+      plan: plan, writer: writer, catalog: repository.catalog, archiveName: name,
+      deduplicate: kind == .incremental,
+      pool: pool, observer: observer)
+    let queue = HandoffQueue<ContentMessage>(capacity: 16 << 20)
+    let reader = ContentReader(home: home, plan: plan, queue: queue, pool: pool, afterRead: options.afterRead)
+    let readerThread = WorkerThread(name: "appbox-read") { try reader.run() }
+    do {
+      try archiver.run(queue)
+    } catch {
+      try? readerThread.join()
+      throw error
+    }
+    try readerThread.join()
+    let trees = try TreeBuilder(
+      plan: plan, results: archiver.results, catalog: repository.catalog, bundleEntry: bundleEntry,
+      bundleDirectoryName: Array(app.bundleDirectoryName.utf8)
+    ).build()
+    return ArchivedContent(
+      trees: trees, blobs: archiver.blobLocations(), bytesAdded: archiver.bytesAdded,
+      warnings: archiver.warnings)
+  }
+}
+
+/// A member for appbox's own data (`.appbox/...`), private to the owner.
+func metadataMember(_ path: [UInt8], size: Int, time: Date) -> ArchiveEntry {
+  let seconds = time.timeIntervalSince1970
+  return ArchiveEntry.file(
+    path, size: Int64(size), permissions: 0o600,
+    modificationTime: ArchiveTimestamp(seconds: Int64(seconds), nanoseconds: 0))
+}

@@ -1,0 +1,367 @@
+// The catalog: `catalog.db`, the repository's index (SQLite, WAL, synchronous=FULL).
+//
+// Tables:
+//   archives(name, size, sha256, compression, created)   every archive file the repository owns
+//   snapshots(id, app, device, container, version, ...)  one row per snapshot, with its root tree
+//   trees(digest, data, archive)                        content-addressed directory listings;
+//                                                       `archive` names the archive whose manifest
+//                                                       carries the tree (for rebuilds)
+//   blobs(digest, archive, offset, path, size)          where one copy of each content lives: the
+//                                                       uncompressed offset of its member's header
+// Invariants: every snapshot's archive and every blob's archive has an `archives` row; every
+// tree reachable from a snapshot's root is in `trees`; every non-empty file content reachable
+// from a snapshot is in `blobs`. A backup adds all of its rows in one transaction, after its
+// archive is durable under its final name, so a crash never leaves a row without its archive.
+// Rows are never updated in place except by `forget`, which moves blob and tree locations to a
+// new archive in the same transaction that drops snapshots.
+
+import AppboxArchive
+import AppboxCore
+import AppboxCrypto
+import AppboxStore
+import Foundation
+
+/// Whether a snapshot's archive holds all of its content or only what changed.
+public enum SnapshotKind: String, Sendable, Equatable {
+  case full, incremental
+}
+
+/// One snapshot as the catalog records it.
+public struct Snapshot: Sendable, Equatable {
+  public var id: String
+  /// The app's bundle identifier.
+  public var app: String
+  /// The UDID of the device the snapshot was taken on.
+  public var device: String
+  public var containerID: String
+  public var version: String
+  /// The bundle directory's name ("Notes.app"), an entry of the root tree.
+  public var bundleDirectoryName: String
+  /// The bundle's seal (hex SHA-256 of its CodeResources) when the snapshot was taken.
+  public var seal: String
+  public var time: Date
+  public var kind: SnapshotKind
+  /// A label such as "pre-update"; nil for ordinary backups.
+  public var tag: String?
+  /// The snapshot whose trees change detection compared against.
+  public var parent: String?
+  public var rootTree: Digest
+  /// Files (anything but directories) in the data, not counting the bundle or excluded items.
+  public var files: Int
+  /// Their total size.
+  public var bytes: Int64
+  /// File content bytes written to this snapshot's archive (bundle included).
+  public var bytesAdded: Int64
+  public var archive: String
+  /// Where the `.appbox/keychain` member starts in the archive, when there is one.
+  public var keychainOffset: Int64?
+  /// Files that kept changing while they were read (recorded with a warning).
+  public var warnings: Int
+}
+
+/// An archive file of the repository.
+public struct ArchiveRecord: Sendable, Equatable {
+  public var name: String
+  public var size: Int64
+  public var sha256: Digest
+  public var compression: ArchiveCompression
+  public var created: Date
+}
+
+/// Where one content digest is stored.
+public struct BlobLocation: Sendable, Equatable {
+  public var digest: Digest
+  public var archive: String
+  /// Uncompressed offset of the member's first header.
+  public var offset: Int64
+  /// The member's path (relative to the home).
+  public var path: [UInt8]
+  public var size: Int64
+}
+
+/// The catalog database. Not thread-safe: one per thread.
+public final class Catalog {
+  public let database: Database
+
+  static let migrations = [
+    """
+    CREATE TABLE archives(
+      name TEXT PRIMARY KEY NOT NULL,
+      size INTEGER NOT NULL,
+      sha256 BLOB NOT NULL,
+      compression TEXT NOT NULL,
+      created REAL NOT NULL
+    );
+    CREATE TABLE snapshots(
+      id TEXT PRIMARY KEY NOT NULL,
+      app TEXT NOT NULL,
+      device TEXT NOT NULL,
+      container TEXT NOT NULL,
+      version TEXT NOT NULL,
+      bundle_name TEXT NOT NULL,
+      seal TEXT NOT NULL,
+      time REAL NOT NULL,
+      kind TEXT NOT NULL,
+      tag TEXT,
+      parent TEXT,
+      root_tree BLOB NOT NULL,
+      files INTEGER NOT NULL,
+      bytes INTEGER NOT NULL,
+      bytes_added INTEGER NOT NULL,
+      archive TEXT NOT NULL REFERENCES archives(name),
+      keychain_offset INTEGER,
+      warnings INTEGER NOT NULL
+    );
+    CREATE INDEX snapshots_by_app ON snapshots(app, time);
+    CREATE TABLE trees(
+      digest BLOB PRIMARY KEY NOT NULL,
+      data BLOB NOT NULL,
+      archive TEXT NOT NULL
+    );
+    CREATE TABLE blobs(
+      digest BLOB PRIMARY KEY NOT NULL,
+      archive TEXT NOT NULL,
+      offset INTEGER NOT NULL,
+      path BLOB NOT NULL,
+      size INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX blobs_by_archive ON blobs(archive);
+    CREATE INDEX trees_by_archive ON trees(archive);
+    """
+  ]
+
+  /// Opens (creating and migrating when writable) the catalog at `path`. `walMode: false`
+  /// keeps a new database in one file (for a rebuild that is renamed into place).
+  public init(path: String, readOnly: Bool = false, walMode: Bool = true) throws {
+    database = try Database(path: path, mode: readOnly ? .readOnly : .readWriteCreate)
+    if !readOnly {
+      if walMode {
+        try database.setJournalModeWAL()
+        // A backup commits megabytes of trees at once; checkpointing after every one of them
+        // (the default threshold is 4 MiB) would add a database fsync to each backup.
+        try database.execute("PRAGMA wal_autocheckpoint = 8192")
+      }
+      try database.setSynchronous(.full)
+      try database.migrate(Self.migrations)
+    } else if try database.userVersion() != Self.migrations.count {
+      throw BackupError(.corruptCatalog, "Catalog '\(path)' has an unknown schema version")
+    }
+  }
+
+  /// Runs `body` in one read transaction: a consistent view, and the WAL read lock taken once
+  /// instead of once per query (restoring 100,000 files looks up as many blobs).
+  public func reading<T>(_ body: () throws -> T) throws -> T {
+    if database.isInTransaction { return try body() }
+    return try database.inTransaction(.deferred, body)
+  }
+
+  // MARK: Snapshots
+
+  static let snapshotColumns = """
+    id, app, device, container, version, bundle_name, seal, time, kind, tag, parent, root_tree, files, bytes,
+    bytes_added, archive, keychain_offset, warnings
+    """
+
+  private func snapshot(_ row: Statement) throws -> Snapshot {
+    guard let rootTree = Digest(validating: row.blob(11)),
+      let kind = SnapshotKind(rawValue: row.text(8) ?? "")
+    else { throw BackupError(.corruptCatalog, "Catalog row of snapshot '\(row.text(0) ?? "")' is malformed") }
+    return Snapshot(
+      id: row.text(0) ?? "", app: row.text(1) ?? "", device: row.text(2) ?? "",
+      containerID: row.text(3) ?? "",
+      version: row.text(4) ?? "", bundleDirectoryName: row.text(5) ?? "", seal: row.text(6) ?? "",
+      time: Date(timeIntervalSince1970: row.double(7)), kind: kind, tag: row.text(9), parent: row.text(10),
+      rootTree: rootTree, files: row.int(12), bytes: row.int64(13), bytesAdded: row.int64(14),
+      archive: row.text(15) ?? "", keychainOffset: row.isNull(16) ? nil : row.int64(16), warnings: row.int(17)
+    )
+  }
+
+  /// Snapshots in the order they were committed (oldest first); only `app`'s when given.
+  /// Commit order, not the recorded time, decides which is latest: clocks can step back.
+  public func snapshots(app: String? = nil) throws -> [Snapshot] {
+    let statement: Statement
+    if let app {
+      statement = try database.prepare(
+        "SELECT \(Self.snapshotColumns) FROM snapshots WHERE app = ?1 ORDER BY rowid")
+      try statement.bind([.text(app)])
+    } else {
+      statement = try database.prepare("SELECT \(Self.snapshotColumns) FROM snapshots ORDER BY rowid")
+    }
+    return try statement.rows(snapshot)
+  }
+
+  /// The snapshot with id `id`, or nil.
+  public func snapshot(id: String) throws -> Snapshot? {
+    let statement = try database.prepare("SELECT \(Self.snapshotColumns) FROM snapshots WHERE id = ?1")
+    try statement.bind([.text(id.lowercased())])
+    return try statement.first(snapshot)
+  }
+
+  public func insert(_ snapshot: Snapshot) throws {
+    let statement = try database.cachedStatement(
+      """
+      INSERT INTO snapshots(\(Self.snapshotColumns))
+      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
+      """)
+    try statement.bind([
+      .text(snapshot.id), .text(snapshot.app), .text(snapshot.device), .text(snapshot.containerID),
+      .text(snapshot.version), .text(snapshot.bundleDirectoryName), .text(snapshot.seal),
+      .real(snapshot.time.timeIntervalSince1970), .text(snapshot.kind.rawValue),
+      snapshot.tag.map(SQLValue.text) ?? .null, snapshot.parent.map(SQLValue.text) ?? .null,
+      .blob(snapshot.rootTree.bytes), .integer(Int64(snapshot.files)), .integer(snapshot.bytes),
+      .integer(snapshot.bytesAdded), .text(snapshot.archive),
+      snapshot.keychainOffset.map(SQLValue.integer) ?? .null,
+      .integer(Int64(snapshot.warnings)),
+    ])
+    try statement.execute()
+  }
+
+  public func deleteSnapshot(id: String) throws {
+    try database.execute("DELETE FROM snapshots WHERE id = ?1", .text(id))
+  }
+
+  // MARK: Archives
+
+  public func insert(_ archive: ArchiveRecord) throws {
+    try database.execute(
+      "INSERT INTO archives(name, size, sha256, compression, created) VALUES (?1, ?2, ?3, ?4, ?5)",
+      .text(archive.name), .integer(archive.size), .blob(archive.sha256.bytes),
+      .text(archive.compression.rawValue),
+      .real(archive.created.timeIntervalSince1970))
+  }
+
+  public func archives() throws -> [ArchiveRecord] {
+    try database.all("SELECT name, size, sha256, compression, created FROM archives ORDER BY created, name") {
+      row in
+      guard let digest = Digest(validating: row.blob(2)),
+        let compression = ArchiveCompression(rawValue: row.text(3) ?? "")
+      else {
+        throw BackupError(.corruptCatalog, "Catalog row of archive '\(row.text(0) ?? "")' is malformed")
+      }
+      return ArchiveRecord(
+        name: row.text(0) ?? "", size: row.int64(1), sha256: digest, compression: compression,
+        created: Date(timeIntervalSince1970: row.double(4)))
+    }
+  }
+
+  public func archive(named name: String) throws -> ArchiveRecord? {
+    try archives().first { $0.name == name }
+  }
+
+  public func deleteArchive(named name: String) throws {
+    try database.execute("DELETE FROM archives WHERE name = ?1", .text(name))
+  }
+
+  // MARK: Trees
+
+  /// The serialized tree `digest`, or nil.
+  public func treeData(_ digest: Digest) throws -> [UInt8]? {
+    let statement = try database.cachedStatement("SELECT data FROM trees WHERE digest = ?1")
+    try digest.withUnsafeBytes { try statement.bind($0, at: 1) }
+    return try statement.first { $0.blob(0) }
+  }
+
+  /// The tree `digest`, decoded; `.corruptCatalog` when missing or malformed.
+  public func tree(_ digest: Digest) throws -> Tree {
+    guard let data = try treeData(digest) else {
+      throw BackupError(.corruptCatalog, "Catalog is missing tree \(digest.hex.prefix(16))")
+    }
+    return try Tree.decode(data)
+  }
+
+  public func hasTree(_ digest: Digest) throws -> Bool {
+    let statement = try database.cachedStatement("SELECT 1 FROM trees WHERE digest = ?1")
+    try digest.withUnsafeBytes { try statement.bind($0, at: 1) }
+    return try statement.first { _ in true } ?? false
+  }
+
+  /// Adds a tree unless present; returns whether it was added.
+  @discardableResult
+  public func insertTree(_ digest: Digest, data: [UInt8], archive: String) throws -> Bool {
+    let statement = try database.cachedStatement(
+      "INSERT OR IGNORE INTO trees(digest, data, archive) VALUES (?1, ?2, ?3)")
+    try digest.withUnsafeBytes { try statement.bind($0, at: 1) }
+    try statement.bind(data, at: 2)
+    try statement.bind(archive, at: 3)
+    try statement.execute()
+    return database.changes > 0
+  }
+
+  // MARK: Blobs
+
+  public func blob(_ digest: Digest) throws -> BlobLocation? {
+    let statement = try database.cachedStatement(
+      "SELECT archive, offset, path, size FROM blobs WHERE digest = ?1")
+    try digest.withUnsafeBytes { try statement.bind($0, at: 1) }
+    return try statement.first { row in
+      BlobLocation(
+        digest: digest, archive: row.text(0) ?? "", offset: row.int64(1), path: row.blob(2),
+        size: row.int64(3))
+    }
+  }
+
+  public func hasBlob(_ digest: Digest) throws -> Bool {
+    let statement = try database.cachedStatement("SELECT 1 FROM blobs WHERE digest = ?1")
+    try digest.withUnsafeBytes { try statement.bind($0, at: 1) }
+    return try statement.first { _ in true } ?? false
+  }
+
+  /// Adds a blob location unless the digest already has one.
+  public func insertBlob(_ blob: BlobLocation) throws {
+    let statement = try database.cachedStatement(
+      "INSERT OR IGNORE INTO blobs(digest, archive, offset, path, size) VALUES (?1, ?2, ?3, ?4, ?5)")
+    try blob.digest.withUnsafeBytes { try statement.bind($0, at: 1) }
+    try statement.bind(blob.archive, at: 2)
+    try statement.bind(blob.offset, at: 3)
+    try statement.bind(blob.path, at: 4)
+    try statement.bind(blob.size, at: 5)
+    try statement.execute()
+  }
+
+  /// Adds many blob locations (those whose digest has none), with one prepared statement:
+  /// a full backup adds one per file.
+  public func insertBlobs(_ blobs: [BlobLocation]) throws {
+    let statement = try database.prepare(
+      "INSERT OR IGNORE INTO blobs(digest, archive, offset, path, size) VALUES (?1, ?2, ?3, ?4, ?5)")
+    guard let first = blobs.first else { return }
+    try statement.bind(first.archive, at: 2)
+    var archive = first.archive
+    // In digest order, the rows go into the B-tree in order.
+    for index in blobs.indices.sorted(by: { blobs[$0].digest < blobs[$1].digest }) {
+      let blob = blobs[index]
+      try blob.digest.withUnsafeBytes { try statement.bind($0, at: 1) }
+      if blob.archive != archive {
+        archive = blob.archive
+        try statement.bind(archive, at: 2)
+      }
+      try statement.bind(blob.offset, at: 3)
+      try statement.bind(blob.path, at: 4)
+      try statement.bind(blob.size, at: 5)
+      try statement.execute()
+    }
+  }
+
+  /// Every blob location, optionally only those in `archive`.
+  public func blobs(inArchive archive: String? = nil) throws -> [BlobLocation] {
+    let map = { (row: Statement) -> BlobLocation in
+      BlobLocation(
+        digest: Digest(validating: row.blob(0)) ?? Digest(bytes: [UInt8](repeating: 0, count: 32)),
+        archive: row.text(1) ?? "", offset: row.int64(2), path: row.blob(3), size: row.int64(4))
+    }
+    if let archive {
+      return try database.all(
+        "SELECT digest, archive, offset, path, size FROM blobs WHERE archive = ?1 ORDER BY offset",
+        .text(archive),
+        map: map)
+    }
+    return try database.all(
+      "SELECT digest, archive, offset, path, size FROM blobs ORDER BY archive, offset", map: map)
+  }
+
+  /// Row counts, for tests and `check`.
+  public func count(_ table: String) throws -> Int {
+    precondition(["archives", "snapshots", "trees", "blobs"].contains(table))
+    guard case .integer(let value)? = try database.scalar("SELECT count(*) FROM \(table)") else { return 0 }
+    return Int(value)
+  }
+}

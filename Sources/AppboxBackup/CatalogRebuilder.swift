@@ -1,0 +1,115 @@
+// Rebuilding `catalog.db` from the archives alone.
+//
+// Every archive ends with a manifest naming its snapshot (if any), the trees first stored
+// with it and the blobs whose content it holds; a catalog is the union of all manifests.
+// Algorithm, under the exclusive repository lock:
+// 1. for each file in archives/ (temp files excepted): hash it whole for its size and
+//    SHA-256, and read its headers up to the last `.appbox/manifest` member;
+// 2. insert everything into a new database `.catalog-rebuild.db` (journal mode DELETE, so it
+//    is one file), trees and blobs with INSERT OR IGNORE;
+// 3. remove the old catalog's WAL and shared-memory files (a WAL left beside a new database
+//    file would be replayed into it), rename the new file over `catalog.db`, fsync.
+// Archives whose manifest cannot be read are skipped and reported; snapshots they held are
+// lost to the new catalog, but their files are left in place for a person to look at.
+
+import AppboxArchive
+import AppboxCore
+import AppboxCrypto
+import AppboxStore
+import Foundation
+import Glibc
+
+/// What a rebuild found.
+public struct RebuildReport: Sendable {
+  public var archives = 0
+  public var snapshots = 0
+  public var trees = 0
+  public var blobs = 0
+  /// Archives that could not be used, with why.
+  public var skipped: [String] = []
+}
+
+extension Repository {
+  /// Replaces the catalog of the repository at `path` by one rebuilt from its archives.
+  /// Does not open the old catalog (it may be what is broken).
+  public static func rebuildCatalog(at path: String, environment: [String: String]) throws -> RebuildReport {
+    let archivesPath = path + "/archives"
+    guard FileManager.default.fileExists(atPath: archivesPath) else {
+      throw BackupError(.snapshotNotFound, "No backup repository at '\(path)'")
+    }
+    let seconds = environment["APPBOX_LOCK_TIMEOUT"].flatMap(Double.init) ?? 5
+    let lock = try FileLock.acquire(
+      path + "/locks/repository.lock", exclusive: true, timeout: .milliseconds(Int(seconds * 1000)),
+      what: "Repository '\(path)'")
+    defer { withExtendedLifetime(lock) {} }
+    let temporary = path + "/.catalog-rebuild.db"
+    unlink(temporary)
+    var report = RebuildReport()
+    do {
+      let catalog = try Catalog(path: temporary, walMode: false)
+      let names = try FileManager.default.contentsOfDirectory(atPath: archivesPath)
+        .filter { !$0.hasPrefix(Repository.temporaryPrefix) }.sorted()
+      var manifests: [(ArchiveRecord, Manifest)] = []
+      for name in names {
+        do {
+          manifests.append(try readManifest(archivesPath + "/" + name, name: name))
+        } catch {
+          report.skipped.append("\(name): \(error)")
+        }
+      }
+      manifests.sort { $0.0.created < $1.0.created }
+      try catalog.database.inTransaction {
+        for (record, manifest) in manifests {
+          try catalog.insert(record)
+          report.archives += 1
+          for tree in manifest.trees
+          where try catalog.insertTree(tree.digest, data: tree.data, archive: record.name) {
+            report.trees += 1
+          }
+          try catalog.insertBlobs(manifest.blobs)
+          if let snapshot = manifest.snapshot {
+            try catalog.insert(snapshot)
+            report.snapshots += 1
+          }
+        }
+      }
+      report.blobs = try catalog.count("blobs")
+    } catch {
+      unlink(temporary)
+      throw error
+    }
+    unlink(path + "/catalog.db-wal")
+    unlink(path + "/catalog.db-shm")
+    guard rename(temporary, path + "/catalog.db") == 0 else { throw SystemError("rename", path: temporary) }
+    let directory = try FileDescriptor.open(path, O_RDONLY | O_DIRECTORY)
+    try directory.closeAfter { try $0.sync() }
+    return report
+  }
+
+  /// The size, SHA-256 and manifest of one archive file.
+  static func readManifest(_ path: String, name: String) throws -> (ArchiveRecord, Manifest) {
+    let compression: ArchiveCompression =
+      name.hasSuffix(".tar.gz") ? .gzip : name.hasSuffix(".tar.zst") ? .zstd : .none
+    let fd = try FileDescriptor.open(path, O_RDONLY)
+    defer { fd.close() }
+    let hasher = SHA256Hasher()
+    let size = try hasher.update(readingFrom: fd.rawValue)
+    try fd.seek(to: 0)
+    let reader = try ArchiveReader(fileDescriptor: fd.rawValue, name: path)
+    var manifestBytes: [UInt8]?
+    while let entry = try reader.nextEntry() {
+      if entry.path == Manifest.memberPath && entry.type == .regular && entry.size <= 1 << 30 {
+        manifestBytes = try reader.readAllData()
+      }
+    }
+    guard let manifestBytes else { throw BackupError(.corruptArchive, "it has no appbox manifest") }
+    let manifest = try Manifest.decode(manifestBytes, archive: name)
+    var st = stat()
+    let created =
+      manifest.snapshot?.time
+      ?? (stat(path, &st) == 0 ? Date(timeIntervalSince1970: Double(st.st_mtim.tv_sec)) : Date())
+    let record = ArchiveRecord(
+      name: name, size: Int64(size), sha256: hasher.finalize(), compression: compression, created: created)
+    return (record, manifest)
+  }
+}

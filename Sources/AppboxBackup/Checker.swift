@@ -1,0 +1,178 @@
+// `check`: verify the repository, catalog against archives.
+//
+// Algorithm: under the shared repository lock,
+// 1. every archive the catalog names must exist with its recorded size; one thread reads
+//    each whole and compares its SHA-256 (in parallel with step 2);
+// 2. each archive's headers are read in order (data skipped by seeking, or hashed with
+//    `readData`): every blob location in it must be the start of a regular member with the
+//    recorded path and size, and with `readData` its bytes must hash to the digest;
+// 3. from every snapshot's root, every reachable tree must be present, decode, and hash to
+//    its digest, and every non-empty file content it names must have a blob location; the
+//    snapshot's archive must be known.
+// Problems are collected, not thrown: the caller lists them (exit 65). Files in archives/
+// the catalog does not name are debris from an interrupted writer, reported as notes.
+
+import AppboxArchive
+import AppboxCore
+import AppboxCrypto
+import Glibc
+
+/// What `check` found.
+public struct CheckReport: Sendable {
+  public var snapshots = 0
+  public var archives = 0
+  public var trees = 0
+  public var blobs = 0
+  /// Bytes of file content hashed (with readData).
+  public var bytesVerified: Int64 = 0
+  public var problems: [String] = []
+  public var notes: [String] = []
+  public var isClean: Bool { problems.isEmpty }
+}
+
+extension Repository {
+  /// Verifies the repository; with `readData`, every stored file's SHA-256 too.
+  public func check(readData: Bool = false, observer: EngineObserver = SilentObserver()) throws -> CheckReport
+  {
+    let lock = try lockRepository(exclusive: false)
+    defer { withExtendedLifetime(lock) {} }
+    observer.engine(.started(operation: "check", app: nil))
+    var report = CheckReport()
+    let records = try catalog.archives()
+    let snapshots = try catalog.snapshots()
+    report.archives = records.count
+    report.snapshots = snapshots.count
+    for name in try unknownArchiveFiles() {
+      report.notes.append(
+        "'\(name)' in archives/ is debris of an interrupted command; the next backup removes it")
+    }
+    var present: [ArchiveRecord] = []
+    for record in records {
+      do {
+        present += try checkPresence(of: [record.name])
+      } catch let error as BackupError {
+        report.problems.append(error.message)
+      }
+    }
+    let checksumProblems = ProblemList()
+    let archivesPath = self.archivesPath
+    let checksums = WorkerThread(name: "appbox-check-archives") { [present] in
+      for record in present {
+        do {
+          try Repository.verifyChecksum(record, path: archivesPath + "/" + record.name)
+        } catch let error as BackupError {
+          checksumProblems.add(error.message)
+        }
+      }
+    }
+    let blobs = try catalog.blobs()
+    report.blobs = blobs.count
+    let byArchive = Dictionary(grouping: blobs, by: \.archive)
+    let known = Set(records.map(\.name))
+    for (archive, locations) in byArchive where !known.contains(archive) {
+      report.problems.append(
+        "\(locations.count) blob locations name archive '\(archive)', which the catalog lacks")
+    }
+    for record in present {
+      let (problems, verified) = checkMembers(
+        of: record, locations: byArchive[record.name] ?? [], readData: readData)
+      report.problems += problems
+      report.bytesVerified += verified
+    }
+    let blobDigests = Set(blobs.map(\.digest))
+    var checkedTrees: Set<Digest> = []
+    try catalog.reading {
+      for snapshot in snapshots {
+        if !known.contains(snapshot.archive) {
+          report.problems.append(
+            "Snapshot \(snapshot.id) names archive '\(snapshot.archive)', which the catalog lacks")
+        }
+        report.problems += try checkTrees(from: snapshot, blobs: blobDigests, checked: &checkedTrees)
+      }
+    }
+    report.trees = checkedTrees.count
+    try checksums.join()
+    report.problems += checksumProblems.all
+    observer.engine(.finished(operation: "check", app: nil))
+    return report
+  }
+
+  private func checkMembers(of record: ArchiveRecord, locations: [BlobLocation], readData: Bool)
+    -> (problems: [String], verified: Int64)
+  {
+    var problems: [String] = []
+    var verified: Int64 = 0
+    var expected = Dictionary(locations.map { ($0.offset, $0) }, uniquingKeysWith: { first, _ in first })
+    let path = archivePath(record.name)
+    do {
+      let reader = try ArchiveReader(path: path)
+      let hasher = SHA256Hasher()
+      let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
+      defer { buffer.deallocate() }
+      while let entry = try reader.nextEntry() {
+        guard let offset = reader.headerOffset, let location = expected.removeValue(forKey: offset) else {
+          continue
+        }
+        guard entry.type == .regular, entry.path == location.path, entry.size == location.size else {
+          problems.append(
+            "Archive '\(record.name)': the member at offset \(offset) is not '\(display(location.path))'")
+          continue
+        }
+        guard readData else { continue }
+        while true {
+          let count = try reader.readData(into: buffer)
+          if count == 0 { break }
+          hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
+          verified += Int64(count)
+        }
+        if hasher.finalize() != location.digest {
+          problems.append(
+            "Archive '\(record.name)': the content of '\(display(location.path))' does not match its SHA-256")
+        }
+      }
+    } catch {
+      problems.append("Archive '\(record.name)' cannot be read: \(error.message)")
+    }
+    for location in expected.values.sorted(by: { $0.offset < $1.offset }) {
+      problems.append(
+        "Archive '\(record.name)' has no member '\(display(location.path))' at offset \(location.offset)")
+    }
+    return (problems, verified)
+  }
+
+  private func checkTrees(from snapshot: Snapshot, blobs: Set<Digest>, checked: inout Set<Digest>) throws
+    -> [String]
+  {
+    var problems: [String] = []
+    var stack: [(Digest, [UInt8])] = [(snapshot.rootTree, [])]
+    while let (digest, path) = stack.popLast() {
+      guard checked.insert(digest).inserted else { continue }
+      guard let data = try catalog.treeData(digest) else {
+        problems.append(
+          "Snapshot \(snapshot.id): the tree of '\(path.isEmpty ? "." : display(path))' is missing")
+        continue
+      }
+      guard SHA256.hash(data) == digest, let tree = try? Tree.decode(data) else {
+        problems.append(
+          "Snapshot \(snapshot.id): the tree of '\(path.isEmpty ? "." : display(path))' is damaged")
+        continue
+      }
+      for entry in tree.entries where !entry.isExcluded {
+        let entryPath = joinPath(path, entry.name)
+        if entry.type == .directory, let child = entry.digest { stack.append((child, entryPath)) }
+        if entry.type == .file, entry.size > 0, let content = entry.digest, !blobs.contains(content) {
+          problems.append("Snapshot \(snapshot.id): no archive holds the content of '\(display(entryPath))'")
+        }
+      }
+    }
+    return problems
+  }
+}
+
+/// Problems found on another thread.
+final class ProblemList: @unchecked Sendable {
+  private let mutex = Mutex()
+  private var items: [String] = []
+  func add(_ problem: String) { mutex.withLock { items.append(problem) } }
+  var all: [String] { mutex.withLock { items } }
+}

@@ -1,0 +1,162 @@
+// Restore, the data path: archive members → files, with every byte hashed on another thread.
+//
+// For one archive, the members holding needed content are visited in offset order with one
+// sequential reader (an uncompressed archive is entered directly at the first needed offset;
+// members in between are skipped by seeking). Each member must be a regular file with the
+// path and size the catalog recorded. Its data is written to every planned file with that
+// content, then each file gets its mode, attributes and times. Chunks go to the hashing
+// thread, which compares each member's digest with the tree's; `finish()` reports any
+// mismatch. Buffers are freed by whoever holds them last (the hasher, or `cancel` on error).
+
+import AppboxArchive
+import AppboxCore
+import AppboxCrypto
+import Glibc
+
+final class ContentExtractor {
+  private enum HashMessage {
+    case chunk(UnsafeMutableRawBufferPointer, Int)
+    case end(expected: Digest, path: [UInt8])
+  }
+
+  private let plan: RestorePlan
+  private let writer: TreeWriter
+  private let observer: EngineObserver
+  private let queue = HandoffQueue<HashMessage>(capacity: 32 << 20)
+  /// Data buffers, handed to the hasher and back: no allocation per chunk.
+  private let pool = BufferPool(count: 32, bufferSize: 256 << 10)
+  private let hasherThread: WorkerThread
+  private let mismatches = MismatchList()
+  /// Indexes into `plan.files` whose content has been written.
+  private(set) var written: [Bool]
+  private var filesDone = 0
+  private var bytesDone: Int64 = 0
+
+  init(plan: RestorePlan, writer: TreeWriter, observer: EngineObserver) {
+    self.plan = plan
+    self.writer = writer
+    self.observer = observer
+    written = [Bool](repeating: false, count: plan.files.count)
+    let queue = self.queue
+    let mismatches = self.mismatches
+    let pool = self.pool
+    hasherThread = WorkerThread(name: "appbox-verify-content") {
+      let hasher = SHA256Hasher()
+      while let message = queue.pop() {
+        switch message {
+        case .chunk(let buffer, let count):
+          hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
+          pool.give(buffer)
+        case .end(let expected, let path):
+          if hasher.finalize() != expected { mismatches.add(path) }
+        }
+      }
+    }
+  }
+
+  deinit {
+    let pool = self.pool
+    queue.cancel { message in
+      if case .chunk(let buffer, _) = message { pool.give(buffer) }
+    }
+    try? hasherThread.join()
+  }
+
+  /// Writes the content of `locations` (all in archive `record`) to the planned files.
+  func extract(from record: ArchiveRecord, path: String, locations: [BlobLocation]) throws {
+    let sorted = locations.sorted { $0.offset < $1.offset }
+    guard let first = sorted.first else { return }
+    let fd = try FileDescriptor.open(path, O_RDONLY)
+    defer { fd.close() }
+    let reader =
+      record.compression == .none
+      ? try ArchiveReader(fileDescriptor: fd.rawValue, startingAt: first.offset, name: path)
+      : try ArchiveReader(fileDescriptor: fd.rawValue, name: path)
+    func damaged(_ what: String) -> BackupError {
+      BackupError(.corruptArchive, "Archive '\(path)' is damaged: \(what)")
+    }
+    var index = 0
+    do {
+      while index < sorted.count, let entry = try reader.nextEntry() {
+        guard let offset = reader.headerOffset, offset >= sorted[index].offset else { continue }
+        let location = sorted[index]
+        guard offset == location.offset else {
+          throw damaged("no member starts at offset \(location.offset)")
+        }
+        index += 1
+        guard entry.type == .regular, entry.path == location.path, entry.size == location.size else {
+          throw damaged(
+            "the member at offset \(offset) is not '\(display(location.path))' of \(location.size) bytes")
+        }
+        try copy(from: reader, location: location)
+      }
+    } catch let error as ArchiveError {
+      throw damaged(error.message)
+    }
+    if index < sorted.count { throw damaged("it ends before the member '\(display(sorted[index].path))'") }
+  }
+
+  private func copy(from reader: ArchiveReader, location: BlobLocation) throws {
+    let targets = plan.files(withContent: location.digest)
+    var descriptors: [FileDescriptor] = []
+    defer { descriptors.forEach { $0.close() } }
+    for target in targets { descriptors.append(try writer.createFile(plan.files[target].path)) }
+    var total: Int64 = 0
+    while true {
+      let buffer = pool.take(beforeWaiting: queue.nudge)
+      let count: Int
+      do {
+        count = try reader.readData(into: buffer)
+      } catch {
+        pool.give(buffer)
+        throw error
+      }
+      if count == 0 {
+        pool.give(buffer)
+        break
+      }
+      let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
+      do {
+        for descriptor in descriptors { try descriptor.writeAll(chunk) }
+      } catch {
+        pool.give(buffer)
+        throw error
+      }
+      total += Int64(count)
+      queue.push(.chunk(buffer, count), cost: count)
+    }
+    queue.push(.end(expected: location.digest, path: location.path))
+    guard total == location.size else {
+      throw BackupError(.corruptArchive, "The member '\(display(location.path))' is shorter than recorded")
+    }
+    for (descriptor, target) in zip(descriptors, targets) {
+      try TreeWriter.applyMetadata(plan.files[target], to: descriptor)
+      // The staged tree is made durable with one syncfs before the swap; starting the
+      // writeback of larger files now lets the disk work while extraction goes on.
+      if total >= 64 << 10 { descriptor.startWriteback(offset: 0, length: total) }
+      written[target] = true
+    }
+    filesDone += targets.count
+    bytesDone += total * Int64(targets.count)
+    observer.engine(.progress(files: filesDone, bytes: bytesDone))
+  }
+
+  /// Waits for the hashing thread; throws `.corruptArchive` when any content did not match.
+  func finish() throws {
+    queue.close()
+    try hasherThread.join()
+    if let path = mismatches.first {
+      throw BackupError(
+        .corruptArchive,
+        "The content of '\(display(path))' does not match its recorded SHA-256: an archive is damaged")
+    }
+  }
+}
+
+/// Paths whose content did not match, filled by the hashing thread.
+private final class MismatchList: @unchecked Sendable {
+  private let mutex = Mutex()
+  private var paths: [[UInt8]] = []
+  func add(_ path: [UInt8]) { mutex.withLock { paths.append(path) } }
+  var first: [UInt8]? { mutex.withLock { paths.first } }
+}

@@ -1,0 +1,285 @@
+// Stage 3a of a backup: read and hash changed files, on their own thread.
+//
+// Algorithm: for each archive item in order, the reader opens a changed regular file beneath
+// the home (no symlink followed anywhere), takes fstat, reads its `user.*` attributes, and
+// either stops there (the file is marked "exclude from backup"), reads it whole (small files:
+// the archiver can then skip content the repository already holds), or streams it in chunks
+// (large files). SHA-256 runs here, on this thread, while the archiver writes on the other
+// core. Directory and symlink items pass straight through so the archiver sees every item
+// in order.
+//
+// A file changed while read (size, mtime, ctime or inode differ between the fstat before and
+// after, or it ended early) is read again, up to `maxAttempts` times; a streamed attempt that
+// turns out unstable has already gone to the archive, so the archiver appends the next attempt
+// as a new member of the same path (later members win in tar). The last attempt is kept
+// either way and flagged unstable, for a warning. A file that ended early is padded with
+// zeros to the size its header declared; the digest covers those zeros, so the digest always
+// describes the member's bytes. Buffers are handed to the archiver, which frees them.
+
+import AppboxContainer
+import AppboxCore
+import AppboxCrypto
+import Glibc
+
+/// What the reader learned about a file when it opened it.
+struct OpenedFile {
+  var status: EntryStatus
+  var attributes: [ExtendedAttribute]
+  var isExcluded: Bool { attributes.contains { $0.name == excludeFromBackupAttribute } }
+}
+
+/// A message from the reader to the archiver, in item order.
+enum ContentMessage {
+  /// A directory or symlink item: nothing to read.
+  case passthrough(item: Int)
+  /// A small file read whole: `buffer[0..<count]` is its content.
+  case whole(
+    item: Int, file: OpenedFile, buffer: UnsafeMutableRawBufferPointer, count: Int, digest: Digest,
+    stable: Bool)
+  /// A large file's attempt begins: the header declares `file.status.size` bytes.
+  case begin(item: Int, file: OpenedFile)
+  case chunk(buffer: UnsafeMutableRawBufferPointer, count: Int)
+  /// The attempt ended: `short` bytes were missing (to pad); `final` is false when another
+  /// attempt follows.
+  case end(item: Int, digest: Digest, short: Int64, stable: Bool, final: Bool)
+  /// Read and hashed to the digest the previous snapshot recorded: nothing to store.
+  case confirmed(item: Int, file: OpenedFile, digest: Digest)
+  /// Marked "exclude from backup": not read.
+  case excluded(item: Int, file: OpenedFile)
+  /// Gone (or no longer a regular file) by the time it was opened.
+  case vanished(item: Int, reason: String?)
+  /// Another path of a file (same inode) read earlier in this run as `first`.
+  case hardlink(item: Int, first: Int)
+}
+
+/// Reads the changed files of an archive plan and feeds the archiver.
+final class ContentReader: @unchecked Sendable {
+  static let maxAttempts = 4
+
+  private let home: FileDescriptor
+  private let plan: ArchivePlan
+  private let queue: HandoffQueue<ContentMessage>
+  /// Buffers for file data; the archiver gives them back. A file up to one buffer is read
+  /// whole (so the archiver can skip content the repository holds), larger ones stream.
+  private let pool: BufferPool
+  /// Tests: called with the path and attempt number after each reading, before the fstat
+  /// that decides whether the file held still.
+  private let afterRead: (@Sendable ([UInt8], Int) -> Void)?
+
+  init(
+    home: FileDescriptor, plan: ArchivePlan, queue: HandoffQueue<ContentMessage>, pool: BufferPool,
+    afterRead: (@Sendable ([UInt8], Int) -> Void)? = nil
+  ) {
+    self.home = home
+    self.plan = plan
+    self.queue = queue
+    self.pool = pool
+    self.afterRead = afterRead
+  }
+
+  /// Runs on the reader thread; closes the queue when done or failed.
+  func run() throws {
+    defer { queue.close() }
+    let hasher = SHA256Hasher()
+    var firstPathOfInode: [UInt64: Int] = [:]
+    // The directory of the current files, open: each file is then one openat of a plain name
+    // (items come grouped by directory), instead of a path walk from the home.
+    var open: (index: Int, descriptor: FileDescriptor)?
+    defer { open?.descriptor.close() }
+    for (index, item) in plan.items.enumerated() {
+      guard case .file(let directory, let entry) = item else {
+        guard queue.push(.passthrough(item: index)) else { return }
+        continue
+      }
+      let scanned = plan.directories[directory].entries[entry]
+      if scanned.status.linkCount > 1 {
+        if let first = firstPathOfInode[scanned.status.inode] {
+          guard queue.push(.hardlink(item: index, first: first)) else { return }
+          continue
+        }
+        firstPathOfInode[scanned.status.inode] = index
+      }
+      let parentPath = plan.directories[directory].path
+      let name = plan.directories[directory].name(of: scanned)
+      let path = joinPath(parentPath, name)
+      if open?.index != directory {
+        open?.descriptor.close()
+        open = nil
+        do {
+          open = (
+            directory,
+            try home.openBeneath(parentPath, O_RDONLY | O_DIRECTORY, displayPath: display(parentPath))
+          )
+        } catch let error as SystemError where error.errno == .noEntry || error.errno == .tooManyLinks {
+          guard queue.push(.vanished(item: index, reason: "its directory was moved during the backup")) else {
+            return
+          }
+          continue
+        } catch let error as SystemError {
+          throw unreadable(error, path: display(parentPath))
+        }
+      }
+      guard try read(item: index, name: name, in: open!.descriptor, path: path, hasher: hasher) else {
+        return
+      }
+    }
+  }
+
+  /// Reads one file (all attempts). Returns false when the archiver cancelled.
+  private func read(
+    item: Int, name: [UInt8], in directory: FileDescriptor, path: [UInt8], hasher: SHA256Hasher
+  )
+    throws -> Bool
+  {
+    var attempt = 0
+    while true {
+      attempt += 1
+      let isLast = attempt == ContentReader.maxAttempts
+      let fd: FileDescriptor
+      do {
+        fd = try directory.open(rawName: name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK)
+      } catch let error as SystemError where error.errno == .noEntry {
+        return queue.push(.vanished(item: item, reason: nil))
+      } catch let error as SystemError where error.errno == .tooManyLinks {
+        return queue.push(
+          .vanished(item: item, reason: "it was replaced by a symbolic link during the backup"))
+      } catch let error as SystemError {
+        throw unreadable(error, path: display(path))
+      }
+      defer { fd.close() }
+      let before: FileStatus
+      let attributes: [ExtendedAttribute]
+      do {
+        before = try fd.status()
+        guard before.type == .regular else {
+          return queue.push(
+            .vanished(item: item, reason: "it stopped being a regular file during the backup"))
+        }
+        attributes = try fd.userExtendedAttributes().map { ExtendedAttribute(name: $0.name, value: $0.value) }
+      } catch let error as SystemError {
+        throw unreadable(error, path: display(path))
+      }
+      let file = OpenedFile(status: EntryStatus(before), attributes: attributes)
+      if file.isExcluded { return queue.push(.excluded(item: item, file: file)) }
+      if attempt == 1, before.size > Int64(pool.bufferSize), let probable = plan.probableDigests[item] {
+        // Most likely unchanged (only its stat was too recent to trust): hash it first, and
+        // write it only if the digest differs. Small files need no such care: the archiver
+        // skips content the repository already holds.
+        if try hashMatches(fd, probable, before: before, hasher: hasher, path: path) {
+          return queue.push(.confirmed(item: item, file: file, digest: probable))
+        }
+        continue
+      }
+
+      if before.size <= Int64(pool.bufferSize) {
+        // Read the declared size; growth shows in the fstat after (size, mtime and ctime move
+        // with every write), which spares a read(2) that only confirms the end of the file.
+        let buffer = pool.take(beforeWaiting: queue.nudge)
+        var count = 0
+        do {
+          while count < Int(before.size) {
+            let n = try fd.read(
+              into: UnsafeMutableRawBufferPointer(rebasing: buffer[count..<Int(before.size)]))
+            if n == 0 { break }
+            count += n
+          }
+        } catch let error as SystemError {
+          pool.give(buffer)
+          throw unreadable(error, path: display(path))
+        }
+        afterRead?(path, attempt)
+        let after = try fd.status()
+        let stable = count == Int(before.size) && Self.same(before, after)
+        if !stable && !isLast {
+          pool.give(buffer)
+          continue
+        }
+        hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
+        var kept = file
+        kept.status.size = Int64(count)
+        let message = ContentMessage.whole(
+          item: item, file: kept, buffer: buffer, count: count, digest: hasher.finalize(), stable: stable)
+        if !queue.push(message, cost: count + 256) {
+          pool.give(buffer)
+          return false
+        }
+        return true
+      }
+
+      guard queue.push(.begin(item: item, file: file)) else { return false }
+      var remaining = before.size
+      while remaining > 0 {
+        let size = Int(min(Int64(pool.bufferSize), remaining))
+        let buffer = pool.take(beforeWaiting: queue.nudge)
+        let n: Int
+        do {
+          // Never more than the header declared: growth shows in the fstat after.
+          n = try fd.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<size]))
+        } catch let error as SystemError {
+          pool.give(buffer)
+          throw unreadable(error, path: display(path))
+        }
+        if n == 0 {
+          pool.give(buffer)
+          break
+        }
+        hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+        remaining -= Int64(n)
+        guard queue.push(.chunk(buffer: buffer, count: n), cost: n) else {
+          pool.give(buffer)
+          return false
+        }
+      }
+      if remaining > 0 { Self.hashZeros(remaining, into: hasher) }
+      afterRead?(path, attempt)
+      let after = try fd.status()
+      let stable = remaining == 0 && Self.same(before, after)
+      guard
+        queue.push(
+          .end(
+            item: item, digest: hasher.finalize(), short: remaining, stable: stable, final: stable || isLast))
+      else { return false }
+      if stable || isLast { return true }
+    }
+  }
+
+  /// Reads the whole file and tells whether it hashes to `digest` and held still meanwhile.
+  private func hashMatches(
+    _ fd: FileDescriptor, _ digest: Digest, before: FileStatus, hasher: SHA256Hasher, path: [UInt8]
+  ) throws -> Bool {
+    let buffer = pool.take(beforeWaiting: queue.nudge)
+    defer { pool.give(buffer) }
+    var total: Int64 = 0
+    do {
+      while true {
+        let n = try fd.read(into: buffer)
+        if n == 0 { break }
+        hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+        total += Int64(n)
+      }
+      let after = try fd.status()
+      return hasher.finalize() == digest && total == before.size && Self.same(before, after)
+    } catch let error as SystemError {
+      _ = hasher.finalize()
+      throw unreadable(error, path: display(path))
+    }
+  }
+
+  /// Whether two stats of one open file say it did not change in between.
+  static func same(_ a: FileStatus, _ b: FileStatus) -> Bool {
+    a.size == b.size && a.modificationTime == b.modificationTime && a.changeTime == b.changeTime
+      && a.inode == b.inode
+  }
+
+  private static func hashZeros(_ count: Int64, into hasher: SHA256Hasher) {
+    let zeros = [UInt8](repeating: 0, count: 64 * 1024)
+    var left = count
+    zeros.withUnsafeBytes { buffer in
+      while left > 0 {
+        let n = Int(min(left, Int64(buffer.count)))
+        hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+        left -= Int64(n)
+      }
+    }
+  }
+}

@@ -1,0 +1,40 @@
+// Engines never print: they report these events to an injected observer. The CLI renders
+// them (a progress bar on a terminal, warnings as lines); tests collect them.
+
+/// Something an engine reports while it works.
+public enum EngineEvent: Sendable, Equatable {
+  /// An operation on an app began ("backup", "restore", "export", "import", "forget", "check").
+  case started(operation: String, app: String?)
+  /// The scan finished: entries seen, and how many files and bytes must be read or written.
+  case planned(entries: Int, files: Int, bytes: Int64)
+  /// Files and bytes done so far (cumulative since `planned`).
+  case progress(files: Int, bytes: Int64)
+  /// Something the user should know that does not stop the operation.
+  case warning(path: String?, message: String)
+  /// The operation completed.
+  case finished(operation: String, app: String?)
+}
+
+/// Receives engine events. Called from the engine's threads (one at a time per engine run),
+/// so implementations must be cheap and thread-safe.
+public protocol EngineObserver: AnyObject, Sendable {
+  func engine(_ event: EngineEvent)
+}
+
+/// An observer that ignores everything.
+public final class SilentObserver: EngineObserver {
+  public init() {}
+  public func engine(_ event: EngineEvent) {}
+}
+
+/// An observer that keeps every event, for tests and for summaries.
+public final class RecordingObserver: EngineObserver, @unchecked Sendable {
+  private let lock = Mutex()
+  private var stored: [EngineEvent] = []
+  public init() {}
+  public func engine(_ event: EngineEvent) { lock.withLock { stored.append(event) } }
+  public var events: [EngineEvent] { lock.withLock { stored } }
+  public var warnings: [String] {
+    events.compactMap { if case .warning(_, let message) = $0 { return message } else { return nil } }
+  }
+}

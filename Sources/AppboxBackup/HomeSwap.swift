@@ -1,0 +1,210 @@
+// Replacing a home's contents all-or-nothing: restore and import build the new contents in a
+// staging directory beside the home, then swap.
+//
+// Algorithm:
+// 1. `HomeStagingArea.create` makes `ApplicationRoot/.incoming-<random>` (same file system as
+//    the homes); the caller builds the new contents there. syncfs makes them durable.
+// 2. `HomeSwap.swap` writes a journal (`<root>/.appbox/journal/swap-<CONTAINER-ID>.plist`:
+//    the staging name, its inode, the names to carry over) durably, then
+//    a. renames each carried top-level item (the bundle; for import, everything but
+//       Documents and Library) from the live home into the staging directory,
+//    b. exchanges the staging directory and the home with renameat2(RENAME_EXCHANGE),
+//    c. removes the old contents (now under the staging name) and the journal.
+// Recovery (`HomeSwapRecovery`, run by the next mutating command under the root's lock):
+// a journal means the staged contents were complete and durable, so the swap is rolled
+// forward: carried items still in the home are moved, the exchange is done unless the
+// home's inode already is the staging inode, the old tree is removed. A staging directory
+// without a journal was still being built: it is removed, and the home never changed.
+// Invariant: at every instant the home is either entirely the old contents (possibly minus
+// carried items sitting in the staging directory, which the journal brings back to a
+// consistent state) or entirely the new ones.
+
+import AppboxContainer
+import AppboxCore
+import Foundation
+import Glibc
+
+/// A staging directory in ApplicationRoot for a home's new contents.
+public final class HomeStagingArea {
+  static let prefix = ".incoming-"
+  public let name: String
+  /// The staging directory, open; closed by `discard()` or by the swap.
+  public let descriptor: FileDescriptor
+  let applicationRoot: FileDescriptor
+
+  private init(name: String, descriptor: FileDescriptor, applicationRoot: FileDescriptor) {
+    self.name = name
+    self.descriptor = descriptor
+    self.applicationRoot = applicationRoot
+  }
+
+  /// Makes a new, empty staging directory (mode 0700).
+  public static func create(in session: DeviceSession) throws -> HomeStagingArea {
+    let applicationRoot = try FileDescriptor.open(session.root.applicationRoot, O_RDONLY | O_DIRECTORY)
+    do {
+      let name = prefix + UUID().uuidString
+      try applicationRoot.makeDirectory(name, mode: 0o700)
+      let descriptor = try applicationRoot.open(name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+      return HomeStagingArea(name: name, descriptor: descriptor, applicationRoot: applicationRoot)
+    } catch {
+      applicationRoot.close()
+      throw error
+    }
+  }
+
+  /// Creates the standard directories a home must have when the contents lack them
+  /// (Library/Caches and tmp, which no snapshot or import holds, end up empty).
+  public func addStandardDirectories() throws {
+    try AppboxBackup.addStandardDirectories(in: descriptor)
+  }
+
+  /// Removes the staging directory and everything in it.
+  public func discard() {
+    descriptor.close()
+    try? FileTree.remove(name, in: applicationRoot)
+    applicationRoot.close()
+  }
+}
+
+/// The journaled swap of a staging directory with a live home.
+public enum HomeSwap {
+  /// Which top-level items of the live home move into the new contents.
+  public enum Carry: Sendable {
+    /// Only the bundle (restore: everything else comes from the snapshot).
+    case bundle
+    /// Everything but Documents and Library (import).
+    case allButData
+  }
+
+  static func journalName(_ containerID: String) -> String { "swap-\(containerID).plist" }
+
+  /// Makes `staging` the contents of `app`'s home, carrying items over from the old ones.
+  /// Consumes `staging` (closes it).
+  public static func swap(
+    _ staging: HomeStagingArea, into app: AppRecord, carrying: Carry, session: DeviceSession
+  )
+    throws
+  {
+    let journal = try prepare(staging, into: app, carrying: carrying, session: session)
+    CrashPoint.hit("swap.journaled")
+    let journals = try FileDescriptor.open(session.root.journalDirectory, O_RDONLY | O_DIRECTORY)
+    defer { journals.close() }
+    defer { staging.applicationRoot.close() }
+    try finish(journal: journal, applicationRoot: staging.applicationRoot, journals: journals)
+  }
+
+  /// Makes the staged contents durable and writes the journal that commits the swap; from
+  /// here on, recovery rolls it forward. Closes the staging descriptor (discarding the
+  /// staging directory if this fails).
+  static func prepare(
+    _ staging: HomeStagingArea, into app: AppRecord, carrying: Carry, session: DeviceSession
+  )
+    throws -> PropertyList
+  {
+    precondition(session.isLocked, "swapping a home needs the root's lock")
+    do {
+      try staging.descriptor.setPermissions(0o700)
+      try staging.descriptor.syncFileSystem()
+      let home = try staging.applicationRoot.open(app.containerID, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+      let carried: [[UInt8]]
+      do {
+        defer { home.close() }
+        switch carrying {
+        case .bundle:
+          let bundle = Array(app.bundleDirectoryName.utf8)
+          carried = try home.status(ofRawName: bundle) == nil ? [] : [bundle]
+        case .allButData:
+          carried = try home.entries().map(\.name).filter {
+            $0 != Array("Documents".utf8) && $0 != Array("Library".utf8)
+          }
+        }
+      }
+      let journal = PropertyList.dictionary([
+        "containerID": .string(app.containerID), "staging": .string(staging.name),
+        "stagingInode": .integer(Int64(bitPattern: try staging.descriptor.status().inode)),
+        "carry": .array(carried.map { .data(Data($0)) }),
+      ])
+      let journals = try FileDescriptor.open(session.root.journalDirectory, O_RDONLY | O_DIRECTORY)
+      defer { journals.close() }
+      try AtomicFile.write(journal.binaryData(), to: journalName(app.containerID), in: journals, mode: 0o600)
+      staging.descriptor.close()
+      return journal
+    } catch {
+      staging.discard()
+      throw error
+    }
+  }
+
+  /// Rolls a journaled swap forward from wherever it stopped.
+  static func finish(journal: PropertyList, applicationRoot: FileDescriptor, journals: FileDescriptor) throws
+  {
+    guard let id = journal["containerID"]?.string, let staging = journal["staging"]?.string,
+      staging.hasPrefix(HomeStagingArea.prefix), !id.contains("/"),
+      let inode = journal["stagingInode"]?.integer
+    else { throw BackupError(.corruptCatalog, "A home swap journal in '.appbox/journal' is malformed") }
+    let carried = (journal["carry"]?.array ?? []).compactMap { $0.data.map { Array($0) } }
+    let exchanged = try applicationRoot.statusIfPresent(of: id)?.inode == UInt64(bitPattern: inode)
+    if !exchanged, try applicationRoot.statusIfPresent(of: staging)?.inode == UInt64(bitPattern: inode),
+      try applicationRoot.statusIfPresent(of: id) != nil
+    {
+      let home = try applicationRoot.open(id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+      defer { home.close() }
+      let target = try applicationRoot.open(staging, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+      defer { target.close() }
+      for name in carried
+      where try home.status(ofRawName: name) != nil && target.status(ofRawName: name) == nil {
+        try home.rename(rawName: name, to: name, in: target, flags: .noReplace)
+        CrashPoint.hit("swap.carried")
+      }
+      try applicationRoot.rename(staging, to: id, flags: .exchange)
+      try applicationRoot.sync()
+    }
+    CrashPoint.hit("swap.exchanged")
+    // The staging name now holds the old contents (or nothing, if recovery already ran).
+    try FileTree.remove(staging, in: applicationRoot)
+    try journals.remove(journalName(id))
+    try journals.sync()
+  }
+}
+
+/// Finishes home swaps a killed appbox left half-done, and removes staging debris.
+public struct HomeSwapRecovery: RecoveryStep {
+  public init() {}
+
+  public func recover(_ session: DeviceSession) throws {
+    let journals = try FileDescriptor.open(session.root.journalDirectory, O_RDONLY | O_DIRECTORY)
+    defer { journals.close() }
+    let applicationRoot = try FileDescriptor.open(session.root.applicationRoot, O_RDONLY | O_DIRECTORY)
+    defer { applicationRoot.close() }
+    var journaled: Set<String> = []
+    for entry in try journals.entries() where entry.nameString.hasPrefix(".swap-") {
+      try journals.remove(rawName: entry.name)  // an AtomicFile temp: the journal was never written
+    }
+    for entry in try journals.entries() where entry.nameString.hasPrefix("swap-") {
+      let fd = try journals.open(rawName: entry.name, O_RDONLY | O_NOFOLLOW)
+      let bytes = try fd.closeAfter { try $0.readAll(limit: 1 << 20) }
+      guard let journal = try? PropertyList.decode(Data(bytes)) else {
+        try journals.remove(rawName: entry.name)  // torn before the atomic rename: never took effect
+        continue
+      }
+      if let staging = journal["staging"]?.string { journaled.insert(staging) }
+      try HomeSwap.finish(journal: journal, applicationRoot: applicationRoot, journals: journals)
+    }
+    for entry in try applicationRoot.entries() {
+      let name = entry.nameString
+      if name.hasPrefix(HomeStagingArea.prefix) && !journaled.contains(name) {
+        try FileTree.remove(name, in: applicationRoot)
+      }
+    }
+    let state = try FileDescriptor.open(session.root.stateDirectory, O_RDONLY | O_DIRECTORY)
+    defer { state.close() }
+    for entry in try state.entries() where entry.nameString.hasPrefix(BundleRecovery.prefix) {
+      try FileTree.remove(entry.nameString, in: state)
+    }
+  }
+}
+
+/// Temporary directories holding a bundle extracted from a backup before it is installed.
+enum BundleRecovery {
+  static let prefix = "restore-bundle-"
+}

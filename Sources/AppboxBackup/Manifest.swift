@@ -1,0 +1,177 @@
+// The manifest: the last member of every archive, `.appbox/manifest`, so that the catalog can
+// be rebuilt from the archives alone.
+//
+// It holds the snapshot's catalog row (absent in an archive `forget` wrote to keep content
+// alive), the trees first stored with this archive, and the locations of the blobs whose
+// content this archive holds. Format (version 1), integers as LEB128 varints:
+//   "APPBOXMF" 0x01
+//   fieldCount (key value)*                  snapshot fields as UTF-8 strings
+//   treeCount (digest[32] dataLen data)*
+//   blobCount (digest[32] offset size pathLen path)*
+//   sha256[32] of everything before it
+// Decoding treats the bytes as untrusted: every length is bounded, every tree must hash to
+// its digest, and the trailing checksum must match.
+
+import AppboxArchive
+import AppboxCrypto
+import Foundation
+
+struct Manifest {
+  static let memberPath = Array(".appbox/manifest".utf8)
+  static let keychainMemberPath = Array(".appbox/keychain".utf8)
+  private static let magic = Array("APPBOXMF".utf8)
+
+  var snapshot: Snapshot?
+  var trees: [(digest: Digest, data: [UInt8])]
+  var blobs: [BlobLocation]
+
+  func encoded() -> [UInt8] {
+    var result: [UInt8] = []
+    result.reserveCapacity(encodedSize)
+    encode { result.append(contentsOf: $0) }
+    return result
+  }
+
+  /// The length of `encoded()`, computed without encoding.
+  var encodedSize: Int {
+    func data(_ count: Int) -> Int { ByteWriter.varintSize(UInt64(count)) + count }
+    var size = Manifest.magic.count + 1
+    let fields = snapshot.map(Manifest.fields) ?? []
+    size += ByteWriter.varintSize(UInt64(fields.count))
+    for (key, value) in fields { size += data(key.utf8.count) + data(value.utf8.count) }
+    size += ByteWriter.varintSize(UInt64(trees.count))
+    for tree in trees { size += Digest.byteCount + data(tree.data.count) }
+    size += ByteWriter.varintSize(UInt64(blobs.count))
+    for blob in blobs {
+      size +=
+        Digest.byteCount + ByteWriter.varintSize(UInt64(blob.offset))
+        + ByteWriter.varintSize(UInt64(blob.size))
+        + data(blob.path.count)
+    }
+    return size + Digest.byteCount
+  }
+
+  /// Hands the encoding to `sink` in pieces of about 64 KiB, so a manifest of a large
+  /// snapshot (one blob per file) never has to sit in memory whole.
+  func encode(_ sink: (UnsafeRawBufferPointer) throws -> Void) rethrows {
+    let hasher = SHA256Hasher()
+    var out = ByteWriter()
+    func flush(force: Bool = false) throws {
+      guard force || out.bytes.count >= 64 << 10 else { return }
+      try out.bytes.withUnsafeBytes { piece in
+        hasher.update(piece)
+        try sink(piece)
+      }
+      out.bytes.removeAll(keepingCapacity: true)
+    }
+    out.bytes.append(contentsOf: Manifest.magic)
+    out.byte(1)
+    let fields = snapshot.map(Manifest.fields) ?? []
+    out.varint(UInt64(fields.count))
+    for (key, value) in fields {
+      out.data(Array(key.utf8))
+      out.data(Array(value.utf8))
+    }
+    out.varint(UInt64(trees.count))
+    for tree in trees {
+      out.digest(tree.digest)
+      out.data(tree.data)
+      try flush()
+    }
+    out.varint(UInt64(blobs.count))
+    for blob in blobs {
+      out.digest(blob.digest)
+      out.varint(UInt64(blob.offset))
+      out.varint(UInt64(blob.size))
+      out.data(blob.path)
+      try flush()
+    }
+    try flush(force: true)
+    try hasher.finalize().withUnsafeBytes { try sink($0) }
+  }
+
+  private static func fields(_ snapshot: Snapshot) -> [(String, String)] {
+    var fields: [(String, String)] = [
+      ("id", snapshot.id), ("app", snapshot.app), ("device", snapshot.device),
+      ("container", snapshot.containerID),
+      ("version", snapshot.version), ("bundle", snapshot.bundleDirectoryName), ("seal", snapshot.seal),
+      ("time", String(snapshot.time.timeIntervalSince1970)), ("kind", snapshot.kind.rawValue),
+      ("root", snapshot.rootTree.hex), ("files", String(snapshot.files)), ("bytes", String(snapshot.bytes)),
+      ("bytesAdded", String(snapshot.bytesAdded)), ("warnings", String(snapshot.warnings)),
+    ]
+    if let tag = snapshot.tag { fields.append(("tag", tag)) }
+    if let parent = snapshot.parent { fields.append(("parent", parent)) }
+    if let offset = snapshot.keychainOffset { fields.append(("keychain", String(offset))) }
+    return fields
+  }
+
+  /// Parses a manifest read from archive `archive`.
+  static func decode(_ bytes: [UInt8], archive: String) throws -> Manifest {
+    func bad(_ what: String) -> BackupError {
+      BackupError(.corruptArchive, "The manifest of archive '\(archive)' is damaged: \(what)")
+    }
+    guard bytes.count >= magic.count + 1 + Digest.byteCount, bytes.starts(with: magic),
+      bytes[magic.count] == 1
+    else { throw bad("not an appbox manifest") }
+    let body = bytes[0..<(bytes.count - Digest.byteCount)]
+    guard SHA256.hash(Array(body)) == Digest(bytes: bytes[(bytes.count - Digest.byteCount)...]) else {
+      throw bad("checksum mismatch")
+    }
+    do {
+      return try Array(body).withUnsafeBytes { raw in
+        var input = ByteReader(raw)
+        _ = try input.raw(magic.count + 1)
+        var fields: [String: String] = [:]
+        for _ in 0..<(try input.count(limit: 64)) {
+          let key = String(decoding: try input.data(limit: 64), as: UTF8.self)
+          fields[key] = String(decoding: try input.data(limit: 4096), as: UTF8.self)
+        }
+        var trees: [(digest: Digest, data: [UInt8])] = []
+        for _ in 0..<(try input.count(limit: raw.count)) {
+          let digest = try input.digest()
+          let data = try input.data(limit: raw.count)
+          guard SHA256.hash(data) == digest else {
+            throw bad("tree \(digest.hex.prefix(16)) does not match its digest")
+          }
+          trees.append((digest, data))
+        }
+        var blobs: [BlobLocation] = []
+        for _ in 0..<(try input.count(limit: raw.count)) {
+          let digest = try input.digest()
+          let offset = Int64(bitPattern: try input.varint())
+          let size = Int64(bitPattern: try input.varint())
+          let path = try input.data(limit: 1 << 16)
+          guard offset >= 0, size > 0 else { throw bad("a blob location is out of range") }
+          blobs.append(BlobLocation(digest: digest, archive: archive, offset: offset, path: path, size: size))
+        }
+        guard input.isAtEnd else { throw bad("trailing bytes") }
+        let snapshot = fields.isEmpty ? nil : try Manifest.snapshot(fields, archive: archive, bad: bad)
+        return Manifest(snapshot: snapshot, trees: trees, blobs: blobs)
+      }
+    } catch let error as BackupError where error.code == .corruptCatalog {
+      throw bad(error.message)
+    }
+  }
+
+  private static func snapshot(_ fields: [String: String], archive: String, bad: (String) -> BackupError)
+    throws
+    -> Snapshot
+  {
+    func field(_ key: String) throws -> String {
+      guard let value = fields[key] else { throw bad("the snapshot field '\(key)' is missing") }
+      return value
+    }
+    guard let time = Double(try field("time")), let kind = SnapshotKind(rawValue: try field("kind")),
+      let root = Digest(hex: try field("root")), let files = Int(try field("files")),
+      let bytes = Int64(try field("bytes")), let added = Int64(try field("bytesAdded")),
+      let warnings = Int(try field("warnings"))
+    else { throw bad("a snapshot field is malformed") }
+    return Snapshot(
+      id: try field("id"), app: try field("app"), device: try field("device"),
+      containerID: try field("container"),
+      version: try field("version"), bundleDirectoryName: try field("bundle"), seal: try field("seal"),
+      time: Date(timeIntervalSince1970: time), kind: kind, tag: fields["tag"], parent: fields["parent"],
+      rootTree: root, files: files, bytes: bytes, bytesAdded: added, archive: archive,
+      keychainOffset: fields["keychain"].flatMap { Int64($0) }, warnings: warnings)
+  }
+}

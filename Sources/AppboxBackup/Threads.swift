@@ -1,0 +1,205 @@
+// The few threading tools the engines use: a mutex with a condition, a thread one can join,
+// and a bounded hand-off queue. Engines run their stages on plain threads (not Swift
+// concurrency): each stage is a tight loop of blocking system calls, and each C handle
+// (SQLite connection, libarchive object, hash context) must stay on one thread.
+
+import Foundation
+import Glibc
+
+/// A pthread mutex with one condition variable.
+final class Mutex: @unchecked Sendable {
+  private var mutex = pthread_mutex_t()
+  private var condition = pthread_cond_t()
+
+  init() {
+    pthread_mutex_init(&mutex, nil)
+    pthread_cond_init(&condition, nil)
+  }
+
+  deinit {
+    pthread_cond_destroy(&condition)
+    pthread_mutex_destroy(&mutex)
+  }
+
+  func withLock<T>(_ body: () throws -> T) rethrows -> T {
+    pthread_mutex_lock(&mutex)
+    defer { pthread_mutex_unlock(&mutex) }
+    return try body()
+  }
+
+  /// Waits for a signal; call with the lock held (inside `withLock`).
+  func wait() { pthread_cond_wait(&condition, &mutex) }
+
+  /// Wakes every waiter.
+  func broadcast() { pthread_cond_broadcast(&condition) }
+}
+
+/// A thread running one closure; `join()` waits for it and returns what it threw, if anything.
+final class WorkerThread: @unchecked Sendable {
+  private let done = DispatchSemaphore(value: 0)
+  private var failure: Error?
+
+  init(name: String, _ body: @escaping @Sendable () throws -> Void) {
+    let thread = Thread { [self] in
+      do { try body() } catch { failure = error }
+      done.signal()
+    }
+    thread.name = name
+    thread.stackSize = 1 << 20
+    thread.start()
+  }
+
+  private var joined = false
+
+  /// Waits for the thread to finish; rethrows its error. Joining again returns at once.
+  func join() throws {
+    if !joined {
+      done.wait()
+      joined = true
+    }
+    if let failure { throw failure }
+  }
+}
+
+/// A first-in first-out queue between one producer and one consumer thread, bounded by a
+/// cost (bytes in flight) so a fast producer cannot fill memory. `close()` ends it; after
+/// `cancel()` both sides stop (the producer's `push` returns false).
+///
+/// Wake-ups are batched: a waiting consumer is woken once `batch` elements (or a quarter of
+/// the capacity) are queued, and a waiting producer once the cost fell below half the
+/// capacity. Waking a thread per element costs a futex round trip each, which for many small
+/// files is more than the work itself.
+final class HandoffQueue<Element>: @unchecked Sendable {
+  private let mutex = Mutex()
+  private var items: [(Element, Int)] = []
+  private var head = 0
+  private var cost = 0
+  private let capacity: Int
+  private let batch: Int
+  private var closed = false
+  private var cancelled = false
+  private var producerWaiting = false
+  private var consumerWaiting = false
+
+  init(capacity: Int, batch: Int = 32) {
+    self.capacity = capacity
+    self.batch = batch
+  }
+
+  /// Adds an element of `cost` (waits while the queue is over capacity). Returns false when
+  /// the consumer cancelled.
+  @discardableResult
+  func push(_ element: Element, cost elementCost: Int = 1) -> Bool {
+    mutex.withLock {
+      while !cancelled && cost > 0 && cost + elementCost > capacity {
+        producerWaiting = true
+        if consumerWaiting { mutex.broadcast() }
+        mutex.wait()
+        producerWaiting = false
+      }
+      if cancelled { return false }
+      items.append((element, elementCost))
+      cost += elementCost
+      if consumerWaiting && (items.count - head >= batch || cost >= capacity / 4) { mutex.broadcast() }
+      return true
+    }
+  }
+
+  /// Wakes a waiting consumer now, whatever is queued (the producer is about to block on
+  /// something the consumer must release first, such as pool buffers).
+  func nudge() {
+    mutex.withLock {
+      if consumerWaiting { mutex.broadcast() }
+    }
+  }
+
+  /// No more elements will come.
+  func close() {
+    mutex.withLock {
+      closed = true
+      mutex.broadcast()
+    }
+  }
+
+  /// Stops both sides; pending elements are dropped (and handed to `discard`).
+  func cancel(discard: (Element) -> Void = { _ in }) {
+    let dropped: [Element] = mutex.withLock {
+      cancelled = true
+      let rest = items[head...].map(\.0)
+      items.removeAll()
+      head = 0
+      cost = 0
+      mutex.broadcast()
+      return rest
+    }
+    dropped.forEach(discard)
+  }
+
+  /// The next element, or nil once the queue is closed and empty (or cancelled).
+  func pop() -> Element? {
+    mutex.withLock {
+      while head == items.count && !closed && !cancelled {
+        consumerWaiting = true
+        if producerWaiting { mutex.broadcast() }
+        mutex.wait()
+        consumerWaiting = false
+      }
+      if cancelled || head == items.count { return nil }
+      let (element, elementCost) = items[head]
+      head += 1
+      if head > 1024 && head * 2 > items.count {
+        items.removeFirst(head)
+        head = 0
+      }
+      cost -= elementCost
+      if producerWaiting && cost <= capacity / 2 { mutex.broadcast() }
+      return element
+    }
+  }
+}
+
+/// A fixed set of equal buffers passed between threads: reading into a pooled buffer and
+/// returning it once written keeps memory flat and spares malloc the churn of thousands of
+/// large allocations (which glibc would keep around after the first few are freed).
+final class BufferPool: @unchecked Sendable {
+  let bufferSize: Int
+  private let mutex = Mutex()
+  private var free: [UnsafeMutableRawBufferPointer] = []
+  private var all: [UnsafeMutableRawBufferPointer] = []
+  private var waiting = false
+
+  init(count: Int, bufferSize: Int) {
+    self.bufferSize = bufferSize
+    for _ in 0..<count {
+      let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: bufferSize, alignment: 64)
+      all.append(buffer)
+      free.append(buffer)
+    }
+  }
+
+  deinit {
+    for buffer in all { buffer.deallocate() }
+  }
+
+  /// A free buffer; waits for one, calling `beforeWaiting` first (to wake whoever holds them).
+  func take(beforeWaiting: () -> Void = {}) -> UnsafeMutableRawBufferPointer {
+    if let buffer = mutex.withLock({ free.popLast() }) { return buffer }
+    beforeWaiting()
+    return mutex.withLock {
+      while free.isEmpty {
+        waiting = true
+        mutex.wait()
+        waiting = false
+      }
+      return free.removeLast()
+    }
+  }
+
+  /// Gives a buffer back.
+  func give(_ buffer: UnsafeMutableRawBufferPointer) {
+    mutex.withLock {
+      free.append(buffer)
+      if waiting { mutex.broadcast() }
+    }
+  }
+}

@@ -1,0 +1,140 @@
+// Reading a serialized tree without allocating: the scanner compares every file's stat with
+// the previous snapshot's entry, and for an unchanged file needs nothing more than the
+// entry's fixed fields and where its bytes are (to copy them into the next tree unchanged).
+//
+// The cursor enforces the tree invariants listed in Tree.swift as it goes (bounds, name
+// rules, strictly ascending names, flags, digests and targets where required, attribute
+// names in the user namespace and ascending), so a tree that passes it is well formed;
+// `Tree.materialize` then only builds values.
+
+import AppboxCrypto
+
+/// One entry of a serialized tree: its fixed fields and where its parts are.
+struct EncodedEntry {
+  /// The whole entry's bytes in the tree.
+  var range: Range<Int>
+  var nameRange: Range<Int>
+  /// Digest, target and attributes: what follows the fixed fields.
+  var tailRange: Range<Int>
+  var type: TreeEntryType
+  var permissions: UInt32
+  var uid: UInt32
+  var gid: UInt32
+  var size: Int64
+  var modificationTime: Int64
+  var changeTime: Int64
+  var inode: UInt64
+  var linkCount: UInt64
+  var isExcluded: Bool
+  var hasDigest: Bool
+
+  /// The digest (content or subtree), read from `buffer`.
+  func digest(in buffer: UnsafeRawBufferPointer) -> Digest? {
+    guard hasDigest else { return nil }
+    return Digest(
+      bytes: UnsafeRawBufferPointer(rebasing: buffer[tailRange.lowerBound..<(tailRange.lowerBound + 32)]))
+  }
+}
+
+/// Walks the entries of a serialized tree in order, validating each.
+struct TreeCursor {
+  private let buffer: UnsafeRawBufferPointer
+  private var input: ByteReader
+  /// Entries the header announced.
+  let count: Int
+  private var read = 0
+  private var previousName: Range<Int>?
+
+  init(_ buffer: UnsafeRawBufferPointer) throws {
+    self.buffer = buffer
+    input = ByteReader(buffer)
+    guard try input.byte() == Tree.version else { throw ByteReader.malformed("unknown tree version") }
+    count = try input.count(limit: buffer.count)
+  }
+
+  /// The next entry, or nil after the last (when the tree must also end).
+  mutating func next() throws -> EncodedEntry? {
+    guard read < count else {
+      guard input.isAtEnd else { throw ByteReader.malformed("trailing bytes") }
+      return nil
+    }
+    read += 1
+    return try parseEntry()
+  }
+
+  /// The entry whose bytes are `range` of a tree that already passed a cursor.
+  static func entry(at range: Range<Int>, in buffer: UnsafeRawBufferPointer) throws -> EncodedEntry {
+    var cursor = try TreeCursor(buffer, at: range.lowerBound)
+    let entry = try cursor.parseEntry()
+    guard entry.range == range else { throw ByteReader.malformed("entry bounds") }
+    return entry
+  }
+
+  private init(_ buffer: UnsafeRawBufferPointer, at position: Int) throws {
+    self.buffer = buffer
+    input = ByteReader(buffer)
+    _ = try input.raw(position)
+    count = 1
+  }
+
+  private mutating func parseEntry() throws -> EncodedEntry {
+    let start = input.position
+    let nameLength = try input.count(limit: 4096)
+    let nameStart = input.position
+    let name = try input.raw(nameLength)
+    try checkName(name, nameStart: nameStart)
+    guard let type = TreeEntryType(rawValue: try input.byte()) else { throw ByteReader.malformed("bad type") }
+    let flags = try input.byte()
+    guard flags & ~(Tree.excludedFlag | Tree.digestFlag | Tree.targetFlag) == 0 else {
+      throw ByteReader.malformed("bad flags")
+    }
+    let permissions = try input.varint()
+    guard permissions <= 0o7777 else { throw ByteReader.malformed("bad permissions") }
+    let uid = UInt32(truncatingIfNeeded: try input.varint())
+    let gid = UInt32(truncatingIfNeeded: try input.varint())
+    let size = Int64(bitPattern: try input.varint())
+    guard size >= 0 else { throw ByteReader.malformed("negative size") }
+    let modificationTime = try input.signed()
+    let changeTime = try input.signed()
+    let inode = try input.varint()
+    let linkCount = try input.varint()
+    let tailStart = input.position
+    let isExcluded = flags & Tree.excludedFlag != 0
+    let hasDigest = flags & Tree.digestFlag != 0
+    let hasTarget = flags & Tree.targetFlag != 0
+    if hasDigest { _ = try input.raw(Digest.byteCount) }
+    if hasTarget { _ = try input.raw(try input.count(limit: 4096)) }
+    guard hasDigest || !((type == .file || type == .directory) && !isExcluded) else {
+      throw ByteReader.malformed("missing digest")
+    }
+    guard hasTarget == (type == .symlink) else { throw ByteReader.malformed("bad link target") }
+    var previousAttribute: UnsafeRawBufferPointer?
+    for _ in 0..<(try input.count(limit: 10_000)) {
+      let attribute = try input.raw(try input.count(limit: 255))
+      guard attribute.starts(with: "user.".utf8),
+        previousAttribute.map({ $0.lexicographicallyPrecedes(attribute) }) ?? true
+      else { throw ByteReader.malformed("bad attribute name") }
+      previousAttribute = attribute
+      _ = try input.raw(try input.count(limit: 1 << 16))
+    }
+    previousName = nameStart..<(nameStart + nameLength)
+    return EncodedEntry(
+      range: start..<input.position, nameRange: nameStart..<(nameStart + nameLength),
+      tailRange: tailStart..<input.position, type: type, permissions: UInt32(permissions), uid: uid, gid: gid,
+      size: size, modificationTime: modificationTime, changeTime: changeTime, inode: inode,
+      linkCount: linkCount,
+      isExcluded: isExcluded, hasDigest: hasDigest)
+  }
+
+  private func checkName(_ name: UnsafeRawBufferPointer, nameStart: Int) throws {
+    let dot = UInt8(ascii: ".")
+    guard !name.isEmpty, !name.contains(0), !name.contains(UInt8(ascii: "/")),
+      !(name.count == 1 && name[0] == dot), !(name.count == 2 && name[0] == dot && name[1] == dot)
+    else { throw ByteReader.malformed("bad entry name") }
+    if let previousName,
+      !UnsafeRawBufferPointer(rebasing: buffer[previousName]).lexicographicallyPrecedes(name)
+    {
+      throw ByteReader.malformed("names out of order")
+    }
+  }
+}

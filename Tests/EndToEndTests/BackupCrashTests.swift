@@ -1,0 +1,131 @@
+import AppboxBackup
+import AppboxTestSupport
+import Foundation
+import Glibc
+import Testing
+
+/// Starts the built `appbox` without waiting for it; output is discarded.
+func startAppbox(_ arguments: [String], root: String, environment extra: [String: String] = [:]) throws
+  -> Process
+{
+  var environment = ProcessInfo.processInfo.environment
+  environment.removeValue(forKey: "APPBOX_ROOT")
+  for (key, value) in extra { environment[key] = value }
+  let process = Process()
+  process.executableURL = URL(fileURLWithPath: productsDirectory + "/appbox")
+  process.arguments = ["--root", root] + arguments
+  process.environment = environment
+  process.standardOutput = FileHandle.nullDevice
+  process.standardError = FileHandle.nullDevice
+  try process.run()
+  return process
+}
+
+extension Device {
+  /// The archive files the catalog knows (anything else in archives/ is debris).
+  func cataloguedArchives() throws -> [String] {
+    try Catalog(path: repository + "/catalog.db", readOnly: true).archives().map(\.name).sorted()
+  }
+
+  /// Runs a mutating command that changes nothing, so recovery runs.
+  func recover() throws {
+    let result = try run("device", "init")
+    #expect(result.status == 0, "\(result.err)")
+  }
+}
+
+struct BackupCrashTests {
+  @Test(arguments: ["backup.archive-synced", "backup.archive-renamed", "backup.committed"])
+  func aKilledBackupLeavesEarlierSnapshotsRestorableAndNoDebris(_ point: String) throws {
+    let device = Device()
+    try device.install("Notes-1.0/Notes.app")
+    try writeSampleData(home: device.home)
+    let expected = try captureHomeData(device.home)
+    let first = try #require(try device.backup()["snapshot"] as? String)
+    try Data("after the first".utf8).write(to: URL(fileURLWithPath: device.home + "/Documents/a.txt"))
+
+    let killed = try device.run("backup", "com.example.notes", environment: ["APPBOX_CRASH_AT": point])
+    #expect(killed.status == 128 + SIGKILL)
+    #expect(try device.run("check").status == 0)
+    #expect(try device.run("restore", "com.example.notes", "--snapshot", first).status == 0)
+    #expect(differences(expected, try captureHomeData(device.home)) == [])
+
+    _ = try device.backup()
+    #expect(device.archiveNames() == (try device.cataloguedArchives()))
+    #expect(try device.run("check", "--read-data").status == 0)
+  }
+
+  @Test func randomKillsDuringBackupNeverBreakTheRepository() throws {
+    let device = Device()
+    try device.install("Notes-1.0/Notes.app")
+    try writeSampleData(home: device.home)
+    _ = try device.backup()
+    var generator = SystemRandomNumberGenerator()
+    for round in 0..<15 {
+      try Data("round \(round)".utf8).write(to: URL(fileURLWithPath: device.home + "/Documents/round.txt"))
+      let process = try startAppbox(["backup", "com.example.notes"], root: device.root)
+      usleep(UInt32.random(in: 0...60_000, using: &generator))
+      kill(process.processIdentifier, SIGKILL)
+      process.waitUntilExit()
+      let check = try device.run("check")
+      #expect(check.status == 0, "round \(round): \(check.out) \(check.err)")
+    }
+    let expected = try captureHomeData(device.home)
+    _ = try device.backup()
+    #expect(device.archiveNames() == (try device.cataloguedArchives()))
+    try FileManager.default.removeItem(atPath: device.home + "/Documents/round.txt")
+    #expect(try device.run("restore", "com.example.notes").status == 0)
+    #expect(differences(expected, try captureHomeData(device.home)) == [])
+  }
+
+  /// Before the swap's journal is durable a killed restore leaves the old data; after it,
+  /// the next command finishes the restore.
+  @Test(arguments: [
+    ("restore.staged", false), ("swap.journaled", true), ("swap.carried", true), ("swap.exchanged", true),
+    ("restore.swapped", true),
+  ])
+  func aKilledRestoreIsFinishedOrRolledBackByTheNextCommand(_ point: String, finished: Bool) throws {
+    let device = Device()
+    try device.install("Notes-1.0/Notes.app")
+    try writeSampleData(home: device.home)
+    let snapshotData = try captureHomeData(device.home)
+    _ = try device.backup()
+    try Data("live".utf8).write(to: URL(fileURLWithPath: device.home + "/Documents/a.txt"))
+    try FileManager.default.removeItem(atPath: device.home + "/Documents/Nested")
+    let liveData = try captureHomeData(device.home)
+
+    let killed = try device.run("restore", "com.example.notes", environment: ["APPBOX_CRASH_AT": point])
+    #expect(killed.status == 128 + SIGKILL)
+    try device.recover()
+    #expect(differences(finished ? snapshotData : liveData, try captureHomeData(device.home)) == [])
+    #expect(device.applicationRootEntries().count == 1)
+    #expect(try FileManager.default.contentsOfDirectory(atPath: device.root + "/.appbox/journal").isEmpty)
+    #expect(try device.run("inspect", "com.example.notes").out.contains("seal          valid"))
+  }
+
+  @Test func randomKillsDuringRestoreLeaveEitherTheOldOrTheNewData() throws {
+    let device = Device()
+    try device.install("Notes-1.0/Notes.app")
+    try writeSampleData(home: device.home)
+    let first = try captureHomeData(device.home)
+    let a = try #require(try device.backup()["snapshot"] as? String)
+    try Data("second".utf8).write(to: URL(fileURLWithPath: device.home + "/Documents/a.txt"))
+    let second = try captureHomeData(device.home)
+    let b = try #require(try device.backup()["snapshot"] as? String)
+    var generator = SystemRandomNumberGenerator()
+    for round in 0..<12 {
+      let (target, expected) = round % 2 == 0 ? (a, first) : (b, second)
+      let current = try captureHomeData(device.home)
+      let process = try startAppbox(
+        ["restore", "com.example.notes", "--snapshot", target], root: device.root)
+      usleep(UInt32.random(in: 0...40_000, using: &generator))
+      kill(process.processIdentifier, SIGKILL)
+      process.waitUntilExit()
+      try device.recover()
+      let now = try captureHomeData(device.home)
+      #expect(differences(now, expected).isEmpty || differences(now, current).isEmpty, "round \(round)")
+      #expect(device.applicationRootEntries().count == 1)
+    }
+    #expect(try device.run("inspect", "com.example.notes").out.contains("seal          valid"))
+  }
+}
