@@ -45,6 +45,17 @@ extension DeviceSession {
     }
   }
 
+  /// Validates, copies and seals the bundle at `bundlePath` into a new staging home (with
+  /// a new container id and empty standard directories), for `replaceHome` to switch to.
+  public func stageHome(bundleAt bundlePath: String) throws -> StagedHome {
+    try HomeStaging.stage(bundleAt: bundlePath, root: root, device: identity)
+  }
+
+  /// Removes a staged home that will not be used.
+  public func discard(_ staged: StagedHome) {
+    try? FileTree.remove(atPath: root.applicationRoot + "/" + staged.stagingName)
+  }
+
   /// Removes the app: its home (renamed to trash first, so a crash finishes the job on
   /// the next run), its registry row, the keychain items no other installed app can reach,
   /// and whatever `alsoRemove` does, inside the registry transaction. The keychain is a

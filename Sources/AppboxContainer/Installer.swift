@@ -5,13 +5,13 @@ import Glibc
 
 /// A home built under a staging name inside ApplicationRoot, ready to be renamed into
 /// place: `.staging-<CONTAINER-ID>`.
-struct StagedHome {
-  var containerID: String
-  var info: BundleInfo
-  var bundleDirectoryName: String
+public struct StagedHome: Sendable {
+  public var containerID: String
+  public var info: BundleInfo
+  public var bundleDirectoryName: String
   /// Hex SHA-256 of the staged bundle's CodeResources.
-  var seal: String
-  var stagingName: String { HomeStaging.prefix + containerID }
+  public var seal: String
+  public var stagingName: String { HomeStaging.prefix + containerID }
 
   func record(installedAt: Date = Date()) -> AppRecord {
     AppRecord(

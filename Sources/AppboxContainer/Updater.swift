@@ -63,53 +63,18 @@ extension DeviceSession {
       .sorted()
 
       let migrationStart = DispatchTime.now().uptimeNanoseconds
-      let journal = Journal(root: root)
-      let entry = "update-" + staged.containerID
-      try journal.write(
-        entry,
-        [
-          "bundleIdentifier": app.bundleIdentifier, "oldContainerID": app.containerID,
-          "newContainerID": staged.containerID,
-        ])
-      journaled = true
-      CrashPoint.hit("update.journaled")
-      let old = try applicationRoot.open(app.containerID, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
-      defer { old.close() }
-      let staging = try applicationRoot.open(staged.stagingName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
-      defer { staging.close() }
-      for directory in ["Documents", "Library"] {
-        try FileTree.remove(directory, in: staging)  // the empty ones staging made
-        if try old.statusIfPresent(of: directory) != nil {
-          try old.rename(directory, to: directory, in: staging, flags: .noReplace)
-        } else {
-          try staging.makeDirectory(directory, mode: 0o755)
+      journaled = true  // from here on, failures are left to recovery (it may have to roll forward)
+      let record = try replaceHome(of: app, with: staged, event: "update", snapshot: snapshotID) { staging, old in
+        for directory in ["Documents", "Library"] {
+          try FileTree.remove(directory, in: staging)  // the empty ones staging made
+          if try old.statusIfPresent(of: directory) != nil {
+            try old.rename(directory, to: directory, in: staging, flags: .noReplace)
+          } else {
+            try staging.makeDirectory(directory, mode: 0o755)
+          }
+          CrashPoint.hit("update.moved-one")
         }
-        CrashPoint.hit("update.moved-one")
       }
-      // Library/Preferences and Library/Caches exist in every home.
-      for directory in ["Library/Preferences", "Library/Caches"]
-      where try staging.statusIfPresent(of: directory) == nil {
-        try staging.makeDirectory(directory, mode: 0o755)
-      }
-      try staging.sync()
-      try old.sync()
-      CrashPoint.hit("update.moved")
-
-      var record = staged.record(installedAt: app.installedAt)
-      record.updatedAt = Date()
-      try registry.database.inTransaction {
-        try registry.replace(record)
-        try registry.record(
-          .init(
-            bundleIdentifier: app.bundleIdentifier, event: "update", containerID: record.containerID,
-            previousContainerID: app.containerID, version: record.version, previousVersion: app.version,
-            snapshot: snapshotID))
-      }
-      CrashPoint.hit("update.committed")
-      try finishUpdate(
-        oldContainerID: app.containerID, newContainerID: staged.containerID, in: applicationRoot)
-      try journal.remove(entry)
-      removeRunningLock(of: app)
       let migrationSeconds = seconds(since: migrationStart)
 
       let newHome = root.home(staged.containerID)
@@ -126,9 +91,65 @@ extension DeviceSession {
         snapshotSeconds: snapshotSeconds, migrationSeconds: migrationSeconds,
         totalSeconds: seconds(since: started))
     } catch {
-      if !journaled { try? FileTree.remove(staged.stagingName, in: applicationRoot) }
+      if journaled {
+        try? UpdateRecovery().recover(self)  // finish or roll back now rather than at the next command
+      } else {
+        try? FileTree.remove(staged.stagingName, in: applicationRoot)
+      }
       throw error
     }
+  }
+
+  /// Switches `app` to the staged home, journaled: `migrate` puts the data into the
+  /// staging home (moving it from the old home, or from elsewhere), then the registry
+  /// commits the new record (event `event`, with `snapshot`), the staging home takes its
+  /// final name and the old home goes. Until the commit a crash rolls back (data that left
+  /// the old home goes back, the staging home is removed); after it, recovery rolls forward.
+  /// Returns the new record.
+  public func replaceHome(
+    of app: AppRecord, with staged: StagedHome, event: String, snapshot: String?,
+    migrate: (_ staging: FileDescriptor, _ old: FileDescriptor) throws -> Void
+  ) throws -> AppRecord {
+    let applicationRoot = try FileDescriptor.open(root.applicationRoot, O_RDONLY | O_DIRECTORY)
+    defer { applicationRoot.close() }
+    let journal = Journal(root: root)
+    let entry = "update-" + staged.containerID
+    try journal.write(
+      entry,
+      [
+        "bundleIdentifier": app.bundleIdentifier, "oldContainerID": app.containerID,
+        "newContainerID": staged.containerID,
+      ])
+    CrashPoint.hit("update.journaled")
+    let old = try applicationRoot.open(app.containerID, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+    defer { old.close() }
+    let staging = try applicationRoot.open(staged.stagingName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+    defer { staging.close() }
+    try migrate(staging, old)
+    // Library/Preferences and Library/Caches exist in every home.
+    for directory in ["Library", "Library/Preferences", "Library/Caches"]
+    where try staging.statusIfPresent(of: directory) == nil {
+      try staging.makeDirectory(directory, mode: 0o755)
+    }
+    try staging.sync()
+    try old.sync()
+    CrashPoint.hit("update.moved")
+
+    var record = staged.record(installedAt: app.installedAt)
+    record.updatedAt = Date()
+    try registry.database.inTransaction {
+      try registry.replace(record)
+      try registry.record(
+        .init(
+          bundleIdentifier: app.bundleIdentifier, event: event, containerID: record.containerID,
+          previousContainerID: app.containerID, version: record.version, previousVersion: app.version,
+          snapshot: snapshot))
+    }
+    CrashPoint.hit("update.committed")
+    try finishUpdate(oldContainerID: app.containerID, newContainerID: staged.containerID, in: applicationRoot)
+    try journal.remove(entry)
+    removeRunningLock(of: app)
+    return record
   }
 
   private func checkUpdate(_ app: AppRecord, staged: StagedHome, allowDowngrade: Bool) throws {

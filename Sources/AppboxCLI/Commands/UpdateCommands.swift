@@ -109,3 +109,42 @@ extension CommandContext {
     return try repository.backup(app, in: session, options: options).snapshot.id
   }
 }
+
+struct RevertCommand: ParsableCommand {
+  static let description = CommandDescription(
+    name: "revert",
+    abstract: "Go back to the version and data from before the last update (the newer data is snapshotted first).",
+    discussion: """
+      The previous bundle is reinstalled from the pre-update snapshot into a new home, and the data from \
+      that snapshot is restored there. The data being replaced is snapshotted first (tag pre-revert), so \
+      nothing is lost. A second revert without a new update is refused.
+      """,
+    positionals: [appArgument])
+  let app: String
+  init(_ arguments: ParsedArguments) throws { app = arguments.positional(0)! }
+
+  func run(_ context: CommandContext) throws -> CommandOutput {
+    let session = try context.openDevice(mutating: true)
+    let record = try session.app(app)
+    let repository = try Repository(path: session.root.backups, environment: context.environment)
+    let report = try repository.revert(
+      record, in: session, keychain: context.keychainSnapshotter, observer: ProgressBar(context))
+    return CommandOutput(
+      text: """
+        Reverted \(report.bundleIdentifier) \(report.fromVersion) → \(report.toVersion)
+          container  \(report.oldContainerID) → \(report.newContainerID)
+          home       \(report.home)
+          restored   snapshot \(report.restoredSnapshot) (taken before the update): \(report.files) files, \
+        \(byteCount(report.bytes))
+          saved      the replaced data as snapshot \(report.preRevertSnapshot)
+        """,
+      json: .object([
+        ("bundleIdentifier", .string(report.bundleIdentifier)),
+        ("oldContainerID", .string(report.oldContainerID)), ("newContainerID", .string(report.newContainerID)),
+        ("fromVersion", .string(report.fromVersion)), ("toVersion", .string(report.toVersion)),
+        ("home", .string(report.home)), ("restoredSnapshot", .string(report.restoredSnapshot)),
+        ("preRevertSnapshot", .string(report.preRevertSnapshot)), ("files", .int(report.files)),
+        ("bytes", .int(report.bytes)),
+      ]))
+  }
+}

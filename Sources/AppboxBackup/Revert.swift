@@ -1,0 +1,110 @@
+// Revert: back to the version and data from before the last update.
+//
+// Algorithm:
+// 1. The app's history names its last update and the snapshot taken just before it; a
+//    revert since then (or no update at all) means there is nothing to revert.
+// 2. Snapshot the current data first (tag "pre-revert"), so nothing is lost.
+// 3. Extract the old bundle from the pre-update snapshot and stage a NEW home with it
+//    (validated and sealed like any install: the backup is untrusted input).
+// 4. Build the pre-update Documents and Library inside that staging home, verifying every
+//    byte, then switch homes exactly as an update does (journaled: before the registry
+//    commit a crash rolls back, after it recovery rolls forward). Keychain items are not
+//    touched, as by an update.
+
+import AppboxContainer
+import AppboxCore
+import Foundation
+import Glibc
+
+/// What a revert did.
+public struct RevertReport: Sendable {
+  public var bundleIdentifier: String
+  public var oldContainerID: String
+  public var newContainerID: String
+  public var fromVersion: String
+  public var toVersion: String
+  public var home: String
+  /// The snapshot taken before the update, now restored.
+  public var restoredSnapshot: String
+  /// The snapshot of the data the revert replaced.
+  public var preRevertSnapshot: String
+  public var files: Int
+  public var bytes: Int64
+}
+
+extension Repository {
+  /// Reverts `app` to the version and data from before its last update.
+  public func revert(
+    _ app: AppRecord, in session: DeviceSession, keychain: (any KeychainSnapshotting)? = nil,
+    observer: EngineObserver = SilentObserver()
+  ) throws -> RevertReport {
+    let snapshot = try preUpdateSnapshot(of: app, in: session)
+    let running = try session.ensureNotRunning(app)
+    defer { withExtendedLifetime(running) {} }
+    let current = try backup(app, in: session, options: BackupOptions(tag: "pre-revert", keychain: keychain),
+                             observer: observer)
+
+    let temporary = session.root.stateDirectory + "/" + BundleRecovery.prefix + UUID().uuidString
+    guard mkdir(temporary, 0o700) == 0 else { throw SystemError("create directory", path: temporary) }
+    defer { try? FileTree.remove(atPath: temporary) }
+    let staged = try session.stageHome(bundleAt: try extractBundle(of: snapshot, into: temporary))
+    let dataName = ".revert-data"
+    let report: MaterializeReport
+    do {
+      guard staged.info.identifier == app.bundleIdentifier else {
+        throw BackupError(
+          .corruptArchive, "Snapshot \(snapshot.id) holds a bundle of '\(staged.info.identifier)', not of '\(app.bundleIdentifier)'")
+      }
+      let staging = try FileDescriptor.open(
+        session.root.applicationRoot + "/" + staged.stagingName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+      defer { staging.close() }
+      try staging.makeDirectory(dataName, mode: 0o700)
+      let data = try staging.open(dataName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+      defer { data.close() }
+      report = try materialize(snapshot, part: .data, into: data, observer: observer)
+      try data.syncFileSystem()
+    } catch {
+      session.discard(staged)
+      throw error
+    }
+    CrashPoint.hit("revert.staged")
+    let record = try session.replaceHome(of: app, with: staged, event: "revert", snapshot: current.snapshot.id) {
+      staging, _ in
+      let data = try staging.open(dataName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+      defer { data.close() }
+      for directory in ["Documents", "Library"] {
+        try FileTree.remove(directory, in: staging)  // the empty ones staging made
+        if try data.statusIfPresent(of: directory) != nil {
+          try data.rename(directory, to: directory, in: staging, flags: .noReplace)
+        } else {
+          try staging.makeDirectory(directory, mode: 0o755)
+        }
+      }
+      try FileTree.remove(dataName, in: staging)
+    }
+    return RevertReport(
+      bundleIdentifier: app.bundleIdentifier, oldContainerID: app.containerID, newContainerID: record.containerID,
+      fromVersion: app.version, toVersion: record.version, home: session.root.home(record.containerID),
+      restoredSnapshot: snapshot.id, preRevertSnapshot: current.snapshot.id, files: report.files,
+      bytes: report.bytes)
+  }
+
+  /// The snapshot the app's last update took, if that update has not been reverted.
+  private func preUpdateSnapshot(of app: AppRecord, in session: DeviceSession) throws -> Snapshot {
+    let history = try session.registry.history(of: app.bundleIdentifier)
+    guard let last = history.first(where: { $0.event == "update" || $0.event == "revert" }) else {
+      throw BackupError(.snapshotNotFound, "Nothing to revert: '\(app.bundleIdentifier)' has not been updated")
+    }
+    guard last.event == "update" else {
+      throw BackupError(
+        .snapshotNotFound,
+        "Nothing to revert: '\(app.bundleIdentifier)' was already reverted to \(last.version ?? "?") and has not "
+          + "been updated since")
+    }
+    guard let id = last.snapshot else {
+      throw BackupError(
+        .snapshotNotFound, "Cannot revert '\(app.bundleIdentifier)': its last update took no pre-update snapshot")
+    }
+    return try snapshot(id, app: app.bundleIdentifier)
+  }
+}
