@@ -176,7 +176,7 @@ private struct BackupRun {
     parent: Snapshot?,
     bundleEntry: TreeEntry?, start: Date
   ) throws -> Written {
-    let checksum = SHA256Hasher()
+    nonisolated(unsafe) var checksum = CRC32C()
     nonisolated(unsafe) var size: Int64 = 0
     nonisolated(unsafe) var flushed: Int64 = 0
     let writer = try ArchiveWriter(
@@ -216,7 +216,7 @@ private struct BackupRun {
     try writer.finishEntry()
     try writer.finish()
     let record = ArchiveRecord(
-      name: name, size: size, sha256: checksum.finalize(), compression: options.compression, created: start)
+      name: name, size: size, checksum: checksum.value, compression: options.compression, created: start)
     return Written(
       snapshot: snapshot, record: record, trees: trees.newTrees, blobs: blobs, warnings: content.warnings)
   }

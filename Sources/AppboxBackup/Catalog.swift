@@ -1,7 +1,7 @@
 // The catalog: `catalog.db`, the repository's index (SQLite, WAL, synchronous=FULL).
 //
 // Tables:
-//   archives(name, size, sha256, compression, created)   every archive file the repository owns
+//   archives(name, size, crc32c, compression, created)   every archive file the repository owns
 //   snapshots(id, app, device, container, version, ...)  one row per snapshot, with its root tree
 //   trees(digest, data, archive)                        content-addressed directory listings;
 //                                                       `archive` names the archive whose manifest
@@ -63,7 +63,8 @@ public struct Snapshot: Sendable, Equatable {
 public struct ArchiveRecord: Sendable, Equatable {
   public var name: String
   public var size: Int64
-  public var sha256: Digest
+  /// CRC-32C of the whole file: catches damage without a second SHA-256 pass.
+  public var checksum: UInt32
   public var compression: ArchiveCompression
   public var created: Date
 }
@@ -88,7 +89,7 @@ public final class Catalog {
     CREATE TABLE archives(
       name TEXT PRIMARY KEY NOT NULL,
       size INTEGER NOT NULL,
-      sha256 BLOB NOT NULL,
+      crc32c INTEGER NOT NULL,
       compression TEXT NOT NULL,
       created REAL NOT NULL
     );
@@ -224,22 +225,22 @@ public final class Catalog {
 
   public func insert(_ archive: ArchiveRecord) throws {
     try database.execute(
-      "INSERT INTO archives(name, size, sha256, compression, created) VALUES (?1, ?2, ?3, ?4, ?5)",
-      .text(archive.name), .integer(archive.size), .blob(archive.sha256.bytes),
+      "INSERT INTO archives(name, size, crc32c, compression, created) VALUES (?1, ?2, ?3, ?4, ?5)",
+      .text(archive.name), .integer(archive.size), .integer(Int64(archive.checksum)),
       .text(archive.compression.rawValue),
       .real(archive.created.timeIntervalSince1970))
   }
 
   public func archives() throws -> [ArchiveRecord] {
-    try database.all("SELECT name, size, sha256, compression, created FROM archives ORDER BY created, name") {
+    try database.all("SELECT name, size, crc32c, compression, created FROM archives ORDER BY created, name") {
       row in
-      guard let digest = Digest(validating: row.blob(2)),
+      guard let checksum = UInt32(exactly: row.int64(2)),
         let compression = ArchiveCompression(rawValue: row.text(3) ?? "")
       else {
         throw BackupError(.corruptCatalog, "Catalog row of archive '\(row.text(0) ?? "")' is malformed")
       }
       return ArchiveRecord(
-        name: row.text(0) ?? "", size: row.int64(1), sha256: digest, compression: compression,
+        name: row.text(0) ?? "", size: row.int64(1), checksum: checksum, compression: compression,
         created: Date(timeIntervalSince1970: row.double(4)))
     }
   }

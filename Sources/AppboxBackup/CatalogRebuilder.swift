@@ -86,14 +86,14 @@ extension Repository {
     return report
   }
 
-  /// The size, SHA-256 and manifest of one archive file.
+  /// The size, CRC-32C and manifest of one archive file.
   static func readManifest(_ path: String, name: String) throws -> (ArchiveRecord, Manifest) {
     let compression: ArchiveCompression =
       name.hasSuffix(".tar.gz") ? .gzip : name.hasSuffix(".tar.zst") ? .zstd : .none
     let fd = try FileDescriptor.open(path, O_RDONLY)
     defer { fd.close() }
-    let hasher = SHA256Hasher()
-    let size = try hasher.update(readingFrom: fd.rawValue)
+    var checksum = CRC32C()
+    let size = try checksum.update(readingFrom: fd)
     try fd.seek(to: 0)
     let reader = try ArchiveReader(fileDescriptor: fd.rawValue, name: path)
     var manifestBytes: [UInt8]?
@@ -109,7 +109,7 @@ extension Repository {
       manifest.snapshot?.time
       ?? (stat(path, &st) == 0 ? Date(timeIntervalSince1970: Double(st.st_mtim.tv_sec)) : Date())
     let record = ArchiveRecord(
-      name: name, size: Int64(size), sha256: hasher.finalize(), compression: compression, created: created)
+      name: name, size: Int64(size), checksum: checksum.value, compression: compression, created: created)
     return (record, manifest)
   }
 }

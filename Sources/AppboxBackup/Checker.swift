@@ -2,7 +2,7 @@
 //
 // Algorithm: under the shared repository lock,
 // 1. every archive the catalog names must exist with its recorded size; one thread reads
-//    each whole and compares its SHA-256 (in parallel with step 2);
+//    each whole and compares its CRC-32C (in parallel with step 2);
 // 2. each archive's headers are read in order (data skipped by seeking, or hashed with
 //    `readData`): every blob location in it must be the start of a regular member with the
 //    recorded path and size, and with `readData` its bytes must hash to the digest;

@@ -149,7 +149,7 @@ extension Repository {
     defer { archives.close() }
     let file = try archives.open(temporaryName, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o600)
     do {
-      let checksum = SHA256Hasher()
+      nonisolated(unsafe) var checksum = CRC32C()
       nonisolated(unsafe) var size: Int64 = 0
       let writer = try ArchiveWriter(
         fileDescriptor: file.rawValue, compression: .none, name: archivePath(name),
@@ -214,7 +214,7 @@ extension Repository {
       try archives.rename(temporaryName, to: name, flags: .noReplace)
       try archives.sync()
       let record = ArchiveRecord(
-        name: name, size: size, sha256: checksum.finalize(), compression: .none, created: Date())
+        name: name, size: size, checksum: checksum.value, compression: .none, created: Date())
       return (record, copied)
     } catch {
       file.close()

@@ -4,7 +4,7 @@
 // 1. Plan from the trees (RestorePlan) and look up where each needed content lives.
 // 2. Check that every archive needed (those holding content, and the snapshot's own) exists
 //    with its recorded size; then start a thread that re-reads each one whole and compares
-//    its SHA-256 with the catalog's.
+//    its CRC-32C with the catalog's.
 // 3. Create the directories, then read each archive once, in offset order (seeking straight
 //    to the first member needed when it is uncompressed), and write every member's data to
 //    all the files that have those bytes. Each chunk is handed to a hashing thread that
@@ -140,15 +140,15 @@ extension Repository {
     }
   }
 
-  /// Reads archive `record` (at `path`) whole and compares its SHA-256 with the catalog's.
+  /// Reads archive `record` (at `path`) whole and compares its CRC-32C with the catalog's.
   static func verifyChecksum(_ record: ArchiveRecord, path: String) throws {
     let fd = try FileDescriptor.open(path, O_RDONLY)
     defer { fd.close() }
-    let hasher = SHA256Hasher()
-    let size = try hasher.update(readingFrom: fd.rawValue)
-    guard Int64(size) == record.size, hasher.finalize() == record.sha256 else {
+    var checksum = CRC32C()
+    let size = try checksum.update(readingFrom: fd)
+    guard size == record.size, checksum.value == record.checksum else {
       throw BackupError(
-        .corruptArchive, "Archive '\(path)' is damaged: its SHA-256 does not match the catalog")
+        .corruptArchive, "Archive '\(path)' is damaged: its CRC-32C does not match the catalog")
     }
   }
 }

@@ -22,65 +22,18 @@ public struct InspectReport: Sendable {
   public var locations: [LocationReport]
 }
 
-/// Counts files and bytes below a directory, skipping some top-level names; never follows
-/// symlinks (a symlink counts as a file of its own length).
-struct TreeMeasure {
-  var files = 0
-  var bytes: Int64 = 0
-  var excluded = 0
-
-  static func measure(_ path: String, skipping: Set<String> = []) -> TreeMeasure {
-    var result = TreeMeasure()
-    guard let top = try? FileDescriptor.open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW) else { return result }
-    var stack = [(top, true)]
-    while let (directory, isTop) = stack.popLast() {
-      defer { directory.close() }
-      guard let entries = try? directory.entries() else { continue }
-      for entry in entries {
-        let name = entry.nameString
-        if isTop && skipping.contains(name) { continue }
-        guard
-          let status = try? withCName(
-            entry.name,
-            { cName -> FileStatus in
-              var st = stat()
-              guard fstatat(directory.rawValue, cName, &st, AT_SYMLINK_NOFOLLOW) == 0 else {
-                throw SystemError("stat")
-              }
-              return FileStatus(st)
-            })
-        else { continue }
-        if status.type != .symlink,
-          directory.entryHasExtendedAttribute(entry.name, excludeFromBackupAttribute)
-        {
-          result.excluded += 1
-        }
-        if status.type == .directory {
-          if let child = try? directory.open(rawName: entry.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW) {
-            stack.append((child, false))
-          }
-        } else {
-          result.files += 1
-          result.bytes += status.size
-        }
-      }
-    }
-    return result
-  }
-}
-
 extension DeviceSession {
   /// Inspects an app: its home, seal, and each standard location with files, bytes and
   /// backup policy.
   public func inspect(_ app: AppRecord) throws -> InspectReport {
     let home = self.home(of: app)
     let seal = try Seal.verify(bundleAt: home.bundlePath, expectedDigest: app.seal)
-    let bundle = TreeMeasure.measure(home.bundlePath)
-    let documents = TreeMeasure.measure(home.path(of: .documents))
-    let library = TreeMeasure.measure(home.path(of: .library), skipping: ["Caches"])
-    let preferences = TreeMeasure.measure(home.path(of: .preferences))
-    let caches = TreeMeasure.measure(home.path(of: .caches))
-    let tmp = TreeMeasure.measure(home.path(of: .tmp))
+    let bundle = TreeMeasure.measure(home.bundlePath, countExcluded: true)
+    let documents = TreeMeasure.measure(home.path(of: .documents), countExcluded: true)
+    let library = TreeMeasure.measure(home.path(of: .library), skipping: ["Caches"], countExcluded: true)
+    let preferences = TreeMeasure.measure(home.path(of: .preferences), countExcluded: true)
+    let caches = TreeMeasure.measure(home.path(of: .caches), countExcluded: true)
+    let tmp = TreeMeasure.measure(home.path(of: .tmp), countExcluded: true)
     func report(_ name: String, _ measure: TreeMeasure, _ backedUp: Bool, _ policy: String) -> LocationReport
     {
       LocationReport(

@@ -78,16 +78,15 @@ extension DeviceSession {
       let migrationSeconds = seconds(since: migrationStart)
 
       let newHome = root.home(staged.containerID)
-      let documents = TreeMeasure.measure(newHome + "/Documents")
-      let library = TreeMeasure.measure(newHome + "/Library")
+      let survey = StalePathScanner.survey(home: newHome, oldHome: root.home(app.containerID))
       return UpdateReport(
         bundleIdentifier: app.bundleIdentifier, oldContainerID: app.containerID,
         newContainerID: staged.containerID,
         oldVersion: app.version, newVersion: record.version, newHome: newHome,
-        movedFiles: documents.files + library.files, movedBytes: documents.bytes + library.bytes,
+        movedFiles: survey.files, movedBytes: survey.bytes,
         droppedTmpFiles: tmp.files, droppedTmpBytes: tmp.bytes, droppedItems: strays,
         preUpdateSnapshot: snapshotID,
-        staleAbsolutePaths: StalePathScanner.scan(home: newHome, oldHome: oldHome),
+        staleAbsolutePaths: survey.stale,
         snapshotSeconds: snapshotSeconds, migrationSeconds: migrationSeconds,
         totalSeconds: seconds(since: started))
     } catch {

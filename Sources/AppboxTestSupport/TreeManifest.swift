@@ -48,7 +48,7 @@ public func treeManifest(_ path: String, skipping: Set<String> = []) throws -> [
           }
         }
       case .symlink:
-        let target = try withCName(full) { cName -> String in
+        let target = withCName(full) { cName -> String in
           var buffer = [CChar](repeating: 0, count: 4096)
           let n = readlink(cName, &buffer, buffer.count)
           return String(decoding: buffer[0..<max(n, 0)].map { UInt8(bitPattern: $0) }, as: UTF8.self)

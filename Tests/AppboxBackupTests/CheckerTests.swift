@@ -24,7 +24,7 @@ struct CheckerTests {
     try flipByte(in: result.archivePath, within: Array("upper case".utf8))
     let quick = try fixture.repository.check()
     #expect(quick.problems.count == 1)
-    #expect(quick.problems.first?.contains("SHA-256 does not match the catalog") == true)
+    #expect(quick.problems.first?.contains("CRC-32C does not match the catalog") == true)
     let thorough = try fixture.repository.check(readData: true)
     #expect(
       thorough.problems.contains { $0.contains("Documents/") && $0.contains("does not match its SHA-256") })

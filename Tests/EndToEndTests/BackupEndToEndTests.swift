@@ -154,7 +154,7 @@ struct BackupEndToEndTests {
     try flipOneByte(in: first, inside: "lower case")
     let flipped = try device.run("check")
     #expect(flipped.status == 65)
-    #expect(flipped.out.contains("problem:") && flipped.out.contains("SHA-256"))
+    #expect(flipped.out.contains("problem:") && flipped.out.contains("CRC-32C does not match"))
     try FileManager.default.removeItem(atPath: second)
     let result = try device.run("--json", "check")
     #expect(result.status == 65)
@@ -260,7 +260,7 @@ struct BackupEndToEndTests {
     raw.header("Documents/pipe", type: "6")
     raw.end()
     let fifo = device.dir.url("fifo.tar")
-    FileManager.default.createFile(atPath: fifo, contents: Data(raw.bytes))
+    #expect(FileManager.default.createFile(atPath: fifo, contents: Data(raw.bytes)))
     for archive in [traversal, fifo, "/etc/hostname"] {
       let refused = try device.run("import", "com.example.notes", archive)
       #expect(refused.status == 65, "\(archive): \(refused.err)")

@@ -37,6 +37,12 @@ int appbox_start_writeback(int fd, int64_t offset, int64_t count);
  * d_reclen at 16, d_type at 18, NUL-terminated d_name at 19); 0 at the end, -1 on error. */
 long appbox_getdents64(int fd, void *buffer, size_t size);
 
+/* CRC-32C (Castagnoli) of `length` bytes, continuing from `crc` (start with 0): the
+ * archives' whole-file checksum. Uses the CPU's crc32 instruction (SSE 4.2) when it has
+ * it, a table otherwise; both give the same values. */
+uint32_t appbox_crc32c(uint32_t crc, const void *data, size_t length);
+uint32_t appbox_crc32c_software(uint32_t crc, const void *data, size_t length);
+
 /* The Landlock ABI version the running kernel supports, or 0 when it has none. */
 int appbox_landlock_abi(void);
 
