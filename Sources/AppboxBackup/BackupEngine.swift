@@ -27,7 +27,8 @@ import Glibc
 
 /// How to take a snapshot.
 public struct BackupOptions: Sendable {
-  /// Store everything (the bundle too) instead of only what changed.
+  /// Re-read and store all the data instead of only what changed (the bundle still follows
+  /// its own rule: stored again only when its seal changed).
   public var full: Bool
   public var compression: ArchiveCompression
   /// A label recorded with the snapshot ("pre-update").
@@ -104,9 +105,12 @@ private struct BackupRun {
     let parent = options.full ? nil : (history.last { $0.device == device } ?? history.last)
     let detectChanges = parent?.device == device
     let bundleName = Array(app.bundleDirectoryName.utf8)
+    // The platform's rule: the bundle is stored on the app's first snapshot and again only
+    // when its seal changes, not on every backup (not on a --full one either, which re-reads
+    // and stores all the data).
     var bundleEntry: TreeEntry?
-    if let parent, parent.seal == app.seal, parent.bundleDirectoryName == app.bundleDirectoryName,
-      let entry = try catalog.tree(parent.rootTree).entry(named: bundleName), entry.type == .directory
+    if let holder = history.last(where: { $0.seal == app.seal && $0.bundleDirectoryName == app.bundleDirectoryName }),
+      let entry = try catalog.tree(holder.rootTree).entry(named: bundleName), entry.type == .directory
     {
       bundleEntry = entry
     }
@@ -132,6 +136,7 @@ private struct BackupRun {
         to: file, home: home, scanner: scanner, name: archiveName, id: id, parent: parent,
         bundleEntry: bundleEntry,
         start: start)
+      observer.engine(.stage("sync"))
       try file.sync()
       file.close()
       CrashPoint.hit("backup.archive-synced")
@@ -139,6 +144,7 @@ private struct BackupRun {
       renamed = true
       try archives.sync()
       CrashPoint.hit("backup.archive-renamed")
+      observer.engine(.stage("commit"))
       try catalog.database.inTransaction {
         try catalog.insert(written.record)
         for tree in written.trees {
@@ -210,6 +216,7 @@ private struct BackupRun {
       tag: options.tag, parent: parent?.id, rootTree: trees.root, files: trees.files, bytes: trees.bytes,
       bytesAdded: content.bytesAdded, archive: name, keychainOffset: keychainOffset,
       warnings: content.warnings.count)
+    observer.engine(.stage("manifest"))
     let manifest = Manifest(snapshot: snapshot, trees: trees.newTrees, blobs: blobs)
     try writer.writeHeader(metadataMember(Manifest.memberPath, size: manifest.encodedSize, time: start))
     try manifest.encode { try writer.writeData($0) }
@@ -255,6 +262,7 @@ private struct BackupRun {
       throw error
     }
     try readerThread.join()
+    observer.engine(.stage("trees"))
     let trees = try TreeBuilder(
       plan: plan, results: archiver.results, catalog: repository.catalog, bundleEntry: bundleEntry,
       bundleDirectoryName: Array(app.bundleDirectoryName.utf8)

@@ -11,6 +11,8 @@ public enum EngineEvent: Sendable, Equatable {
   case progress(files: Int, bytes: Int64)
   /// Something the user should know that does not stop the operation.
   case warning(path: String?, message: String)
+  /// A named stage began ("archive", "sync", "commit"): for timing traces.
+  case stage(String)
   /// The operation completed.
   case finished(operation: String, app: String?)
 }

@@ -92,9 +92,14 @@ struct BackupEngineTests {
     #expect(members.contains("Notes.app/Notes"))
     // Unchanged bundle content is already in the repository and is not stored twice.
     #expect(!members.contains("Notes.app/Info.plist"))
+    // A full backup stores all the data again, but not the unchanged bundle ("not on every backup").
+    try fixture.write("Documents/a.txt", "a")
     let full = try fixture.backup(BackupOptions(full: true))
     #expect(full.snapshot.kind == .full)
-    #expect(try memberPaths(full.archivePath).contains("Notes.app/Notes"))
+    let fullMembers = try memberPaths(full.archivePath)
+    #expect(!fullMembers.contains { $0.hasPrefix("Notes.app") })
+    #expect(fullMembers.contains("Documents/a.txt"))
+    #expect(fullMembers.contains(".com.apple.mobile_container_manager.metadata.plist"))
   }
 
   @Test func excludedFilesAndFoldersAreRecordedButNotStored() throws {

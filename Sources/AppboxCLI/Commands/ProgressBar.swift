@@ -13,14 +13,22 @@ final class ProgressBar: EngineObserver, @unchecked Sendable {
   private var started = Date()
   private var lastDraw = Date.distantPast
   private var visible = false
+  /// With APPBOX_TRACE=1, every event is also printed with the milliseconds since the first.
+  private let trace: Bool
+  private let origin = DispatchTime.now().uptimeNanoseconds
 
   init(_ context: CommandContext) {
     self.context = context
     drawing = context.stderr.isTerminal && !context.globals.quiet
+    trace = context.environment["APPBOX_TRACE"] == "1"
   }
 
   func engine(_ event: EngineEvent) {
     lock.withLock {
+      if trace {
+        let elapsed = Double(DispatchTime.now().uptimeNanoseconds - origin) / 1e6
+        if case .progress = event {} else { context.stderr.write(String(format: "trace %8.1f ms  ", elapsed) + "\(event)\n") }
+      }
       switch event {
       case .started(let operation, let app):
         label = [operation, app].compactMap { $0 }.joined(separator: " ")
@@ -34,6 +42,8 @@ final class ProgressBar: EngineObserver, @unchecked Sendable {
       case .warning(let path, let message):
         clear()
         context.warn(path.map { "'\($0)' \(message)" } ?? message)
+      case .stage:
+        break
       case .finished:
         clear()
       }
