@@ -53,11 +53,11 @@ let package = Package(
     // The executable: a few lines that hand over to AppboxCLI.
     .executableTarget(name: "appbox", dependencies: ["AppboxCLI"]),
 
-    // The benchmark: a seeded home generator and the side-by-side runner (`make bench`).
-    .executableTarget(name: "appbox-bench", path: "Benchmarks/Sources/appbox-bench"),
-
-    // Helpers shared by the tests: temp directories, fixtures, running the built binary.
+    // Helpers shared by the tests and the benchmark: temp directories, fixtures, running programs.
     .target(name: "AppboxTestSupport", dependencies: ["AppboxCore"]),
+    // The benchmark: a seeded home generator and the side-by-side runner (`make bench`).
+    .executableTarget(
+      name: "appbox-bench", dependencies: ["AppboxTestSupport"], path: "Benchmarks/Sources/appbox-bench"),
 
     .testTarget(name: "AppboxCoreTests", dependencies: ["AppboxCore", "AppboxTestSupport"]),
     .testTarget(name: "AppboxStoreTests", dependencies: ["AppboxStore", "AppboxTestSupport"]),

@@ -178,6 +178,13 @@ public struct FileDescriptor: Hashable, Sendable {
     }
   }
 
+  /// A new pipe, both ends close-on-exec. Uses `pipe2(2)`.
+  public static func pipe() throws -> (read: FileDescriptor, write: FileDescriptor) {
+    var fds: [Int32] = [0, 0]
+    guard appbox_pipe_cloexec(&fds) == 0 else { throw SystemError("create pipe") }
+    return (FileDescriptor(rawValue: fds[0]), FileDescriptor(rawValue: fds[1]))
+  }
+
   /// Duplicates the descriptor (close-on-exec). Uses `fcntl(F_DUPFD_CLOEXEC)`.
   public func duplicate() throws -> FileDescriptor {
     let fd = Glibc.fcntl(rawValue, F_DUPFD_CLOEXEC, 0)

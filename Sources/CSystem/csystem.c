@@ -44,6 +44,8 @@ int appbox_landlock_abi(void) {
 
 int appbox_syncfs(int fd) { return syncfs(fd); }
 
+int appbox_pipe_cloexec(int fds[2]) { return pipe2(fds, O_CLOEXEC); }
+
 int appbox_start_writeback(int fd, int64_t offset, int64_t count) {
   return sync_file_range(fd, (off_t)offset, (off_t)count, SYNC_FILE_RANGE_WRITE);
 }

@@ -43,6 +43,10 @@ long appbox_getdents64(int fd, void *buffer, size_t size);
 uint32_t appbox_crc32c(uint32_t crc, const void *data, size_t length);
 uint32_t appbox_crc32c_software(uint32_t crc, const void *data, size_t length);
 
+/* pipe2(2) with O_CLOEXEC: both ends close-on-exec from the start, so a child spawned by
+ * another thread meanwhile cannot inherit them. */
+int appbox_pipe_cloexec(int fds[2]);
+
 /* The Landlock ABI version the running kernel supports, or 0 when it has none. */
 int appbox_landlock_abi(void);
 
