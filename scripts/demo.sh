@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The main job end to end on a throwaway device root: `make demo` runs this with the
-# release build. Each step prints the command, then its output.
+# release build. Each step prints the command, then its output. The tour: a device,
+# install, inspect, confined run, preferences and file sharing, the keychain, backup,
+# change, incremental backup, restore, update (with the keychain item surviving), revert,
+# and the refusals.
 set -euo pipefail
 
 BIN_DIR=${1:?usage: demo.sh BIN_DIR}
@@ -8,7 +11,8 @@ APPBOX="$BIN_DIR/appbox"
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 FIXTURES="$HERE/Fixtures/bundles"
 export APPBOX_ROOT=$(mktemp -d /tmp/appbox-demo.XXXXXX)
-trap 'rm -rf "$APPBOX_ROOT"' EXIT
+DEMO_FILES=$(mktemp -d /tmp/appbox-demo-files.XXXXXX)
+trap 'rm -rf "$APPBOX_ROOT" "$DEMO_FILES"' EXIT
 
 bold=$(tput bold 2>/dev/null || true)
 dim=$(tput dim 2>/dev/null || true)
@@ -17,9 +21,9 @@ reset=$(tput sgr0 2>/dev/null || true)
 # Prints a heading for a part of the tour.
 section() { printf '\n%s== %s ==%s\n' "$bold" "$*" "$reset"; }
 
-# Prints an appbox command line, single-quoting arguments a shell would split.
+# Prints a command line, single-quoting arguments a shell would split.
 show() {
-  local line="$ appbox" arg
+  local line="$" arg
   for arg in "$@"; do
     case $arg in
       *[[:space:]\;\>\<\|\&\$\'\"]*) line+=" '${arg//\'/\'\\\'\'}'" ;;
@@ -31,13 +35,19 @@ show() {
 
 # Prints and runs one appbox command; a failing command fails the demo.
 step() {
-  show "$@"
+  show appbox "$@"
+  "$APPBOX" "$@"
+}
+
+# Prints and runs an appbox command whose stdout (a snapshot id) the demo keeps.
+capture() {
+  show appbox "$@" >&2
   "$APPBOX" "$@"
 }
 
 # Prints and runs a command that is expected to fail; shows its exit status.
 refused() {
-  show "$@"
+  show appbox "$@"
   set +e
   "$APPBOX" "$@" 2>&1
   local status=$?
@@ -49,12 +59,13 @@ refused() {
 section "A fresh device (root: $APPBOX_ROOT)"
 step device init --name "Demo iPhone"
 
-section "Install two apps of the same team"
+section "Install: validate, seal, and give each app a private home"
 step install "$FIXTURES/Notes-1.0/Notes.app"
 step install "$FIXTURES/Journal-1.0/Journal.app"
+step install "$FIXTURES/Other-1.0/Other.app"
 step list
 
-section "Inspect a home"
+section "Inspect a home: locations, files, bytes and backup policy"
 NOTES_HOME=$("$APPBOX" path com.example.notes)
 printf 'hello from the demo\n' > "$NOTES_HOME/Documents/hello.txt"
 head -c 200000 /dev/urandom > "$NOTES_HOME/Library/Caches/thumbnails.bin"
@@ -63,16 +74,15 @@ step path com.example.notes documents
 
 section "Run inside the sandbox (Landlock): the home is writable, the rest of the device is not"
 step run com.example.notes -- /bin/sh -c 'echo "written by the app" > Documents/hi.txt; cat Documents/hi.txt; ls "$HOME"'
-refused run com.example.notes -- /bin/sh -c 'echo hi > Documents/hi.txt; cat ../../registry.db'
+refused run com.example.notes -- /bin/sh -c 'cat ../../registry.db'
 refused run com.example.notes -- /bin/sh -c 'echo evil >> Notes.app/Notes'
+refused run com.example.notes -- /bin/sh -c "ls $APPBOX_ROOT/ApplicationRoot/$("$APPBOX" path com.example.journal | xargs basename)/Documents"
 step launch com.example.notes
 
 section "Preferences, file sharing and backup exclusion"
-step defaults com.example.notes write username alice
+step defaults com.example.notes write username ada
 step defaults com.example.notes write launchCount 3 --type int
 step defaults com.example.notes read
-DEMO_FILES=$(mktemp -d /tmp/appbox-demo-files.XXXXXX)
-trap 'rm -rf "$APPBOX_ROOT" "$DEMO_FILES"' EXIT
 printf 'a shared document\n' > "$DEMO_FILES/shared.txt"
 head -c 3000000 /dev/urandom > "$DEMO_FILES/big.bin"
 step files com.example.notes push "$DEMO_FILES/shared.txt"
@@ -85,26 +95,22 @@ refused files com.example.journal ls
 step exclude com.example.notes Documents/big.bin
 step inspect com.example.notes
 
-section "Update Notes 1.0 -> 2.0: a new home, the data moved with rename(2)"
-mkdir -p "$NOTES_HOME/Library/Application Support"
-printf '{"database": "%s/Documents/notes.db"}\n' "$NOTES_HOME" > "$NOTES_HOME/Library/Application Support/config.json"
-step update com.example.notes "$FIXTURES/Notes-2.0/Notes.app"
-NOTES_HOME=$("$APPBOX" path com.example.notes)
-step list
-cat "$NOTES_HOME/Documents/hello.txt"
+section "Keychain: encrypted outside the sandbox, shared within a team, refused across teams"
+show printf %s "correct horse battery staple" \| appbox keychain com.example.notes add --service sync \
+  --account ada --group ABCDE12345.shared --label "Sync token" --data-file -
+printf %s "correct horse battery staple" | "$APPBOX" keychain com.example.notes add --service sync \
+  --account ada --group ABCDE12345.shared --label "Sync token" --data-file -
+step keychain com.example.journal get --service sync --account ada
+printf '\n'
+step keychain com.example.journal list
+refused keychain org.other.app get --service sync --account ada --group ABCDE12345.shared
+if grep -rqF "correct horse battery staple" "$APPBOX_ROOT"; then
+  echo "the secret is in plain text under the root" >&2
+  exit 1
+fi
+printf '%s(the secret appears nowhere under %s in plain text)%s\n' "$dim" "$APPBOX_ROOT" "$reset"
 
-section "Refusals are one clear line with the spec's exit status"
-refused install "$FIXTURES/Notes-2.0/Notes.app"
-refused update com.example.notes "$FIXTURES/Notes-1.0/Notes.app"
-refused inspect com.example.missing
-
-# Prints and runs an appbox command whose stdout (a snapshot id) the demo keeps.
-capture() {
-  printf '%s$ appbox %s%s\n' "$dim" "$*" "$reset" >&2
-  "$APPBOX" "$@"
-}
-
-section "Back up an app's data"
+section "Back up: the first snapshot stores the data and the bundle"
 mkdir -p "$NOTES_HOME/Documents/Drafts"
 printf 'Dear Ada,\nthe first draft.\n' > "$NOTES_HOME/Documents/Drafts/letter.txt"
 printf 'milk\neggs\n' > "$NOTES_HOME/Documents/list.txt"
@@ -112,7 +118,7 @@ printf 'scratch\n' > "$NOTES_HOME/tmp/scratch.txt"
 FIRST=$(capture backup com.example.notes)
 echo "$FIRST"
 
-section "Change and delete files, then back up again (only what changed is stored)"
+section "Change and delete files, then back up again: only what changed is stored"
 printf 'Dear Ada,\nthe second draft.\n' > "$NOTES_HOME/Documents/Drafts/letter.txt"
 rm "$NOTES_HOME/Documents/list.txt"
 printf 'a new idea\n' > "$NOTES_HOME/Documents/idea.txt"
@@ -121,27 +127,33 @@ echo "$SECOND"
 step snapshots com.example.notes
 step diff "$FIRST" "$SECOND"
 
-section "Restore the first snapshot (Caches and tmp end up empty)"
+section "Restore the first snapshot: Documents and Library as they were, Caches and tmp empty"
 step restore com.example.notes --snapshot "$FIRST"
-printf '%s$ ls -R Documents; cat Documents/Drafts/letter.txt%s\n' "$dim" "$reset"
-(cd "$NOTES_HOME" && ls -R Documents && cat Documents/Drafts/letter.txt)
+printf '%s$ ls -R Documents && cat Documents/Drafts/letter.txt && ls Library/Caches tmp%s\n' "$dim" "$reset"
+(cd "$NOTES_HOME" && ls -R Documents && cat Documents/Drafts/letter.txt && ls Library/Caches tmp)
 step check --read-data
 
-section "Keychain: encrypted, shared within a team, refused across teams"
-step install "$FIXTURES/Other-1.0/Other.app"
-printf '%s$ printf %%s "correct horse battery staple" | appbox keychain com.example.notes add --service sync --account alice --group ABCDE12345.shared --label "Sync token" --data-file -%s\n' "$dim" "$reset"
-printf %s "correct horse battery staple" | "$APPBOX" keychain com.example.notes add --service sync \
-  --account alice --group ABCDE12345.shared --label "Sync token" --data-file -
-step keychain com.example.notes get --service sync --account alice
+section "Update Notes 1.0 -> 2.0: a pre-update snapshot, a new home, the data moved with rename(2)"
+mkdir -p "$NOTES_HOME/Library/Application Support"
+printf '{"database": "%s/Documents/notes.db"}\n' "$NOTES_HOME" > "$NOTES_HOME/Library/Application Support/config.json"
+step update com.example.notes "$FIXTURES/Notes-2.0/Notes.app"
+NOTES_HOME=$("$APPBOX" path com.example.notes)
+step list
+show cat Documents/Drafts/letter.txt
+cat "$NOTES_HOME/Documents/Drafts/letter.txt"
+printf '%s(the keychain item survives the update:)%s\n' "$dim" "$reset"
+step keychain com.example.notes get --service sync --account ada
 printf '\n'
-step keychain com.example.journal list
-step keychain com.example.journal get --service sync --account alice
-printf '\n'
-refused keychain org.other.app get --service sync --account alice --group ABCDE12345.shared
-if grep -rqF "correct horse battery staple" "$APPBOX_ROOT"; then
-  echo "the secret is in plain text under the root" >&2
-  exit 1
-fi
-printf '%s(the secret appears nowhere under %s in plain text)%s\n' "$dim" "$APPBOX_ROOT" "$reset"
+
+section "Revert to 1.0 and its data (the 2.0 data is snapshotted first)"
+printf 'written by 2.0\n' > "$NOTES_HOME/Documents/from-2.0.txt"
+step revert com.example.notes
+step list
+
+section "Refusals are one clear line with the spec's exit status"
+refused install "$FIXTURES/Notes-2.0/Notes.app"
+refused update com.example.notes "$FIXTURES/Journal-1.0/Journal.app"
+refused revert com.example.notes
+refused inspect com.example.missing
 
 printf '\n%sDemo finished.%s\n' "$bold" "$reset"
