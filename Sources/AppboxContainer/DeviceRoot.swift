@@ -55,6 +55,13 @@ public struct DeviceRoot: Sendable {
   public func createLayout() throws {
     try makeDirectory(path, mode: 0o755)
     try makeDirectory(applicationRoot, mode: 0o755)
+    // Homes are unrelated trees, created and deleted wholesale (install, restore, update):
+    // spread them over the disk, so building one never crawls through inodes another just
+    // freed (ext4 skips recently deleted inodes one by one; a restore ran 6x slower).
+    if let fd = try? FileDescriptor.open(applicationRoot, O_RDONLY | O_DIRECTORY | O_NOFOLLOW) {
+      fd.markAsTopDirectory()
+      fd.close()
+    }
     try makeDirectory(keychains, mode: 0o700)
     try makeDirectory(backups, mode: 0o700)
     try makeDirectory(stateDirectory, mode: 0o700)

@@ -73,3 +73,11 @@ extension FileDescriptor {
     guard appbox_syncfs(rawValue) == 0 else { throw SystemError("sync file system") }
   }
 }
+
+extension FileDescriptor {
+  /// Marks this directory as holding unrelated hierarchies (`chattr +T`), so ext4 spreads
+  /// its subdirectories across block groups. Best effort: false where the file system has
+  /// no such flag. Uses `ioctl(FS_IOC_SETFLAGS)`.
+  @discardableResult
+  public func markAsTopDirectory() -> Bool { appbox_mark_top_directory(rawValue) == 0 }
+}

@@ -3,11 +3,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/fs.h>
 #include <linux/landlock.h>
 #include <linux/openat2.h>
 #include <stdio.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -174,4 +176,12 @@ uint32_t appbox_crc32c_software(uint32_t crc, const void *data, size_t length) {
     crc32c_init();
   }
   return ~crc32c_software(~crc, data, length);
+}
+
+int appbox_mark_top_directory(int fd) {
+  int flags = 0;
+  if (ioctl(fd, FS_IOC_GETFLAGS, &flags) != 0) return -1;
+  if (flags & FS_TOPDIR_FL) return 0;
+  flags |= FS_TOPDIR_FL;
+  return ioctl(fd, FS_IOC_SETFLAGS, &flags);
 }

@@ -192,3 +192,17 @@ struct InstallEndToEndTests {
     #expect(try device.run("inspect", id).status == 66)
   }
 }
+
+struct DeviceLayoutTests {
+  /// ApplicationRoot carries ext4's "top of unrelated hierarchies" flag, so homes spread
+  /// over block groups. Only checkable where the file system has inode flags (lsattr works).
+  @Test func applicationRootIsMarkedAsATopDirectory() throws {
+    let device = Device()
+    #expect(try device.run("device", "init").status == 0)
+    let attributes = try runProcess("/usr/bin/lsattr", ["-d", device.root + "/ApplicationRoot"])
+    if attributes.status == 0 {
+      let flags = attributes.out.split(separator: " ").first.map(String.init) ?? ""
+      #expect(flags.contains("T"), "lsattr: \(attributes.out)")
+    }
+  }
+}

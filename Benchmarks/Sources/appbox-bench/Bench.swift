@@ -45,7 +45,11 @@ struct Bench {
 
   mutating func runAll() throws -> String {
     let shape = size.shape
-    try shell.run("rm -rf \(work) && mkdir -p \(work)")
+    // appbox marks its ApplicationRoot "top of unrelated hierarchies" (chattr +T) so new
+    // homes do not crawl through freshly deleted inodes; the peers' targets get the same
+    // flag, or the benchmark's own churn would slow only them.
+    try shell.run(
+      "rm -rf \(work) && mkdir -p \(work)/restore \(work)/copies && (chattr +T \(work) \(work)/restore \(work)/copies 2>/dev/null || true)")
     progress("generating a \(shape.files)-file, \(shape.bytes / 1_000_000) MB home in \(work)")
     try generateBundle(at: work + "/Bench.app", seed: 7)
     try shell.run("\(ab) install \(work)/Bench.app")
@@ -108,15 +112,15 @@ struct Bench {
     try shell.run("rm -rf \(work)/full-appbox && \(ab) --quiet backup \(app) --repo \(work)/full-appbox")
     for run in 0..<runs {
       try shell.run("rm -rf \(work)/full && mkdir -p \(work)/full && restic -q -r \(work)/full/restic init")
-      rows["appbox", default: []].append(
-        try shell.time("\(ab) --quiet backup \(app) --full --repo \(work)/full-appbox", memory: true))
-      rows["GNU tar level 0", default: []].append(
-        try shell.time(
-          "tar -C \(home) \(tarExcludes) --listed-incremental=\(work)/full/snar -cf \(work)/full/l0.tar ."))
-      rows["bsdtar (pax)", default: []].append(
-        try shell.time("bsdtar --format pax -cf \(work)/full/bsd.tar -C \(home) \(bsdtarExcludes) ."))
-      rows["restic", default: []].append(
-        try shell.time("restic -q -r \(work)/full/restic backup \(resticExcludes(home)) \(home)"))
+      let steps: [(String, String, Bool)] = [
+        ("appbox", "\(ab) --quiet backup \(app) --full --repo \(work)/full-appbox", true),
+        ("GNU tar level 0", "tar -C \(home) \(tarExcludes) --listed-incremental=\(work)/full/snar -cf \(work)/full/l0.tar .", false),
+        ("bsdtar (pax)", "bsdtar --format pax -cf \(work)/full/bsd.tar -C \(home) \(bsdtarExcludes) .", false),
+        ("restic", "restic -q -r \(work)/full/restic backup \(resticExcludes(home)) \(home)", false),
+      ]
+      for (tool, command, memory) in rotated(steps, run: run) {
+        rows[tool, default: []].append(try shell.time(command, memory: memory))
+      }
       progress("full backup run \(run + 1)/\(runs)")
     }
     scenario.rows = ["appbox", "GNU tar level 0", "bsdtar (pax)", "restic"].map { ($0, rows[$0] ?? []) }
@@ -138,27 +142,29 @@ struct Bench {
     let prune = "-path ./Bench.app -prune -o -path ./Library/Caches -prune -o -path ./tmp -prune -o"
     for run in 0..<runs {
       _ = try mutate(home: home, percent: 1, seed: UInt64(100 + run))
-      inc["appbox", default: []].append(
-        try shell.time("\(ab) --quiet backup \(app) --repo \(base)/appbox", memory: true))
+      // GNU tar level 1 against a copy of the chain's snapshot file, which then moves on.
       try shell.run("cp \(base)/snar \(base)/snar.\(run)")
-      inc["GNU tar level 1", default: []].append(
-        try shell.time(
-          "tar -C \(home) \(tarExcludes) --listed-incremental=\(base)/snar.\(run) -cf \(base)/l1-\(run).tar ."
-        ))
-      inc["restic", default: []].append(
-        try shell.time("restic -q -r \(base)/restic backup \(resticExcludes(home)) \(home)"))
-      try shell.run("mv \(base)/snar.\(run) \(base)/snar")
+      let changed: [(String, String, Bool)] = [
+        ("appbox", "\(ab) --quiet backup \(app) --repo \(base)/appbox", true),
+        ("GNU tar level 1",
+         "tar -C \(home) \(tarExcludes) --listed-incremental=\(base)/snar.\(run) -cf \(base)/l1-\(run).tar .", false),
+        ("restic", "restic -q -r \(base)/restic backup \(resticExcludes(home)) \(home)", false),
+      ]
+      for (tool, command, memory) in rotated(changed, run: run) {
+        inc[tool, default: []].append(try shell.time(command, memory: memory))
+      }
+      try shell.run("mv \(base)/snar.\(run) \(base)/snar && cp \(base)/snar \(base)/snar.nc")
       // Nothing changed since: the no-change backups.
-      same["appbox", default: []].append(
-        try shell.time("\(ab) --quiet backup \(app) --repo \(base)/appbox", memory: true))
-      try shell.run("cp \(base)/snar \(base)/snar.nc")
-      same["GNU tar level 1", default: []].append(
-        try shell.time(
-          "tar -C \(home) \(tarExcludes) --listed-incremental=\(base)/snar.nc -cf \(base)/nc.tar ."))
-      same["restic", default: []].append(
-        try shell.time("restic -q -r \(base)/restic backup \(resticExcludes(home)) \(home)"))
-      same["stat walk (find -printf)", default: []].append(
-        try shell.time("cd \(home) && find . \(prune) -printf '%s %T@ %C@ %i %m %p\\n' >/dev/null"))
+      let unchanged: [(String, String, Bool)] = [
+        ("appbox", "\(ab) --quiet backup \(app) --repo \(base)/appbox", true),
+        ("GNU tar level 1",
+         "tar -C \(home) \(tarExcludes) --listed-incremental=\(base)/snar.nc -cf \(base)/nc.tar .", false),
+        ("restic", "restic -q -r \(base)/restic backup \(resticExcludes(home)) \(home)", false),
+        ("stat walk (find -printf)", "cd \(home) && find . \(prune) -printf '%s %T@ %C@ %i %m %p\\n' >/dev/null", false),
+      ]
+      for (tool, command, memory) in rotated(unchanged, run: run) {
+        same[tool, default: []].append(try shell.time(command, memory: memory))
+      }
       progress("incremental and no-change run \(run + 1)/\(runs)")
     }
     incremental.rows = ["appbox", "GNU tar level 1", "restic"].map { ($0, inc[$0] ?? []) }
@@ -172,18 +178,26 @@ struct Bench {
 
   func restore(_ home: String) throws -> Scenario {
     let base = work + "/chain"
-    var scenario = Scenario(name: "restore of the latest snapshot", reference: "tar -x (level 0)")
+    var scenario = Scenario(name: "restore of the latest snapshot into an empty home", reference: "tar -x (level 0)")
     var rows: [String: [Sample]] = [:]
     for run in 0..<runs {
-      try shell.run("rm -rf \(work)/restore && mkdir -p \(work)/restore/tar \(work)/restore/restic")
-      rows["appbox", default: []].append(
-        try shell.time("\(ab) --quiet restore \(app) --snapshot latest --repo \(base)/appbox", memory: true))
-      rows["tar -x (level 0)", default: []].append(
-        try shell.time("tar -xf \(base)/l0.tar -C \(work)/restore/tar"))
-      rows["restic restore", default: []].append(
-        try shell.time("restic -q -r \(base)/restic restore latest --target \(work)/restore/restic"))
+      // Into empty targets: appbox into the app's home with its data removed, the peers into
+      // new directories (removed after the scenario, so no deletion lands between runs).
+      let target = "\(work)/restore/\(run)"
+      try shell.run("mkdir -p \(target)/tar \(target)/restic")
+      let steps: [(String, String, String?)] = [
+        ("appbox", "\(ab) --quiet restore \(app) --snapshot latest --repo \(base)/appbox",
+         "home=$(\(ab) path \(app)) && rm -rf \"$home\"/Documents/* \"$home\"/Library/*"),
+        ("tar -x (level 0)", "tar -xf \(base)/l0.tar -C \(target)/tar", nil),
+        ("restic restore", "restic -q -r \(base)/restic restore latest --target \(target)/restic", nil),
+      ]
+      for (tool, command, prepare) in rotated(steps, run: run) {
+        if let prepare { try shell.run(prepare) }
+        rows[tool, default: []].append(try shell.time(command, memory: tool == "appbox"))
+      }
       progress("restore run \(run + 1)/\(runs)")
     }
+    try shell.run("rm -rf \(work)/restore/*")
     scenario.rows = ["appbox", "tar -x (level 0)", "restic restore"].map { ($0, rows[$0] ?? []) }
     scenario.targets = [("appbox", "tar -x (level 0)", 1.2)]
     return scenario
@@ -200,11 +214,10 @@ struct Bench {
       try shell.run(
         "rm -rf \(work)/v\(version) && mkdir -p \(work)/v\(version) && cp -a \(work)/Bench.app \(bundle) && rm -rf \(bundle)/_CodeSignature && sed -i 's|<string>1</string>|<string>\(version)</string>|' \(bundle)/Info.plist"
       )
-      try shell.run("rm -rf \(work)/copy && mkdir -p \(work)/copy")
+      try shell.run("rm -rf \(work)/copies/* && mkdir -p \(work)/copies/copy")
       rows["cp -a Documents Library", default: []].append(
-        try shell.time("cp -a \(home)/Documents \(home)/Library \(work)/copy/"))
-      try shell.run("mkdir -p \(work)/mv && rm -rf \(work)/mv/*")
-      rows["mv of a directory", default: []].append(try shell.time("mv \(work)/copy \(work)/mv/moved"))
+        try shell.time("cp -a \(home)/Documents \(home)/Library \(work)/copies/copy/"))
+      rows["mv of a directory", default: []].append(try shell.time("mv \(work)/copies/copy \(work)/copies/moved"))
       let start = DispatchTime.now().uptimeNanoseconds
       let output = try shell.run("\(ab) --json update \(app) \(bundle)")
       let total = Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9
@@ -224,6 +237,7 @@ struct Bench {
     ]
     .compactMap { tool in rows[tool].map { (tool, $0) } }
     scenario.targets = [("appbox update (whole)", "cp -a Documents Library", 0.25)]
+    scenario.absoluteTargets = [("appbox migration step", 0.05)]
     return scenario
   }
 }

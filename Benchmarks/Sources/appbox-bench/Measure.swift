@@ -27,8 +27,11 @@ struct Shell {
   }
 
   /// Times `command`; with `memory`, runs it under GNU time to read its peak RSS.
+  /// Every timed command starts from a clean page cache state: dirty data a previous
+  /// command left is flushed first (untimed), so nobody pays for another's writeback.
   func time(_ command: String, memory: Bool = false) throws -> Sample {
     let wrapped = memory ? "/usr/bin/time -f '%M' -o \(Shell.rssFile) \(command)" : command
+    sync()
     let start = DispatchTime.now().uptimeNanoseconds
     try run(wrapped)
     let seconds = Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9
@@ -57,6 +60,8 @@ struct Scenario {
   var rows: [(tool: String, samples: [Sample])] = []
   /// Targets to report: (numerator tool, denominator tool, bound, label).
   var targets: [(String, String, Double)] = []
+  /// Targets on a tool's own median, in seconds.
+  var absoluteTargets: [(String, Double)] = []
 
   func medianSeconds(_ tool: String) -> Double? {
     rows.first { $0.tool == tool }.map { median($0.samples.map(\.seconds)) }
@@ -101,4 +106,13 @@ func report(_ scenarios: [Scenario], title: String, notes: [String]) -> String {
     }
   }
   return lines.joined(separator: "\n") + "\n"
+}
+
+/// Runs `steps` once each, starting at a different one every run so that no tool always
+/// follows the same other (file-system state left by one, such as freshly deleted inodes,
+/// would otherwise bias the next).
+func rotated<T>(_ steps: [T], run: Int) -> [T] {
+  guard !steps.isEmpty else { return steps }
+  let start = run % steps.count
+  return Array(steps[start...] + steps[..<start])
 }

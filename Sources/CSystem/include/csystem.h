@@ -47,6 +47,12 @@ uint32_t appbox_crc32c_software(uint32_t crc, const void *data, size_t length);
  * another thread meanwhile cannot inherit them. */
 int appbox_pipe_cloexec(int fds[2]);
 
+/* Marks a directory as the top of unrelated hierarchies (FS_TOPDIR_FL, `chattr +T`): ext4
+ * then spreads its subdirectories over block groups like top-level directories, so a new
+ * home is not built among the inodes an old one just freed. Returns 0, or -1 with errno
+ * (EOPNOTSUPP/ENOTTY on file systems without the flag). */
+int appbox_mark_top_directory(int fd);
+
 /* The Landlock ABI version the running kernel supports, or 0 when it has none. */
 int appbox_landlock_abi(void);
 
