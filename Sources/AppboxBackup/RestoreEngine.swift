@@ -69,6 +69,7 @@ extension Repository {
     }
     guard let app else { preconditionFailure("the app is installed by now") }
     CrashPoint.hit("restore.staged")
+    observer.engine(.stage("swap"))
     try HomeSwap.swap(staging, into: app, carrying: .bundle, session: session)
     CrashPoint.hit("restore.swapped")
 

@@ -3,8 +3,8 @@
 // Algorithm:
 // 1. Plan from the trees (RestorePlan) and look up where each needed content lives.
 // 2. Check that every archive needed (those holding content, and the snapshot's own) exists
-//    with its recorded size; then start a thread that re-reads each one whole and compares
-//    its CRC-32C with the catalog's.
+//    with its recorded size; then start a thread that compares the CRC-32C of those that hold
+//    no needed content (the content archives are checked file by file in step 3).
 // 3. Create the directories, then read each archive once, in offset order (seeking straight
 //    to the first member needed when it is uncompressed), and write every member's data to
 //    all the files that have those bytes. Each chunk is handed to a hashing thread that
@@ -84,20 +84,27 @@ extension Repository {
     needed.insert(snapshot.archive)
     let records = try checkPresence(of: needed.sorted())
     let archivesPath = self.archivesPath
+    // Archives that hold content are verified by the per-file SHA-256 of everything taken
+    // from them (a second whole-file pass would only re-read them); the others (the
+    // snapshot's own, when it holds only the manifest and keychain items) get their CRC-32C.
+    let unread = records.filter { locations[$0.name] == nil }
     let verifier = WorkerThread(name: "appbox-verify-archives") {
-      for record in records { try Repository.verifyChecksum(record, path: archivesPath + "/" + record.name) }
+      for record in unread { try Repository.verifyChecksum(record, path: archivesPath + "/" + record.name) }
     }
     var report = MaterializeReport(files: 0, bytes: 0, warnings: plan.warnings)
     do {
       let writer = TreeWriter(target: directory)
       defer { writer.closeAll() }
       for item in plan.directories { try writer.makeDirectory(item.path) }
+      observer.engine(.stage("extract"))
       let extractor = ContentExtractor(plan: plan, writer: writer, observer: observer)
       for record in records where locations[record.name] != nil {
         try extractor.extract(
           from: record, path: archivePath(record.name), locations: locations[record.name]!)
       }
+      observer.engine(.stage("verify"))
       try extractor.finish()
+      observer.engine(.stage("links and times"))
       for (index, item) in plan.files.enumerated() where !extractor.written[index] {
         guard plan.sizes[index] == 0 else {
           throw BackupError(.corruptCatalog, "No content was found for '\(display(item.path))'")

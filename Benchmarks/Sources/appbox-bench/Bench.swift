@@ -116,6 +116,9 @@ struct Bench {
         ("appbox", "\(ab) --quiet backup \(app) --full --repo \(work)/full-appbox", true),
         ("GNU tar level 0", "tar -C \(home) \(tarExcludes) --listed-incremental=\(work)/full/snar -cf \(work)/full/l0.tar .", false),
         ("bsdtar (pax)", "bsdtar --format pax -cf \(work)/full/bsd.tar -C \(home) \(bsdtarExcludes) .", false),
+        // appbox makes its archive durable (fsync) before committing; this row shows bsdtar
+        // with the same guarantee.
+        ("bsdtar + fsync", "bsdtar --format pax -cf \(work)/full/bsd2.tar -C \(home) \(bsdtarExcludes) . && sync \(work)/full/bsd2.tar", false),
         ("restic", "restic -q -r \(work)/full/restic backup \(resticExcludes(home)) \(home)", false),
       ]
       for (tool, command, memory) in rotated(steps, run: run) {
@@ -123,7 +126,7 @@ struct Bench {
       }
       progress("full backup run \(run + 1)/\(runs)")
     }
-    scenario.rows = ["appbox", "GNU tar level 0", "bsdtar (pax)", "restic"].map { ($0, rows[$0] ?? []) }
+    scenario.rows = ["appbox", "GNU tar level 0", "bsdtar (pax)", "bsdtar + fsync", "restic"].map { ($0, rows[$0] ?? []) }
     scenario.targets = [("appbox", "bsdtar (pax)", 1.1)]
     return scenario
   }
@@ -189,6 +192,9 @@ struct Bench {
         ("appbox", "\(ab) --quiet restore \(app) --snapshot latest --repo \(base)/appbox",
          "home=$(\(ab) path \(app)) && rm -rf \"$home\"/Documents/* \"$home\"/Library/*"),
         ("tar -x (level 0)", "tar -xf \(base)/l0.tar -C \(target)/tar", nil),
+        // appbox verifies every byte's SHA-256 and makes the restored tree durable (syncfs)
+        // before swapping it in; this row shows tar with the same durability.
+        ("tar -x + syncfs", "mkdir -p \(target)/tar2 && tar -xf \(base)/l0.tar -C \(target)/tar2 && sync -f \(target)/tar2", nil),
         ("restic restore", "restic -q -r \(base)/restic restore latest --target \(target)/restic", nil),
       ]
       for (tool, command, prepare) in rotated(steps, run: run) {
@@ -198,7 +204,7 @@ struct Bench {
       progress("restore run \(run + 1)/\(runs)")
     }
     try shell.run("rm -rf \(work)/restore/*")
-    scenario.rows = ["appbox", "tar -x (level 0)", "restic restore"].map { ($0, rows[$0] ?? []) }
+    scenario.rows = ["appbox", "tar -x (level 0)", "tar -x + syncfs", "restic restore"].map { ($0, rows[$0] ?? []) }
     scenario.targets = [("appbox", "tar -x (level 0)", 1.2)]
     return scenario
   }
