@@ -206,3 +206,20 @@ struct DeviceLayoutTests {
     }
   }
 }
+
+struct RootLockTests {
+  /// Mutating commands take the root's lock: a second one waits briefly, then exits 75
+  /// with one line; reads do not wait.
+  @Test func aSecondMutatingCommandIsBusy() throws {
+    let device = Device()
+    #expect(try device.run("device", "init").status == 0)
+    let holder = try FileLock.acquire(device.root + "/.appbox/lock", what: "test")
+    let busy = try device.run(
+      "install", fixturePath("bundles/Notes-1.0/Notes.app"), environment: ["APPBOX_LOCK_TIMEOUT": "0.3"])
+    #expect(busy.status == 75)
+    #expect(busy.err.contains("busy") && busy.err.split(separator: "\n").count == 1)
+    #expect(device.applicationRootEntries().isEmpty)
+    #expect(try device.run("list").status == 0)
+    withExtendedLifetime(holder) {}
+  }
+}

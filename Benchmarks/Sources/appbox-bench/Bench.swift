@@ -75,6 +75,8 @@ struct Bench {
     scenarios += [incremental, noChange]
     scenarios.append(try restore(home))
     scenarios.append(try update(&home))
+    progress("removing \(work)")
+    try shell.run("rm -rf \(work)")
     return report(scenarios, title: "appbox benchmark (\(size.rawValue))", notes: notes)
   }
 
@@ -184,13 +186,14 @@ struct Bench {
     var scenario = Scenario(name: "restore of the latest snapshot into an empty home", reference: "tar -x (level 0)")
     var rows: [String: [Sample]] = [:]
     for run in 0..<runs {
-      // Into empty targets: appbox into the app's home with its data removed, the peers into
-      // new directories (removed after the scenario, so no deletion lands between runs).
+      // Into empty targets, with nothing deleted while the scenario runs (ext4 allocates
+      // inodes slowly among freshly freed ones, which would bias whoever comes next): appbox
+      // into a new device root where the app was just installed (its home is empty), the
+      // peers into new directories. Everything is removed at the end of the benchmark.
       let target = "\(work)/restore/\(run)"
-      try shell.run("mkdir -p \(target)/tar \(target)/restic")
+      try shell.run("mkdir -p \(target)/tar \(target)/restic && \(appbox) --quiet --root \(target)/device install \(work)/Bench.app")
       let steps: [(String, String, String?)] = [
-        ("appbox", "\(ab) --quiet restore \(app) --snapshot latest --repo \(base)/appbox",
-         "home=$(\(ab) path \(app)) && rm -rf \"$home\"/Documents/* \"$home\"/Library/*"),
+        ("appbox", "\(appbox) --quiet --root \(target)/device restore \(app) --snapshot latest --repo \(base)/appbox", nil),
         ("tar -x (level 0)", "tar -xf \(base)/l0.tar -C \(target)/tar", nil),
         // appbox verifies every byte's SHA-256 and makes the restored tree durable (syncfs)
         // before swapping it in; this row shows tar with the same durability.
@@ -203,7 +206,6 @@ struct Bench {
       }
       progress("restore run \(run + 1)/\(runs)")
     }
-    try shell.run("rm -rf \(work)/restore/*")
     scenario.rows = ["appbox", "tar -x (level 0)", "tar -x + syncfs", "restic restore"].map { ($0, rows[$0] ?? []) }
     scenario.targets = [("appbox", "tar -x (level 0)", 1.2)]
     return scenario
@@ -220,10 +222,11 @@ struct Bench {
       try shell.run(
         "rm -rf \(work)/v\(version) && mkdir -p \(work)/v\(version) && cp -a \(work)/Bench.app \(bundle) && rm -rf \(bundle)/_CodeSignature && sed -i 's|<string>1</string>|<string>\(version)</string>|' \(bundle)/Info.plist"
       )
-      try shell.run("rm -rf \(work)/copies/* && mkdir -p \(work)/copies/copy")
+      try shell.run("mkdir -p \(work)/copies/\(run)/copy")
       rows["cp -a Documents Library", default: []].append(
-        try shell.time("cp -a \(home)/Documents \(home)/Library \(work)/copies/copy/"))
-      rows["mv of a directory", default: []].append(try shell.time("mv \(work)/copies/copy \(work)/copies/moved"))
+        try shell.time("cp -a \(home)/Documents \(home)/Library \(work)/copies/\(run)/copy/"))
+      rows["mv of a directory", default: []].append(
+        try shell.time("mv \(work)/copies/\(run)/copy \(work)/copies/\(run)/moved"))
       let start = DispatchTime.now().uptimeNanoseconds
       let output = try shell.run("\(ab) --json update \(app) \(bundle)")
       let total = Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9
