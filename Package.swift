@@ -25,7 +25,9 @@ let package = Package(
     // The confinement helper: plain C, so it runs without the Swift runtime.
     .executableTarget(
       name: "appbox-sandbox",
-      linkerSettings: [.unsafeFlags(["-static-stdlib", "-Xlinker", "--gc-sections", "-Xlinker", "--as-needed"])]),
+      linkerSettings: [
+        .unsafeFlags(["-static-stdlib", "-Xlinker", "--gc-sections", "-Xlinker", "--as-needed"])
+      ]),
 
     // Errno, descriptors, contained paths, xattrs, locks, property lists.
     .target(name: "AppboxCore", dependencies: ["CSystem"]),
@@ -70,6 +72,7 @@ let package = Package(
       dependencies: ["AppboxBackup", "AppboxArchive", "AppboxContainer", "AppboxCrypto", "AppboxTestSupport"]),
     .testTarget(name: "AppboxCLITests", dependencies: ["AppboxCLI", "AppboxTestSupport"]),
     .testTarget(
-      name: "EndToEndTests", dependencies: ["AppboxCore", "AppboxArchive", "AppboxBackup", "AppboxTestSupport"]),
+      name: "EndToEndTests",
+      dependencies: ["AppboxCore", "AppboxArchive", "AppboxBackup", "AppboxTestSupport"]),
   ]
 )

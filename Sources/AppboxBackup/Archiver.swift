@@ -187,7 +187,8 @@ final class Archiver {
           record(
             item,
             FileResult(
-              status: file.status, attributes: file.attributes, isExcluded: false, digest: digest, vanished: false))
+              status: file.status, attributes: file.attributes, isExcluded: false, digest: digest,
+              vanished: false))
         case .excluded(let item, let file):
           record(
             item,

@@ -109,7 +109,9 @@ private struct BackupRun {
     // when its seal changes, not on every backup (not on a --full one either, which re-reads
     // and stores all the data).
     var bundleEntry: TreeEntry?
-    if let holder = history.last(where: { $0.seal == app.seal && $0.bundleDirectoryName == app.bundleDirectoryName }),
+    if let holder = history.last(where: {
+      $0.seal == app.seal && $0.bundleDirectoryName == app.bundleDirectoryName
+    }),
       let entry = try catalog.tree(holder.rootTree).entry(named: bundleName), entry.type == .directory
     {
       bundleEntry = entry

@@ -41,8 +41,9 @@ extension Repository {
     let snapshot = try preUpdateSnapshot(of: app, in: session)
     let running = try session.ensureNotRunning(app)
     defer { withExtendedLifetime(running) {} }
-    let current = try backup(app, in: session, options: BackupOptions(tag: "pre-revert", keychain: keychain),
-                             observer: observer)
+    let current = try backup(
+      app, in: session, options: BackupOptions(tag: "pre-revert", keychain: keychain),
+      observer: observer)
 
     let temporary = session.root.stateDirectory + "/" + BundleRecovery.prefix + UUID().uuidString
     guard mkdir(temporary, 0o700) == 0 else { throw SystemError("create directory", path: temporary) }
@@ -53,7 +54,9 @@ extension Repository {
     do {
       guard staged.info.identifier == app.bundleIdentifier else {
         throw BackupError(
-          .corruptArchive, "Snapshot \(snapshot.id) holds a bundle of '\(staged.info.identifier)', not of '\(app.bundleIdentifier)'")
+          .corruptArchive,
+          "Snapshot \(snapshot.id) holds a bundle of '\(staged.info.identifier)', not of '\(app.bundleIdentifier)'"
+        )
       }
       let staging = try FileDescriptor.open(
         session.root.applicationRoot + "/" + staged.stagingName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
@@ -68,7 +71,9 @@ extension Repository {
       throw error
     }
     CrashPoint.hit("revert.staged")
-    let record = try session.replaceHome(of: app, with: staged, event: "revert", snapshot: current.snapshot.id) {
+    let record = try session.replaceHome(
+      of: app, with: staged, event: "revert", snapshot: current.snapshot.id
+    ) {
       staging, _ in
       let data = try staging.open(dataName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
       defer { data.close() }
@@ -83,7 +88,8 @@ extension Repository {
       try FileTree.remove(dataName, in: staging)
     }
     return RevertReport(
-      bundleIdentifier: app.bundleIdentifier, oldContainerID: app.containerID, newContainerID: record.containerID,
+      bundleIdentifier: app.bundleIdentifier, oldContainerID: app.containerID,
+      newContainerID: record.containerID,
       fromVersion: app.version, toVersion: record.version, home: session.root.home(record.containerID),
       restoredSnapshot: snapshot.id, preRevertSnapshot: current.snapshot.id, files: report.files,
       bytes: report.bytes)
@@ -93,7 +99,8 @@ extension Repository {
   private func preUpdateSnapshot(of app: AppRecord, in session: DeviceSession) throws -> Snapshot {
     let history = try session.registry.history(of: app.bundleIdentifier)
     guard let last = history.first(where: { $0.event == "update" || $0.event == "revert" }) else {
-      throw BackupError(.snapshotNotFound, "Nothing to revert: '\(app.bundleIdentifier)' has not been updated")
+      throw BackupError(
+        .snapshotNotFound, "Nothing to revert: '\(app.bundleIdentifier)' has not been updated")
     }
     guard last.event == "update" else {
       throw BackupError(
@@ -103,7 +110,8 @@ extension Repository {
     }
     guard let id = last.snapshot else {
       throw BackupError(
-        .snapshotNotFound, "Cannot revert '\(app.bundleIdentifier)': its last update took no pre-update snapshot")
+        .snapshotNotFound,
+        "Cannot revert '\(app.bundleIdentifier)': its last update took no pre-update snapshot")
     }
     return try snapshot(id, app: app.bundleIdentifier)
   }

@@ -11,7 +11,8 @@ public enum AppboxCLI {
   /// Every top-level command, in the order help lists them.
   public static let commands: [any ParsableCommand.Type] = [
     DeviceCommand.self, InstallCommand.self, ListCommand.self, InspectCommand.self, PathCommand.self,
-    UninstallCommand.self, UpdateCommand.self, RevertCommand.self, RunCommand.self, LaunchCommand.self, FilesCommand.self,
+    UninstallCommand.self, UpdateCommand.self, RevertCommand.self, RunCommand.self, LaunchCommand.self,
+    FilesCommand.self,
     DefaultsCommand.self, ExcludeCommand.self, BackupCommand.self, SnapshotsCommand.self, RestoreCommand.self,
     DiffCommand.self, CheckCommand.self, ForgetCommand.self, ExportCommand.self, ImportCommand.self,
     KeychainCommand.self,
@@ -34,7 +35,8 @@ extension CommandContext {
 
   /// Opens the device; mutating commands take its lock and finish interrupted work first.
   func openDevice(mutating: Bool) throws -> DeviceSession {
-    try DeviceSession.open(root: deviceRoot, mutating: mutating, recovery: recoverySteps, environment: environment)
+    try DeviceSession.open(
+      root: deviceRoot, mutating: mutating, recovery: recoverySteps, environment: environment)
   }
 
   var recoverySteps: [any RecoveryStep] { [UpdateRecovery(), HomeSwapRecovery(), ContainerRecovery()] }

@@ -39,7 +39,8 @@ struct TreeMeasure {
       defer { directory.close() }
       try? directory.forEachEntry(buffer: buffer) { name, length, _ in
         let bytes = UnsafeRawBufferPointer(start: name, count: length)
-        if relative.isEmpty && !skipping.isEmpty && skipping.contains(String(decoding: bytes, as: UTF8.self)) {
+        if relative.isEmpty && !skipping.isEmpty && skipping.contains(String(decoding: bytes, as: UTF8.self))
+        {
           return
         }
         guard let status = try? directory.status(ofCName: name) else { return }
@@ -58,12 +59,14 @@ struct TreeMeasure {
         default:
           result.files += 1
           result.bytes += status.size
-          if let search, status.type == .regular, status.size <= search.maxFileSize, searched < search.maxFiles,
+          if let search, status.type == .regular, status.size <= search.maxFileSize,
+            searched < search.maxFiles,
             searchAll || search.hasSearchedExtension(bytes)
           {
             searched += 1
             if search.fileContainsNeedle(name, in: directory, size: Int(status.size)) {
-              result.matches.append(relative.isEmpty ? String(cString: name) : relative + "/" + String(cString: name))
+              result.matches.append(
+                relative.isEmpty ? String(cString: name) : relative + "/" + String(cString: name))
             }
           }
         }

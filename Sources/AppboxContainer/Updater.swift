@@ -64,7 +64,8 @@ extension DeviceSession {
 
       let migrationStart = DispatchTime.now().uptimeNanoseconds
       journaled = true  // from here on, failures are left to recovery (it may have to roll forward)
-      let record = try replaceHome(of: app, with: staged, event: "update", snapshot: snapshotID) { staging, old in
+      let record = try replaceHome(of: app, with: staged, event: "update", snapshot: snapshotID) {
+        staging, old in
         for directory in ["Documents", "Library"] {
           try FileTree.remove(directory, in: staging)  // the empty ones staging made
           if try old.statusIfPresent(of: directory) != nil {

@@ -60,7 +60,8 @@ public func spawnProcess(
   posix_spawnattr_setsigdefault(&attributes, &all)
   posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
   let argv = ([executable] + arguments).map { strdup($0) } + [nil]
-  let env = (environment ?? ProcessInfo.processInfo.environment).map { strdup("\($0.key)=\($0.value)") } + [nil]
+  let env =
+    (environment ?? ProcessInfo.processInfo.environment).map { strdup("\($0.key)=\($0.value)") } + [nil]
   defer {
     for pointer in argv { free(pointer) }
     for pointer in env { free(pointer) }
@@ -96,7 +97,9 @@ public func runProcess(
       executable, arguments, environment: environment, stdin: inputPipe.read, stdout: outputPipe.write,
       stderr: errorPipe.write)
   } catch {
-    for fd in [inputPipe.read, inputPipe.write, outputPipe.read, outputPipe.write, errorPipe.read, errorPipe.write] {
+    for fd in [
+      inputPipe.read, inputPipe.write, outputPipe.read, outputPipe.write, errorPipe.read, errorPipe.write,
+    ] {
       close(fd)
     }
     throw error

@@ -18,7 +18,9 @@ struct KeychainBackupEndToEndTests {
     let snapshot = backup.out.trimmingCharacters(in: .whitespacesAndNewlines)
     #expect(filesContaining(Array("pa55word".utf8), under: device.root).isEmpty)
 
-    #expect(try device.run("keychain", "com.example.notes", "delete", "--service", "mail", "--account", "ada").status == 0)
+    #expect(
+      try device.run("keychain", "com.example.notes", "delete", "--service", "mail", "--account", "ada")
+        .status == 0)
     let restore = try device.run("--json", "restore", "com.example.notes", "--snapshot", snapshot)
     #expect(restore.status == 0, "\(restore.err)")
     let report = try #require(try JSONSerialization.jsonObject(with: Data(restore.stdout)) as? [String: Any])
@@ -32,11 +34,13 @@ struct KeychainBackupEndToEndTests {
       ["--json", "restore", "com.example.notes", "--snapshot", snapshot, "--repo", device.root + "/Backups"],
       root: other.root)
     #expect(elsewhere.status == 0, "\(elsewhere.err)")
-    let otherReport = try #require(try JSONSerialization.jsonObject(with: Data(elsewhere.stdout)) as? [String: Any])
+    let otherReport = try #require(
+      try JSONSerialization.jsonObject(with: Data(elsewhere.stdout)) as? [String: Any])
     #expect(otherReport["keychainRestored"] as? Bool == false)
     #expect((otherReport["keychainReason"] as? String)?.isEmpty == false)
     #expect(elsewhere.err.split(separator: "\n").filter { $0.hasPrefix("warning: keychain") }.count == 1)
-    let missing = try other.run("keychain", "com.example.notes", "get", "--service", "mail", "--account", "ada")
+    let missing = try other.run(
+      "keychain", "com.example.notes", "get", "--service", "mail", "--account", "ada")
     #expect(missing.status == 66)
     #expect(try other.run("inspect", "com.example.notes").status == 0)
   }

@@ -19,12 +19,14 @@ struct RevertEndToEndTests {
     let device = Device()
     let id = try device.install("Notes-1.0/Notes.app")
     try populateAwkwardData(home: device.root + "/ApplicationRoot/" + id)
-    try Data("old".utf8).write(to: URL(fileURLWithPath: device.root + "/ApplicationRoot/\(id)/Library/Caches/c2"))
+    try Data("old".utf8).write(
+      to: URL(fileURLWithPath: device.root + "/ApplicationRoot/\(id)/Library/Caches/c2"))
     let before = try dataManifest(device.root + "/ApplicationRoot/" + id)
     let add = try device.run(
       "keychain", "com.example.notes", "add", "--service", "sync", "--account", "ada", "--data", "s3cret")
     #expect(add.status == 0, "\(add.err)")
-    let update = try device.run("--json", "update", "com.example.notes", fixturePath("bundles/Notes-2.0/Notes.app"))
+    let update = try device.run(
+      "--json", "update", "com.example.notes", fixturePath("bundles/Notes-2.0/Notes.app"))
     #expect(update.status == 0, "\(update.err)")
     let report = try #require(try JSONSerialization.jsonObject(with: Data(update.stdout)) as? [String: Any])
     let preUpdate = try #require(report["preUpdateSnapshot"] as? String)
@@ -39,7 +41,8 @@ struct RevertEndToEndTests {
     let snapshots = try #require(try device.json("snapshots", "com.example.notes") as? [[String: Any]])
     #expect(snapshots.map { $0["snapshot"] as? String } == [preUpdate])
     #expect(try device.run("snapshots", "com.example.notes").out.contains("pre-update"))
-    let secret = try device.run("keychain", "com.example.notes", "get", "--service", "sync", "--account", "ada")
+    let secret = try device.run(
+      "keychain", "com.example.notes", "get", "--service", "sync", "--account", "ada")
     #expect(secret.status == 0 && secret.out == "s3cret")
   }
 
@@ -56,8 +59,9 @@ struct RevertEndToEndTests {
     #expect(revertedHome != updatedHome)
     #expect(!FileManager.default.fileExists(atPath: updatedHome))
     // Documents and Library as before the update; Caches starts empty as after any restore.
-    #expect(try dataManifest(revertedHome).filter { !$0.key.hasPrefix("Library/Caches/") }
-      == before.filter { !$0.key.hasPrefix("Library/Caches/") })
+    #expect(
+      try dataManifest(revertedHome).filter { !$0.key.hasPrefix("Library/Caches/") }
+        == before.filter { !$0.key.hasPrefix("Library/Caches/") })
     let list = try #require(try device.json("list") as? [[String: Any]])
     #expect(list.count == 1 && list[0]["version"] as? String == "1.0")
     let inspect = try #require(try device.json("inspect", "com.example.notes") as? [String: Any])
@@ -67,7 +71,8 @@ struct RevertEndToEndTests {
     #expect(diff.status == 0, "\(diff.err)")
     #expect(diff.out.contains("Documents/new-in-2.txt"))
     // The keychain is untouched.
-    let secret = try device.run("keychain", "com.example.notes", "get", "--service", "sync", "--account", "ada")
+    let secret = try device.run(
+      "keychain", "com.example.notes", "get", "--service", "sync", "--account", "ada")
     #expect(secret.out == "s3cret")
 
     // A second revert without a new update is refused, and changes nothing.
@@ -87,7 +92,9 @@ struct RevertEndToEndTests {
 
   /// Killed at each step, the next command leaves either the updated app with its data
   /// or the reverted app with the old data — never a mix, never two homes.
-  @Test(arguments: ["revert.staged", "update.journaled", "update.moved", "update.committed", "update.switched"])
+  @Test(arguments: [
+    "revert.staged", "update.journaled", "update.moved", "update.committed", "update.switched",
+  ])
   func killedRevertIsFinishedOrRolledBack(_ point: String) throws {
     let (device, before, _) = try updatedNotes()
     let updated = try dataManifest(try home(device))
@@ -99,7 +106,9 @@ struct RevertEndToEndTests {
     #expect(device.applicationRootEntries() == [id], "\(point): \(device.applicationRootEntries())")
     let data = try dataManifest(device.root + "/ApplicationRoot/" + id)
     if list.first?["version"] as? String == "1.0" {
-      #expect(data.filter { !$0.key.hasPrefix("Library/Caches/") } == before.filter { !$0.key.hasPrefix("Library/Caches/") })
+      #expect(
+        data.filter { !$0.key.hasPrefix("Library/Caches/") }
+          == before.filter { !$0.key.hasPrefix("Library/Caches/") })
     } else {
       #expect(data == updated, "\(point)")
     }

@@ -48,8 +48,11 @@ struct Bench {
     // appbox marks its ApplicationRoot "top of unrelated hierarchies" (chattr +T) so new
     // homes do not crawl through freshly deleted inodes; the peers' targets get the same
     // flag, or the benchmark's own churn would slow only them.
+    let fileSystem = try prepareWorkDirectory()
+    defer { releaseWorkDirectory(fileSystem) }
     try shell.run(
-      "rm -rf \(work) && mkdir -p \(work)/restore \(work)/copies && (chattr +T \(work) \(work)/restore \(work)/copies 2>/dev/null || true)")
+      "mkdir -p \(work)/restore \(work)/copies && (chattr +T \(work) \(work)/restore \(work)/copies 2>/dev/null || true)"
+    )
     progress("generating a \(shape.files)-file, \(shape.bytes / 1_000_000) MB home in \(work)")
     try generateBundle(at: work + "/Bench.app", seed: 7)
     try shell.run("\(ab) install \(work)/Bench.app")
@@ -75,9 +78,50 @@ struct Bench {
     scenarios += [incremental, noChange]
     scenarios.append(try restore(home))
     scenarios.append(try update(&home))
+    return report(scenarios, title: "appbox benchmark (\(size.rawValue))", notes: notes + [fileSystem.note])
+  }
+
+  /// Where the benchmark runs. Create-heavy tools (tar -x, cp -a) slow down several-fold on
+  /// an ext4 file system that has freed many inodes in the last minutes (the allocator
+  /// steps over each recently deleted inode), so results would depend on what the machine
+  /// did before. As root, the benchmark therefore makes a fresh ext4 file system for the
+  /// run (a sparse image, loop-mounted on the work directory) and removes it afterwards;
+  /// otherwise it uses a plain directory and says so.
+  struct WorkFileSystem {
+    var image: String?
+    var note: String
+  }
+
+  func prepareWorkDirectory() throws -> WorkFileSystem {
+    try shell.run("umount \(work) 2>/dev/null; rm -rf \(work) && mkdir -p \(work)", allowFailure: true)
+    let image = work + ".img"
+    let gigabytes = size == .small ? 8 : 48
+    if getuid() == 0,
+      (try? shell.run(
+        "rm -f \(image) && truncate -s \(gigabytes)G \(image) && mkfs.ext4 -q -F -E lazy_itable_init=1,lazy_journal_init=1 \(image) && mount -o loop \(image) \(work)"
+      )) != nil
+    {
+      return WorkFileSystem(
+        image: image,
+        note:
+          "file system: a fresh ext4 made for this run (loop-mounted sparse image), so earlier activity on the machine does not skew it"
+      )
+    }
+    _ = try? shell.run("rm -f \(image)")
+    return WorkFileSystem(
+      image: nil,
+      note:
+        "file system: the work directory's own (not root, so no fresh loop-mounted ext4); create-heavy peers may vary with recent deletions"
+    )
+  }
+
+  func releaseWorkDirectory(_ fileSystem: WorkFileSystem) {
     progress("removing \(work)")
-    try shell.run("rm -rf \(work)")
-    return report(scenarios, title: "appbox benchmark (\(size.rawValue))", notes: notes)
+    if let image = fileSystem.image {
+      _ = try? shell.run("umount \(work) && rm -f \(image) && rmdir \(work)", allowFailure: true)
+    } else {
+      _ = try? shell.run("rm -rf \(work)", allowFailure: true)
+    }
   }
 
   func toolVersions() -> String {
@@ -116,11 +160,21 @@ struct Bench {
       try shell.run("rm -rf \(work)/full && mkdir -p \(work)/full && restic -q -r \(work)/full/restic init")
       let steps: [(String, String, Bool)] = [
         ("appbox", "\(ab) --quiet backup \(app) --full --repo \(work)/full-appbox", true),
-        ("GNU tar level 0", "tar -C \(home) \(tarExcludes) --listed-incremental=\(work)/full/snar -cf \(work)/full/l0.tar .", false),
-        ("bsdtar (pax)", "bsdtar --format pax -cf \(work)/full/bsd.tar -C \(home) \(bsdtarExcludes) .", false),
+        (
+          "GNU tar level 0",
+          "tar -C \(home) \(tarExcludes) --listed-incremental=\(work)/full/snar -cf \(work)/full/l0.tar .",
+          false
+        ),
+        (
+          "bsdtar (pax)", "bsdtar --format pax -cf \(work)/full/bsd.tar -C \(home) \(bsdtarExcludes) .", false
+        ),
         // appbox makes its archive durable (fsync) before committing; this row shows bsdtar
         // with the same guarantee.
-        ("bsdtar + fsync", "bsdtar --format pax -cf \(work)/full/bsd2.tar -C \(home) \(bsdtarExcludes) . && sync \(work)/full/bsd2.tar", false),
+        (
+          "bsdtar + fsync",
+          "bsdtar --format pax -cf \(work)/full/bsd2.tar -C \(home) \(bsdtarExcludes) . && sync \(work)/full/bsd2.tar",
+          false
+        ),
         ("restic", "restic -q -r \(work)/full/restic backup \(resticExcludes(home)) \(home)", false),
       ]
       for (tool, command, memory) in rotated(steps, run: run) {
@@ -128,7 +182,9 @@ struct Bench {
       }
       progress("full backup run \(run + 1)/\(runs)")
     }
-    scenario.rows = ["appbox", "GNU tar level 0", "bsdtar (pax)", "bsdtar + fsync", "restic"].map { ($0, rows[$0] ?? []) }
+    scenario.rows = ["appbox", "GNU tar level 0", "bsdtar (pax)", "bsdtar + fsync", "restic"].map {
+      ($0, rows[$0] ?? [])
+    }
     scenario.targets = [("appbox", "bsdtar (pax)", 1.1)]
     return scenario
   }
@@ -151,8 +207,11 @@ struct Bench {
       try shell.run("cp \(base)/snar \(base)/snar.\(run)")
       let changed: [(String, String, Bool)] = [
         ("appbox", "\(ab) --quiet backup \(app) --repo \(base)/appbox", true),
-        ("GNU tar level 1",
-         "tar -C \(home) \(tarExcludes) --listed-incremental=\(base)/snar.\(run) -cf \(base)/l1-\(run).tar .", false),
+        (
+          "GNU tar level 1",
+          "tar -C \(home) \(tarExcludes) --listed-incremental=\(base)/snar.\(run) -cf \(base)/l1-\(run).tar .",
+          false
+        ),
         ("restic", "restic -q -r \(base)/restic backup \(resticExcludes(home)) \(home)", false),
       ]
       for (tool, command, memory) in rotated(changed, run: run) {
@@ -162,10 +221,15 @@ struct Bench {
       // Nothing changed since: the no-change backups.
       let unchanged: [(String, String, Bool)] = [
         ("appbox", "\(ab) --quiet backup \(app) --repo \(base)/appbox", true),
-        ("GNU tar level 1",
-         "tar -C \(home) \(tarExcludes) --listed-incremental=\(base)/snar.nc -cf \(base)/nc.tar .", false),
+        (
+          "GNU tar level 1",
+          "tar -C \(home) \(tarExcludes) --listed-incremental=\(base)/snar.nc -cf \(base)/nc.tar .", false
+        ),
         ("restic", "restic -q -r \(base)/restic backup \(resticExcludes(home)) \(home)", false),
-        ("stat walk (find -printf)", "cd \(home) && find . \(prune) -printf '%s %T@ %C@ %i %m %p\\n' >/dev/null", false),
+        (
+          "stat walk (find -printf)",
+          "cd \(home) && find . \(prune) -printf '%s %T@ %C@ %i %m %p\\n' >/dev/null", false
+        ),
       ]
       for (tool, command, memory) in rotated(unchanged, run: run) {
         same[tool, default: []].append(try shell.time(command, memory: memory))
@@ -183,7 +247,8 @@ struct Bench {
 
   func restore(_ home: String) throws -> Scenario {
     let base = work + "/chain"
-    var scenario = Scenario(name: "restore of the latest snapshot into an empty home", reference: "tar -x (level 0)")
+    var scenario = Scenario(
+      name: "restore of the latest snapshot into an empty home", reference: "tar -x (level 0)")
     var rows: [String: [Sample]] = [:]
     for run in 0..<runs {
       // Into empty targets, with nothing deleted while the scenario runs (ext4 allocates
@@ -191,13 +256,22 @@ struct Bench {
       // into a new device root where the app was just installed (its home is empty), the
       // peers into new directories. Everything is removed at the end of the benchmark.
       let target = "\(work)/restore/\(run)"
-      try shell.run("mkdir -p \(target)/tar \(target)/restic && \(appbox) --quiet --root \(target)/device install \(work)/Bench.app")
+      try shell.run(
+        "mkdir -p \(target)/tar \(target)/restic && \(appbox) --quiet --root \(target)/device install \(work)/Bench.app"
+      )
       let steps: [(String, String, String?)] = [
-        ("appbox", "\(appbox) --quiet --root \(target)/device restore \(app) --snapshot latest --repo \(base)/appbox", nil),
+        (
+          "appbox",
+          "\(appbox) --quiet --root \(target)/device restore \(app) --snapshot latest --repo \(base)/appbox",
+          nil
+        ),
         ("tar -x (level 0)", "tar -xf \(base)/l0.tar -C \(target)/tar", nil),
         // appbox verifies every byte's SHA-256 and makes the restored tree durable (syncfs)
         // before swapping it in; this row shows tar with the same durability.
-        ("tar -x + syncfs", "mkdir -p \(target)/tar2 && tar -xf \(base)/l0.tar -C \(target)/tar2 && sync -f \(target)/tar2", nil),
+        (
+          "tar -x + syncfs",
+          "mkdir -p \(target)/tar2 && tar -xf \(base)/l0.tar -C \(target)/tar2 && sync -f \(target)/tar2", nil
+        ),
         ("restic restore", "restic -q -r \(base)/restic restore latest --target \(target)/restic", nil),
       ]
       for (tool, command, prepare) in rotated(steps, run: run) {
@@ -206,7 +280,9 @@ struct Bench {
       }
       progress("restore run \(run + 1)/\(runs)")
     }
-    scenario.rows = ["appbox", "tar -x (level 0)", "tar -x + syncfs", "restic restore"].map { ($0, rows[$0] ?? []) }
+    scenario.rows = ["appbox", "tar -x (level 0)", "tar -x + syncfs", "restic restore"].map {
+      ($0, rows[$0] ?? [])
+    }
     scenario.targets = [("appbox", "tar -x (level 0)", 1.2)]
     return scenario
   }

@@ -33,7 +33,11 @@ struct BackupCommand: ParsableCommand {
     ],
     options: [
       .init("all", help: "Back up every installed app."), repositoryOption,
-      .init("full", help: "Re-read and store all the data, not only what changed (the bundle is still stored only when it changed)."),
+      .init(
+        "full",
+        help:
+          "Re-read and store all the data, not only what changed (the bundle is still stored only when it changed)."
+      ),
       .init(
         "compress", value: "METHOD", help: "Compress the archive (default: none).",
         choices: ["none", "gzip", "zstd"]),

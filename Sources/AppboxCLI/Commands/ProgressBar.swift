@@ -27,7 +27,10 @@ final class ProgressBar: EngineObserver, @unchecked Sendable {
     lock.withLock {
       if trace {
         let elapsed = Double(DispatchTime.now().uptimeNanoseconds - origin) / 1e6
-        if case .progress = event {} else { context.stderr.write(String(format: "trace %8.1f ms  ", elapsed) + "\(event)\n") }
+        if case .progress = event {
+        } else {
+          context.stderr.write(String(format: "trace %8.1f ms  ", elapsed) + "\(event)\n")
+        }
       }
       switch event {
       case .started(let operation, let app):

@@ -113,7 +113,8 @@ extension CommandContext {
 struct RevertCommand: ParsableCommand {
   static let description = CommandDescription(
     name: "revert",
-    abstract: "Go back to the version and data from before the last update (the newer data is snapshotted first).",
+    abstract:
+      "Go back to the version and data from before the last update (the newer data is snapshotted first).",
     discussion: """
       The previous bundle is reinstalled from the pre-update snapshot into a new home, and the data from \
       that snapshot is restored there. The data being replaced is snapshotted first (tag pre-revert), so \
@@ -140,7 +141,8 @@ struct RevertCommand: ParsableCommand {
         """,
       json: .object([
         ("bundleIdentifier", .string(report.bundleIdentifier)),
-        ("oldContainerID", .string(report.oldContainerID)), ("newContainerID", .string(report.newContainerID)),
+        ("oldContainerID", .string(report.oldContainerID)),
+        ("newContainerID", .string(report.newContainerID)),
         ("fromVersion", .string(report.fromVersion)), ("toVersion", .string(report.toVersion)),
         ("home", .string(report.home)), ("restoredSnapshot", .string(report.restoredSnapshot)),
         ("preRevertSnapshot", .string(report.preRevertSnapshot)), ("files", .int(report.files)),
