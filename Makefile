@@ -21,8 +21,9 @@ deps:
 build: deps
 	$(SWIFT) build
 
+# Build output goes to stderr, so `make bench` prints only its Markdown report on stdout.
 release: deps
-	$(SWIFT) build -c release
+	@$(SWIFT) build -c release 1>&2
 
 # Builds everything (the appbox and appbox-sandbox executables too) and runs every test.
 test: deps
