@@ -106,6 +106,8 @@ final class Archiver {
   private var writtenItems: [Bool]
   private var filesDone = 0
   private var bytesDone: Int64 = 0
+  /// For content the reader left unhashed (it hashes while this thread keeps up).
+  private let hasher = SHA256Hasher()
 
   init(
     plan: ArchivePlan, writer: ArchiveWriter, catalog: Catalog?, archiveName: String, deduplicate: Bool,
@@ -149,7 +151,7 @@ final class Archiver {
   /// Consumes the queue until the reader closes it. On error, cancels the queue (freeing
   /// what is pending) and rethrows.
   func run(_ queue: HandoffQueue<ContentMessage>) throws {
-    var current: (item: Int, offset: Int64, file: OpenedFile)?
+    var current: (item: Int, offset: Int64, file: OpenedFile, hashing: Bool)?
     do {
       while let message = queue.pop() {
         switch message {
@@ -157,20 +159,27 @@ final class Archiver {
           try writePassthrough(item)
         case .whole(let item, let file, let buffer, let count, let digest, let stable):
           defer { pool.give(buffer) }
-          try writeWhole(
-            item, file: file, data: UnsafeRawBufferPointer(rebasing: buffer[0..<count]), digest: digest)
+          let data = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
+          try writeWhole(item, file: file, data: data, digest: digest ?? digestOf(data))
           if !stable { warnUnstable(item) }
-        case .begin(let item, let file):
+        case .begin(let item, let file, let archiverHashes):
           let offset = writer.uncompressedOffset
           try writer.writeHeader(member(path(of: item), file: file))
-          current = (item, offset, file)
+          current = (item, offset, file, archiverHashes)
         case .chunk(let buffer, let count):
           defer { pool.give(buffer) }
-          try writer.writeData(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
+          let data = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
+          try writer.writeData(data)
+          if current?.hashing == true { hasher.update(data) }
           bytesDone += Int64(count)
-        case .end(let item, let digest, let short, let stable, let final):
+        case .end(let item, let readerDigest, let short, let stable, let final):
           if short > 0 { try writer.finishEntryPaddingWithZeros() } else { try writer.finishEntry() }
-          guard final, let started = current else { continue }
+          var digest = readerDigest
+          if current?.hashing == true {
+            if short > 0 { ContentReader.hashZeros(short, into: hasher) }
+            digest = hasher.finalize()
+          }
+          guard final, let started = current, let digest else { continue }
           let size = started.file.status.size
           bytesAdded += size
           addBlob(digest, offset: started.offset, item: item, size: size)
@@ -216,6 +225,11 @@ final class Archiver {
       throw error
     }
     observer.engine(.progress(files: filesDone, bytes: bytesDone))
+  }
+
+  private func digestOf(_ data: UnsafeRawBufferPointer) -> Digest {
+    hasher.update(data)
+    return hasher.finalize()
   }
 
   private func record(_ item: Int, _ result: FileResult) {

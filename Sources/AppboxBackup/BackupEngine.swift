@@ -37,6 +37,8 @@ public struct BackupOptions: Sendable {
   public var keychain: (any KeychainSnapshotting)?
   /// Tests: runs after each reading of a changed file (path, attempt).
   var afterRead: (@Sendable ([UInt8], Int) -> Void)?
+  /// Tests: where content is hashed (true: the reader, false: the archiver); nil adapts.
+  var hashOnReader: Bool?
 
   public init(
     full: Bool = false, compression: ArchiveCompression = .none, tag: String? = nil,
@@ -255,7 +257,9 @@ private struct BackupRun {
       deduplicate: kind == .incremental,
       pool: pool, observer: observer)
     let queue = HandoffQueue<ContentMessage>(capacity: 16 << 20)
-    let reader = ContentReader(home: home, plan: plan, queue: queue, pool: pool, afterRead: options.afterRead)
+    let reader = ContentReader(
+      home: home, plan: plan, queue: queue, pool: pool, afterRead: options.afterRead,
+      hashOnReader: options.hashOnReader)
     let readerThread = WorkerThread(name: "appbox-read") { try reader.run() }
     do {
       try archiver.run(queue)

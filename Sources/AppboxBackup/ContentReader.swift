@@ -4,9 +4,10 @@
 // the home (no symlink followed anywhere), takes fstat, reads its `user.*` attributes, and
 // either stops there (the file is marked "exclude from backup"), reads it whole (small files:
 // the archiver can then skip content the repository already holds), or streams it in chunks
-// (large files). SHA-256 runs here, on this thread, while the archiver writes on the other
-// core. Directory and symlink items pass straight through so the archiver sees every item
-// in order.
+// (large files). SHA-256 runs on whichever core has room: on this thread while the
+// archiver keeps up (its buffers come back), else the digest is left to the archiver (the
+// message carries none), which hashes what it writes. Directory and symlink items pass
+// straight through so the archiver sees every item in order.
 //
 // A file changed while read (size, mtime, ctime or inode differ between the fstat before and
 // after, or it ended early) is read again, up to `maxAttempts` times; a streamed attempt that
@@ -32,16 +33,18 @@ struct OpenedFile {
 enum ContentMessage {
   /// A directory or symlink item: nothing to read.
   case passthrough(item: Int)
-  /// A small file read whole: `buffer[0..<count]` is its content.
+  /// A small file read whole: `buffer[0..<count]` is its content; no digest means the
+  /// archiver hashes it.
   case whole(
-    item: Int, file: OpenedFile, buffer: UnsafeMutableRawBufferPointer, count: Int, digest: Digest,
+    item: Int, file: OpenedFile, buffer: UnsafeMutableRawBufferPointer, count: Int, digest: Digest?,
     stable: Bool)
-  /// A large file's attempt begins: the header declares `file.status.size` bytes.
-  case begin(item: Int, file: OpenedFile)
+  /// A large file's attempt begins: the header declares `file.status.size` bytes; with
+  /// `archiverHashes`, the archiver hashes the chunks (and the `end` carries no digest).
+  case begin(item: Int, file: OpenedFile, archiverHashes: Bool)
   case chunk(buffer: UnsafeMutableRawBufferPointer, count: Int)
   /// The attempt ended: `short` bytes were missing (to pad); `final` is false when another
   /// attempt follows.
-  case end(item: Int, digest: Digest, short: Int64, stable: Bool, final: Bool)
+  case end(item: Int, digest: Digest?, short: Int64, stable: Bool, final: Bool)
   /// Read and hashed to the digest the previous snapshot recorded: nothing to store.
   case confirmed(item: Int, file: OpenedFile, digest: Digest)
   /// Marked "exclude from backup": not read.
@@ -65,11 +68,14 @@ final class ContentReader: @unchecked Sendable {
   /// Tests: called with the path and attempt number after each reading, before the fstat
   /// that decides whether the file held still.
   private let afterRead: (@Sendable ([UInt8], Int) -> Void)?
+  /// Tests pin where hashing happens; nil chooses per file by whether the archiver keeps up.
+  private let hashOnReader: Bool?
 
   init(
     home: FileDescriptor, plan: ArchivePlan, queue: HandoffQueue<ContentMessage>, pool: BufferPool,
-    afterRead: (@Sendable ([UInt8], Int) -> Void)? = nil
+    afterRead: (@Sendable ([UInt8], Int) -> Void)? = nil, hashOnReader: Bool? = nil
   ) {
+    self.hashOnReader = hashOnReader
     self.home = home
     self.plan = plan
     self.queue = queue
@@ -124,6 +130,9 @@ final class ContentReader: @unchecked Sendable {
       }
     }
   }
+
+  /// Whether to leave hashing to the archiver: it keeps up (most buffers are back).
+  private var archiverHasRoom: Bool { hashOnReader.map { !$0 } ?? pool.isMostlyFree }
 
   /// Reads one file (all attempts). Returns false when the archiver cancelled.
   private func read(
@@ -194,11 +203,15 @@ final class ContentReader: @unchecked Sendable {
           pool.give(buffer)
           continue
         }
-        hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
+        var digest: Digest?
+        if !archiverHasRoom {  // the archiver is behind: hash here
+          hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
+          digest = hasher.finalize()
+        }
         var kept = file
         kept.status.size = Int64(count)
         let message = ContentMessage.whole(
-          item: item, file: kept, buffer: buffer, count: count, digest: hasher.finalize(), stable: stable)
+          item: item, file: kept, buffer: buffer, count: count, digest: digest, stable: stable)
         if !queue.push(message, cost: count + 256) {
           pool.give(buffer)
           return false
@@ -206,7 +219,8 @@ final class ContentReader: @unchecked Sendable {
         return true
       }
 
-      guard queue.push(.begin(item: item, file: file)) else { return false }
+      let archiverHashes = archiverHasRoom
+      guard queue.push(.begin(item: item, file: file, archiverHashes: archiverHashes)) else { return false }
       var remaining = before.size
       while remaining > 0 {
         let size = Int(min(Int64(pool.bufferSize), remaining))
@@ -223,21 +237,22 @@ final class ContentReader: @unchecked Sendable {
           pool.give(buffer)
           break
         }
-        hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+        if !archiverHashes { hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n])) }
         remaining -= Int64(n)
         guard queue.push(.chunk(buffer: buffer, count: n), cost: n) else {
           pool.give(buffer)
           return false
         }
       }
-      if remaining > 0 { Self.hashZeros(remaining, into: hasher) }
+      if remaining > 0 && !archiverHashes { Self.hashZeros(remaining, into: hasher) }
       afterRead?(path, attempt)
       let after = try fd.status()
       let stable = remaining == 0 && Self.same(before, after)
       guard
         queue.push(
           .end(
-            item: item, digest: hasher.finalize(), short: remaining, stable: stable, final: stable || isLast))
+            item: item, digest: archiverHashes ? nil : hasher.finalize(), short: remaining, stable: stable,
+            final: stable || isLast))
       else { return false }
       if stable || isLast { return true }
     }
@@ -271,7 +286,7 @@ final class ContentReader: @unchecked Sendable {
       && a.inode == b.inode
   }
 
-  private static func hashZeros(_ count: Int64, into hasher: SHA256Hasher) {
+  static func hashZeros(_ count: Int64, into hasher: SHA256Hasher) {
     let zeros = [UInt8](repeating: 0, count: 64 * 1024)
     var left = count
     zeros.withUnsafeBytes { buffer in

@@ -195,6 +195,9 @@ final class BufferPool: @unchecked Sendable {
     }
   }
 
+  /// Whether at least half the buffers are free: whoever consumes them is keeping up.
+  var isMostlyFree: Bool { mutex.withLock { free.count * 2 >= all.count } }
+
   /// Gives a buffer back.
   func give(_ buffer: UnsafeMutableRawBufferPointer) {
     mutex.withLock {

@@ -1,6 +1,7 @@
 import AppboxArchive
 import AppboxContainer
 import AppboxCore
+import AppboxCrypto
 import AppboxTestSupport
 import Foundation
 import Glibc
@@ -255,4 +256,32 @@ func restoredData(_ fixture: Fixture, _ snapshot: Snapshot) throws -> [[UInt8]: 
   let fd = try FileDescriptor.open(target, O_RDONLY | O_DIRECTORY)
   try fd.closeAfter { _ = try fixture.repository.materialize(snapshot, part: .data, into: $0) }
   return try captureTree(target)
+}
+
+/// Content is hashed on the reader's thread or on the archiver's, whichever has room; both
+/// placements must record the same digests and restore the same bytes.
+struct HashPlacementTests {
+  @Test(arguments: [true, false])
+  func digestsAndRestoresAreTheSameWhereverHashingRuns(_ onReader: Bool) throws {
+    let fixture = try Fixture()
+    try fixture.write("Documents/small.txt", "small")
+    try fixture.write("Documents/empty", "")
+    // Larger than one 256 KiB buffer: streamed in chunks.
+    try fixture.write(
+      "Documents/large.bin", bytes: (0..<1_000_003).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+    var options = BackupOptions()
+    options.hashOnReader = onReader
+    let result = try fixture.backup(options)
+    let locations = try fixture.repository.catalog.blobs(inArchive: result.snapshot.archive)
+    let expected = try Dictionary(
+      uniqueKeysWithValues: ["Documents/small.txt", "Documents/large.bin"].map { path in
+        (Array(path.utf8), SHA256.hash(try Data(contentsOf: URL(fileURLWithPath: fixture.path(path)))))
+      })
+    for (path, digest) in expected {
+      #expect(
+        locations.contains { $0.path == path && $0.digest == digest },
+        "\(String(decoding: path, as: UTF8.self))")
+    }
+    expectSame(try fixture.captureData(), try restoredData(fixture, result.snapshot))
+  }
 }
