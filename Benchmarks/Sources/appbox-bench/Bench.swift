@@ -81,12 +81,12 @@ struct Bench {
     return report(scenarios, title: "appbox benchmark (\(size.rawValue))", notes: notes + [fileSystem.note])
   }
 
-  /// Where the benchmark runs. Create-heavy tools (tar -x, cp -a) slow down several-fold on
-  /// an ext4 file system that has freed many inodes in the last minutes (the allocator
-  /// steps over each recently deleted inode), so results would depend on what the machine
-  /// did before. As root, the benchmark therefore makes a fresh ext4 file system for the
-  /// run (a sparse image, loop-mounted on the work directory) and removes it afterwards;
-  /// otherwise it uses a plain directory and says so.
+  /// Where the benchmark runs: the work directory's own file system, which the benchmark
+  /// never churns while it measures (nothing is deleted mid-scenario: on an ext4 without a
+  /// journal, creating files among inodes freed in the last minutes is several times
+  /// slower). With APPBOX_BENCH_LOOP=1 (as root) it makes a fresh journaled ext4 for the run
+  /// instead, a loop-mounted sparse image: independent of the machine's history, but every
+  /// fsync goes through the loop device, which makes durability cost more than on a disk.
   struct WorkFileSystem {
     var image: String?
     var note: String
@@ -96,7 +96,7 @@ struct Bench {
     try shell.run("umount \(work) 2>/dev/null; rm -rf \(work) && mkdir -p \(work)", allowFailure: true)
     let image = work + ".img"
     let gigabytes = size == .small ? 8 : 48
-    if getuid() == 0,
+    if getuid() == 0, shell.environment["APPBOX_BENCH_LOOP"] == "1",
       (try? shell.run(
         "rm -f \(image) && truncate -s \(gigabytes)G \(image) && mkfs.ext4 -q -F -E lazy_itable_init=1,lazy_journal_init=1 \(image) && mount -o loop \(image) \(work)"
       )) != nil
@@ -110,9 +110,12 @@ struct Bench {
     _ = try? shell.run("rm -f \(image)")
     return WorkFileSystem(
       image: nil,
-      note:
-        "file system: the work directory's own (not root, so no fresh loop-mounted ext4); create-heavy peers may vary with recent deletions"
-    )
+      note: "file system: the work directory's own (\(fileSystemDescription())), not churned while measuring")
+  }
+
+  func fileSystemDescription() -> String {
+    let text = (try? shell.run("findmnt -n -o FSTYPE,OPTIONS -T \(work)"))?.trimmingCharacters(in: .whitespacesAndNewlines)
+    return text.map { $0.replacingOccurrences(of: " ", with: ", ") } ?? "unknown"
   }
 
   func releaseWorkDirectory(_ fileSystem: WorkFileSystem) {
