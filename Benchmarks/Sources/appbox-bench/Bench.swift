@@ -115,7 +115,7 @@ struct Bench {
 
   func fileSystemDescription() -> String {
     let text = (try? shell.run("findmnt -n -o FSTYPE,OPTIONS -T \(work)"))?.trimmingCharacters(in: .whitespacesAndNewlines)
-    return text.map { $0.replacingOccurrences(of: " ", with: ", ") } ?? "unknown"
+    return text.map { $0.split(whereSeparator: \.isWhitespace).joined(separator: ", ") } ?? "unknown"
   }
 
   func releaseWorkDirectory(_ fileSystem: WorkFileSystem) {
