@@ -27,6 +27,37 @@ extension Device {
   }
 }
 
+/// An app kept running under `appbox run`: the appbox process and the confined app's pid.
+struct RunningApp {
+  let appbox: Process
+  let pid: pid_t
+
+  /// Kills the app (it holds the running lock) and waits for its appbox parent.
+  func stop() {
+    kill(pid, SIGKILL)
+    appbox.waitUntilExit()
+  }
+}
+
+extension Device {
+  /// Starts `app` confined, sleeping until stopped; returns once the app has written its pid
+  /// into its Documents (so it holds the running lock by then).
+  func startSleepingApp(_ app: String, home: String) throws -> RunningApp {
+    let process = try start(
+      "run", app, "--", "/bin/sh", "-c",
+      "echo $$ > Documents/pid.tmp && mv Documents/pid.tmp Documents/pid && exec sleep 30")
+    let pidFile = home + "/Documents/pid"
+    _ = eventually { FileManager.default.fileExists(atPath: pidFile) }
+    guard let text = try? String(contentsOfFile: pidFile, encoding: .utf8),
+      let pid = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines))
+    else {
+      process.terminate()
+      throw SystemError("start app", path: app, errno: .noEntry)
+    }
+    return RunningApp(appbox: process, pid: pid)
+  }
+}
+
 /// The bytes of the file at `path`, or nil when there is none.
 func contents(_ path: String) -> [UInt8]? {
   FileManager.default.contents(atPath: path).map(Array.init)

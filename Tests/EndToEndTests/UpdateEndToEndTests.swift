@@ -138,24 +138,8 @@ struct UpdateWhileRunningTests {
   @Test func aRunningAppIsNotUpdated() throws {
     let device = Device()
     let id = try device.install("Notes-1.0/Notes.app")
-    let app = Process()
-    app.executableURL = URL(fileURLWithPath: productsDirectory + "/appbox")
-    app.arguments = [
-      "--root", device.root, "run", "com.example.notes", "--", "/bin/sh", "-c",
-      "echo $$ > Documents/pid.tmp && mv Documents/pid.tmp Documents/pid && exec sleep 30",
-    ]
-    try app.run()
-    let home = device.root + "/ApplicationRoot/" + id
-    for _ in 0..<500 where !FileManager.default.fileExists(atPath: home + "/Documents/pid") { usleep(10_000) }
-    defer {
-      // Stop the confined app itself (it holds the running lock), then its appbox parent.
-      if let text = try? String(contentsOfFile: home + "/Documents/pid", encoding: .utf8),
-        let pid = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines))
-      {
-        kill(pid, SIGKILL)
-      }
-      app.waitUntilExit()
-    }
+    let app = try device.startSleepingApp("com.example.notes", home: device.root + "/ApplicationRoot/" + id)
+    defer { app.stop() }
     let result = try device.run("update", "com.example.notes", fixturePath("bundles/Notes-2.0/Notes.app"))
     #expect(result.status == 75, "\(result.err)")
     #expect(result.err.contains("running"))

@@ -114,7 +114,8 @@ struct Bench {
   }
 
   func fileSystemDescription() -> String {
-    let text = (try? shell.run("findmnt -n -o FSTYPE,OPTIONS -T \(work)"))?.trimmingCharacters(in: .whitespacesAndNewlines)
+    let text = (try? shell.run("findmnt -n -o FSTYPE,OPTIONS -T \(work)"))?.trimmingCharacters(
+      in: .whitespacesAndNewlines)
     return text.map { $0.split(whereSeparator: \.isWhitespace).joined(separator: ", ") } ?? "unknown"
   }
 
