@@ -99,11 +99,18 @@ extension Repository {
 
   /// Installs the snapshot's bundle on the device of `session`.
   private func installBundle(of snapshot: Snapshot, in session: DeviceSession) throws -> AppRecord {
+    try withExtractedBundle(of: snapshot, in: session) { try session.install(bundleAt: $0).app }
+  }
+
+  /// Extracts the snapshot's bundle into a temporary directory of the device's state
+  /// (removed afterwards, or by recovery after a crash) and calls `body` with its path.
+  func withExtractedBundle<T>(of snapshot: Snapshot, in session: DeviceSession, _ body: (String) throws -> T)
+    throws -> T
+  {
     let temporary = session.root.stateDirectory + "/" + BundleRecovery.prefix + UUID().uuidString
     guard mkdir(temporary, 0o700) == 0 else { throw SystemError("create directory", path: temporary) }
     defer { try? FileTree.remove(atPath: temporary) }
-    let bundle = try extractBundle(of: snapshot, into: temporary)
-    return try session.install(bundleAt: bundle).app
+    return try body(try extractBundle(of: snapshot, into: temporary))
   }
 
   /// The `.appbox/keychain` member of the snapshot's archive.

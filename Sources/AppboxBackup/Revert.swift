@@ -45,10 +45,7 @@ extension Repository {
       app, in: session, options: BackupOptions(tag: "pre-revert", keychain: keychain),
       observer: observer)
 
-    let temporary = session.root.stateDirectory + "/" + BundleRecovery.prefix + UUID().uuidString
-    guard mkdir(temporary, 0o700) == 0 else { throw SystemError("create directory", path: temporary) }
-    defer { try? FileTree.remove(atPath: temporary) }
-    let staged = try session.stageHome(bundleAt: try extractBundle(of: snapshot, into: temporary))
+    let staged = try withExtractedBundle(of: snapshot, in: session) { try session.stageHome(bundleAt: $0) }
     let dataName = ".revert-data"
     let report: MaterializeReport
     do {
@@ -77,14 +74,7 @@ extension Repository {
       staging, _ in
       let data = try staging.open(dataName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
       defer { data.close() }
-      for directory in ["Documents", "Library"] {
-        try FileTree.remove(directory, in: staging)  // the empty ones staging made
-        if try data.statusIfPresent(of: directory) != nil {
-          try data.rename(directory, to: directory, in: staging, flags: .noReplace)
-        } else {
-          try staging.makeDirectory(directory, mode: 0o755)
-        }
-      }
+      try HomeStaging.moveData(from: data, into: staging)
       try FileTree.remove(dataName, in: staging)
     }
     return RevertReport(

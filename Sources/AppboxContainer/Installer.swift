@@ -29,6 +29,21 @@ public enum HomeStaging {
   static let prefix = ".staging-"
   static let trashPrefix = ".trash-"
 
+  /// Moves `Documents` and `Library` from `source` into the staging home `staging` with
+  /// rename(2), replacing the empty ones staging made (an absent one becomes empty). The
+  /// cost does not depend on how much data they hold.
+  public static func moveData(from source: FileDescriptor, into staging: FileDescriptor) throws {
+    for directory in ["Documents", "Library"] {
+      try FileTree.remove(directory, in: staging)
+      if try source.statusIfPresent(of: directory) != nil {
+        try source.rename(directory, to: directory, in: staging, flags: .noReplace)
+      } else {
+        try staging.makeDirectory(directory, mode: 0o755)
+      }
+      CrashPoint.hit("update.moved-one")
+    }
+  }
+
   /// Copies and validates the bundle at `bundlePath` into a new staging home inside
   /// ApplicationRoot, seals it, and creates the standard directories. On any failure the
   /// staging directory is removed and nothing is left under ApplicationRoot.

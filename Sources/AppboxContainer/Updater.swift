@@ -66,15 +66,7 @@ extension DeviceSession {
       journaled = true  // from here on, failures are left to recovery (it may have to roll forward)
       let record = try replaceHome(of: app, with: staged, event: "update", snapshot: snapshotID) {
         staging, old in
-        for directory in ["Documents", "Library"] {
-          try FileTree.remove(directory, in: staging)  // the empty ones staging made
-          if try old.statusIfPresent(of: directory) != nil {
-            try old.rename(directory, to: directory, in: staging, flags: .noReplace)
-          } else {
-            try staging.makeDirectory(directory, mode: 0o755)
-          }
-          CrashPoint.hit("update.moved-one")
-        }
+        try HomeStaging.moveData(from: old, into: staging)
       }
       let migrationSeconds = seconds(since: migrationStart)
 
