@@ -2,7 +2,7 @@
 # machine: each installs the missing system packages first.
 
 SWIFT ?= swift
-APT_PACKAGES := libarchive-dev libsqlite3-dev libssl-dev pkg-config
+APT_PACKAGES := libarchive-dev libsqlite3-dev libssl-dev pkg-config libarchive-tools tar
 BENCH_PACKAGES := libarchive-tools restic time
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -10,12 +10,15 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 all: build
 
-# Install the C libraries' development packages when pkg-config cannot find them.
+# Install the system packages (C libraries, and the tools the tests compare against)
+# that are not installed yet.
 deps:
-	@if ! pkg-config --exists libarchive sqlite3 libcrypto 2>/dev/null; then \
-	  echo "make deps: installing $(APT_PACKAGES)"; \
+	@missing=$$(for p in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "make deps: installing" $$missing; \
 	  $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
 build: deps
