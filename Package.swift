@@ -20,11 +20,13 @@ let package = Package(
       name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
     .systemLibrary(  // imported by AppboxCrypto
       name: "COpenSSL", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+    .systemLibrary(  // used by appbox-sandbox (C) only: the seccomp filter
+      name: "CSeccomp", pkgConfig: "libseccomp", providers: [.apt(["libseccomp-dev"])]),
     // Syscalls Swift cannot call directly (openat2, renameat2, xattrs, Landlock probe).
     .target(name: "CSystem"),
-    // The confinement helper: plain C, so it runs without the Swift runtime.
+    // The confinement helper: plain C, so it runs without the Swift runtime (inside the jail).
     .executableTarget(
-      name: "appbox-sandbox",
+      name: "appbox-sandbox", dependencies: ["CSeccomp"],
       linkerSettings: [
         .unsafeFlags(["-static-stdlib", "-Xlinker", "--gc-sections", "-Xlinker", "--as-needed"])
       ]),

@@ -104,6 +104,9 @@ public enum HomeSwap {
     precondition(session.isLocked, "swapping a home needs the root's lock")
     do {
       try staging.descriptor.setPermissions(0o700)
+      if let owner = AppUser.dataOwner(of: app) {  // the app's data belongs to its own uid
+        try DataOwnership.handOverData(in: staging.descriptor, to: owner)
+      }
       try staging.descriptor.syncFileSystem()
       let home = try staging.applicationRoot.open(app.containerID, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
       let carried: [[UInt8]]

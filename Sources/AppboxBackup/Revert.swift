@@ -62,6 +62,7 @@ extension Repository {
       let data = try staging.open(dataName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
       defer { data.close() }
       report = try materialize(snapshot, part: .data, into: data, observer: observer)
+      if let owner = AppUser.dataOwner(of: app) { try DataOwnership.handOverData(in: data, to: owner) }
       try data.syncFileSystem()
     } catch {
       session.discard(staged)

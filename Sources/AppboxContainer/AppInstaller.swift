@@ -25,7 +25,11 @@ extension DeviceSession {
             + "\(existing.containerID)); use 'appbox update \(staged.info.identifier) BUNDLE.app' to replace it"
         )
       }
-      let app = staged.record()
+      let app = staged.record(uid: try registry.uid(for: staged.info.identifier))
+      if let owner = AppUser.dataOwner(of: app) {
+        let staging = try applicationRoot.open(staged.stagingName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+        try staging.closeAfter { try DataOwnership.handOverStandardDirectories(in: $0, to: owner) }
+      }
       try registry.database.inTransaction {
         try registry.insert(app)
         try registry.record(

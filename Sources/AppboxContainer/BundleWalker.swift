@@ -17,12 +17,15 @@ enum BundleItem: Sendable, Equatable {
 }
 
 /// Walks a bundle directory with descriptors (never following a symlink), hashing every
-/// regular file, and optionally mirrors it into a destination directory. The source is
-/// untrusted: FIFOs, devices, sockets, names that are not UTF-8, and trees that are too
-/// deep or too large are refused. Setuid, setgid and sticky bits are never copied.
+/// regular file and noting every file's and directory's mode, and optionally mirrors it
+/// into a destination directory. The source is untrusted: FIFOs, devices, sockets, names
+/// that are not UTF-8, and trees that are too deep or too large are refused. A copy has
+/// normalized modes: directories 0755, files 0755 when the source had any execute bit and
+/// 0644 otherwise (never setuid, setgid or sticky; readable by the app's own uid, which
+/// reads its root-owned bundle as "others").
 ///
-/// Invariant: with a destination, what is hashed is exactly what was written there,
-/// so the seal describes the copy even if the source changes meanwhile.
+/// Invariant: with a destination, what is hashed and noted is exactly what was written
+/// there, so the seal describes the copy even if the source changes meanwhile.
 struct BundleWalker {
   var maxDepth = 64
   var maxEntries = 200_000
@@ -36,7 +39,17 @@ struct BundleWalker {
   /// Walks the tree below `source`; with `destination`, creates the same tree there.
   /// Items come out in a stable order (sorted by path within each directory).
   func walk(_ source: FileDescriptor, copyingTo destination: FileDescriptor? = nil) throws -> [BundleItem] {
+    var modes = BundleModes()
+    return try walk(source, copyingTo: destination, modes: &modes)
+  }
+
+  /// Like `walk(_:copyingTo:)`, also noting in `modes` the mode of every directory (the
+  /// top one as ".") and regular file: the copy's, with a destination, else the source's.
+  func walk(_ source: FileDescriptor, copyingTo destination: FileDescriptor?, modes: inout BundleModes) throws
+    -> [BundleItem]
+  {
     var items: [BundleItem] = []
+    modes.entries["."] = destination == nil ? try source.status().permissions : BundleModes.directoryMode
     // Each frame: the source directory, its mirror, its path (""  for the top).
     var stack: [(source: FileDescriptor, mirror: FileDescriptor?, path: String, depth: Int)] = []
     stack.append((try source.duplicate(), try destination?.duplicate(), "", 0))
@@ -65,23 +78,27 @@ struct BundleWalker {
         let status = try frame.source.status(of: name)
         switch status.type {
         case .regular:
-          let (digest, size) = try copyFile(
+          let (digest, size, mode) = try copyFile(
             name, path: path, from: frame.source, to: frame.mirror, buffer: buffer)
           items.append(.file(path: path, digest: digest, size: size))
+          modes.entries[path] = mode
         case .directory:
           if frame.depth + 1 > maxDepth { throw refuse("directories nested deeper than \(maxDepth) levels") }
           let child = try frame.source.open(name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, displayPath: path)
           var mirror: FileDescriptor?
           if let parentMirror = frame.mirror {
             do {
-              try parentMirror.makeDirectory(name, mode: 0o755)
+              try parentMirror.makeDirectory(name, mode: BundleModes.directoryMode)
               mirror = try parentMirror.open(name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, displayPath: path)
+              try mirror?.setPermissions(BundleModes.directoryMode)  // whatever the umask
             } catch {
+              mirror?.close()
               child.close()
               throw error
             }
           }
           items.append(.directory(path: path))
+          modes.entries[path] = frame.mirror == nil ? status.permissions : BundleModes.directoryMode
           subdirectories.append((child, mirror, path, frame.depth + 1))
         case .symlink:
           let targetBytes = try frame.source.readLink(name)
@@ -103,12 +120,13 @@ struct BundleWalker {
     return items
   }
 
-  /// Copies (or only reads) one regular file, hashing what is read. Uses `openat(2)` with
+  /// Copies (or only reads) one regular file, hashing what is read; returns its digest,
+  /// size and mode (the copy's, normalized, or the source's). Uses `openat(2)` with
   /// `O_NOFOLLOW`, and checks that what was opened is the file that was listed.
   private func copyFile(
     _ name: String, path: String, from source: FileDescriptor, to mirror: FileDescriptor?,
     buffer: UnsafeMutableRawBufferPointer
-  ) throws -> (Digest, Int64) {
+  ) throws -> (Digest, Int64, mode_t) {
     let input = try source.open(name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK, displayPath: path)
     defer { input.close() }
     let status = try input.status()
@@ -126,11 +144,13 @@ struct BundleWalker {
       try output?.writeAll(chunk)
       size += Int64(n)
     }
+    var mode = status.permissions
     if let output {
-      try output.setPermissions(status.permissions & 0o777)
+      mode = BundleModes.fileMode(executable: status.permissions & 0o111 != 0)
+      try output.setPermissions(mode)
       try output.setTimes(access: status.modificationTime, modification: status.modificationTime)
     }
-    return (hasher.finalize(), size)
+    return (hasher.finalize(), size, mode)
   }
 
   /// Refuses symlinks that resolve outside the bundle: absolute targets, or relative ones

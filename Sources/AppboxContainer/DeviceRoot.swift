@@ -12,11 +12,13 @@ import Glibc
 ///     <root>/Backups/                default backup repository
 ///     <root>/.appbox/                locks, journals, running-app locks
 public struct DeviceRoot: Sendable {
-  /// The root's absolute path.
+  /// The root's absolute, canonical path: no ".", "..", repeated or trailing slashes, and
+  /// no symlink in the part that exists (realpath), so that every comparison of paths
+  /// under the root compares like with like.
   public let path: String
 
   public init(path: String) {
-    self.path = DeviceRoot.absolute(path)
+    self.path = DeviceRoot.canonical(DeviceRoot.absolute(path))
   }
 
   /// The root named by `--root`, else `$APPBOX_ROOT`, else `${XDG_DATA_HOME:-~/.local/share}/appbox`.
@@ -36,6 +38,30 @@ public struct DeviceRoot: Sendable {
     var result = path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
     while result.count > 1 && result.hasSuffix("/") { result.removeLast() }
     return result
+  }
+
+  /// `path` (absolute) with the longest part that exists resolved by realpath(3) and the
+  /// rest (which does not exist yet, so holds no symlink) cleaned lexically.
+  static func canonical(_ path: String) -> String {
+    var existing = path
+    var rest: [Substring] = []
+    while true {
+      if let resolved = realpath(existing, nil) {
+        defer { free(resolved) }
+        var parts = String(cString: resolved).split(separator: "/", omittingEmptySubsequences: true)
+        for part in rest.reversed() {
+          switch part {
+          case ".": continue
+          case "..": if !parts.isEmpty { parts.removeLast() }
+          default: parts.append(part)
+          }
+        }
+        return "/" + parts.joined(separator: "/")
+      }
+      guard existing != "/", let slash = existing.lastIndex(of: "/") else { return path }
+      rest.append(existing[existing.index(after: slash)...])
+      existing = slash == existing.startIndex ? "/" : String(existing[..<slash])
+    }
   }
 
   public var deviceFile: String { path + "/device.plist" }

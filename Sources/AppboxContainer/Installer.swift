@@ -11,16 +11,19 @@ public struct StagedHome: Sendable {
   public var bundleDirectoryName: String
   /// Hex SHA-256 of the staged bundle's CodeResources.
   public var seal: String
+  /// The staged bundle's modes (`BundleModes.text`).
+  public var bundleModes: String
   public var stagingName: String { HomeStaging.prefix + containerID }
 
-  func record(installedAt: Date = Date()) -> AppRecord {
+  func record(installedAt: Date = Date(), uid: UInt32) -> AppRecord {
     AppRecord(
       bundleIdentifier: info.identifier, containerID: containerID, bundleName: info.bundleName,
       displayName: info.displayName, executable: info.executable, version: info.version.description,
       shortVersion: info.shortVersion, teamIdentifier: info.entitlements?.teamIdentifier,
       applicationIdentifier: info.entitlements?.applicationIdentifier,
       keychainAccessGroups: info.entitlements?.keychainAccessGroups ?? [],
-      fileSharingEnabled: info.fileSharingEnabled, seal: seal, installedAt: installedAt, updatedAt: nil)
+      fileSharingEnabled: info.fileSharingEnabled, seal: seal, installedAt: installedAt, updatedAt: nil,
+      uid: uid, bundleModes: bundleModes)
   }
 }
 
@@ -97,10 +100,12 @@ public enum HomeStaging {
     _ staging: FileDescriptor, from source: FileDescriptor, directoryName: String, containerID: String,
     device: DeviceIdentity, invalid: (String) -> ContainerError
   ) throws -> StagedHome {
-    try staging.makeDirectory(directoryName, mode: 0o755)
+    try staging.makeDirectory(directoryName, mode: BundleModes.directoryMode)
     let bundle = try staging.open(directoryName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
     defer { bundle.close() }
-    var items = try BundleWalker(bundle: directoryName).walk(source, copyingTo: bundle)
+    try bundle.setPermissions(BundleModes.directoryMode)
+    var modes = BundleModes()
+    var items = try BundleWalker(bundle: directoryName).walk(source, copyingTo: bundle, modes: &modes)
     func item(_ path: String) -> BundleItem? { items.first { $0.path == path } }
 
     // Everything below reads the staged copy, which nobody else writes.
@@ -143,9 +148,19 @@ public enum HomeStaging {
       sealData = existing
     } else {
       sealData = CodeResources(items: items).xmlData()
-      if item("_CodeSignature") == nil { try bundle.makeDirectory("_CodeSignature", mode: 0o755) }
+      if item("_CodeSignature") == nil {
+        try bundle.makeDirectory("_CodeSignature", mode: BundleModes.directoryMode)
+        modes.entries["_CodeSignature"] = BundleModes.directoryMode
+      }
       let signature = try bundle.open("_CodeSignature", O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
-      try signature.closeAfter { try AtomicFile.write(sealData, to: "CodeResources", in: $0, durable: false) }
+      try signature.closeAfter { signature in
+        try signature.setPermissions(BundleModes.directoryMode)
+        try AtomicFile.write(sealData, to: "CodeResources", in: signature, durable: false)
+        guard fchmodat(signature.rawValue, "CodeResources", BundleModes.fileMode(executable: false), 0) == 0 else {
+          throw SystemError("change mode", path: CodeResources.path)
+        }
+      }
+      modes.entries[CodeResources.path] = BundleModes.fileMode(executable: false)
       items.append(
         .file(path: CodeResources.path, digest: SHA256.hash(sealData), size: Int64(sealData.count)))
     }
@@ -160,6 +175,6 @@ public enum HomeStaging {
     try staging.setPermissions(0o700)
     return StagedHome(
       containerID: containerID, info: info, bundleDirectoryName: directoryName,
-      seal: SHA256.hash(sealData).hex)
+      seal: SHA256.hash(sealData).hex, bundleModes: modes.text)
   }
 }

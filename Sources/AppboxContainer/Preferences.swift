@@ -125,9 +125,10 @@ public struct Preferences: Sendable {
       guard creating else { return try body(nil) }
       let library = try contained.open(try RelativePath(validating: "Library"), O_RDONLY | O_DIRECTORY)
       try library.closeAfter { library in
-        do { try library.makeDirectory("Preferences") } catch let error as SystemError
-          where error.errno == .exists
-        {}
+        do {
+          try library.makeDirectory("Preferences")
+          if let owner = AppUser.dataOwner(of: app) { try DataOwnership.handOver("Preferences", in: library, to: owner) }
+        } catch let error as SystemError where error.errno == .exists {}
       }
       folder = try contained.open(path, O_RDONLY | O_DIRECTORY)
     }
@@ -136,6 +137,7 @@ public struct Preferences: Sendable {
 
   private func write(_ dictionary: [String: PropertyList], to folder: FileDescriptor) throws {
     try AtomicFile.write(PropertyList.dictionary(dictionary).binaryData(), to: fileName, in: folder)
+    if let owner = AppUser.dataOwner(of: app) { try DataOwnership.handOver(fileName, in: folder, to: owner) }
   }
 
   /// The dictionary in the preferences file, nil when there is none. Never follows a

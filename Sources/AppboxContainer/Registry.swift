@@ -21,6 +21,11 @@ public struct AppRecord: Sendable, Equatable {
   public var seal: String
   public var installedAt: Date
   public var updatedAt: Date?
+  /// The unprivileged uid (and gid) the app runs as (see AppUser.swift).
+  public var uid: UInt32
+  /// Every bundle entry's mode as sealed, "MODE PATH" lines (see `BundleModes`); nil for a
+  /// seal made before modes were sealed, until the next launch records them.
+  public var bundleModes: String?
 
   public var bundleDirectoryName: String { bundleName + ".app" }
 }
@@ -61,7 +66,20 @@ public final class Registry {
       time REAL NOT NULL
     );
     CREATE INDEX history_by_app ON history(bundle_id, id);
+    """,
+    // Sandbox v2: each app's own uid, and the bundle's modes in the seal. Apps installed
+    // before get distinct uids from the app range: a random start, then a multiplicative
+    // hash of the row id (odd, so one-to-one modulo 2^24). `app_users` keeps an app's uid
+    // for its bundle identifier after an uninstall, so a reinstall gets it back.
     """
+    ALTER TABLE apps ADD COLUMN uid INTEGER;
+    ALTER TABLE apps ADD COLUMN bundle_modes TEXT;
+    CREATE TEMP TABLE uid_seed AS SELECT abs(random()) % 16777216 AS value;
+    UPDATE apps SET uid = 1879048192 + ((rowid * 2654435761 + (SELECT value FROM uid_seed)) % 16777216);
+    DROP TABLE uid_seed;
+    CREATE TABLE app_users(bundle_id TEXT PRIMARY KEY NOT NULL, uid INTEGER NOT NULL UNIQUE);
+    INSERT INTO app_users(bundle_id, uid) SELECT bundle_id, uid FROM apps;
+    """,
   ]
 
   public init(root: DeviceRoot) throws {
@@ -73,7 +91,7 @@ public final class Registry {
 
   static let columns = """
     bundle_id, container_id, bundle_name, display_name, executable, version, short_version, team_id,
-    application_id, access_groups, file_sharing, seal, installed_at, updated_at
+    application_id, access_groups, file_sharing, seal, installed_at, updated_at, uid, bundle_modes
     """
 
   private func record(_ row: Statement) -> AppRecord {
@@ -84,7 +102,8 @@ public final class Registry {
       keychainAccessGroups: (row.text(9) ?? "").split(separator: "\n").map(String.init),
       fileSharingEnabled: row.int64(10) != 0, seal: row.text(11) ?? "",
       installedAt: Date(timeIntervalSince1970: row.double(12)),
-      updatedAt: row.isNull(13) ? nil : Date(timeIntervalSince1970: row.double(13)))
+      updatedAt: row.isNull(13) ? nil : Date(timeIntervalSince1970: row.double(13)),
+      uid: UInt32(truncatingIfNeeded: row.int64(14)), bundleModes: row.text(15))
   }
 
   /// Every installed app, by bundle identifier.
@@ -116,14 +135,18 @@ public final class Registry {
       app.teamIdentifier.map(SQLValue.text) ?? .null, app.applicationIdentifier.map(SQLValue.text) ?? .null,
       .text(app.keychainAccessGroups.joined(separator: "\n")), .integer(app.fileSharingEnabled ? 1 : 0),
       .text(app.seal), .real(app.installedAt.timeIntervalSince1970),
-      app.updatedAt.map { .real($0.timeIntervalSince1970) } ?? .null,
+      app.updatedAt.map { .real($0.timeIntervalSince1970) } ?? .null, .integer(Int64(app.uid)),
+      app.bundleModes.map(SQLValue.text) ?? .null,
     ]
   }
 
   /// Adds an app (inside the caller's transaction, if any).
   public func insert(_ app: AppRecord) throws {
+    try database.execute(
+      "INSERT OR IGNORE INTO app_users(bundle_id, uid) VALUES (?1, ?2)", .text(app.bundleIdentifier),
+      .integer(Int64(app.uid)))
     let statement = try database.prepare(
-      "INSERT INTO apps(\(Self.columns)) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+      "INSERT INTO apps(\(Self.columns)) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
     )
     try statement.bind(values(app))
     _ = try statement.step()
@@ -133,6 +156,24 @@ public final class Registry {
   public func replace(_ app: AppRecord) throws {
     try database.execute("DELETE FROM apps WHERE bundle_id = ?1", .text(app.bundleIdentifier))
     try insert(app)
+  }
+
+  /// The uid `bundleIdentifier` had or has on this device, or a new one from the app range
+  /// that no app here ever had (recorded by `insert`).
+  public func uid(for bundleIdentifier: String) throws -> UInt32 {
+    let statement = try database.prepare("SELECT uid FROM app_users WHERE bundle_id = ?1")
+    try statement.bind([.text(bundleIdentifier)])
+    if let known = try statement.rows({ $0.int64(0) }).first { return UInt32(truncatingIfNeeded: known) }
+    let used = try database.prepare("SELECT uid FROM app_users").rows { UInt32(truncatingIfNeeded: $0.int64(0)) }
+    return AppUser.randomUID(avoiding: Set(used))
+  }
+
+  /// Records the seal's modes of an app whose seal had none (the lazy migration of seals
+  /// made before modes were sealed). Does nothing if the app moved to another container.
+  public func recordBundleModes(_ modes: String, containerID: String) throws {
+    try database.execute(
+      "UPDATE apps SET bundle_modes = ?1 WHERE container_id = ?2 AND bundle_modes IS NULL", .text(modes),
+      .text(containerID))
   }
 
   /// Removes the app's row.

@@ -1,19 +1,20 @@
 // Running apps confined, and knowing which apps run.
 //
-// Every confined process starts through the `appbox-sandbox` helper (see Sandbox.swift)
-// and holds a shared `flock(2)` on `<root>/.appbox/running/<CONTAINER-ID>.lock`: appbox
-// takes it, passes the descriptor to the helper, and the helper keeps it open across
-// exec, so the app itself (and any child it forks) holds the lock for as long as it
-// lives, and the kernel drops it however the app ends. Hence:
+// Every confined process starts in its jail (Jail.swift, JailProcess.swift), and appbox
+// itself holds a shared `flock(2)` on `<root>/.appbox/running/<CONTAINER-ID>.lock` from
+// before the jail starts until the jail's pid namespace is gone, so until no process of
+// the app is alive (a daemonised child included: the namespace dies with the app's first
+// process). The descriptor never reaches the jail. Hence:
 // - "is the app running?" is "can an exclusive lock be taken right now?";
-// - uninstall (and update, restore) take that exclusive lock and keep it while they
-//   change the home, so no launch can start meanwhile (exit 75 when the app runs);
+// - uninstall (and update, restore, import) take that exclusive lock and keep it while
+//   they change the home, so no launch can start meanwhile (exit 75 when the app runs);
 // - `launch` first tries the exclusive lock: if it gets it, no process of the app runs,
 //   so it empties `tmp/` (the platform purges tmp when the app is not running), then
 //   turns the lock into a shared one. `run` is a developer's tool for looking inside
 //   the sandbox and never purges tmp.
-// The root's lock is not held while an app runs: run and launch open the device
-// without it, and recheck the registry once they hold the running lock.
+// If appbox itself is killed, bubblewrap (--die-with-parent) and with it the whole jail
+// are killed too. The root's lock is not held while an app runs: run and launch open the
+// device without it, and recheck the registry once they hold the running lock.
 
 import AppboxCore
 import Foundation
@@ -58,7 +59,8 @@ extension DeviceSession {
     let confined = try ConfinedCommand(
       home: home(of: app), command: command, options: options, environment: environment)
     let lock = try holdRunningLock(of: app, purgingTemporaryFiles: false)
-    return try withExtendedLifetime(lock) { try confined.run(holding: lock) }
+    try prepareDataOwnership(of: app)
+    return try withExtendedLifetime(lock) { try confined.run() }
   }
 
   /// Verifies the bundle's seal (broken: exit 65, naming the changed path), empties tmp
@@ -68,20 +70,26 @@ extension DeviceSession {
     throws -> Int32
   {
     let home = self.home(of: app)
-    let seal = try Seal.verify(bundleAt: home.bundlePath, expectedDigest: app.seal)
+    let (seal, modes) = try Seal.check(
+      bundleAt: home.bundlePath, expectedDigest: app.seal, expectedModes: app.bundleModes)
     if case .broken(let path, let reason) = seal {
       throw ContainerError(
         .sealBroken,
         "Refusing to launch \(app.bundleIdentifier): its bundle's seal is broken ('\(path)' \(reason))")
     }
+    if app.bundleModes == nil {  // a seal from before modes were sealed: seal them now
+      try registry.recordBundleModes(modes.text, containerID: app.containerID)
+    }
     let executable = try executablePath(in: home)
     let confined = try ConfinedCommand(
-      home: home, command: [executable] + arguments, options: options, environment: environment)
+      home: home, command: [Jail(home: home).path(of: .bundle) + "/" + executable] + arguments,
+      options: options, environment: environment)
     let lock = try holdRunningLock(of: app, purgingTemporaryFiles: true)
-    return try withExtendedLifetime(lock) { try confined.run(holding: lock) }
+    try prepareDataOwnership(of: app)
+    return try withExtendedLifetime(lock) { try confined.run() }
   }
 
-  /// The bundle executable's absolute path, once it is known to be an executable file.
+  /// The bundle executable's name, once it is known to be an executable file.
   private func executablePath(in home: Home) throws -> String {
     let name = home.app.executable
     let bundle = try FileDescriptor.open(home.bundlePath, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
@@ -93,7 +101,7 @@ extension DeviceSession {
         "Cannot launch \(home.app.bundleIdentifier): its executable '\(home.app.bundleDirectoryName)/\(name)' "
           + problem)
     }
-    return home.bundlePath + "/" + name
+    return name
   }
 
   /// Takes `app`'s running lock, shared, emptying tmp first when `purgingTemporaryFiles`
@@ -130,53 +138,51 @@ extension DeviceSession {
       tmp = try directory.open("tmp", O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
     } catch let error as SystemError where error.errno == .noEntry {
       try directory.makeDirectory("tmp", mode: 0o755)
+      if let owner = AppUser.dataOwner(of: home.app) { try DataOwnership.handOver("tmp", in: directory, to: owner) }
       return
     }
     try tmp.closeAfter { try FileTree.removeContents(of: $0) }
   }
 }
 
-/// One confined process to start: the helper, its arguments and the app's environment,
-/// checked before anything is locked or purged.
+/// One confined process to start: its jail, the helper and bubblewrap, checked before
+/// anything is locked or purged. Anything missing is exit 69: there is no weaker sandbox
+/// to fall back to.
 private struct ConfinedCommand {
+  let jail: Jail
+  let command: [String]
   let helper: String
-  let arguments: [String]
+  let bubblewrap: String
+  let landlock: Bool
+  let cgroup: DelegatedCgroup?
   let environment: [String: String]
   let options: SandboxOptions
 
   init(home: Home, command: [String], options: SandboxOptions, environment: [String: String]) throws {
     helper = try Sandbox.helperPath(environment: environment)
-    var flags: [String] = []
-    if !Sandbox.isLandlockAvailable(environment: environment) {
-      guard options.allowUnconfined else {
-        throw ContainerError(
-          .unavailable,
-          "Cannot confine \(home.app.bundleIdentifier): this kernel has no Landlock (needs Linux 5.13 or later "
-            + "with Landlock enabled); pass --allow-unconfined to run it without the sandbox")
-      }
-      flags.append("--allow-unconfined")
-      if environment["APPBOX_ASSUME_NO_LANDLOCK"] == "1" { flags.append("--assume-no-landlock") }
+    bubblewrap = try Sandbox.bubblewrapPath(environment: environment, for: home.app)
+    if let missing = Sandbox.userNamespacesUnavailable() {
+      throw ContainerError(
+        .unavailable, "Cannot confine \(home.app.bundleIdentifier): \(missing); bubblewrap needs them")
     }
-    arguments =
-      SandboxProfile(home: home).helperArguments + ["--chdir", home.path] + flags + ["--"] + command
-    self.environment = Sandbox.environment(for: home, inheriting: environment)
+    landlock = Sandbox.isLandlockAvailable(environment: environment)
+    if !landlock && !options.allowUnconfined {
+      throw ContainerError(
+        .unavailable,
+        "Cannot confine \(home.app.bundleIdentifier): this kernel has no Landlock (needs Linux 5.13 or later "
+          + "with Landlock enabled); pass --allow-unconfined to run it in its jail without Landlock")
+    }
+    jail = Jail(home: home)
+    cgroup = DelegatedCgroup.locate(environment: environment)
+    self.command = command
+    self.environment = environment
     self.options = options
   }
 
-  /// Starts the helper with the lock's descriptor and waits for the command to end.
-  func run(holding lock: FileLock) throws -> Int32 {
-    var inherited: [ChildProcess.Inherited] = []
-    for (descriptor, target) in [
-      (options.standardInput, 0), (options.standardOutput, 1), (options.standardError, 2),
-    ] {
-      if let descriptor { inherited.append(.init(source: descriptor, target: Int32(target))) }
-    }
-    let lockTarget = ChildProcess.freeTarget(
-      avoiding: inherited.map(\.source.rawValue) + [lock.descriptor.rawValue])
-    inherited.insert(.init(source: lock.descriptor, target: lockTarget), at: 0)
-    let pid = try ChildProcess.spawn(
-      helper, arguments: [Sandbox.helperName, "--lock-fd", String(lockTarget)] + arguments,
-      environment: environment, inherited: inherited)
-    return try ChildProcess.wait(for: pid)
+  /// Starts the jail and waits until no process of the app is left.
+  func run() throws -> Int32 {
+    try JailProcess.run(
+      jail, command: command, options: options, helper: helper, bubblewrap: bubblewrap,
+      environment: environment, cgroup: cgroup, landlock: landlock)
   }
 }

@@ -2,87 +2,43 @@ import AppboxCore
 import Foundation
 import Glibc
 
-/// What a confined app process may touch: the rules the `appbox-sandbox` helper turns
-/// into a Landlock ruleset. Everything not listed is denied by the kernel: other homes,
-/// `registry.db`, `Keychains/`, `Backups/`, `.appbox/`, `/tmp`, every other file.
-public struct SandboxProfile: Sendable, Equatable {
-  /// Read, write, create, rename and remove (no execution, no device nodes).
-  public var readWrite: [String]
-  /// Read files and list directories.
-  public var readOnly: [String]
-  /// Read, list and execute.
-  public var readExecute: [String]
-  /// Read and write single device files.
-  public var devices: [String]
-
-  /// System locations every program needs: binaries, libraries, configuration, the
-  /// Swift toolchain under /opt, and the process's own /proc entry (the helper resolves
-  /// `/proc/self` to `/proc/<pid>` before it restricts itself, and exec keeps the pid;
-  /// so a child the app forks cannot read its own /proc entry, but nothing else in
-  /// /proc is readable either: /proc/kcore and friends stay out of reach).
-  public static let systemLocations = [
-    "/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/etc", "/opt", "/proc/self",
-  ]
-  /// Device files every program may read and write.
-  public static let deviceFiles = ["/dev/null", "/dev/tty", "/dev/urandom", "/dev/zero", "/dev/random"]
-
-  public init(readWrite: [String], readOnly: [String], readExecute: [String], devices: [String]) {
-    self.readWrite = readWrite
-    self.readOnly = readOnly
-    self.readExecute = readExecute
-    self.devices = devices
-  }
-
-  /// The platform's rules for an app: its Documents, Library and tmp read-write; its
-  /// home readable (so listing `$HOME` works) but not writable; its bundle readable and
-  /// executable but never writable; the system locations and device files above.
-  /// A device root kept inside a system location (say /opt/appbox) is carved out of it,
-  /// so no other home and no device state becomes readable that way.
-  public init(home: Home) {
-    let system = Self.systemLocations.flatMap { Self.carve($0, around: home.root.path) }
-    self.init(
-      readWrite: [home.path(of: .documents), home.path(of: .library), home.path(of: .tmp)],
-      readOnly: [home.path], readExecute: [home.bundlePath] + system, devices: Self.deviceFiles)
-  }
-
-  /// `location` itself when `excluded` is not inside it; otherwise its entries, recursively,
-  /// leaving out `excluded` and the directories that lead to it.
-  static func carve(_ location: String, around excluded: String) -> [String] {
-    guard excluded.hasPrefix(location + "/") else { return excluded == location ? [] : [location] }
-    let names = (try? FileManager.default.contentsOfDirectory(atPath: location)) ?? []
-    return names.sorted().flatMap { carve(location + "/" + $0, around: excluded) }
-  }
-
-  /// The helper's options for these rules.
-  public var helperArguments: [String] {
-    readWrite.flatMap { ["--rw", $0] } + readOnly.flatMap { ["--ro", $0] }
-      + readExecute.flatMap { ["--rx", $0] } + devices.flatMap { ["--dev", $0] }
-  }
-}
-
 /// How to start a confined process.
 public struct SandboxOptions: Sendable {
-  /// Run unconfined (with a warning from the helper) when the kernel has no Landlock,
-  /// instead of refusing with exit 69.
+  /// Run without Landlock (with a warning from the helper) when the kernel has none,
+  /// instead of refusing with exit 69. Never a way around a missing bubblewrap: the
+  /// namespaces, the app's uid and the seccomp filter still apply.
   public var allowUnconfined: Bool
+  /// The app's network: the host's (the default, as apps on the platform have network),
+  /// or none (an empty network namespace with only a loopback of its own).
+  public var network: JailNetwork
+  /// Per-app limits: processes (RLIMIT_NPROC, and pids.max with a delegated cgroup) and
+  /// memory (memory.max, only with a delegated cgroup).
+  public var limits: JailLimits
   /// Replacements for the child's stdin, stdout and stderr (nil: this process's own).
   public var standardInput: FileDescriptor?
   public var standardOutput: FileDescriptor?
   public var standardError: FileDescriptor?
+  /// Descriptors the app inherits, each at the number given (3 or more), say one end of
+  /// a socketpair whose other end this process serves. Nothing else above 2 reaches it.
+  public var passedDescriptors: [(descriptor: FileDescriptor, number: Int32)]
 
   public init(
-    allowUnconfined: Bool = false, standardInput: FileDescriptor? = nil,
-    standardOutput: FileDescriptor? = nil,
-    standardError: FileDescriptor? = nil
+    allowUnconfined: Bool = false, network: JailNetwork = .shared, limits: JailLimits = JailLimits(),
+    standardInput: FileDescriptor? = nil, standardOutput: FileDescriptor? = nil,
+    standardError: FileDescriptor? = nil, passedDescriptors: [(descriptor: FileDescriptor, number: Int32)] = []
   ) {
     self.allowUnconfined = allowUnconfined
+    self.network = network
+    self.limits = limits
     self.standardInput = standardInput
     self.standardOutput = standardOutput
     self.standardError = standardError
+    self.passedDescriptors = passedDescriptors
   }
 }
 
-/// Locating the helper, probing the kernel, and the environment a confined app sees.
+/// Locating the helper and bubblewrap, probing the kernel, and the environment a
+/// confined app sees.
 public enum Sandbox {
   /// The helper's file name; it is built and installed beside `appbox`.
   public static let helperName = "appbox-sandbox"
@@ -106,9 +62,43 @@ public enum Sandbox {
     return path
   }
 
-  /// Whether the kernel can confine apps. `APPBOX_ASSUME_NO_LANDLOCK=1` makes appbox and
-  /// its helper behave as on a kernel without Landlock (for tests: they can then only
-  /// refuse, or run unconfined when the caller explicitly allows it).
+  /// bubblewrap: the first executable `bwrap` in `$PATH` (default /usr/bin:/bin). Missing
+  /// is exit 69: appbox never runs an app with less than its jail.
+  public static func bubblewrapPath(environment: [String: String], for app: AppRecord) throws -> String {
+    let search = environment["PATH"].flatMap { $0.isEmpty ? nil : $0 } ?? "/usr/bin:/bin"
+    for directory in search.split(separator: ":") where directory.hasPrefix("/") {
+      let candidate = String(directory) + "/bwrap"
+      if access(candidate, X_OK) == 0 { return candidate }
+    }
+    throw ContainerError(
+      .unavailable,
+      "Cannot confine \(app.bundleIdentifier): bubblewrap ('bwrap') is not installed (not found in "
+        + "PATH=\(search)); install the 'bubblewrap' package")
+  }
+
+  /// Why user namespaces cannot be made here, or nil when they can. bubblewrap runs
+  /// unprivileged (as the app's uid when appbox is root), so unprivileged user namespaces
+  /// are needed either way. Reads the sysctls that switch them off.
+  public static func userNamespacesUnavailable() -> String? {
+    func sysctl(_ name: String) -> Int? {
+      guard let text = try? String(contentsOfFile: "/proc/sys/" + name, encoding: .utf8) else { return nil }
+      return Int(text.trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+    if access("/proc/self/ns/user", F_OK) != 0 {
+      return "this kernel has no user namespaces (CONFIG_USER_NS)"
+    }
+    if sysctl("user/max_user_namespaces") == 0 {
+      return "user namespaces are disabled (user.max_user_namespaces = 0)"
+    }
+    if sysctl("kernel/unprivileged_userns_clone") == 0 {
+      return "unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone = 0)"
+    }
+    return nil
+  }
+
+  /// Whether the kernel can confine apps with Landlock. `APPBOX_ASSUME_NO_LANDLOCK=1` makes
+  /// appbox and its helper behave as on a kernel without Landlock (for tests: they can
+  /// then only refuse, or run without Landlock when the caller explicitly allows it).
   public static func isLandlockAvailable(environment: [String: String]) -> Bool {
     if environment["APPBOX_ASSUME_NO_LANDLOCK"] == "1" { return false }
     return Landlock.abiVersion > 0
@@ -118,15 +108,17 @@ public enum Sandbox {
   /// dropped, so nothing about the device (APPBOX_ROOT, the user's HOME) reaches the app.
   public static let passedThroughVariables: Set<String> = ["PATH", "LANG", "LANGUAGE", "TERM", "TZ"]
 
-  /// The app's environment: HOME, CFFIXED_USER_HOME (the home), TMPDIR (its tmp), and
-  /// PATH, LANG, LANGUAGE, LC_*, TERM and TZ from `inherited` (PATH defaults to the
-  /// system directories).
-  public static func environment(for home: Home, inheriting inherited: [String: String]) -> [String: String] {
+  /// The app's environment: HOME, CFFIXED_USER_HOME (the home as the jail shows it),
+  /// TMPDIR (its tmp), and PATH, LANG, LANGUAGE, LC_*, TERM and TZ from `inherited` (PATH
+  /// defaults to the system directories; the jail's tool directory comes first when the
+  /// jail has tools).
+  public static func environment(for jail: Jail, inheriting inherited: [String: String]) -> [String: String] {
     var result = inherited.filter { passedThroughVariables.contains($0.key) || $0.key.hasPrefix("LC_") }
     if result["PATH", default: ""].isEmpty { result["PATH"] = "/usr/local/bin:/usr/bin:/bin" }
-    result["HOME"] = home.path
-    result["CFFIXED_USER_HOME"] = home.path
-    result["TMPDIR"] = home.path(of: .tmp)
+    if !jail.tools.isEmpty { result["PATH"] = Jail.toolsDirectory + ":" + result["PATH"]! }
+    result["HOME"] = jail.home
+    result["CFFIXED_USER_HOME"] = jail.home
+    result["TMPDIR"] = jail.home + "/tmp"
     return result
   }
 }

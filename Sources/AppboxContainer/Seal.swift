@@ -108,37 +108,106 @@ struct CodeResources: Equatable {
   }
 }
 
+/// The modes of a bundle's directories and regular files, as sealed (symlinks have no
+/// mode of their own). The registry keeps them beside the seal's digest as "MODE PATH"
+/// lines in path order, MODE in octal, "." for the bundle directory itself; a mode that
+/// changed (a setuid bit, a file made writable or executable) breaks the seal.
+public struct BundleModes: Sendable, Equatable {
+  public var entries: [String: mode_t] = [:]
+
+  /// What install gives a copied bundle's directories.
+  static let directoryMode: mode_t = 0o755
+  /// What install gives a copied bundle's files.
+  static func fileMode(executable: Bool) -> mode_t { executable ? 0o755 : 0o644 }
+
+  public init() {}
+
+  /// Parses the registry's text; nil when it is malformed.
+  public init?(text: String) {
+    for line in text.split(separator: "\n") {
+      guard let space = line.firstIndex(of: " "), let mode = mode_t(line[..<space], radix: 8) else { return nil }
+      entries[String(line[line.index(after: space)...])] = mode
+    }
+  }
+
+  public var text: String {
+    entries.sorted { $0.key < $1.key }.map { String($0.value, radix: 8) + " " + $0.key }.joined(separator: "\n")
+  }
+
+  /// The first path (in sorted order) whose mode differs from `sealed`'s, and why.
+  func difference(from sealed: BundleModes) -> SealState {
+    for (path, mode) in entries.sorted(by: { $0.key < $1.key }) {
+      guard let expected = sealed.entries[path] else { continue }  // the content seal names new paths
+      if expected != mode {
+        return .broken(
+          path: path,
+          reason: "changed mode (sealed \(String(expected, radix: 8)), now \(String(mode, radix: 8)))")
+      }
+    }
+    return .valid
+  }
+
+  /// For a seal made before modes were sealed: the first path whose mode no install would
+  /// have given (setuid, setgid or sticky, or writable by others than its owner).
+  func unsafeEntry() -> SealState {
+    for (path, mode) in entries.sorted(by: { $0.key < $1.key }) where mode & 0o7022 != 0 {
+      return .broken(
+        path: path, reason: "has mode \(String(mode, radix: 8)) (setuid, setgid, sticky or writable by others)")
+    }
+    return .valid
+  }
+}
+
 /// Checking an installed bundle against its seal.
 public enum Seal {
-  /// Walks the bundle at `bundlePath` and checks it against its CodeResources, and the
+  /// Walks the bundle at `bundlePath` and checks it against its CodeResources, the
   /// CodeResources file itself against `expectedDigest` (the hex SHA-256 the registry
-  /// recorded at install), so rewriting both the files and the seal is caught too.
-  public static func verify(bundleAt bundlePath: String, expectedDigest: String) throws -> SealState {
+  /// recorded at install), so rewriting both the files and the seal is caught too, and
+  /// every mode against `expectedModes` (nil for a seal made before modes were sealed:
+  /// then only modes no install gives are refused). Returns the state and the modes found.
+  public static func check(bundleAt bundlePath: String, expectedDigest: String, expectedModes: String?) throws
+    -> (state: SealState, modes: BundleModes)
+  {
     let name = splitPath(bundlePath).name
     let directory: FileDescriptor
+    var modes = BundleModes()
     do {
       directory = try FileDescriptor.open(bundlePath, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
     } catch let error as SystemError where error.errno == .noEntry {
-      return .broken(path: ".", reason: "is missing (the bundle directory is gone)")
+      return (.broken(path: ".", reason: "is missing (the bundle directory is gone)"), modes)
     } catch let error as SystemError where error.errno == .tooManyLinks || error.errno == .notDirectory {
-      return .broken(path: ".", reason: "was replaced by something that is not a directory")
+      return (.broken(path: ".", reason: "was replaced by something that is not a directory"), modes)
     }
     defer { directory.close() }
     let items: [BundleItem]
     do {
-      items = try BundleWalker(bundle: name).walk(directory)
+      items = try BundleWalker(bundle: name).walk(directory, copyingTo: nil, modes: &modes)
     } catch let error as ContainerError {
-      return .broken(path: ".", reason: "holds something a bundle may not: \(error.message)")
+      return (.broken(path: ".", reason: "holds something a bundle may not: \(error.message)"), modes)
     }
     guard case .file(_, let sealDigest, _)? = items.first(where: { $0.path == CodeResources.path }) else {
-      return .broken(path: CodeResources.path, reason: "is missing")
+      return (.broken(path: CodeResources.path, reason: "is missing"), modes)
     }
     guard sealDigest.hex == expectedDigest else {
-      return .broken(
-        path: CodeResources.path, reason: "was modified (it is not the seal recorded at install)")
+      return (
+        .broken(path: CodeResources.path, reason: "was modified (it is not the seal recorded at install)"), modes
+      )
     }
     let sealFile = try directory.open(CodeResources.path, O_RDONLY | O_NOFOLLOW)
     let data = try sealFile.closeAfter { Data(try $0.readAll(limit: 64 << 20)) }
-    return try CodeResources(data: data, bundle: name).verify(items)
+    let content = try CodeResources(data: data, bundle: name).verify(items)
+    guard content.isValid else { return (content, modes) }
+    guard let expectedModes else { return (modes.unsafeEntry(), modes) }
+    guard let sealed = BundleModes(text: expectedModes) else {
+      return (.broken(path: ".", reason: "has a mode record in the registry that cannot be read"), modes)
+    }
+    return (modes.difference(from: sealed), modes)
+  }
+
+  /// The state alone (see `check`).
+  public static func verify(bundleAt bundlePath: String, expectedDigest: String, expectedModes: String? = nil) throws
+    -> SealState
+  {
+    try check(bundleAt: bundlePath, expectedDigest: expectedDigest, expectedModes: expectedModes).state
   }
 }

@@ -12,11 +12,14 @@ enum StalePathScanner {
     ".md", ".log",
   ]
 
-  /// Measures Documents and Library of `home` and scans them for `oldHome`; one walk each.
-  static func survey(home: String, oldHome: String) -> (files: Int, bytes: Int64, stale: [String]) {
-    let utf16 = oldHome.utf16.flatMap { [UInt8($0 >> 8), UInt8($0 & 0xFF)] }
+  /// Measures Documents and Library of `home` and scans them for any of `oldHomes` (the
+  /// old home's host path, and its path in the jail, which apps see); one walk each.
+  static func survey(home: String, oldHomes: [String]) -> (files: Int, bytes: Int64, stale: [String]) {
+    let needles = oldHomes.flatMap { oldHome in
+      [Array(oldHome.utf8), oldHome.utf16.flatMap { [UInt8($0 >> 8), UInt8($0 & 0xFF)] }]
+    }
     var search = TreeMeasure.Search(
-      needles: [Array(oldHome.utf8), utf16], extensions: textExtensions, everyFileBelow: ["Preferences"],
+      needles: needles, extensions: textExtensions, everyFileBelow: ["Preferences"],
       maxFileSize: 256 * 1024, maxFiles: 5_000)
     let library = TreeMeasure.measure(home + "/Library", skipping: ["Caches"], search: search)
     let caches = TreeMeasure.measure(home + "/Library/Caches")

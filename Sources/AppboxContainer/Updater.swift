@@ -71,7 +71,8 @@ extension DeviceSession {
       let migrationSeconds = seconds(since: migrationStart)
 
       let newHome = root.home(staged.containerID)
-      let survey = StalePathScanner.survey(home: newHome, oldHome: root.home(app.containerID))
+      let survey = StalePathScanner.survey(
+        home: newHome, oldHomes: [root.home(app.containerID), Jail.homesDirectory + "/" + app.containerID])
       return UpdateReport(
         bundleIdentifier: app.bundleIdentifier, oldContainerID: app.containerID,
         newContainerID: staged.containerID,
@@ -123,11 +124,13 @@ extension DeviceSession {
     where try staging.statusIfPresent(of: directory) == nil {
       try staging.makeDirectory(directory, mode: 0o755)
     }
+    // The app keeps its uid; what the staging home created is handed to it.
+    if let owner = AppUser.dataOwner(of: app) { try DataOwnership.handOverStandardDirectories(in: staging, to: owner) }
     try staging.sync()
     try old.sync()
     CrashPoint.hit("update.moved")
 
-    var record = staged.record(installedAt: app.installedAt)
+    var record = staged.record(installedAt: app.installedAt, uid: app.uid)
     record.updatedAt = Date()
     try registry.database.inTransaction {
       try registry.replace(record)

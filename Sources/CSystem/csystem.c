@@ -46,6 +46,12 @@ int appbox_landlock_abi(void) {
 
 int appbox_syncfs(int fd) { return syncfs(fd); }
 
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+int appbox_pidfd_open(int pid) { return (int)syscall(SYS_pidfd_open, pid, 0); }
+
 int appbox_pipe_cloexec(int fds[2]) { return pipe2(fds, O_CLOEXEC); }
 
 int appbox_start_writeback(int fd, int64_t offset, int64_t count) {

@@ -53,6 +53,10 @@ int appbox_pipe_cloexec(int fds[2]);
  * (EOPNOTSUPP/ENOTTY on file systems without the flag). */
 int appbox_mark_top_directory(int fd);
 
+/* pidfd_open(2): a descriptor that becomes readable when process `pid` exits; -1 with
+ * errno set. */
+int appbox_pidfd_open(int pid);
+
 /* The Landlock ABI version the running kernel supports, or 0 when it has none. */
 int appbox_landlock_abi(void);
 

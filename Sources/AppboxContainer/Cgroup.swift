@@ -1,0 +1,94 @@
+// Per-app cgroup v2 limits, where the machine delegates a cgroup to appbox.
+//
+// A cgroup can hold limits for the app (pids.max, memory.max) only when its parent lets
+// children use the pids and memory controllers, which cgroup v2 allows only for a parent
+// with no processes of its own ("no internal processes"), and only when appbox may write
+// there. So appbox uses:
+//   1. the directory in $APPBOX_CGROUP, when set: a cgroup v2 directory delegated to the
+//      user appbox runs as (for instance by systemd with Delegate=yes), whose
+//      cgroup.subtree_control lists pids and memory;
+//   2. otherwise its own cgroup, when that already passes the same test (appbox runs in
+//      a cgroup v2 root, as in many containers);
+//   3. otherwise none: the app is limited by RLIMIT_NPROC only, and memory is not capped.
+//      This machine kind (a cgroup v1 and v2 hybrid whose v2 hierarchy has no pids or
+//      memory controller) is in this case.
+// For each run appbox makes `appbox-<CONTAINER-ID>-<pid>` below that directory, writes
+// pids.max and memory.max, has the helper move itself there before it starts bubblewrap
+// (everything the app starts stays inside), and removes it once the app's pid namespace
+// is gone.
+
+import AppboxCore
+import Foundation
+import Glibc
+
+/// A cgroup v2 directory whose children may limit pids and memory.
+public struct DelegatedCgroup: Sendable, Equatable {
+  public let path: String
+
+  /// The delegated cgroup to use, or nil (see the file's header for how it is chosen).
+  public static func locate(environment: [String: String]) -> DelegatedCgroup? {
+    if let explicit = environment["APPBOX_CGROUP"], !explicit.isEmpty {
+      return usable(explicit) ? DelegatedCgroup(path: explicit) : nil
+    }
+    guard let own = ownCgroup(), usable(own) else { return nil }
+    return DelegatedCgroup(path: own)
+  }
+
+  /// This process's cgroup v2 directory, from /proc/self/cgroup and the cgroup2 mount.
+  static func ownCgroup() -> String? {
+    guard let cgroups = try? String(contentsOfFile: "/proc/self/cgroup", encoding: .utf8),
+      let mounts = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)
+    else { return nil }
+    return ownCgroup(cgroupFile: cgroups, mountInfo: mounts)
+  }
+
+  /// The cgroup v2 directory named by a /proc/self/cgroup text ("0::/path") below the
+  /// first cgroup2 mount of a /proc/self/mountinfo text, or nil.
+  static func ownCgroup(cgroupFile: String, mountInfo: String) -> String? {
+    guard let line = cgroupFile.split(separator: "\n").first(where: { $0.hasPrefix("0::") }) else {
+      return nil
+    }
+    let relative = String(line.dropFirst(3))
+    for entry in mountInfo.split(separator: "\n") {
+      // "<id> <parent> <dev> <root> <mount point> <options> ... - <fstype> <source> <super options>"
+      let halves = entry.components(separatedBy: " - ")
+      guard halves.count == 2, halves[1].split(separator: " ").first == "cgroup2" else { continue }
+      let fields = halves[0].split(separator: " ")
+      guard fields.count >= 5 else { continue }
+      let mountPoint = String(fields[4])
+      return relative == "/" ? mountPoint : mountPoint + relative
+    }
+    return nil
+  }
+
+  /// Whether `path` lets children limit pids and memory, and this process may make them.
+  static func usable(_ path: String) -> Bool {
+    guard let control = try? String(contentsOfFile: path + "/cgroup.subtree_control", encoding: .utf8) else {
+      return false
+    }
+    let enabled = Set(control.split(whereSeparator: { $0 == " " || $0 == "\n" }).map(String.init))
+    return enabled.contains("pids") && enabled.contains("memory") && access(path, W_OK | X_OK) == 0
+  }
+
+  /// Makes the cgroup of one run, with the limits written. Uses `mkdir(2)`.
+  func makeChild(named name: String, limits: JailLimits) throws -> String {
+    let child = path + "/" + name
+    guard mkdir(child, 0o755) == 0 else { throw SystemError("create cgroup", path: child) }
+    do {
+      try write(String(limits.processes), to: child + "/pids.max")
+      try write(String(limits.memoryBytes), to: child + "/memory.max")
+    } catch {
+      rmdir(child)
+      throw error
+    }
+    return child
+  }
+
+  /// Removes a run's cgroup once its processes are gone (best effort).
+  func removeChild(_ child: String) { rmdir(child) }
+
+  private func write(_ text: String, to file: String) throws {
+    let fd = try FileDescriptor.open(file, O_WRONLY)
+    try fd.closeAfter { try $0.writeAll(Array(text.utf8)) }
+  }
+}

@@ -1,0 +1,163 @@
+// Starting one app in its jail and waiting until nothing of it is left.
+//
+// Algorithm:
+// 1. Pipes: one for bubblewrap's JSON status (--json-status-fd), two carrying the jail's
+//    /etc/passwd and /etc/group (--ro-bind-data; written whole before the start).
+// 2. Spawn `appbox-sandbox enter ... -- bwrap ... -- appbox-sandbox confine ... -- CMD`
+//    with stdio, those three pipes and the descriptors the caller passes to the app.
+//    The running lock stays in appbox (close-on-exec): no descriptor of appbox's state
+//    reaches the jail.
+// 3. Read the status until bubblewrap reports "child-pid": the host pid of the jail's
+//    pid 1 (bubblewrap's reaper), whose process group is the app's. Open a pidfd on it.
+// 4. Wait for bubblewrap, passing SIGTERM, SIGINT, SIGHUP and SIGQUIT on to that process
+//    group (the reaper, as a pid namespace's init, ignores them; the app gets them).
+// 5. bubblewrap exits as soon as the app's first process does; with --die-with-parent the
+//    reaper then gets SIGKILL, and the kernel kills every process left in the pid
+//    namespace (a daemonised child included) before the reaper itself is gone. Wait on
+//    the pidfd for that, so the caller releases the running lock only when no process
+//    of the app is alive.
+// 6. The exit status is the app's ("exit-code", written only once the command was
+//    executed); without it, the jail could not be built: exit 69, bubblewrap's own
+//    message being on stderr already.
+
+import AppboxCore
+import CSystem
+import Foundation
+import Glibc
+
+enum JailProcess {
+  /// Runs `command` in `jail` and returns its exit status (128 + N for signal N).
+  static func run(
+    _ jail: Jail, command: [String], options: SandboxOptions, helper: String, bubblewrap: String,
+    environment: [String: String], cgroup: DelegatedCgroup?, landlock: Bool
+  ) throws -> Int32 {
+    let status = try FileDescriptor.pipe()
+    defer { status.read.close() }
+    var statusWrite: FileDescriptor? = status.write
+    defer { statusWrite?.close() }
+    let passwd = try dataPipe(jail.passwd)
+    defer { passwd.close() }
+    let group = try dataPipe(jail.group)
+    defer { group.close() }
+
+    // The app's own descriptors keep their numbers; ours go above them.
+    let passed = options.passedDescriptors
+    for item in passed where item.number < 3 {
+      throw ContainerError(.invalidRequest, "Descriptor number \(item.number) is the app's stdio; use 3 or more")
+    }
+    let base = max(3, (passed.map(\.number).max() ?? 2) + 1)
+    let descriptors = Jail.Descriptors(status: base, passwd: base + 1, group: base + 2)
+    var inherited: [ChildProcess.Inherited] = []
+    for (descriptor, number) in [(options.standardInput, 0), (options.standardOutput, 1), (options.standardError, 2)] {
+      if let descriptor { inherited.append(.init(source: descriptor, target: Int32(number))) }
+    }
+    inherited += [
+      .init(source: status.write, target: descriptors.status), .init(source: passwd, target: descriptors.passwd),
+      .init(source: group, target: descriptors.group),
+    ]
+    inherited += passed.map { .init(source: $0.descriptor, target: $0.number) }
+
+    var runCgroup: String?
+    if let cgroup {
+      runCgroup = try cgroup.makeChild(
+        named: "appbox-\(jail.app.containerID)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))",
+        limits: options.limits)
+    }
+    defer { if let runCgroup { cgroup?.removeChild(runCgroup) } }
+
+    let arguments = jail.commandLine(
+      helper: helper, bubblewrap: bubblewrap, command: command, options: options,
+      keptDescriptors: passed.map(\.number), descriptors: descriptors, cgroup: runCgroup, landlock: landlock)
+    let pid = try ChildProcess.spawn(
+      helper, arguments: arguments, environment: Sandbox.environment(for: jail, inheriting: environment),
+      inherited: inherited)
+    status.write.close()
+    statusWrite = nil
+
+    var report = StatusReport()
+    report.read(from: status.read, until: { $0.childPID != nil })
+    let reaper = report.childPID.flatMap { Reaper(pid: $0) }
+    defer { reaper?.close() }
+    let target = SharedProcessID()
+    target.set(report.childPID.map { -$0 } ?? pid)
+    let exit = try ChildProcess.wait(for: pid, forwardingTo: { target.pid })
+    report.read(from: status.read, until: { _ in false })
+    reaper?.waitUntilGone()
+
+    if let code = report.exitCode { return code }
+    if exit == 1 || report.childPID != nil {
+      throw ContainerError(
+        .unavailable,
+        "Cannot start \(jail.app.bundleIdentifier): bubblewrap could not build its jail (see its message above)")
+    }
+    return exit  // the helper's own refusal (64, 69, 71...), already explained on stderr
+  }
+
+  /// A pipe's read end holding `text` whole (the write end is closed).
+  private static func dataPipe(_ text: String) throws -> FileDescriptor {
+    let pipe = try FileDescriptor.pipe()
+    defer { pipe.write.close() }
+    do {
+      try pipe.write.writeAll(Array(text.utf8))  // a few hundred bytes: well within a pipe's buffer
+    } catch {
+      pipe.read.close()
+      throw error
+    }
+    return pipe.read
+  }
+}
+
+/// What bubblewrap writes on its JSON status descriptor: `{ "child-pid": N, ... }` when
+/// the jail's pid 1 exists, `{ "exit-code": N }` after the command ran and ended.
+struct StatusReport {
+  private(set) var text = ""
+
+  var childPID: pid_t? { number(after: "\"child-pid\":") }
+  var exitCode: Int32? { number(after: "\"exit-code\":") }
+
+  /// Reads until `done` holds or the writer closed its end.
+  mutating func read(from descriptor: FileDescriptor, until done: (StatusReport) -> Bool) {
+    var buffer = [UInt8](repeating: 0, count: 4096)
+    while !done(self) {
+      let count = (try? buffer.withUnsafeMutableBytes { try descriptor.read(into: $0) }) ?? 0
+      if count == 0 { return }
+      text += String(decoding: buffer[0..<count], as: UTF8.self)
+    }
+  }
+
+  private func number(after key: String) -> Int32? {
+    guard let range = text.range(of: key) else { return nil }
+    let digits = text[range.upperBound...].drop(while: { $0 == " " }).prefix(while: \.isNumber)
+    return Int32(digits)
+  }
+}
+
+/// The jail's pid 1, watched through a pidfd: it is gone only after every other process
+/// of its pid namespace is.
+struct Reaper {
+  let descriptor: FileDescriptor
+
+  /// A pidfd on `pid`, provided it is still a process of another pid namespace than
+  /// this one (a pid that ended and was reused by a host process is not waited for).
+  init?(pid: pid_t) {
+    let fd = appbox_pidfd_open(pid)
+    guard fd >= 0 else { return nil }
+    descriptor = FileDescriptor(rawValue: fd)
+    let fileManager = FileManager.default
+    if let theirs = try? fileManager.destinationOfSymbolicLink(atPath: "/proc/\(pid)/ns/pid"),
+      let ours = try? fileManager.destinationOfSymbolicLink(atPath: "/proc/self/ns/pid"), theirs == ours
+    {
+      descriptor.close()
+      return nil
+    }
+  }
+
+  /// Waits (up to 10 s, for a process stuck in the kernel) until the process is gone.
+  func waitUntilGone() {
+    var entry = pollfd(fd: descriptor.rawValue, events: Int16(POLLIN), revents: 0)
+    let deadline = DispatchTime.now().uptimeNanoseconds + 10_000_000_000
+    while poll(&entry, 1, 100) <= 0 && DispatchTime.now().uptimeNanoseconds < deadline {}
+  }
+
+  func close() { descriptor.close() }
+}

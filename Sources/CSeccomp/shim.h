@@ -1,0 +1,2 @@
+/* libseccomp, for the confinement helper (appbox-sandbox, plain C) only. */
+#include <seccomp.h>

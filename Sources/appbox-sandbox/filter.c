@@ -1,0 +1,83 @@
+/* The seccomp filter every app runs under (libseccomp; installed by `confine` after
+ * Landlock, as the last step before exec).
+ *
+ * Default: allow. Denied with EPERM, because each lets a process reach beyond its jail
+ * or attack the kernel, and no app needs it:
+ *  - terminal injection and takeover: ioctl TIOCSTI (type into a terminal's input),
+ *    TIOCLINUX (console selection paste and more), TIOCCONS (redirect the console),
+ *    TIOCSETD (line disciplines load kernel modules). The command is matched on its low
+ *    32 bits, as the kernel reads it, so high bits cannot slip past (CVE-2017-5226);
+ *  - mount, umount2, pivot_root, chroot and the new mount API; unshare, setns, and
+ *    clone with any namespace flag (so no new user namespace); clone3 fails with
+ *    ENOSYS instead, so that libc falls back to clone, whose flags can be checked;
+ *  - ptrace PTRACE_ATTACH and PTRACE_SEIZE (a child may still ask to be traced with
+ *    PTRACE_TRACEME), process_vm_readv/writev, pidfd_getfd;
+ *  - keyctl, add_key, request_key; bpf; userfaultfd; perf_event_open;
+ *  - init_module, finit_module, delete_module, kexec_load, kexec_file_load;
+ *  - io_uring_setup/enter/register (its operations are not seen by seccomp);
+ *  - name_to_handle_at, open_by_handle_at; acct, swapon, swapoff, reboot, syslog,
+ *    quotactl, vhangup, settimeofday, clock_settime, clock_adjtime.
+ * System calls of another architecture (32-bit, x32) kill the process.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <linux/sched.h>
+#include <seccomp.h>
+#include <stddef.h>
+#include <sys/ioctl.h>
+#include <sys/ptrace.h>
+
+#include "sandbox.h"
+
+#ifndef CLONE_NEWTIME
+#define CLONE_NEWTIME 0x00000080
+#endif
+
+/* The denied system calls that take no argument check. A name this libseccomp or
+ * architecture does not know is skipped. */
+static const char *const denied[] = {
+    "mount", "umount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen", "fsconfig",
+    "fsmount", "fspick", "mount_setattr", "unshare", "setns", "process_vm_readv", "process_vm_writev",
+    "pidfd_getfd", "keyctl", "add_key", "request_key", "bpf", "userfaultfd", "perf_event_open",
+    "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load", "io_uring_setup",
+    "io_uring_enter", "io_uring_register", "name_to_handle_at", "open_by_handle_at", "acct", "swapon",
+    "swapoff", "reboot", "syslog", "quotactl", "quotactl_fd", "vhangup", "settimeofday", "clock_settime",
+    "clock_adjtime", "adjtimex",
+};
+
+static const unsigned long terminal_requests[] = {TIOCSTI, TIOCLINUX, TIOCCONS, TIOCSETD};
+
+static const unsigned long namespace_flags[] = {
+    CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET,
+    CLONE_NEWTIME,
+};
+
+int install_syscall_filter(void) {
+  scmp_filter_ctx filter = seccomp_init(SCMP_ACT_ALLOW);
+  if (filter == NULL) return ENOMEM;
+  int result = seccomp_attr_set(filter, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
+  const uint32_t deny = SCMP_ACT_ERRNO(EPERM);
+  for (size_t i = 0; result == 0 && i < sizeof denied / sizeof *denied; i++) {
+    int number = seccomp_syscall_resolve_name(denied[i]);
+    if (number == __NR_SCMP_ERROR) continue;
+    result = seccomp_rule_add(filter, deny, number, 0);
+  }
+  for (size_t i = 0; result == 0 && i < sizeof terminal_requests / sizeof *terminal_requests; i++) {
+    result = seccomp_rule_add(filter, deny, SCMP_SYS(ioctl), 1,
+                              SCMP_A1(SCMP_CMP_MASKED_EQ, 0xFFFFFFFFu, terminal_requests[i]));
+  }
+  for (size_t i = 0; result == 0 && i < sizeof namespace_flags / sizeof *namespace_flags; i++) {
+    result = seccomp_rule_add(filter, deny, SCMP_SYS(clone), 1,
+                              SCMP_A0(SCMP_CMP_MASKED_EQ, namespace_flags[i], namespace_flags[i]));
+  }
+  if (result == 0) result = seccomp_rule_add(filter, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
+  if (result == 0) {
+    result = seccomp_rule_add(filter, deny, SCMP_SYS(ptrace), 1, SCMP_A0(SCMP_CMP_EQ, PTRACE_ATTACH));
+  }
+  if (result == 0) {
+    result = seccomp_rule_add(filter, deny, SCMP_SYS(ptrace), 1, SCMP_A0(SCMP_CMP_EQ, PTRACE_SEIZE));
+  }
+  if (result == 0) result = seccomp_load(filter);
+  seccomp_release(filter);
+  return result < 0 ? -result : result;
+}
