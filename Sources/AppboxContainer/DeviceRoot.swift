@@ -51,7 +51,7 @@ public struct DeviceRoot: Sendable {
         var parts = String(cString: resolved).split(separator: "/", omittingEmptySubsequences: true)
         for part in rest.reversed() {
           switch part {
-          case ".": continue
+          case ".", "": continue
           case "..": if !parts.isEmpty { parts.removeLast() }
           default: parts.append(part)
           }

@@ -26,41 +26,98 @@ final class TestDevice: @unchecked Sendable {
 }
 
 struct SandboxTests {
-  @Test func theProfileGrantsTheHomeTheSystemAndNothingElse() throws {
+  @Test func theJailShowsTheHomesOwnDirectoriesAndNothingElseOfTheDevice() throws {
     let device = try TestDevice()
     let home = device.home
-    let profile = SandboxProfile(home: home)
-    #expect(profile.readWrite == [home.path + "/Documents", home.path + "/Library", home.path + "/tmp"])
-    #expect(profile.readOnly == [home.path])
-    #expect(profile.readExecute.first == home.path + "/Notes.app")
-    #expect(profile.readExecute.contains("/usr") && profile.readExecute.contains("/opt"))
-    #expect(profile.readExecute.contains("/proc/self") && !profile.readExecute.contains("/proc"))
-    #expect(profile.devices.contains("/dev/null") && profile.devices.contains("/dev/urandom"))
-    // Nothing of the device outside this home is granted, not even by a prefix.
-    let everything = profile.readWrite + profile.readOnly + profile.readExecute + profile.devices
-    for path in everything where path.hasPrefix(device.root.path) {
-      #expect(path.hasPrefix(home.path), "\(path)")
+    let jail = Jail(home: home)
+    let inside = "/var/mobile/Applications/" + device.app.containerID
+    #expect(jail.home == inside)
+    #expect(jail.uid == device.app.uid && AppUser.range.contains(jail.uid))
+    #expect(
+      jail.mounts == [
+        JailMount(source: home.bundlePath, destination: inside + "/Notes.app", access: .readExecute),
+        JailMount(source: home.path + "/Documents", destination: inside + "/Documents", access: .readWrite),
+        JailMount(source: home.path + "/Library", destination: inside + "/Library", access: .readWrite),
+        JailMount(source: home.path + "/tmp", destination: inside + "/tmp", access: .readWrite),
+        JailMount(source: home.path + "/tmp", destination: "/tmp", access: .readWrite),
+      ])
+    let command = jail.commandLine(
+      helper: "/opt/x/appbox-sandbox", bubblewrap: "/usr/bin/bwrap", command: ["/bin/true"],
+      options: SandboxOptions(network: .none), keptDescriptors: [9],
+      descriptors: .init(status: 10, passwd: 11, group: 12), cgroup: nil, landlock: true)
+    // Host paths appear only as staged sources of `enter`, each one of this home's.
+    let split = try #require(command.firstIndex(of: "--"))
+    let enter = Array(command[..<split])
+    let staged = stride(from: 0, to: enter.count, by: 1).filter { enter[$0] == "--stage" }.map { enter[$0 + 1] }
+    #expect(
+      staged == [
+        "rx:/opt/x/appbox-sandbox", "rx:" + home.bundlePath, "rw:" + home.path + "/Documents",
+        "rw:" + home.path + "/Library", "rw:" + home.path + "/tmp", "rw:" + home.path + "/tmp",
+      ])
+    #expect(Array(enter.prefix(4)) == ["appbox-sandbox", "enter", "--user", "\(jail.uid):\(jail.uid)"])
+    let rest = Array(command[(split + 1)...])
+    #expect(rest.first == "/usr/bin/bwrap")
+    for argument in rest { #expect(!argument.hasPrefix(device.root.path), "\(argument) names the device root") }
+    for flag in ["--unshare-all", "--unshare-user", "--new-session", "--die-with-parent", "--remount-ro"] {
+      #expect(rest.contains(flag), "\(flag)")
     }
-    #expect(!everything.contains("/tmp") && !everything.contains("/") && !everything.contains("/root"))
-    let arguments = profile.helperArguments
-    #expect(arguments.count == 2 * everything.count)
-    #expect(Array(arguments.prefix(2)) == ["--rw", home.path + "/Documents"])
+    #expect(!rest.contains("--share-net"))  // --network none
+    let pairs = Set(zip(rest, rest.dropFirst()).map { $0.0 + " " + $0.1 })
+    #expect(!rest.contains("/etc/shadow") && !pairs.contains("--ro-bind /etc") && !pairs.contains("--bind /"))
+    // Landlock inside repeats the mounts: data read-write, bundle read-and-execute, home read-only.
+    let confine = Array(rest[try #require(rest.firstIndex(of: "confine"))...])
+    let rules = Set(zip(confine, confine.dropFirst()).map { $0.0 + " " + $0.1 })
+    for (flag, path) in [
+      ("--rw", inside + "/Documents"), ("--rw", inside + "/tmp"), ("--rx", inside + "/Notes.app"), ("--ro", inside),
+      ("--keep-fd", "9"), ("--chdir", inside), ("--max-processes", "256"), ("--ro", "/etc"),
+    ] {
+      #expect(rules.contains(flag + " " + path), "\(flag) \(path)")
+    }
+    #expect(Array(confine.suffix(2)) == ["--", "/bin/true"])
+    let shared = jail.bubblewrapArguments(
+      staged: jail.staged(helper: "/h"), network: .shared, descriptors: .init(status: 3, passwd: 4, group: 5))
+    #expect(shared.contains("--share-net"))
+  }
+
+  @Test func extraDataDirectoriesAndToolsAreMountedAndOnThePath() throws {
+    let device = try TestDevice()
+    var jail = Jail(home: device.home)
+    jail.addDataDirectory("/srv/group", at: "/var/mobile/Containers/Shared/AppGroup/G")
+    jail.addTool("/usr/local/libexec/appbox-secitem", named: "appbox-secitem")
+    let command = jail.commandLine(
+      helper: "/h", bubblewrap: "/usr/bin/bwrap", command: ["x"], options: SandboxOptions(), keptDescriptors: [],
+      descriptors: .init(status: 3, passwd: 4, group: 5), cgroup: "/sys/fs/cgroup/delegated/run", landlock: false)
+    #expect(command.contains("rw:/srv/group") && command.contains("rx:/usr/local/libexec/appbox-secitem"))
+    #expect(command.contains("/run/appbox/bin/appbox-secitem"))
+    #expect(command.contains("--cgroup") && command.contains("--allow-no-landlock"))
+    let environment = Sandbox.environment(for: jail, inheriting: ["PATH": "/usr/bin"])
+    #expect(environment["PATH"] == "/run/appbox/bin:/usr/bin")
   }
 
   @Test func theEnvironmentKeepsOnlyTheListedVariables() throws {
     let device = try TestDevice()
+    let jail = Jail(home: device.home)
     let environment = Sandbox.environment(
-      for: device.home,
+      for: jail,
       inheriting: [
         "PATH": "/bin", "LANG": "C", "LC_ALL": "C", "HOME": "/root", "APPBOX_ROOT": "/x",
         "SSH_AUTH_SOCK": "/s", "TERM": "dumb",
       ])
     #expect(
       environment == [
-        "PATH": "/bin", "LANG": "C", "LC_ALL": "C", "TERM": "dumb", "HOME": device.home.path,
-        "CFFIXED_USER_HOME": device.home.path, "TMPDIR": device.home.path + "/tmp",
+        "PATH": "/bin", "LANG": "C", "LC_ALL": "C", "TERM": "dumb", "HOME": jail.home,
+        "CFFIXED_USER_HOME": jail.home, "TMPDIR": jail.home + "/tmp",
       ])
-    #expect(Sandbox.environment(for: device.home, inheriting: [:])["PATH"] == "/usr/local/bin:/usr/bin:/bin")
+    #expect(Sandbox.environment(for: jail, inheriting: [:])["PATH"] == "/usr/local/bin:/usr/bin:/bin")
+  }
+
+  @Test func theJailsPasswdNamesOnlyTheAppsUser() throws {
+    let device = try TestDevice()
+    let jail = Jail(home: device.home)
+    let lines = jail.passwd.split(separator: "\n")
+    #expect(lines.count == 2)
+    #expect(lines[0] == "mobile:x:\(jail.uid):\(jail.uid):com.example.notes:\(jail.home):/bin/sh")
+    #expect(jail.group.hasPrefix("mobile:x:\(jail.uid):\n"))
   }
 
   @Test func theHelperIsFoundBesideTheExecutableOrWhereTheEnvironmentSays() throws {
@@ -78,6 +135,20 @@ struct SandboxTests {
     #expect(!Sandbox.isLandlockAvailable(environment: ["APPBOX_ASSUME_NO_LANDLOCK": "1"]))
   }
 
+  @Test func bubblewrapIsLookedUpInPathAndItsAbsenceIsUnavailable() throws {
+    let device = try TestDevice()
+    let found = try Sandbox.bubblewrapPath(environment: ["PATH": "/nonexistent:/usr/bin"], for: device.app)
+    #expect(found == "/usr/bin/bwrap")
+    do {
+      _ = try Sandbox.bubblewrapPath(environment: ["PATH": "/nonexistent"], for: device.app)
+      Issue.record("a missing bwrap was accepted")
+    } catch let error as ContainerError {
+      #expect(error.kind == .unavailable)
+      #expect(error.message.contains("bubblewrap ('bwrap') is not installed"))
+    }
+    #expect(Sandbox.userNamespacesUnavailable() == nil)  // this machine kind has them
+  }
+
   @Test func childProcessesReportExitAndSignalStatuses() throws {
     func status(_ script: String) throws -> Int32 {
       let pid = try ChildProcess.spawn(
@@ -93,19 +164,83 @@ struct SandboxTests {
     #expect(throws: SystemError.self) {
       _ = try ChildProcess.spawn("/nonexistent", arguments: ["x"], environment: [:], inherited: [])
     }
-    #expect(ChildProcess.freeTarget(avoiding: [0, 1, 2, 3, 4, 6]) == 5)
+  }
+
+  @Test func descriptorsLandAtTheirNumbersEvenWhenSourcesAndTargetsCross() throws {
+    // Two pipes whose write ends go to each other's numbers: a naive dup2 order would
+    // overwrite one source before copying it.
+    let first = try FileDescriptor.pipe()
+    let second = try FileDescriptor.pipe()
+    defer { [first.read, second.read].forEach { $0.close() } }
+    let pid = try ChildProcess.spawn(
+      "/bin/sh",
+      arguments: [
+        "sh", "-c", "echo one > /proc/self/fd/\(second.write.rawValue); echo two > /proc/self/fd/\(first.write.rawValue)",
+      ],
+      environment: [:],
+      inherited: [
+        .init(source: first.write, target: second.write.rawValue),
+        .init(source: second.write, target: first.write.rawValue),
+      ])
+    first.write.close()
+    second.write.close()
+    #expect(try ChildProcess.wait(for: pid) == 0)
+    #expect(String(decoding: try first.read.readAll(), as: UTF8.self) == "one\n")
+    #expect(String(decoding: try second.read.readAll(), as: UTF8.self) == "two\n")
+  }
+
+  @Test func bubblewrapsStatusIsParsed() {
+    var report = StatusReport()
+    let pipe = try! FileDescriptor.pipe()
+    try! pipe.write.writeAll(Array("{ \"child-pid\": 4242, \"cgroup-namespace\": 1 }\n{ \"exit-code\": 7 }\n".utf8))
+    pipe.write.close()
+    report.read(from: pipe.read, until: { _ in false })
+    pipe.read.close()
+    #expect(report.childPID == 4242 && report.exitCode == 7)
+    #expect(StatusReport().childPID == nil)
   }
 }
 
-struct SandboxCarveTests {
-  @Test func aRootInsideASystemLocationIsCarvedOut() throws {
-    let dir = TemporaryDirectory("carve")
-    try dir.makeDirectory("opt/swift/usr")
-    try dir.makeDirectory("opt/appbox/devices/one")
-    try dir.makeDirectory("opt/appbox/tools")
-    try dir.write("opt/readme", "x")
-    let carved = SandboxProfile.carve(dir.url("opt"), around: dir.url("opt/appbox/devices/one"))
-    #expect(carved == [dir.url("opt/appbox/tools"), dir.url("opt/readme"), dir.url("opt/swift")])
-    #expect(SandboxProfile.carve("/usr", around: dir.url("root")) == ["/usr"])
+struct DeviceRootTests {
+  @Test func theRootIsCanonicalHoweverItIsSpelled() throws {
+    let dir = TemporaryDirectory("canonical")
+    try dir.makeDirectory("real/device")
+    try dir.symlink("link", to: dir.url("real"))
+    let canonical = dir.url("real/device")
+    for spelling in [
+      dir.path + "//real/device", dir.path + "/real/./device", dir.path + "/real/device/.", dir.path + "/real/device/",
+      dir.path + "/link/device", dir.path + "/real/x/../device",
+    ] {
+      #expect(DeviceRoot(path: spelling).path == canonical, "\(spelling)")
+    }
+    // A root that does not exist yet: the existing part resolved, the rest cleaned.
+    #expect(DeviceRoot(path: dir.path + "/link/new//./root").path == dir.url("real/new/root"))
+  }
+}
+
+struct DelegatedCgroupTests {
+  @Test func theOwnCgroupIsFoundBelowTheCgroup2Mount() {
+    let mounts = """
+      30 25 0:26 / /sys/fs/cgroup/memory rw,relatime shared:9 - cgroup cgroup rw,memory
+      35 25 0:31 / /sys/fs/cgroup/unified rw,relatime shared:14 - cgroup2 cgroup2 rw
+      """
+    #expect(
+      DelegatedCgroup.ownCgroup(cgroupFile: "4:memory:/x\n0::/user.slice/app\n", mountInfo: mounts)
+        == "/sys/fs/cgroup/unified/user.slice/app")
+    #expect(DelegatedCgroup.ownCgroup(cgroupFile: "0::/\n", mountInfo: mounts) == "/sys/fs/cgroup/unified")
+    #expect(DelegatedCgroup.ownCgroup(cgroupFile: "4:memory:/x\n", mountInfo: mounts) == nil)
+  }
+
+  @Test func withoutADelegatedCgroupNoneIsUsed() throws {
+    let dir = TemporaryDirectory("cgroup")
+    // A plain directory is no cgroup: it has no cgroup.subtree_control naming pids and memory.
+    #expect(DelegatedCgroup.locate(environment: ["APPBOX_CGROUP": dir.path]) == nil)
+    // This machine kind's own cgroup v2 has neither controller: appbox runs without cgroup limits.
+    if let own = DelegatedCgroup.ownCgroup(),
+      let control = try? String(contentsOfFile: own + "/cgroup.subtree_control", encoding: .utf8),
+      !control.contains("pids")
+    {
+      #expect(DelegatedCgroup.locate(environment: [:]) == nil)
+    }
   }
 }

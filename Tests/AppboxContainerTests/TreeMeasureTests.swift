@@ -29,8 +29,10 @@ struct TreeMeasureTests {
     let plist = PropertyList.dictionary(["path": .string(old + "/é")]).binaryData()  // stored as UTF-16
     try dir.write("Library/Preferences/com.example.plist", bytes: Array(plist))
     try dir.write("Library/Caches/cache.txt", old)  // Caches are not searched, but counted
-    let survey = StalePathScanner.survey(home: dir.path, oldHome: old)
-    #expect(survey.stale == ["Library/Preferences/com.example.plist", "Documents/notes.txt"])
-    #expect(survey.files == 5)
+    // The path the app saw in its jail counts as much as the host path.
+    try dir.write("Documents/jail.conf", "home=/var/mobile/Applications/ABC/Documents")
+    let survey = StalePathScanner.survey(home: dir.path, oldHomes: [old, "/var/mobile/Applications/ABC"])
+    #expect(survey.stale == ["Library/Preferences/com.example.plist", "Documents/jail.conf", "Documents/notes.txt"])
+    #expect(survey.files == 6)
   }
 }

@@ -5,7 +5,8 @@ import Glibc
 import Testing
 
 /// `appbox run`: real processes confined by the real kernel. Every denial is checked on
-/// disk afterwards, not only by the exit status.
+/// disk afterwards, not only by the exit status. (The hostile-app suite, HostileAppTests,
+/// covers the attacks beyond files.)
 struct SandboxRunTests {
   /// A device with Notes (file sharing on) and Journal installed.
   func twoApps() throws -> (device: Device, notes: String, journal: String) {
@@ -45,14 +46,20 @@ struct SandboxRunTests {
       ("echo x > '\(journal)/Documents/planted.txt'", journal + "/Documents/planted.txt"),
       ("mkdir '\(device.root)/evil'", device.root + "/evil"),
       ("echo x > '\(device.root)/Keychains/evil'", device.root + "/Keychains/evil"),
-      ("echo x > /tmp/appbox-escape-\(UUID().uuidString)", ""),
     ]
+    // Each fails: the device's paths do not exist in the jail, the home and the bundle are
+    // read-only mounts (Landlock would refuse them too).
     for attempt in attempts {
       let result = try device.sh("com.example.notes", attempt.script)
       #expect(result.status != 0, "\(attempt.script) succeeded")
-      #expect(result.err.contains("Permission denied"), "\(attempt.script): \(result.err)")
+      let refused = ["Read-only file system", "No such file or directory", "Directory nonexistent", "Permission denied"]
+      #expect(refused.contains { result.err.contains($0) }, "\(attempt.script): \(result.err)")
       if !attempt.created.isEmpty { #expect(!exists(attempt.created), "\(attempt.script) created a file") }
     }
+    // /tmp is the app's own tmp.
+    let name = "appbox-escape-\(UUID().uuidString)"
+    #expect(try device.sh("com.example.notes", "echo x > /tmp/\(name)").status == 0)
+    #expect(contents(notes + "/tmp/" + name) == Array("x\n".utf8))
     #expect(treeSnapshot(notes + "/Notes.app") == bundleBefore)
     #expect(contents(notes + "/Notes.app/Notes") == executable)
     #expect(try FileManager.default.contentsOfDirectory(atPath: outside).isEmpty)
@@ -73,17 +80,18 @@ struct SandboxRunTests {
       "com.example.notes", "cat Documents/own.txt && ls \"$HOME\" && head -c 5 Notes.app/Info.plist")
     #expect(allowed.status == 0, "\(allowed.err)")
     #expect(allowed.out.hasPrefix("own\nDocuments\nLibrary\nNotes.app\ntmp\n<?xml"))
+    // None of these paths exists in the jail.
     for script in [
       "cat '\(journal)/Documents/secret.txt'", "ls '\(journal)/Documents'",
       "cat '\(device.root)/registry.db'",
       "cat ../../registry.db", "ls '\(device.root)/Keychains'", "cat '\(device.root)/Keychains/keychain.db'",
       "ls '\(device.root)/ApplicationRoot'", "ls '\(device.root)/.appbox'",
       "cat '\(device.root)/device.plist'",
-      "ls /tmp", "ls /root",
+      "ls /root", "ls /home",
     ] {
       let result = try device.sh("com.example.notes", script)
       #expect(result.status != 0, "\(script) succeeded: \(result.out)")
-      #expect(result.err.contains("Permission denied"), "\(script): \(result.err)")
+      #expect(result.err.contains("No such file or directory"), "\(script): \(result.err)")
       #expect(
         !result.out.contains("SECRET") && !result.out.contains("SQLite"), "\(script) read \(result.out)")
     }
@@ -98,14 +106,15 @@ struct SandboxRunTests {
         "PATH": "/usr/bin:/bin", "TZ": "UTC",
       ])
     #expect(result.status == 0, "\(result.err)")
+    let inside = "/var/mobile/Applications/" + splitPath(notes).name  // the home, as the jail shows it
     var variables: [String: String] = [:]
     for line in result.out.split(separator: "\n") {
       let parts = line.split(separator: "=", maxSplits: 1).map(String.init)
       variables[parts[0]] = parts.count > 1 ? parts[1] : ""
     }
-    #expect(variables["HOME"] == notes)
-    #expect(variables["CFFIXED_USER_HOME"] == notes)
-    #expect(variables["TMPDIR"] == notes + "/tmp")
+    #expect(variables["HOME"] == inside)
+    #expect(variables["CFFIXED_USER_HOME"] == inside)
+    #expect(variables["TMPDIR"] == inside + "/tmp")
     #expect(variables["PATH"] == "/usr/bin:/bin")
     #expect(variables["LANG"] == "C.UTF-8" && variables["LC_TIME"] == "C" && variables["TZ"] == "UTC")
     let expected: Set<String> = ["HOME", "CFFIXED_USER_HOME", "TMPDIR", "PATH", "LANG", "LC_TIME", "TZ"]
@@ -115,7 +124,7 @@ struct SandboxRunTests {
     }
     #expect(names == expected, "\(variables.keys.sorted())")
     let cwd = try device.sh("com.example.notes", "pwd -P")
-    #expect(cwd.out == notes + "\n")
+    #expect(cwd.out == inside + "\n")
   }
 
   @Test func exitStatusPassesThroughIncludingSignals() throws {
@@ -148,7 +157,7 @@ struct SandboxRunTests {
     #expect(!exists(notes + "/Documents/disk"))
   }
 
-  @Test func aKernelWithoutLandlockIsRefusedUnlessAllowed() throws {
+  @Test func aKernelWithoutLandlockIsRefusedUnlessAllowedButNeverLeavesTheJail() throws {
     let (device, notes, _) = try twoApps()
     let noLandlock = ["APPBOX_ASSUME_NO_LANDLOCK": "1"]
     let refused = try device.run(
@@ -161,8 +170,13 @@ struct SandboxRunTests {
       "run", "com.example.notes", "--allow-unconfined", "--", "/bin/sh", "-c", "echo ran > Documents/ran",
       environment: noLandlock)
     #expect(allowed.status == 0, "\(allowed.err)")
-    #expect(allowed.err.contains("warning") && allowed.err.contains("UNCONFINED"))
+    #expect(allowed.err.contains("warning") && allowed.err.contains("WITHOUT LANDLOCK"))
     #expect(contents(notes + "/Documents/ran") == Array("ran\n".utf8))
+    // Still in the jail: the device does not exist there, the bundle stays read-only.
+    let jailed = try device.run(
+      "run", "com.example.notes", "--allow-unconfined", "--", "/bin/sh", "-c",
+      "cat '\(device.root)/registry.db' || echo x > Notes.app/Notes || echo refused", environment: noLandlock)
+    #expect(jailed.out == "refused\n", "\(jailed.err)")
     #expect(try device.run("launch", "com.example.notes", environment: noLandlock).status == 69)
   }
 

@@ -27,34 +27,29 @@ extension Device {
   }
 }
 
-/// An app kept running under `appbox run`: the appbox process and the confined app's pid.
+/// An app kept running under `appbox run`: the appbox process, which holds the running
+/// lock and whose death takes the whole jail with it.
 struct RunningApp {
   let appbox: Process
-  let pid: pid_t
 
-  /// Kills the app (it holds the running lock) and waits for its appbox parent.
+  /// Kills appbox, and with it (bubblewrap's --die-with-parent) the app; waits for appbox.
   func stop() {
-    kill(pid, SIGKILL)
+    kill(appbox.processIdentifier, SIGKILL)
     appbox.waitUntilExit()
   }
 }
 
 extension Device {
-  /// Starts `app` confined, sleeping until stopped; returns once the app has written its pid
-  /// into its Documents (so it holds the running lock by then).
+  /// Starts `app` confined, sleeping until stopped; returns once the app has written a
+  /// mark into its Documents (appbox holds the running lock by then).
   func startSleepingApp(_ app: String, home: String) throws -> RunningApp {
     let process = try start(
-      "run", app, "--", "/bin/sh", "-c",
-      "echo $$ > Documents/pid.tmp && mv Documents/pid.tmp Documents/pid && exec sleep 30")
-    let pidFile = home + "/Documents/pid"
-    _ = eventually { FileManager.default.fileExists(atPath: pidFile) }
-    guard let text = try? String(contentsOfFile: pidFile, encoding: .utf8),
-      let pid = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines))
-    else {
+      "run", app, "--", "/bin/sh", "-c", "touch Documents/started && exec sleep 30")
+    guard eventually({ FileManager.default.fileExists(atPath: home + "/Documents/started") }) else {
       process.terminate()
       throw SystemError("start app", path: app, errno: .noEntry)
     }
-    return RunningApp(appbox: process, pid: pid)
+    return RunningApp(appbox: process)
   }
 }
 

@@ -4,19 +4,41 @@ import Glibc
 
 /// What `run --help` and `launch --help` say about the sandbox.
 private let sandboxDiscussion = """
-  The process is confined by the kernel (Landlock, through the appbox-sandbox helper): it may read and
-  write only the app's Documents, Library and tmp; read (not write) its home; read and execute its
-  bundle; read and execute /usr, /bin, /sbin, /lib*, /etc, /opt and its own /proc entry; and use
-  /dev/null, /dev/tty, /dev/urandom, /dev/zero and /dev/random. Everything else is denied (other
-  homes, the registry, the keychain, backups, /tmp), and it runs with no capabilities and
-  no_new_privs. The environment is HOME and CFFIXED_USER_HOME = the home, TMPDIR = its tmp, plus PATH,
-  LANG, LANGUAGE, LC_*, TERM and TZ from appbox's own; nothing else is passed. The working directory
-  is the home. While it runs, uninstall, update and restore of the app exit 75. A kernel without
-  Landlock is refused with exit 69 unless --allow-unconfined.
+  The process runs in a jail built by bubblewrap (required: without bwrap, or with user
+  namespaces disabled, this exits 69; there is no weaker fallback). It has its own user, mount,
+  pid, ipc, uts and cgroup namespaces, a new session (no controlling terminal), no capabilities
+  and no_new_privs, and runs as the app's own uid (as root: that host uid, which owns the app's
+  data; unprivileged: mapped to you). It sees only /usr, the few /etc files programs need (its
+  own passwd and group, never shadow), its own /proc and a minimal /dev, and its home at
+  /var/mobile/Applications/<CONTAINER-ID>: the bundle read-only, Documents, Library and tmp
+  read-write but never executable (also at /tmp). Nothing else of the device (other homes, the
+  registry, the keychain, backups) exists in its view. Inside, Landlock repeats these rules and
+  scopes signals and abstract sockets, and a seccomp filter denies terminal injection (TIOCSTI,
+  TIOCLINUX), mounts, new namespaces, ptrace attach, keyrings, bpf, userfaultfd, perf and module
+  calls. Processes: at most 256 (RLIMIT_NPROC of the app's uid); with a delegated cgroup v2
+  ($APPBOX_CGROUP, or appbox's own when it lets children use pids and memory) also pids.max 256
+  and memory.max 4 GiB, else memory is not capped. The network is the host's (localhost
+  services included) unless --network none. stdin, stdout and stderr are passed as they are.
+  The environment is HOME and CFFIXED_USER_HOME = the home, TMPDIR = its tmp, plus PATH, LANG,
+  LANGUAGE, LC_*, TERM and TZ from appbox's own; nothing else is passed. The working directory is
+  the home. appbox waits until every process of the app is gone (a daemonised child dies with
+  it); meanwhile uninstall, update, restore and import of the app exit 75. SIGTERM, SIGINT,
+  SIGHUP and SIGQUIT sent to appbox are passed on to the app.
   """
 
 private let allowUnconfinedOption = CommandDescription.Option(
-  "allow-unconfined", help: "On a kernel without Landlock, run anyway, unconfined (with a warning).")
+  "allow-unconfined",
+  help: "On a kernel without Landlock, run anyway in the jail without Landlock (with a warning).")
+
+private let networkOption = CommandDescription.Option(
+  "network", help: "With none, an empty network namespace (its own loopback only); default: the host's.",
+  choices: ["none"])
+
+/// The options both commands take.
+private func sandboxOptions(_ arguments: ParsedArguments) -> SandboxOptions {
+  SandboxOptions(
+    allowUnconfined: arguments.flag("allow-unconfined"), network: arguments.value("network") == "none" ? .none : .shared)
+}
 
 /// Runs a confined process and passes its exit status through. appbox ignores SIGINT and
 /// SIGQUIT meanwhile, as a shell does for its foreground job: the app gets them from the
@@ -35,22 +57,22 @@ struct RunCommand: ParsableCommand {
   static let description = CommandDescription(
     name: "run", abstract: "Run a command confined to an app's sandbox; exit with the command's status.",
     discussion: sandboxDiscussion + "\n\ntmp is left as it is. A command killed by signal N exits 128+N.",
-    positionals: [appArgument], options: [allowUnconfinedOption],
+    positionals: [appArgument], options: [networkOption, allowUnconfinedOption],
     trailing: .init("CMD [ARG...]", help: "The program (searched in PATH) and its arguments.", required: true)
   )
   let app: String
   let command: [String]
-  let allowUnconfined: Bool
+  let options: SandboxOptions
 
   init(_ arguments: ParsedArguments) throws {
     app = arguments.positional(0)!
     command = arguments.trailing ?? []
-    allowUnconfined = arguments.flag("allow-unconfined")
+    options = sandboxOptions(arguments)
   }
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     try runConfined(context, app) { session, record in
-      try session.run(record, command: command, options: SandboxOptions(allowUnconfined: allowUnconfined))
+      try session.run(record, command: command, options: options)
     }
   }
 }
@@ -62,22 +84,21 @@ struct LaunchCommand: ParsableCommand {
     discussion: sandboxDiscussion
       + "\n\nA bundle whose seal is broken is refused (exit 65, naming the changed file). When no process\n"
       + "of the app runs, tmp is emptied first.",
-    positionals: [appArgument], options: [allowUnconfinedOption],
+    positionals: [appArgument], options: [networkOption, allowUnconfinedOption],
     trailing: .init("ARG...", help: "Arguments for the app's executable.", required: false))
   let app: String
   let arguments: [String]
-  let allowUnconfined: Bool
+  let options: SandboxOptions
 
   init(_ arguments: ParsedArguments) throws {
     app = arguments.positional(0)!
     self.arguments = arguments.trailing ?? []
-    allowUnconfined = arguments.flag("allow-unconfined")
+    options = sandboxOptions(arguments)
   }
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     try runConfined(context, app) { session, record in
-      try session.launch(
-        record, arguments: arguments, options: SandboxOptions(allowUnconfined: allowUnconfined))
+      try session.launch(record, arguments: arguments, options: options)
     }
   }
 }
