@@ -57,6 +57,13 @@ let package = Package(
     // The executable: a few lines that hand over to AppboxCLI.
     .executableTarget(name: "appbox", dependencies: ["AppboxCLI"]),
 
+    // A hostile app for the sandbox tests (plain C, like the helper, so it runs in the jail).
+    .executableTarget(
+      name: "appbox-hostile", path: "Tests/HostileApp",
+      linkerSettings: [
+        .unsafeFlags(["-static-stdlib", "-Xlinker", "--gc-sections", "-Xlinker", "--as-needed"])
+      ]),
+
     // Helpers shared by the tests and the benchmark: temp directories, fixtures, running programs.
     .target(name: "AppboxTestSupport", dependencies: ["AppboxCore"]),
     // The benchmark: a seeded home generator and the side-by-side runner (`make bench`).

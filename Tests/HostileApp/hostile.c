@@ -1,0 +1,481 @@
+/* appbox-hostile: a hostile app for the sandbox tests. Each attack tries to do something
+ * an app must not, and prints one line per attempt:
+ *
+ *   <label> ok            it worked (for an escape: the sandbox failed)
+ *   <label> <ERRNO>       refused, with the errno's name (EPERM, ENOENT, EROFS...)
+ *
+ * followed by attack-specific values ("forks 255 EAGAIN", "uid 1879...").
+ * Usage: appbox-hostile ATTACK [ARG...]; see main() for the attacks.
+ *
+ * One mode is not an attack but the tests' terminal, run on the host:
+ *   appbox-hostile pty-run raw|cooked INPUT -- COMMAND [ARG...]
+ * runs COMMAND in a new session whose controlling terminal (and stdio) is a fresh pty,
+ * as a user's shell would, types INPUT into it, copies what COMMAND writes there to
+ * stdout, and ends with "pty-pending N" (bytes left in the terminal's input queue: what
+ * the user's shell would read next, such as injected keystrokes) and "pty-status N".
+ * Plain C, no Swift runtime: it runs inside the jail, where only /usr exists.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/sched.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <arpa/inet.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/ptrace.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *errno_name(int error) {
+  switch (error) {
+  case EPERM: return "EPERM";
+  case ENOENT: return "ENOENT";
+  case ESRCH: return "ESRCH";
+  case EIO: return "EIO";
+  case ENXIO: return "ENXIO";
+  case EBADF: return "EBADF";
+  case EAGAIN: return "EAGAIN";
+  case EACCES: return "EACCES";
+  case EEXIST: return "EEXIST";
+  case ENOTDIR: return "ENOTDIR";
+  case EINVAL: return "EINVAL";
+  case ENOTTY: return "ENOTTY";
+  case EROFS: return "EROFS";
+  case ENOSYS: return "ENOSYS";
+  case ENOTSUP: return "ENOTSUP";
+  case ECONNREFUSED: return "ECONNREFUSED";
+  case ENETUNREACH: return "ENETUNREACH";
+  case EXDEV: return "EXDEV";
+  case ELOOP: return "ELOOP";
+  default: {
+    static char text[32];
+    snprintf(text, sizeof text, "E%d", error);
+    return text;
+  }
+  }
+}
+
+/* Prints "<label> ok" or "<label> <ERRNO>" for a call's result (negative: failed). */
+static void report(const char *label, long result) {
+  if (result < 0) {
+    printf("%s %s\n", label, errno_name(errno));
+  } else {
+    printf("%s ok\n", label);
+  }
+  fflush(stdout);
+}
+
+static void labelled(char *buffer, size_t size, const char *what, const char *path) {
+  snprintf(buffer, size, "%s:%s", what, path);
+}
+
+/* chmod, chown, utime and setxattr on each path, none of them followed if a symlink. */
+static void metadata(int count, char **paths) {
+  char label[4200];
+  for (int i = 0; i < count; i++) {
+    const char *path = paths[i];
+    labelled(label, sizeof label, "chmod", path);
+    report(label, fchmodat(AT_FDCWD, path, 06777, 0));
+    labelled(label, sizeof label, "chown", path);
+    report(label, lchown(path, getuid(), getgid()));
+    labelled(label, sizeof label, "utime", path);
+    report(label, utimensat(AT_FDCWD, path, NULL, AT_SYMLINK_NOFOLLOW));
+    labelled(label, sizeof label, "setxattr", path);
+    report(label, lsetxattr(path, "user.appbox.exclude-from-backup", "1", 1, 0));
+  }
+}
+
+static void read_files(int count, char **paths) {
+  char label[4200], buffer[256];
+  for (int i = 0; i < count; i++) {
+    labelled(label, sizeof label, "read", paths[i]);
+    int fd = open(paths[i], O_RDONLY | O_NONBLOCK);
+    if (fd < 0) {
+      report(label, -1);
+      continue;
+    }
+    long n = read(fd, buffer, sizeof buffer);
+    report(label, n);
+    close(fd);
+  }
+}
+
+static void stat_files(int count, char **paths) {
+  char label[4200];
+  struct stat st;
+  for (int i = 0; i < count; i++) {
+    labelled(label, sizeof label, "stat", paths[i]);
+    report(label, lstat(paths[i], &st));
+  }
+}
+
+static void write_files(int count, char **paths) {
+  char label[4200];
+  for (int i = 0; i < count; i++) {
+    labelled(label, sizeof label, "write", paths[i]);
+    int fd = open(paths[i], O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0644);
+    if (fd < 0) {
+      report(label, -1);
+      continue;
+    }
+    report(label, write(fd, "hostile\n", 8));
+    close(fd);
+  }
+}
+
+static void connect_unix(const char *label, const char *path, int abstract) {
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un address = {.sun_family = AF_UNIX};
+  socklen_t length;
+  if (abstract) {
+    address.sun_path[0] = '\0';
+    strncpy(address.sun_path + 1, path, sizeof address.sun_path - 2);
+    length = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(path));
+  } else {
+    strncpy(address.sun_path, path, sizeof address.sun_path - 1);
+    length = sizeof address;
+  }
+  report(label, connect(fd, (struct sockaddr *)&address, length));
+  close(fd);
+}
+
+static void connect_tcp(const char *port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in address = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(port))};
+  inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
+  report("connect-tcp", connect(fd, (struct sockaddr *)&address, sizeof address));
+  close(fd);
+}
+
+/* Listens on a pathname socket for `seconds`, accepting and closing connections. */
+static void listen_unix(const char *path, int seconds) {
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un address = {.sun_family = AF_UNIX};
+  strncpy(address.sun_path, path, sizeof address.sun_path - 1);
+  unlink(path);
+  if (bind(fd, (struct sockaddr *)&address, sizeof address) != 0 || listen(fd, 8) != 0) {
+    report("listen", -1);
+    return;
+  }
+  report("listen", 0);
+  alarm((unsigned)seconds);
+  for (;;) {
+    int client = accept(fd, NULL, NULL);
+    if (client >= 0) close(client);
+  }
+}
+
+/* TIOCSTI on descriptors 0-2 and on /dev/tty; with the command's high bits set too. */
+static void terminal(void) {
+  char c = '#';
+  char label[64];
+  for (int fd = 0; fd <= 2; fd++) {
+    snprintf(label, sizeof label, "tiocsti-fd%d", fd);
+    if (!isatty(fd)) {
+      printf("%s not-a-tty\n", label);
+      continue;
+    }
+    report(label, ioctl(fd, TIOCSTI, &c));
+    snprintf(label, sizeof label, "tiocsti-highbits-fd%d", fd);
+    report(label, syscall(SYS_ioctl, fd, (1UL << 32) | TIOCSTI, &c));
+    snprintf(label, sizeof label, "tioclinux-fd%d", fd);
+    char subcode = 2; /* TIOCL_SETSEL */
+    report(label, ioctl(fd, TIOCLINUX, &subcode));
+  }
+  int tty = open("/dev/tty", O_RDWR);
+  report("open-dev-tty", tty);
+  if (tty >= 0) report("tiocsti-dev-tty", ioctl(tty, TIOCSTI, &c));
+  printf("has-controlling-terminal %s\n", tcgetpgrp(0) >= 0 || errno != ENOTTY ? "maybe" : "no");
+}
+
+/* TIOCSTI on a pty the app makes its own controlling terminal: the kernel would allow it;
+ * only the seccomp filter refuses. */
+static void own_pty(void) {
+  pid_t child = fork();
+  if (child == 0) {
+    setsid();
+    int master = posix_openpt(O_RDWR | O_NOCTTY);
+    if (master < 0 || grantpt(master) != 0 || unlockpt(master) != 0) {
+      report("own-pty", -1);
+      _exit(0);
+    }
+    int slave = open(ptsname(master), O_RDWR);
+    report("own-pty", slave);
+    char c = '#';
+    if (slave >= 0) report("tiocsti-own-pty", ioctl(slave, TIOCSTI, &c));
+    _exit(0);
+  }
+  waitpid(child, NULL, 0);
+}
+
+/* A daemon that outlives its parent: touches `path` every 50 ms for 20 s. */
+static void daemonise(const char *path) {
+  pid_t child = fork();
+  if (child == 0) {
+    setsid();
+    if (fork() == 0) {
+      for (int i = 0; i < 400; i++) {
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+          dprintf(fd, "%d\n", i);
+          close(fd);
+        }
+        usleep(50000);
+      }
+      _exit(0);
+    }
+    _exit(0);
+  }
+  waitpid(child, NULL, 0);
+  printf("daemonised ok\n");
+}
+
+static void descriptors(void) {
+  DIR *directory = opendir("/proc/self/fd");
+  if (directory == NULL) {
+    report("list-fds", -1);
+    return;
+  }
+  int own = dirfd(directory);
+  struct dirent *entry;
+  while ((entry = readdir(directory)) != NULL) {
+    if (entry->d_name[0] == '.') continue;
+    int fd = atoi(entry->d_name);
+    if (fd <= 2 || fd == own) continue;
+    char label[64];
+    snprintf(label, sizeof label, "write-fd%d", fd);
+    report(label, write(fd, "x", 1));
+  }
+  closedir(directory);
+  printf("fds-listed ok\n");
+}
+
+static void fork_bomb(void) {
+  int forks = 0;
+  for (;;) {
+    pid_t child = fork();
+    if (child < 0) {
+      printf("forks %d %s\n", forks, errno_name(errno));
+      fflush(stdout);
+      return; /* the children die with the jail */
+    }
+    if (child == 0) {
+      pause();
+      _exit(0);
+    }
+    if (++forks >= 100000) {
+      printf("forks %d unbounded\n", forks);
+      return;
+    }
+  }
+}
+
+/* Copies this program into `directory`, then tries to run the copy directly and
+ * through the dynamic loader. */
+static void exec_written(const char *directory) {
+  char copy[4096];
+  snprintf(copy, sizeof copy, "%s/written", directory);
+  int in = open("/proc/self/exe", O_RDONLY), out = open(copy, O_WRONLY | O_CREAT | O_TRUNC, 0755);
+  if (in < 0 || out < 0) {
+    report("copy", -1);
+    return;
+  }
+  char buffer[65536];
+  long n;
+  while ((n = read(in, buffer, sizeof buffer)) > 0) {
+    if (write(out, buffer, (size_t)n) != n) break;
+  }
+  close(in);
+  close(out);
+  report("chmod-written", chmod(copy, 0755));
+  const char *loaders[] = {"/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1", NULL};
+  const char *loader = NULL;
+  for (int i = 0; loaders[i] != NULL; i++) {
+    if (access(loaders[i], X_OK) == 0) loader = loaders[i];
+  }
+  pid_t child = fork();
+  if (child == 0) {
+    char *argv[] = {copy, "id", NULL};
+    execv(copy, argv);
+    printf("exec-written %s\n", errno_name(errno));
+    fflush(stdout);
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) printf("exec-written ok\n");
+  if (loader == NULL) {
+    printf("ldso-written no-loader\n");
+    return;
+  }
+  child = fork();
+  if (child == 0) {
+    int null = open("/dev/null", O_WRONLY);
+    dup2(null, 2);
+    char *argv[] = {(char *)loader, copy, "id", NULL};
+    execv(loader, argv);
+    _exit(126);
+  }
+  waitpid(child, &status, 0);
+  printf("ldso-written %s\n", WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "ok" : "refused");
+}
+
+static void processes(void) {
+  pid_t child = fork();
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  report("ptrace-attach-child", ptrace(PTRACE_ATTACH, child, NULL, NULL));
+  report("ptrace-seize-child", ptrace(PTRACE_SEIZE, child, NULL, NULL));
+  report("ptrace-attach-init", ptrace(PTRACE_ATTACH, 1, NULL, NULL));
+  report("kill-init", kill(1, SIGTERM));
+  kill(child, SIGKILL);
+  waitpid(child, NULL, 0);
+}
+
+static void syscalls(void) {
+  report("unshare-user", unshare(CLONE_NEWUSER));
+  report("unshare-mount", unshare(CLONE_NEWNS));
+  report("clone-newuser", syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0));
+  report("clone3", syscall(SYS_clone3, NULL, 0));
+  report("mount", mount("none", "/tmp", "tmpfs", 0, NULL));
+  report("keyctl", syscall(SYS_keyctl, 0 /* KEYCTL_GET_KEYRING_ID */, -3, 0));
+  report("add_key", syscall(SYS_add_key, "user", "x", "y", 1, -3));
+  report("bpf", syscall(SYS_bpf, 0, NULL, 0));
+  report("userfaultfd", syscall(SYS_userfaultfd, 0));
+  report("perf_event_open", syscall(SYS_perf_event_open, NULL, 0, -1, -1, 0));
+  report("init_module", syscall(SYS_init_module, NULL, 0, ""));
+  report("io_uring_setup", syscall(SYS_io_uring_setup, 1, NULL));
+  report("chroot", chroot("/tmp"));
+}
+
+/* The tests' terminal (see the header). */
+static int pty_run(int raw, const char *input, char **command) {
+  int master = posix_openpt(O_RDWR | O_NOCTTY);
+  if (master < 0 || grantpt(master) != 0 || unlockpt(master) != 0) {
+    perror("pty");
+    return 71;
+  }
+  char slave_path[256];
+  snprintf(slave_path, sizeof slave_path, "%s", ptsname(master));
+  if (raw) {
+    int slave = open(slave_path, O_RDWR | O_NOCTTY);
+    struct termios settings;
+    tcgetattr(slave, &settings);
+    cfmakeraw(&settings);
+    tcsetattr(slave, TCSANOW, &settings);
+    close(slave);
+  }
+  pid_t child = fork();
+  if (child == 0) {
+    setsid();
+    int slave = open(slave_path, O_RDWR); /* a session leader's first terminal: its own */
+    dup2(slave, 0);
+    dup2(slave, 1);
+    dup2(slave, 2);
+    if (slave > 2) close(slave);
+    close(master);
+    execvp(command[0], command);
+    _exit(127);
+  }
+  if (write(master, input, strlen(input)) < 0) perror("type");
+  char buffer[4096];
+  int status = 0, exited = 0;
+  /* Reads the terminal until the command has ended and nothing is left: the master reads
+   * EIO whenever no process holds the slave, before the command opened it too. */
+  for (;;) {
+    struct pollfd entry = {.fd = master, .events = POLLIN};
+    int ready = poll(&entry, 1, 20);
+    long n = ready > 0 ? read(master, buffer, sizeof buffer) : 0;
+    if (n > 0) {
+      fwrite(buffer, 1, (size_t)n, stdout);
+      continue;
+    }
+    if (!exited && waitpid(child, &status, WNOHANG) == child) {
+      exited = 1;
+      continue; /* one more pass for what is still buffered */
+    }
+    if (exited) break;
+    if (n < 0) usleep(5000);
+  }
+  fflush(stdout);
+  int slave = open(slave_path, O_RDWR | O_NOCTTY | O_NONBLOCK);
+  long pending = slave < 0 ? -1 : read(slave, buffer, sizeof buffer);
+  printf("\npty-pending %ld\npty-status %d\n", pending < 0 ? 0 : pending,
+         WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (argc >= 6 && strcmp(argv[1], "pty-run") == 0 && strcmp(argv[4], "--") == 0) {
+    return pty_run(strcmp(argv[2], "raw") == 0, argv[3], argv + 5);
+  }
+  if (argc < 2) {
+    fprintf(stderr, "usage: appbox-hostile ATTACK [ARG...]\n");
+    return 64;
+  }
+  const char *attack = argv[1];
+  if (strcmp(attack, "id") == 0) {
+    gid_t groups[64];
+    int count = getgroups(64, groups);
+    printf("uid %u\ngid %u\neuid %u\ngroups %d\n", getuid(), getgid(), geteuid(), count);
+  } else if (strcmp(attack, "terminal") == 0) {
+    terminal();
+  } else if (strcmp(attack, "own-pty") == 0) {
+    own_pty();
+  } else if (strcmp(attack, "metadata") == 0) {
+    metadata(argc - 2, argv + 2);
+  } else if (strcmp(attack, "read") == 0) {
+    read_files(argc - 2, argv + 2);
+  } else if (strcmp(attack, "stat") == 0) {
+    stat_files(argc - 2, argv + 2);
+  } else if (strcmp(attack, "write") == 0) {
+    write_files(argc - 2, argv + 2);
+  } else if (strcmp(attack, "connect") == 0 && argc >= 3) {
+    for (int i = 2; i < argc; i++) {
+      char label[4200];
+      labelled(label, sizeof label, "connect", argv[i]);
+      connect_unix(label, argv[i], 0);
+    }
+  } else if (strcmp(attack, "connect-abstract") == 0 && argc >= 3) {
+    connect_unix("connect-abstract", argv[2], 1);
+  } else if (strcmp(attack, "connect-tcp") == 0 && argc >= 3) {
+    connect_tcp(argv[2]);
+  } else if (strcmp(attack, "listen") == 0 && argc >= 4) {
+    listen_unix(argv[2], atoi(argv[3]));
+  } else if (strcmp(attack, "daemon") == 0 && argc >= 3) {
+    daemonise(argv[2]);
+  } else if (strcmp(attack, "fds") == 0) {
+    descriptors();
+  } else if (strcmp(attack, "forkbomb") == 0) {
+    fork_bomb();
+  } else if (strcmp(attack, "exec-written") == 0 && argc >= 3) {
+    exec_written(argv[2]);
+  } else if (strcmp(attack, "processes") == 0) {
+    processes();
+  } else if (strcmp(attack, "syscalls") == 0) {
+    syscalls();
+  } else {
+    fprintf(stderr, "appbox-hostile: unknown attack '%s'\n", attack);
+    return 64;
+  }
+  return 0;
+}
