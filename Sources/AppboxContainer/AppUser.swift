@@ -40,8 +40,23 @@ public enum AppUser {
     }
   }
 
-  /// Whether appbox runs as root, so that apps run as their own host uids.
-  public static var isPrivileged: Bool { geteuid() == 0 }
+  /// Whether appbox runs as a root that can become the apps' uids (root of the initial
+  /// user namespace, or of one that maps the whole app range), so that apps run as their
+  /// own host uids. Root inside a rootless container is not: its apps run as unprivileged.
+  public static let isPrivileged: Bool = {
+    guard geteuid() == 0 else { return false }
+    guard let map = try? String(contentsOfFile: "/proc/self/uid_map", encoding: .utf8) else { return true }
+    return mapsAppRange(map)
+  }()
+
+  /// Whether a /proc/self/uid_map text maps every uid of `range` inside the namespace.
+  static func mapsAppRange(_ map: String) -> Bool {
+    map.split(separator: "\n").contains { line in
+      let fields = line.split(separator: " ").compactMap { UInt64($0) }
+      guard fields.count == 3 else { return false }
+      return fields[0] <= UInt64(range.lowerBound) && UInt64(range.upperBound) < fields[0] + fields[2]
+    }
+  }
 
   /// Who owns `app`'s data on disk: its uid when appbox runs as root, nil when it runs
   /// unprivileged (the caller owns everything; the jail maps the app's uid to it).

@@ -182,12 +182,14 @@ public struct Jail: Sendable {
   static let stagingDirectory = "/mnt"
 
   /// `appbox-sandbox enter ... -- bwrap ... -- appbox-sandbox confine ... -- command`.
+  /// `privileged`: appbox is root, and `enter` becomes the app's uid before bubblewrap.
   func commandLine(
     helper: String, bubblewrap: String, command: [String], options: SandboxOptions, keptDescriptors: [Int32],
-    descriptors: Descriptors, cgroup: String?, landlock: Bool
+    descriptors: Descriptors, cgroup: String?, landlock: Bool, privileged: Bool
   ) -> [String] {
     let staged = staged(helper: helper)
-    var enter = [Sandbox.helperName, "enter", "--user", "\(uid):\(uid)"]
+    var enter = [Sandbox.helperName, "enter"]
+    if privileged { enter += ["--user", "\(uid):\(uid)"] }
     if let cgroup { enter += ["--cgroup", cgroup] }
     for item in staged { enter += ["--stage", item.access.rawValue + ":" + item.source] }
     return enter + ["--", bubblewrap]

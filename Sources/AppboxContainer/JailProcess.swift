@@ -67,7 +67,8 @@ enum JailProcess {
 
     let arguments = jail.commandLine(
       helper: helper, bubblewrap: bubblewrap, command: command, options: options,
-      keptDescriptors: passed.map(\.number), descriptors: descriptors, cgroup: runCgroup, landlock: landlock)
+      keptDescriptors: passed.map(\.number), descriptors: descriptors, cgroup: runCgroup, landlock: landlock,
+      privileged: AppUser.isPrivileged)
     let pid = try ChildProcess.spawn(
       helper, arguments: arguments, environment: Sandbox.environment(for: jail, inheriting: environment),
       inherited: inherited)

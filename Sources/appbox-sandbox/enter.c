@@ -19,8 +19,8 @@
  *       ro  read-only, nosuid, nodev, noexec
  *       rx  read-only, nosuid, nodev       (the bundle, this helper, tools on PATH)
  *     bubblewrap keeps these flags when it binds the staged paths into the jail;
- *  4. as root, with --user, drops every supplementary group and becomes UID:GID (all
- *     capabilities go with it);
+ *  4. with --user (given when appbox runs as root), drops every supplementary group and
+ *     becomes UID:GID (all capabilities go with it);
  *  5. execs BWRAP with its arguments; descriptors it was given stay open for it.
  */
 #define _GNU_SOURCE
@@ -150,7 +150,6 @@ static void become(const char *user) {
   if (errno != 0 || *end != '\0' || uid == 0 || gid == 0 || uid >= 0xFFFFFFFFUL || gid >= 0xFFFFFFFFUL) {
     fail(64, "--user takes UID:GID (both above 0), not '%s'", user);
   }
-  if (geteuid() != 0) return; /* unprivileged: bubblewrap maps the caller to the app's uid */
   gid_t group = (gid_t)gid;
   if (setgroups(1, &group) != 0) fail(71, "cannot set the groups: %s", reason(errno));
   if (setresgid((gid_t)gid, (gid_t)gid, (gid_t)gid) != 0) fail(71, "cannot become gid %lu: %s", gid, reason(errno));

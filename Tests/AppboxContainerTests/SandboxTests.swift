@@ -44,7 +44,7 @@ struct SandboxTests {
     let command = jail.commandLine(
       helper: "/opt/x/appbox-sandbox", bubblewrap: "/usr/bin/bwrap", command: ["/bin/true"],
       options: SandboxOptions(network: .none), keptDescriptors: [9],
-      descriptors: .init(status: 10, passwd: 11, group: 12), cgroup: nil, landlock: true)
+      descriptors: .init(status: 10, passwd: 11, group: 12), cgroup: nil, landlock: true, privileged: true)
     // Host paths appear only as staged sources of `enter`, each one of this home's.
     let split = try #require(command.firstIndex(of: "--"))
     let enter = Array(command[..<split])
@@ -86,10 +86,12 @@ struct SandboxTests {
     jail.addTool("/usr/local/libexec/appbox-secitem", named: "appbox-secitem")
     let command = jail.commandLine(
       helper: "/h", bubblewrap: "/usr/bin/bwrap", command: ["x"], options: SandboxOptions(), keptDescriptors: [],
-      descriptors: .init(status: 3, passwd: 4, group: 5), cgroup: "/sys/fs/cgroup/delegated/run", landlock: false)
+      descriptors: .init(status: 3, passwd: 4, group: 5), cgroup: "/sys/fs/cgroup/delegated/run", landlock: false,
+      privileged: false)
     #expect(command.contains("rw:/srv/group") && command.contains("rx:/usr/local/libexec/appbox-secitem"))
     #expect(command.contains("/run/appbox/bin/appbox-secitem"))
     #expect(command.contains("--cgroup") && command.contains("--allow-no-landlock"))
+    #expect(!command.contains("--user"))  // unprivileged: bubblewrap maps the app's uid to the caller
     let environment = Sandbox.environment(for: jail, inheriting: ["PATH": "/usr/bin"])
     #expect(environment["PATH"] == "/run/appbox/bin:/usr/bin")
   }
@@ -198,6 +200,23 @@ struct SandboxTests {
     pipe.read.close()
     #expect(report.childPID == 4242 && report.exitCode == 7)
     #expect(StatusReport().childPID == nil)
+  }
+}
+
+struct AppUserTests {
+  @Test func onlyARootThatMapsTheAppRangeRunsAppsAsTheirOwnUids() {
+    #expect(AppUser.mapsAppRange("         0          0 4294967295\n"))
+    #expect(!AppUser.mapsAppRange("         0       1000          1\n"))  // root in a rootless container
+    #expect(!AppUser.mapsAppRange("         0     100000      65536\n"))
+    #expect(AppUser.mapsAppRange("0 100000 65536\n1879048192 200000 16777216\n"))
+  }
+
+  @Test func newUidsAvoidTheUsedOnesAndStayInTheRange() {
+    let used = Set(AppUser.range.lowerBound...(AppUser.range.lowerBound + 1000))
+    for _ in 0..<100 {
+      let uid = AppUser.randomUID(avoiding: used)
+      #expect(AppUser.range.contains(uid) && !used.contains(uid))
+    }
   }
 }
 

@@ -180,6 +180,34 @@ struct SandboxRunTests {
     #expect(try device.run("launch", "com.example.notes", environment: noLandlock).status == 69)
   }
 
+  /// No bubblewrap, or no user namespaces: exit 69, one line naming the missing piece, and
+  /// the command never runs (there is no weaker sandbox to fall back to).
+  @Test func aMissingBubblewrapOrUserNamespacesIsUnavailable() throws {
+    let (device, notes, _) = try twoApps()
+    let noBwrap = try device.run(
+      "run", "com.example.notes", "--", "/bin/sh", "-c", "echo ran > Documents/ran", environment: ["PATH": "/nonexistent"])
+    #expect(noBwrap.status == 69)
+    #expect(
+      noBwrap.err
+        == "Error: Cannot confine com.example.notes: bubblewrap ('bwrap') is not installed (not found in "
+        + "PATH=/nonexistent); install the 'bubblewrap' package\n")
+    #expect(try device.run("launch", "com.example.notes", environment: ["PATH": "/nonexistent"]).status == 69)
+    #expect(!exists(notes + "/Documents/ran"))
+
+    // A user namespace whose user.max_user_namespaces is 0: none can be made inside it.
+    let script = "echo 0 > /proc/sys/user/max_user_namespaces && exec \"$@\""
+    let disabled = try runProcess(
+      "/usr/bin/unshare",
+      ["--user", "--map-root-user", "/bin/sh", "-c", script, "sh", productsDirectory + "/appbox", "--root", device.root,
+       "run", "com.example.notes", "--", "/bin/sh", "-c", "echo ran > Documents/ran"])
+    #expect(disabled.status == 69, "\(disabled.err)")
+    #expect(
+      disabled.err
+        == "Error: Cannot confine com.example.notes: user namespaces are disabled (user.max_user_namespaces = 0); "
+        + "bubblewrap needs them\n")
+    #expect(!exists(notes + "/Documents/ran"))
+  }
+
   @Test func usageAndUnknownApps() throws {
     let (device, _, _) = try twoApps()
     #expect(try device.run("run", "com.example.notes").status == 64)
