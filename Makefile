@@ -6,7 +6,7 @@ APT_PACKAGES := libarchive-dev libsqlite3-dev libssl-dev pkg-config libarchive-t
 BENCH_PACKAGES := libarchive-tools restic time
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build release test demo bench bench-large bench-deps format lint clean
+.PHONY: all deps build release test demo bench bench-large bench-startup bench-deps format lint clean
 
 all: build
 
@@ -47,6 +47,11 @@ bench-deps: deps
 
 bench: release bench-deps
 	@bash Benchmarks/run.sh small "$$($(SWIFT) build -c release --show-bin-path)"
+	@bash Benchmarks/startup.sh "$$($(SWIFT) build -c release --show-bin-path)"
+
+# What starting a confined app costs, beside bare bwrap and unshare + Landlock.
+bench-startup: release
+	@bash Benchmarks/startup.sh "$$($(SWIFT) build -c release --show-bin-path)"
 
 bench-large: release bench-deps
 	@bash Benchmarks/run.sh large "$$($(SWIFT) build -c release --show-bin-path)"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job end to end on a throwaway device root: `make demo` runs this with the
 # release build. Each step prints the command, then its output. The tour: a device,
-# install, inspect, confined run, preferences and file sharing, the keychain, backup,
+# install, inspect, confined run (the sandbox v2 jail), preferences and file sharing, the keychain, backup,
 # change, incremental backup, restore, update (with the keychain item surviving), revert,
 # and the refusals.
 set -euo pipefail
@@ -72,12 +72,27 @@ head -c 200000 /dev/urandom > "$NOTES_HOME/Library/Caches/thumbnails.bin"
 step inspect com.example.notes
 step path com.example.notes documents
 
-section "Run inside the sandbox (Landlock): the home is writable, the rest of the device is not"
+section "Run inside the sandbox: the home is writable, the rest of the device does not exist there"
 step run com.example.notes -- /bin/sh -c 'echo "written by the app" > Documents/hi.txt; cat Documents/hi.txt; ls "$HOME"'
 refused run com.example.notes -- /bin/sh -c 'cat ../../registry.db'
 refused run com.example.notes -- /bin/sh -c 'echo evil >> Notes.app/Notes'
 refused run com.example.notes -- /bin/sh -c "ls $APPBOX_ROOT/ApplicationRoot/$("$APPBOX" path com.example.journal | xargs basename)/Documents"
 step launch com.example.notes
+
+section "Sandbox v2: a bubblewrap jail, the app's own uid, Landlock and seccomp inside"
+# The app's own user (as root: a host uid of its own, which owns its data), its home as the
+# jail shows it, and the mounts it has: nothing of the device root.
+step run com.example.notes -- /bin/sh -c 'id; echo "HOME=$HOME"; ls -ln Documents | head -3'
+printf '%s$ ls -ln %s/Documents   # on the host%s\n' "$dim" "$NOTES_HOME" "$reset"
+ls -ln "$NOTES_HOME/Documents" | head -3
+refused run com.example.notes -- cat /etc/shadow
+# No controlling terminal (/dev/tty), and TIOCSTI refused by seccomp on stdin (EPERM; when
+# the demo's stdin is not a terminal, ENOTTY).
+refused run com.example.notes -- perl -e 'open(my $t, "+<", "/dev/tty") or die "open /dev/tty: $!\n"'
+refused run com.example.notes -- perl -e 'ioctl(STDIN, 0x5412, "x") or die "TIOCSTI: $!\n"'
+# What the app writes never executes, not even through the dynamic loader.
+refused run com.example.notes -- /bin/sh -c 'cp /bin/true Documents/t && chmod +x Documents/t && /lib64/ld-linux-x86-64.so.2 Documents/t'
+step run com.example.notes --network none -- /bin/sh -c 'cut -d: -f1 /proc/net/dev | tail -n +3'
 
 section "Preferences, file sharing and backup exclusion"
 step defaults com.example.notes write username ada
