@@ -28,7 +28,7 @@ let package = Package(
     .executableTarget(
       name: "appbox-sandbox", dependencies: ["CSeccomp"],
       linkerSettings: [
-        .unsafeFlags(["-static-stdlib", "-Xlinker", "--gc-sections", "-Xlinker", "--as-needed"])
+        .unsafeFlags(["-static-executable", "-Xlinker", "--gc-sections"])
       ]),
 
     // Errno, descriptors, contained paths, xattrs, locks, property lists.

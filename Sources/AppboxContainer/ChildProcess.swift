@@ -32,7 +32,9 @@ enum ChildProcess {
     for (index, descriptor) in inherited.enumerated() {
       steps.append((descriptor.source.rawValue, parking + Int32(index)))
     }
-    for (index, descriptor) in inherited.enumerated() { steps.append((parking + Int32(index), descriptor.target)) }
+    for (index, descriptor) in inherited.enumerated() {
+      steps.append((parking + Int32(index), descriptor.target))
+    }
     for (source, target) in steps {
       let result = posix_spawn_file_actions_adddup2(&actions, source, target)
       guard result == 0 else { throw SystemError("start '\(executable)'", errno: Errno(rawValue: result)) }

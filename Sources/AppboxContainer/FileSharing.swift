@@ -99,7 +99,9 @@ public final class SharedDocuments {
       throw ContainerError(.invalidRequest, "Cannot push to '\(shown)': it is a folder")
     }
     let bytes = try AtomicFile.copy(from: input, to: target.name, in: target.parent, displayPath: shown)
-    if let owner = AppUser.dataOwner(of: app) { try DataOwnership.handOver(target.name, in: target.parent, to: owner) }
+    if let owner = AppUser.dataOwner(of: app) {
+      try DataOwnership.handOver(target.name, in: target.parent, to: owner)
+    }
     return FileTransfer(path: shown, bytes: bytes)
   }
 

@@ -27,7 +27,8 @@ extension DeviceSession {
   /// backup policy.
   public func inspect(_ app: AppRecord) throws -> InspectReport {
     let home = self.home(of: app)
-    let seal = try Seal.verify(bundleAt: home.bundlePath, expectedDigest: app.seal, expectedModes: app.bundleModes)
+    let seal = try Seal.verify(
+      bundleAt: home.bundlePath, expectedDigest: app.seal, expectedModes: app.bundleModes)
     let bundle = TreeMeasure.measure(home.bundlePath, countExcluded: true)
     let documents = TreeMeasure.measure(home.path(of: .documents), countExcluded: true)
     let library = TreeMeasure.measure(home.path(of: .library), skipping: ["Caches"], countExcluded: true)

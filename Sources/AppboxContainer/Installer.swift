@@ -156,7 +156,8 @@ public enum HomeStaging {
       try signature.closeAfter { signature in
         try signature.setPermissions(BundleModes.directoryMode)
         try AtomicFile.write(sealData, to: "CodeResources", in: signature, durable: false)
-        guard fchmodat(signature.rawValue, "CodeResources", BundleModes.fileMode(executable: false), 0) == 0 else {
+        guard fchmodat(signature.rawValue, "CodeResources", BundleModes.fileMode(executable: false), 0) == 0
+        else {
           throw SystemError("change mode", path: CodeResources.path)
         }
       }

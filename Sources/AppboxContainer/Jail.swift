@@ -107,11 +107,13 @@ public struct Jail: Sendable {
     self.home = inside
     mounts = [
       JailMount(
-        source: home.bundlePath, destination: inside + "/" + home.app.bundleDirectoryName, access: .readExecute)
+        source: home.bundlePath, destination: inside + "/" + home.app.bundleDirectoryName,
+        access: .readExecute)
     ]
     for location in [HomeLocation.documents, .library, .tmp] {
       let relative = location.relativePath(bundleDirectoryName: home.app.bundleDirectoryName)
-      mounts.append(JailMount(source: home.path(of: location), destination: inside + "/" + relative, access: .readWrite))
+      mounts.append(
+        JailMount(source: home.path(of: location), destination: inside + "/" + relative, access: .readWrite))
     }
     mounts.append(JailMount(source: home.path(of: .tmp), destination: "/tmp", access: .readWrite))
   }
@@ -130,7 +132,8 @@ public struct Jail: Sendable {
 
   /// Puts the executable at `source` on the app's PATH as `toolsDirectory/name`.
   public mutating func addTool(_ source: String, named name: String) {
-    tools.append(JailMount(source: source, destination: Jail.toolsDirectory + "/" + name, access: .readExecute))
+    tools.append(
+      JailMount(source: source, destination: Jail.toolsDirectory + "/" + name, access: .readExecute))
   }
 
   // MARK: - The host's system view
@@ -143,7 +146,8 @@ public struct Jail: Sendable {
   /// whole (no shadow, no sudoers, no host accounts).
   static let etcFiles = [
     "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime",
-    "/etc/timezone", "/etc/resolv.conf", "/etc/hosts", "/etc/host.conf", "/etc/nsswitch.conf", "/etc/gai.conf",
+    "/etc/timezone", "/etc/resolv.conf", "/etc/hosts", "/etc/host.conf", "/etc/nsswitch.conf",
+    "/etc/gai.conf",
     "/etc/services", "/etc/protocols", "/etc/ssl", "/etc/ca-certificates", "/etc/ca-certificates.conf",
     "/etc/terminfo", "/etc/mime.types",
   ]

@@ -43,16 +43,20 @@ enum JailProcess {
     // The app's own descriptors keep their numbers; ours go above them.
     let passed = options.passedDescriptors
     for item in passed where item.number < 3 {
-      throw ContainerError(.invalidRequest, "Descriptor number \(item.number) is the app's stdio; use 3 or more")
+      throw ContainerError(
+        .invalidRequest, "Descriptor number \(item.number) is the app's stdio; use 3 or more")
     }
     let base = max(3, (passed.map(\.number).max() ?? 2) + 1)
     let descriptors = Jail.Descriptors(status: base, passwd: base + 1, group: base + 2)
     var inherited: [ChildProcess.Inherited] = []
-    for (descriptor, number) in [(options.standardInput, 0), (options.standardOutput, 1), (options.standardError, 2)] {
+    for (descriptor, number) in [
+      (options.standardInput, 0), (options.standardOutput, 1), (options.standardError, 2),
+    ] {
       if let descriptor { inherited.append(.init(source: descriptor, target: Int32(number))) }
     }
     inherited += [
-      .init(source: status.write, target: descriptors.status), .init(source: passwd, target: descriptors.passwd),
+      .init(source: status.write, target: descriptors.status),
+      .init(source: passwd, target: descriptors.passwd),
       .init(source: group, target: descriptors.group),
     ]
     inherited += passed.map { .init(source: $0.descriptor, target: $0.number) }
@@ -89,7 +93,8 @@ enum JailProcess {
     if exit == 1 || report.childPID != nil {
       throw ContainerError(
         .unavailable,
-        "Cannot start \(jail.app.bundleIdentifier): bubblewrap could not build its jail (see its message above)")
+        "Cannot start \(jail.app.bundleIdentifier): bubblewrap could not build its jail (see its message above)"
+      )
     }
     return exit  // the helper's own refusal (64, 69, 71...), already explained on stderr
   }

@@ -127,7 +127,9 @@ public struct Preferences: Sendable {
       try library.closeAfter { library in
         do {
           try library.makeDirectory("Preferences")
-          if let owner = AppUser.dataOwner(of: app) { try DataOwnership.handOver("Preferences", in: library, to: owner) }
+          if let owner = AppUser.dataOwner(of: app) {
+            try DataOwnership.handOver("Preferences", in: library, to: owner)
+          }
         } catch let error as SystemError where error.errno == .exists {}
       }
       folder = try contained.open(path, O_RDONLY | O_DIRECTORY)

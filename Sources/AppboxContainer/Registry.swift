@@ -164,7 +164,9 @@ public final class Registry {
     let statement = try database.prepare("SELECT uid FROM app_users WHERE bundle_id = ?1")
     try statement.bind([.text(bundleIdentifier)])
     if let known = try statement.rows({ $0.int64(0) }).first { return UInt32(truncatingIfNeeded: known) }
-    let used = try database.prepare("SELECT uid FROM app_users").rows { UInt32(truncatingIfNeeded: $0.int64(0)) }
+    let used = try database.prepare("SELECT uid FROM app_users").rows {
+      UInt32(truncatingIfNeeded: $0.int64(0))
+    }
     return AppUser.randomUID(avoiding: Set(used))
   }
 

@@ -138,7 +138,9 @@ extension DeviceSession {
       tmp = try directory.open("tmp", O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
     } catch let error as SystemError where error.errno == .noEntry {
       try directory.makeDirectory("tmp", mode: 0o755)
-      if let owner = AppUser.dataOwner(of: home.app) { try DataOwnership.handOver("tmp", in: directory, to: owner) }
+      if let owner = AppUser.dataOwner(of: home.app) {
+        try DataOwnership.handOver("tmp", in: directory, to: owner)
+      }
       return
     }
     try tmp.closeAfter { try FileTree.removeContents(of: $0) }

@@ -25,7 +25,8 @@ public struct SandboxOptions: Sendable {
   public init(
     allowUnconfined: Bool = false, network: JailNetwork = .shared, limits: JailLimits = JailLimits(),
     standardInput: FileDescriptor? = nil, standardOutput: FileDescriptor? = nil,
-    standardError: FileDescriptor? = nil, passedDescriptors: [(descriptor: FileDescriptor, number: Int32)] = []
+    standardError: FileDescriptor? = nil,
+    passedDescriptors: [(descriptor: FileDescriptor, number: Int32)] = []
   ) {
     self.allowUnconfined = allowUnconfined
     self.network = network

@@ -125,13 +125,16 @@ public struct BundleModes: Sendable, Equatable {
   /// Parses the registry's text; nil when it is malformed.
   public init?(text: String) {
     for line in text.split(separator: "\n") {
-      guard let space = line.firstIndex(of: " "), let mode = mode_t(line[..<space], radix: 8) else { return nil }
+      guard let space = line.firstIndex(of: " "), let mode = mode_t(line[..<space], radix: 8) else {
+        return nil
+      }
       entries[String(line[line.index(after: space)...])] = mode
     }
   }
 
   public var text: String {
-    entries.sorted { $0.key < $1.key }.map { String($0.value, radix: 8) + " " + $0.key }.joined(separator: "\n")
+    entries.sorted { $0.key < $1.key }.map { String($0.value, radix: 8) + " " + $0.key }.joined(
+      separator: "\n")
   }
 
   /// The first path (in sorted order) whose mode differs from `sealed`'s, and why.
@@ -152,7 +155,8 @@ public struct BundleModes: Sendable, Equatable {
   func unsafeEntry() -> SealState {
     for (path, mode) in entries.sorted(by: { $0.key < $1.key }) where mode & 0o7022 != 0 {
       return .broken(
-        path: path, reason: "has mode \(String(mode, radix: 8)) (setuid, setgid, sticky or writable by others)")
+        path: path,
+        reason: "has mode \(String(mode, radix: 8)) (setuid, setgid, sticky or writable by others)")
     }
     return .valid
   }
@@ -190,7 +194,8 @@ public enum Seal {
     }
     guard sealDigest.hex == expectedDigest else {
       return (
-        .broken(path: CodeResources.path, reason: "was modified (it is not the seal recorded at install)"), modes
+        .broken(path: CodeResources.path, reason: "was modified (it is not the seal recorded at install)"),
+        modes
       )
     }
     let sealFile = try directory.open(CodeResources.path, O_RDONLY | O_NOFOLLOW)
@@ -205,7 +210,8 @@ public enum Seal {
   }
 
   /// The state alone (see `check`).
-  public static func verify(bundleAt bundlePath: String, expectedDigest: String, expectedModes: String? = nil) throws
+  public static func verify(bundleAt bundlePath: String, expectedDigest: String, expectedModes: String? = nil)
+    throws
     -> SealState
   {
     try check(bundleAt: bundlePath, expectedDigest: expectedDigest, expectedModes: expectedModes).state

@@ -125,7 +125,9 @@ extension DeviceSession {
       try staging.makeDirectory(directory, mode: 0o755)
     }
     // The app keeps its uid; what the staging home created is handed to it.
-    if let owner = AppUser.dataOwner(of: app) { try DataOwnership.handOverStandardDirectories(in: staging, to: owner) }
+    if let owner = AppUser.dataOwner(of: app) {
+      try DataOwnership.handOverStandardDirectories(in: staging, to: owner)
+    }
     try staging.sync()
     try old.sync()
     CrashPoint.hit("update.moved")

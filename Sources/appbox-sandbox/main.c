@@ -58,6 +58,18 @@ long parse_number(const char *text, long max, const char *option) {
   return value;
 }
 
+/* SwiftPM links every executable with the Swift driver, whose start-up object registers
+ * the image with the Swift runtime and refers to its backtracer. This program has no
+ * Swift code: no-ops stand in for both, which keeps the runtime (megabytes to map and
+ * relocate on every start, twice per app start) out of the binary. */
+void swift_addNewDSOImage(const void *image);
+void swift_addNewDSOImage(const void *image) { (void)image; }
+int _swift_backtrace_isThunkFunction(const char *name);
+int _swift_backtrace_isThunkFunction(const char *name) {
+  (void)name;
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "enter") == 0) return enter_main(argc - 1, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "confine") == 0) return confine_main(argc - 1, argv + 1);

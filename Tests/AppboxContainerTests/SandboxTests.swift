@@ -48,7 +48,9 @@ struct SandboxTests {
     // Host paths appear only as staged sources of `enter`, each one of this home's.
     let split = try #require(command.firstIndex(of: "--"))
     let enter = Array(command[..<split])
-    let staged = stride(from: 0, to: enter.count, by: 1).filter { enter[$0] == "--stage" }.map { enter[$0 + 1] }
+    let staged = stride(from: 0, to: enter.count, by: 1).filter { enter[$0] == "--stage" }.map {
+      enter[$0 + 1]
+    }
     #expect(
       staged == [
         "rx:/opt/x/appbox-sandbox", "rx:" + home.bundlePath, "rw:" + home.path + "/Documents",
@@ -57,7 +59,9 @@ struct SandboxTests {
     #expect(Array(enter.prefix(4)) == ["appbox-sandbox", "enter", "--user", "\(jail.uid):\(jail.uid)"])
     let rest = Array(command[(split + 1)...])
     #expect(rest.first == "/usr/bin/bwrap")
-    for argument in rest { #expect(!argument.hasPrefix(device.root.path), "\(argument) names the device root") }
+    for argument in rest {
+      #expect(!argument.hasPrefix(device.root.path), "\(argument) names the device root")
+    }
     for flag in ["--unshare-all", "--unshare-user", "--new-session", "--die-with-parent", "--remount-ro"] {
       #expect(rest.contains(flag), "\(flag)")
     }
@@ -68,7 +72,8 @@ struct SandboxTests {
     let confine = Array(rest[try #require(rest.firstIndex(of: "confine"))...])
     let rules = Set(zip(confine, confine.dropFirst()).map { $0.0 + " " + $0.1 })
     for (flag, path) in [
-      ("--rw", inside + "/Documents"), ("--rw", inside + "/tmp"), ("--rx", inside + "/Notes.app"), ("--ro", inside),
+      ("--rw", inside + "/Documents"), ("--rw", inside + "/tmp"), ("--rx", inside + "/Notes.app"),
+      ("--ro", inside),
       ("--keep-fd", "9"), ("--chdir", inside), ("--max-processes", "256"), ("--ro", "/etc"),
     ] {
       #expect(rules.contains(flag + " " + path), "\(flag) \(path)")
@@ -85,8 +90,10 @@ struct SandboxTests {
     jail.addDataDirectory("/srv/group", at: "/var/mobile/Containers/Shared/AppGroup/G")
     jail.addTool("/usr/local/libexec/appbox-secitem", named: "appbox-secitem")
     let command = jail.commandLine(
-      helper: "/h", bubblewrap: "/usr/bin/bwrap", command: ["x"], options: SandboxOptions(), keptDescriptors: [],
-      descriptors: .init(status: 3, passwd: 4, group: 5), cgroup: "/sys/fs/cgroup/delegated/run", landlock: false,
+      helper: "/h", bubblewrap: "/usr/bin/bwrap", command: ["x"], options: SandboxOptions(),
+      keptDescriptors: [],
+      descriptors: .init(status: 3, passwd: 4, group: 5), cgroup: "/sys/fs/cgroup/delegated/run",
+      landlock: false,
       privileged: false)
     #expect(command.contains("rw:/srv/group") && command.contains("rx:/usr/local/libexec/appbox-secitem"))
     #expect(command.contains("/run/appbox/bin/appbox-secitem"))
@@ -177,7 +184,8 @@ struct SandboxTests {
     let pid = try ChildProcess.spawn(
       "/bin/sh",
       arguments: [
-        "sh", "-c", "echo one > /proc/self/fd/\(second.write.rawValue); echo two > /proc/self/fd/\(first.write.rawValue)",
+        "sh", "-c",
+        "echo one > /proc/self/fd/\(second.write.rawValue); echo two > /proc/self/fd/\(first.write.rawValue)",
       ],
       environment: [:],
       inherited: [
@@ -194,7 +202,8 @@ struct SandboxTests {
   @Test func bubblewrapsStatusIsParsed() {
     var report = StatusReport()
     let pipe = try! FileDescriptor.pipe()
-    try! pipe.write.writeAll(Array("{ \"child-pid\": 4242, \"cgroup-namespace\": 1 }\n{ \"exit-code\": 7 }\n".utf8))
+    try! pipe.write.writeAll(
+      Array("{ \"child-pid\": 4242, \"cgroup-namespace\": 1 }\n{ \"exit-code\": 7 }\n".utf8))
     pipe.write.close()
     report.read(from: pipe.read, until: { _ in false })
     pipe.read.close()
@@ -227,7 +236,8 @@ struct DeviceRootTests {
     try dir.symlink("link", to: dir.url("real"))
     let canonical = dir.url("real/device")
     for spelling in [
-      dir.path + "//real/device", dir.path + "/real/./device", dir.path + "/real/device/.", dir.path + "/real/device/",
+      dir.path + "//real/device", dir.path + "/real/./device", dir.path + "/real/device/.",
+      dir.path + "/real/device/",
       dir.path + "/link/device", dir.path + "/real/x/../device",
     ] {
       #expect(DeviceRoot(path: spelling).path == canonical, "\(spelling)")

@@ -32,7 +32,8 @@ struct TreeMeasureTests {
     // The path the app saw in its jail counts as much as the host path.
     try dir.write("Documents/jail.conf", "home=/var/mobile/Applications/ABC/Documents")
     let survey = StalePathScanner.survey(home: dir.path, oldHomes: [old, "/var/mobile/Applications/ABC"])
-    #expect(survey.stale == ["Library/Preferences/com.example.plist", "Documents/jail.conf", "Documents/notes.txt"])
+    #expect(
+      survey.stale == ["Library/Preferences/com.example.plist", "Documents/jail.conf", "Documents/notes.txt"])
     #expect(survey.files == 6)
   }
 }

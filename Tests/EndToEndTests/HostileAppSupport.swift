@@ -33,7 +33,9 @@ final class HostileDevice: @unchecked Sendable {
     try dir.makeDirectory("device")
     try dir.makeDirectory("bundles")
     try dir.makeDirectory("outside")
-    if asNobody { guard chown(dir.url("device"), Self.nobody, Self.nobody) == 0 else { throw SystemError("chown") } }
+    if asNobody {
+      guard chown(dir.url("device"), Self.nobody, Self.nobody) == 0 else { throw SystemError("chown") }
+    }
   }
 
   /// Whether appbox runs as nobody through setpriv.
@@ -42,7 +44,10 @@ final class HostileDevice: @unchecked Sendable {
   /// `arguments` as a command that runs as this device's user.
   func command(_ arguments: [String]) -> (executable: String, arguments: [String]) {
     if asNobody {
-      return ("/usr/bin/setpriv", ["--reuid=\(Self.nobody)", "--regid=\(Self.nobody)", "--clear-groups", "--"] + arguments)
+      return (
+        "/usr/bin/setpriv",
+        ["--reuid=\(Self.nobody)", "--regid=\(Self.nobody)", "--clear-groups", "--"] + arguments
+      )
     }
     return (arguments[0], Array(arguments.dropFirst()))
   }
@@ -64,10 +69,12 @@ final class HostileDevice: @unchecked Sendable {
   @discardableResult
   func installHostile(_ identifier: String = "com.example.hostile") throws -> String {
     let bundle = "bundles/\(identifier)/Hostile.app"
-    try dir.write(bundle + "/Info.plist", PropertyList.dictionary([
-      "CFBundleIdentifier": .string(identifier), "CFBundleExecutable": .string("hostile"),
-      "CFBundleVersion": .string("1.0"), "CFBundleName": .string("Hostile"),
-    ]).xmlString)
+    try dir.write(
+      bundle + "/Info.plist",
+      PropertyList.dictionary([
+        "CFBundleIdentifier": .string(identifier), "CFBundleExecutable": .string("hostile"),
+        "CFBundleVersion": .string("1.0"), "CFBundleName": .string("Hostile"),
+      ]).xmlString)
     let binary = try Data(contentsOf: URL(fileURLWithPath: productsDirectory + "/appbox-hostile"))
     try dir.write(bundle + "/hostile", bytes: Array(binary), mode: 0o755)
     for path in ["bundles", "bundles/\(identifier)", bundle] { chmod(dir.url(path), 0o755) }
@@ -117,9 +124,11 @@ extension PropertyList {
 /// `raw`: no line editing or echo, so a single injected byte is readable at once. Returns
 /// what the command wrote, its status, and the bytes left in the terminal's input queue
 /// (what the user's shell would have read next).
-func runOnTerminal(_ command: [String], input: String = "", raw: Bool, environment: [String: String]) throws -> (
-  output: String, status: Int32?, pending: Int?
-) {
+func runOnTerminal(_ command: [String], input: String = "", raw: Bool, environment: [String: String]) throws
+  -> (
+    output: String, status: Int32?, pending: Int?
+  )
+{
   let result = try runProcess(
     productsDirectory + "/appbox-hostile", ["pty-run", raw ? "raw" : "cooked", input, "--"] + command,
     environment: environment)

@@ -43,24 +43,30 @@ struct HostileAppTests {
     let owner = privilege == .root ? uid : (device.asNobody ? HostileDevice.nobody : geteuid())
     func expectOwned(_ step: String) throws {
       let home = device.home(id)
-      for path in ["Documents", "Documents/a", "Library", "Library/Preferences", "Library/Preferences/com.example.hostile.plist", "tmp"] {
+      for path in [
+        "Documents", "Documents/a", "Library", "Library/Preferences",
+        "Library/Preferences/com.example.hostile.plist", "tmp",
+      ] {
         var st = stat()
-        #expect(lstat(home + "/" + path, &st) == 0 && st.st_uid == owner && st.st_gid == owner, "\(step): \(path)")
+        #expect(
+          lstat(home + "/" + path, &st) == 0 && st.st_uid == owner && st.st_gid == owner, "\(step): \(path)")
       }
       #expect(try device.attack(["id"])["uid"] == String(uid), "\(step)")
       let write = try device.attack(["write", device.jailHome(id) + "/Documents/a"])
       #expect(write["write:" + device.jailHome(id) + "/Documents/a"] == "ok", "\(step)")
     }
-    #expect(try device.attack(["write", device.jailHome(id) + "/Documents/a"]).values.allSatisfy { $0 == "ok" })
+    #expect(
+      try device.attack(["write", device.jailHome(id) + "/Documents/a"]).values.allSatisfy { $0 == "ok" })
     #expect(try device.appbox(["defaults", "com.example.hostile", "write", "k", "v"]).status == 0)
     try expectOwned("install")
 
     #expect(try device.appbox(["backup", "com.example.hostile"]).status == 0)
     #expect(try device.appbox(["uninstall", "com.example.hostile"]).status == 0)
     #expect(try device.appbox(["restore", "com.example.hostile"]).status == 0)
-    id = try #require(try device.appbox(["path", "com.example.hostile"]).out.split(separator: "/").last.map {
-      String($0.dropLast())
-    })
+    id = try #require(
+      try device.appbox(["path", "com.example.hostile"]).out.split(separator: "/").last.map {
+        String($0.dropLast())
+      })
     try expectOwned("restore")
 
     let archive = device.dir.url("outside/data.tar")
@@ -75,13 +81,17 @@ struct HostileAppTests {
       "--allow-downgrade",
     ])
     #expect(update.status == 0, "\(update.err)")
-    id = try #require(try JSONSerialization.jsonObject(with: Data(update.stdout)) as? [String: Any])["newContainerID"]
+    id =
+      try #require(try JSONSerialization.jsonObject(with: Data(update.stdout)) as? [String: Any])[
+        "newContainerID"]
       as? String ?? ""
     try expectOwned("update")
 
     let revert = try device.appbox(["--json", "revert", "com.example.hostile"])
     #expect(revert.status == 0, "\(revert.err)")
-    id = try #require(try JSONSerialization.jsonObject(with: Data(revert.stdout)) as? [String: Any])["newContainerID"]
+    id =
+      try #require(try JSONSerialization.jsonObject(with: Data(revert.stdout)) as? [String: Any])[
+        "newContainerID"]
       as? String ?? ""
     try expectOwned("revert")
   }
@@ -94,7 +104,10 @@ struct HostileAppTests {
     let device = try HostileDevice(privilege)
     let id = try device.installHostile()
     let (executable, arguments) = device.command(
-      [productsDirectory + "/appbox", "--root", device.root, "launch", "com.example.hostile", "--", "terminal"])
+      [
+        productsDirectory + "/appbox", "--root", device.root, "launch", "com.example.hostile", "--",
+        "terminal",
+      ])
     let run = try runOnTerminal([executable] + arguments, raw: true, environment: device.environment)
     #expect(run.status == 0, "\(run.output)")
     let report = parseReport(run.output)
@@ -142,17 +155,22 @@ struct HostileAppTests {
     let id = try device.installHostile()
     let notes = try device.install(fixturePath("bundles/Notes-1.0/Notes.app"))
     #expect(
-      try device.appbox(["keychain", "com.example.hostile", "add", "--service", "s", "--account", "a", "--data", "x"])
-        .status == 0)
+      try device.appbox([
+        "keychain", "com.example.hostile", "add", "--service", "s", "--account", "a", "--data", "x",
+      ])
+      .status == 0)
     let outside = try device.dir.write("outside/file.txt", "outside", mode: 0o644)
     let key = device.root + "/Keychains/device.key"
     let registry = device.root + "/registry.db"
     let otherDocuments = device.home(notes) + "/Documents"
     let bundleExecutable = device.home(id) + "/Hostile.app/hostile"
-    let watched = [key, registry, otherDocuments, outside, bundleExecutable, device.home(id) + "/Hostile.app"]
+    let watched = [
+      key, registry, otherDocuments, outside, bundleExecutable, device.home(id) + "/Hostile.app",
+    ]
     let before = watched.map(metadata)
     let targets = [
-      "/etc/passwd", "/usr/bin/true", device.jailHome(id) + "/Hostile.app/hostile", device.jailHome(id) + "/Hostile.app",
+      "/etc/passwd", "/usr/bin/true", device.jailHome(id) + "/Hostile.app/hostile",
+      device.jailHome(id) + "/Hostile.app",
       device.jailHome(id), key, registry, otherDocuments, outside, device.jailHome(notes) + "/Documents",
     ]
     let report = try device.attack(["metadata"] + targets)
@@ -186,7 +204,8 @@ struct HostileAppTests {
     let listener = try Process.run(
       URL(fileURLWithPath: device.command([productsDirectory + "/appbox"]).executable),
       arguments: device.command([
-        productsDirectory + "/appbox", "--root", device.root, "launch", "com.example.hostile2", "--", "listen",
+        productsDirectory + "/appbox", "--root", device.root, "launch", "com.example.hostile2", "--",
+        "listen",
         device.jailHome(other) + "/tmp/app.sock", "20",
       ]).arguments)
     defer {
@@ -219,14 +238,18 @@ struct HostileAppTests {
     address.sin_family = sa_family_t(AF_INET)
     address.sin_addr.s_addr = inet_addr("127.0.0.1")
     var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) } }
+    _ = withUnsafePointer(to: &address) {
+      $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) }
+    }
     #expect(listen(listener, 8) == 0)
     _ = withUnsafeMutablePointer(to: &address) {
       $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) }
     }
     let port = String(UInt16(bigEndian: address.sin_port))
     #expect(try device.attack(["connect-tcp", port])["connect-tcp"] == "ok")
-    #expect(try device.attack(["connect-tcp", port], options: ["--network", "none"])["connect-tcp"] == "ECONNREFUSED")
+    #expect(
+      try device.attack(["connect-tcp", port], options: ["--network", "none"])["connect-tcp"]
+        == "ECONNREFUSED")
   }
 
   /// Root-only files: the jail has no /etc/shadow, no /root, no host accounts.
@@ -270,7 +293,8 @@ struct HostileAppTests {
       productsDirectory + "/appbox", "--root", device.root, "launch", "com.example.hostile", "--", "fds",
     ])
     let result = try runProcess(
-      "/bin/sh", ["-c", "exec 7>>\"$0\"; exec \"$@\"", leak, executable] + arguments, environment: device.environment)
+      "/bin/sh", ["-c", "exec 7>>\"$0\"; exec \"$@\"", leak, executable] + arguments,
+      environment: device.environment)
     #expect(result.status == 0, "\(result.err)")
     #expect(result.out == "fds-listed ok\n", "\(result.out)")
     #expect(contents(leak) == [])
@@ -327,12 +351,15 @@ struct HostileAppTests {
     let device = try HostileDevice(privilege)
     try device.installHostile()
     #expect(
-      try device.appbox(["keychain", "com.example.hostile", "add", "--service", "s", "--account", "a", "--data", "x"])
-        .status == 0)
+      try device.appbox([
+        "keychain", "com.example.hostile", "add", "--service", "s", "--account", "a", "--data", "x",
+      ])
+      .status == 0)
     try device.dir.symlink("device/link", to: device.dir.url("device/root"))
     let canonical = device.root
     for spelling in [
-      device.dir.path + "//device/root", device.dir.path + "/device/./root", device.dir.path + "/device/root/.",
+      device.dir.path + "//device/root", device.dir.path + "/device/./root",
+      device.dir.path + "/device/root/.",
       device.dir.path + "/device/link",
     ] {
       let (executable, arguments) = device.command([
@@ -341,7 +368,9 @@ struct HostileAppTests {
       ])
       let result = try runProcess(executable, arguments, environment: device.environment)
       #expect(result.status == 0, "\(spelling): \(result.err)")
-      for (label, value) in parseReport(result.out) { #expect(value == "ENOENT", "\(spelling): \(label) \(value)") }
+      for (label, value) in parseReport(result.out) {
+        #expect(value == "ENOENT", "\(spelling): \(label) \(value)")
+      }
       let (showExecutable, showArguments) = device.command([
         productsDirectory + "/appbox", "--root", spelling, "--json", "device", "show",
       ])
@@ -357,13 +386,16 @@ struct HostileAppTests {
   func aDeviceRootUnderOptExposesNothing() throws {
     let device = try HostileDevice(.root)
     let bundle = device.dir.url("bundles/hostile")
-    try device.dir.write("bundles/hostile/Hostile.app/Info.plist", PropertyList.dictionary([
-      "CFBundleIdentifier": .string("com.example.hostile"), "CFBundleExecutable": .string("hostile"),
-      "CFBundleVersion": .string("1.0"),
-    ]).xmlString)
+    try device.dir.write(
+      "bundles/hostile/Hostile.app/Info.plist",
+      PropertyList.dictionary([
+        "CFBundleIdentifier": .string("com.example.hostile"), "CFBundleExecutable": .string("hostile"),
+        "CFBundleVersion": .string("1.0"),
+      ]).xmlString)
     try device.dir.write(
       "bundles/hostile/Hostile.app/hostile",
-      bytes: Array(try Data(contentsOf: URL(fileURLWithPath: productsDirectory + "/appbox-hostile"))), mode: 0o755)
+      bytes: Array(try Data(contentsOf: URL(fileURLWithPath: productsDirectory + "/appbox-hostile"))),
+      mode: 0o755)
     // /opt is replaced by a tmpfs in the private namespace (the toolchain moved back in place).
     let script = """
       set -e
@@ -380,7 +412,9 @@ struct HostileAppTests {
       """
     let result = try runProcess(
       "/usr/bin/unshare", ["--mount", "--propagation", "private", "/bin/sh", "-c", script],
-      environment: device.environment.merging(["T": device.dir.path, "A": productsDirectory + "/appbox", "B": bundle]) {
+      environment: device.environment.merging([
+        "T": device.dir.path, "A": productsDirectory + "/appbox", "B": bundle,
+      ]) {
         $1
       })
     #expect(result.status == 0, "\(result.err)")
@@ -415,6 +449,6 @@ private func metadata(_ path: String) -> String {
   let names = (try? fd?.extendedAttributeNames()) ?? []
   fd?.close()
   let time = path.hasSuffix("registry.db") ? "" : "\(st.st_mtim.tv_sec).\(st.st_mtim.tv_nsec)"
-  return String(st.st_mode, radix: 8) + " \(st.st_uid):\(st.st_gid) \(time) " + names.sorted().joined(separator: ",")
+  return String(st.st_mode, radix: 8) + " \(st.st_uid):\(st.st_gid) \(time) "
+    + names.sorted().joined(separator: ",")
 }
-

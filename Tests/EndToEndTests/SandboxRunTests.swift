@@ -52,7 +52,9 @@ struct SandboxRunTests {
     for attempt in attempts {
       let result = try device.sh("com.example.notes", attempt.script)
       #expect(result.status != 0, "\(attempt.script) succeeded")
-      let refused = ["Read-only file system", "No such file or directory", "Directory nonexistent", "Permission denied"]
+      let refused = [
+        "Read-only file system", "No such file or directory", "Directory nonexistent", "Permission denied",
+      ]
       #expect(refused.contains { result.err.contains($0) }, "\(attempt.script): \(result.err)")
       if !attempt.created.isEmpty { #expect(!exists(attempt.created), "\(attempt.script) created a file") }
     }
@@ -185,7 +187,8 @@ struct SandboxRunTests {
   @Test func aMissingBubblewrapOrUserNamespacesIsUnavailable() throws {
     let (device, notes, _) = try twoApps()
     let noBwrap = try device.run(
-      "run", "com.example.notes", "--", "/bin/sh", "-c", "echo ran > Documents/ran", environment: ["PATH": "/nonexistent"])
+      "run", "com.example.notes", "--", "/bin/sh", "-c", "echo ran > Documents/ran",
+      environment: ["PATH": "/nonexistent"])
     #expect(noBwrap.status == 69)
     #expect(
       noBwrap.err
@@ -198,8 +201,11 @@ struct SandboxRunTests {
     let script = "echo 0 > /proc/sys/user/max_user_namespaces && exec \"$@\""
     let disabled = try runProcess(
       "/usr/bin/unshare",
-      ["--user", "--map-root-user", "/bin/sh", "-c", script, "sh", productsDirectory + "/appbox", "--root", device.root,
-       "run", "com.example.notes", "--", "/bin/sh", "-c", "echo ran > Documents/ran"])
+      [
+        "--user", "--map-root-user", "/bin/sh", "-c", script, "sh", productsDirectory + "/appbox", "--root",
+        device.root,
+        "run", "com.example.notes", "--", "/bin/sh", "-c", "echo ran > Documents/ran",
+      ])
     #expect(disabled.status == 69, "\(disabled.err)")
     #expect(
       disabled.err

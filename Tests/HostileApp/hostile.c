@@ -366,6 +366,16 @@ static void syscalls(void) {
   report("chroot", chroot("/tmp"));
 }
 
+/* No Swift runtime in this C program (see appbox-sandbox's main.c): the Swift driver's
+ * start-up object refers to these two. */
+void swift_addNewDSOImage(const void *image);
+void swift_addNewDSOImage(const void *image) { (void)image; }
+int _swift_backtrace_isThunkFunction(const char *name);
+int _swift_backtrace_isThunkFunction(const char *name) {
+  (void)name;
+  return 0;
+}
+
 /* The tests' terminal (see the header). */
 static int pty_run(int raw, const char *input, char **command) {
   int master = posix_openpt(O_RDWR | O_NOCTTY);

@@ -37,7 +37,8 @@ private let networkOption = CommandDescription.Option(
 /// The options both commands take.
 private func sandboxOptions(_ arguments: ParsedArguments) -> SandboxOptions {
   SandboxOptions(
-    allowUnconfined: arguments.flag("allow-unconfined"), network: arguments.value("network") == "none" ? .none : .shared)
+    allowUnconfined: arguments.flag("allow-unconfined"),
+    network: arguments.value("network") == "none" ? .none : .shared)
 }
 
 /// Runs a confined process and passes its exit status through. appbox ignores SIGINT and
