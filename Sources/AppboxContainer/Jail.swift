@@ -142,14 +142,12 @@ public struct Jail: Sendable {
   /// merged-/usr system (recreated as symlinks), real directories elsewhere (bound read-only).
   static let systemTops = ["/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"]
 
-  /// The /etc files programs need, bound read-only when the host has them; never /etc
-  /// whole (no shadow, no sudoers, no host accounts).
+  /// The /etc files programs read at run time, bound read-only when the host has them
+  /// (the loader's cache, Debian's alternatives, the time zone, the resolver and name
+  /// service, TLS certificates); never /etc whole (no shadow, no sudoers, no host accounts).
   static let etcFiles = [
-    "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime",
-    "/etc/timezone", "/etc/resolv.conf", "/etc/hosts", "/etc/host.conf", "/etc/nsswitch.conf",
-    "/etc/gai.conf",
-    "/etc/services", "/etc/protocols", "/etc/ssl", "/etc/ca-certificates", "/etc/ca-certificates.conf",
-    "/etc/terminfo", "/etc/mime.types",
+    "/etc/ld.so.cache", "/etc/alternatives", "/etc/localtime", "/etc/timezone", "/etc/resolv.conf", "/etc/hosts",
+    "/etc/nsswitch.conf", "/etc/services", "/etc/protocols", "/etc/ssl",
   ]
 
   /// Device files the app may read, write and use ioctls on (its terminal comes as
@@ -177,10 +175,20 @@ public struct Jail: Sendable {
     var group: Int32
   }
 
-  /// Everything the helper's `enter` step stages, in order: the helper, the mounts, the
-  /// tools. The N-th is mounted at `STAGING_DIRECTORY/N` (see enter.c).
+  /// Everything bubblewrap binds from what `enter` staged, in order: the helper, the
+  /// mounts, the tools.
   func staged(helper: String) -> [JailMount] {
     [JailMount(source: helper, destination: Jail.helperDestination, access: .readExecute)] + mounts + tools
+  }
+
+  /// The distinct sources among `binds` (tmp is shown twice but staged once), in order;
+  /// the N-th is mounted at `STAGING_DIRECTORY/N` (see enter.c).
+  static func stagedSources(_ binds: [JailMount]) -> [JailMount] {
+    var sources: [JailMount] = []
+    for bind in binds where !sources.contains(where: { $0.source == bind.source && $0.access == bind.access }) {
+      sources.append(bind)
+    }
+    return sources
   }
 
   static let stagingDirectory = "/mnt"
@@ -195,7 +203,7 @@ public struct Jail: Sendable {
     var enter = [Sandbox.helperName, "enter"]
     if privileged { enter += ["--user", "\(uid):\(uid)"] }
     if let cgroup { enter += ["--cgroup", cgroup] }
-    for item in staged { enter += ["--stage", item.access.rawValue + ":" + item.source] }
+    for item in Jail.stagedSources(staged) { enter += ["--stage", item.access.rawValue + ":" + item.source] }
     return enter + ["--", bubblewrap]
       + bubblewrapArguments(staged: staged, network: options.network, descriptors: descriptors)
       + confineArguments(
@@ -228,7 +236,9 @@ public struct Jail: Sendable {
       "--ro-bind-data", String(descriptors.group), "/etc/group",
       "--proc", "/proc", "--dev", "/dev",
     ]
-    for (index, item) in staged.enumerated() {
+    let sources = Jail.stagedSources(staged)
+    for item in staged {
+      let index = sources.firstIndex { $0.source == item.source && $0.access == item.access } ?? 0
       let source = Jail.stagingDirectory + "/" + String(index)
       arguments += [item.access == .readWrite ? "--bind" : "--ro-bind", source, item.destination]
     }
