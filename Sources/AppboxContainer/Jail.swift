@@ -146,7 +146,8 @@ public struct Jail: Sendable {
   /// (the loader's cache, Debian's alternatives, the time zone, the resolver and name
   /// service, TLS certificates); never /etc whole (no shadow, no sudoers, no host accounts).
   static let etcFiles = [
-    "/etc/ld.so.cache", "/etc/alternatives", "/etc/localtime", "/etc/timezone", "/etc/resolv.conf", "/etc/hosts",
+    "/etc/ld.so.cache", "/etc/alternatives", "/etc/localtime", "/etc/timezone", "/etc/resolv.conf",
+    "/etc/hosts",
     "/etc/nsswitch.conf", "/etc/services", "/etc/protocols", "/etc/ssl",
   ]
 
@@ -185,7 +186,8 @@ public struct Jail: Sendable {
   /// the N-th is mounted at `STAGING_DIRECTORY/N` (see enter.c).
   static func stagedSources(_ binds: [JailMount]) -> [JailMount] {
     var sources: [JailMount] = []
-    for bind in binds where !sources.contains(where: { $0.source == bind.source && $0.access == bind.access }) {
+    for bind in binds where !sources.contains(where: { $0.source == bind.source && $0.access == bind.access })
+    {
       sources.append(bind)
     }
     return sources
