@@ -41,6 +41,35 @@ final class HostileDevice: @unchecked Sendable {
   /// Whether appbox runs as nobody through setpriv.
   var asNobody: Bool { privilege == .unprivileged && geteuid() == 0 }
 
+  /// Where appbox, its helper and the hostile program are run from: the build's products,
+  /// or (when nobody cannot reach them, say under a 0700 /root) copies nobody can run.
+  var products: String { asNobody ? HostileDevice.nobodyProducts : productsDirectory }
+  var appboxPath: String { products + "/appbox" }
+
+  private static let nobodyProducts: String = {
+    if everyoneCanReach(productsDirectory + "/appbox") { return productsDirectory }
+    let copy = TemporaryDirectory("hostile-products")
+    chmod(copy.path, 0o755)
+    for name in ["appbox", "appbox-sandbox", "appbox-hostile"] {
+      let data = FileManager.default.contents(atPath: productsDirectory + "/" + name) ?? Data()
+      _ = try? copy.write(name, bytes: Array(data), mode: 0o755)
+    }
+    keptDirectories.append(copy)
+    return copy.path
+  }()
+  nonisolated(unsafe) private static var keptDirectories: [TemporaryDirectory] = []
+
+  /// Whether every directory above `path` can be searched by anyone.
+  private static func everyoneCanReach(_ path: String) -> Bool {
+    var directory = splitPath(path).directory
+    while directory.count > 1 {
+      var st = stat()
+      guard stat(directory, &st) == 0, st.st_mode & 0o001 != 0 else { return false }
+      directory = splitPath(directory).directory
+    }
+    return true
+  }
+
   /// `arguments` as a command that runs as this device's user.
   func command(_ arguments: [String]) -> (executable: String, arguments: [String]) {
     if asNobody {
@@ -61,7 +90,7 @@ final class HostileDevice: @unchecked Sendable {
   /// Runs `appbox --root ROOT ARGS` as this device's user.
   @discardableResult
   func appbox(_ arguments: [String], environment extra: [String: String] = [:]) throws -> ProcessResult {
-    let (executable, rest) = command([productsDirectory + "/appbox", "--root", root] + arguments)
+    let (executable, rest) = command([appboxPath, "--root", root] + arguments)
     return try runProcess(executable, rest, environment: environment.merging(extra) { $1 })
   }
 
@@ -81,9 +110,18 @@ final class HostileDevice: @unchecked Sendable {
     return try install(dir.url(bundle))
   }
 
-  /// Installs the bundle at `path`; returns its container id.
+  /// Installs the bundle at `path` (copied first where the device's user can read it);
+  /// returns its container id.
   @discardableResult
   func install(_ path: String) throws -> String {
+    var path = path
+    if !path.hasPrefix(dir.path) {
+      let copy = dir.url("bundles/" + UUID().uuidString)
+      try dir.makeDirectory(String(copy.dropFirst(dir.path.count + 1)))
+      chmod(copy, 0o755)
+      try copyTree(path, to: copy + "/" + splitPath(path).name)
+      path = copy + "/" + splitPath(path).name
+    }
     let result = try appbox(["--json", "install", path])
     #expect(result.status == 0, "install \(path): \(result.err)")
     let object = try JSONSerialization.jsonObject(with: Data(result.stdout)) as? [String: Any]

@@ -105,7 +105,7 @@ struct HostileAppTests {
     let id = try device.installHostile()
     let (executable, arguments) = device.command(
       [
-        productsDirectory + "/appbox", "--root", device.root, "launch", "com.example.hostile", "--",
+        device.appboxPath, "--root", device.root, "launch", "com.example.hostile", "--",
         "terminal",
       ])
     let run = try runOnTerminal([executable] + arguments, raw: true, environment: device.environment)
@@ -138,7 +138,7 @@ struct HostileAppTests {
     let device = try HostileDevice(privilege)
     try device.installHostile()
     let (executable, arguments) = device.command(
-      [productsDirectory + "/appbox", "--root", device.root, "run", "com.example.hostile", "--", "/bin/sh"])
+      [device.appboxPath, "--root", device.root, "run", "com.example.hostile", "--", "/bin/sh"])
     let run = try runOnTerminal(
       [executable] + arguments, input: "echo interactive-$((40+2)) $(id -u)\nexit 7\n", raw: false,
       environment: device.environment)
@@ -202,9 +202,9 @@ struct HostileAppTests {
 
     // Another app listens on a socket in its tmp.
     let listener = try Process.run(
-      URL(fileURLWithPath: device.command([productsDirectory + "/appbox"]).executable),
+      URL(fileURLWithPath: device.command([device.appboxPath]).executable),
       arguments: device.command([
-        productsDirectory + "/appbox", "--root", device.root, "launch", "com.example.hostile2", "--",
+        device.appboxPath, "--root", device.root, "launch", "com.example.hostile2", "--",
         "listen",
         device.jailHome(other) + "/tmp/app.sock", "20",
       ]).arguments)
@@ -290,7 +290,7 @@ struct HostileAppTests {
     try device.installHostile()
     let leak = try device.dir.write("outside/leak", "", mode: 0o666)
     let (executable, arguments) = device.command([
-      productsDirectory + "/appbox", "--root", device.root, "launch", "com.example.hostile", "--", "fds",
+      device.appboxPath, "--root", device.root, "launch", "com.example.hostile", "--", "fds",
     ])
     let result = try runProcess(
       "/bin/sh", ["-c", "exec 7>>\"$0\"; exec \"$@\"", leak, executable] + arguments,
@@ -363,7 +363,7 @@ struct HostileAppTests {
       device.dir.path + "/device/link",
     ] {
       let (executable, arguments) = device.command([
-        productsDirectory + "/appbox", "--root", spelling, "launch", "com.example.hostile", "--", "read",
+        device.appboxPath, "--root", spelling, "launch", "com.example.hostile", "--", "read",
         spelling + "/Keychains/device.key", canonical + "/Keychains/device.key", spelling + "/registry.db",
       ])
       let result = try runProcess(executable, arguments, environment: device.environment)
@@ -372,7 +372,7 @@ struct HostileAppTests {
         #expect(value == "ENOENT", "\(spelling): \(label) \(value)")
       }
       let (showExecutable, showArguments) = device.command([
-        productsDirectory + "/appbox", "--root", spelling, "--json", "device", "show",
+        device.appboxPath, "--root", spelling, "--json", "device", "show",
       ])
       let show = try runProcess(showExecutable, showArguments, environment: device.environment)
       let object = try JSONSerialization.jsonObject(with: Data(show.stdout)) as? [String: Any]
