@@ -9,9 +9,9 @@
 #     and no bubblewrap,
 #   - with APPBOX_BEFORE=DIR (the products directory of an older build), that build's
 #     `appbox run` too, on a device it made itself.
-# Each is run RUNS times (default 40), round robin, after 3 warm-up rounds; the median and
-# the ratio to bare bubblewrap are printed as Markdown (and written to
-# Benchmarks/results/startup.md).
+# Each is run RUNS times (default 40), round robin, after 3 warm-up rounds; the median wall
+# time, the mean CPU time (less sensitive to a busy machine) and the ratios to bare
+# bubblewrap are printed as Markdown (and written to Benchmarks/results/startup.md).
 # Run as root, appbox confines the app as its own uid; unprivileged, as the caller.
 set -euo pipefail
 BIN_DIR=${1:?usage: startup.sh BIN_DIR}
@@ -24,13 +24,35 @@ chmod 755 "$work"
 root="$work/device"
 "$BIN_DIR/appbox" --root "$root" install Fixtures/bundles/Notes-1.0/Notes.app >/dev/null
 
-# One run of "$@", in microseconds of wall time.
+# The CPU time (user + system, in microseconds) this shell's waited-for children had used
+# when `times` wrote the file $1 (`times` must run in this shell, not in a subshell).
+children_cpu() {
+  tail -n 1 "$1" | awk '{
+    total = 0
+    for (i = 1; i <= 2; i++) { split($i, t, "m"); sub("s", "", t[2]); total += t[1] * 60 + t[2] }
+    printf "%d", total * 1000000 }'
+}
+
+# One run of "$@": appends its wall time to $name.times and its CPU time (the whole tree
+# it waits for) to $name.cpu, in microseconds.
 time_once() {
-  local start=$EPOCHREALTIME end
+  local name=$1 start end cpu_before cpu_after
+  shift
+  times >"$work/times.before"
+  start=$EPOCHREALTIME
   "$@" >/dev/null 2>&1 || true
   end=$EPOCHREALTIME
-  echo $((${end/./} - ${start/./}))
+  times >"$work/times.after"
+  cpu_before=$(children_cpu "$work/times.before")
+  cpu_after=$(children_cpu "$work/times.after")
+  if [ "$round" -ge 0 ]; then  # the first 3 rounds warm up
+    echo $((${end/./} - ${start/./})) >>"$work/$name.times"
+    echo $((cpu_after - cpu_before)) >>"$work/$name.cpu"
+  fi
 }
+
+# The mean of the microsecond values in the file $1, in milliseconds with two decimals.
+mean_ms() { awk '{ s += $1 } END { printf "%.2f", s / NR / 1000 }' "$1"; }
 
 # The median of the microsecond values in the file $1, in milliseconds with two decimals.
 median_ms() {
@@ -65,34 +87,44 @@ if [ -n "${APPBOX_BEFORE:-}" ]; then
   commands+=(before)
 fi
 # Round robin, so that whatever else the machine does weighs on every row alike.
-for ((i = -3; i < RUNS; i++)); do
+for ((round = -3; round < RUNS; round++)); do
   for name in "${commands[@]}"; do
     case $name in
-      run) t=$(time_once "${run_cmd[@]}") ;;
-      process) t=$(time_once "${process_cmd[@]}") ;;
-      bwrap) t=$(time_once "${bwrap_jail[@]}") ;;
-      unshare) t=$(time_once "${unshare_landlock[@]}") ;;
-      before) t=$(time_once "${before_cmd[@]}") ;;
+      run) time_once run "${run_cmd[@]}" ;;
+      process) time_once process "${process_cmd[@]}" ;;
+      bwrap) time_once bwrap "${bwrap_jail[@]}" ;;
+      unshare) time_once unshare "${unshare_landlock[@]}" ;;
+      before) time_once before "${before_cmd[@]}" ;;
     esac
-    if [ "$i" -ge 0 ]; then echo "$t" >>"$work/$name.times"; fi  # the first 3 rounds warm up
   done
 done
-declare -A result
-for name in "${commands[@]}"; do result[$name]=$(median_ms "$work/$name.times"); done
+declare -A result cpu
+for name in "${commands[@]}"; do
+  result[$name]=$(median_ms "$work/$name.times")
+  cpu[$name]=$(mean_ms "$work/$name.cpu")
+done
 
-ratio() { awk -v a="$1" -v b="${result[bwrap]}" 'BEGIN { printf "%.2fx", a / b }'; }
-jail=$(awk -v a="${result[run]}" -v b="${result[process]}" 'BEGIN { printf "%.2f", a - b }')
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
+minus() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a - b }'; }
+jail=$(minus "${result[run]}" "${result[process]}")
+jail_cpu=$(minus "${cpu[run]}" "${cpu[process]}")
+row() {  # label, wall, cpu
+  echo "| $1 | $2 ms | $(ratio "$2" "${result[bwrap]}") | $3 ms | $(ratio "$3" "${cpu[bwrap]}") |"
+}
 {
-  echo "## Starting a confined app ($(id -un), median of $RUNS runs, $(nproc) cores)"
+  echo "## Starting a confined app ($(id -un), $RUNS runs each, round robin, $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg))"
   echo
-  echo "| what | median | vs bare bwrap |"
-  echo "|---|---:|---:|"
-  echo "| \`appbox run APP -- /bin/true\` (sandbox v2) | ${result[run]} ms | $(ratio "${result[run]}") |"
+  echo "| what | wall (median) | vs bare bwrap | CPU (mean) | vs bare bwrap |"
+  echo "|---|---:|---:|---:|---:|"
+  row "\`appbox run APP -- /bin/true\` (sandbox v2)" "${result[run]}" "${cpu[run]}"
   if [ -n "${result[before]:-}" ]; then
-    echo "| \`appbox run APP -- /bin/true\` (before: Landlock only) | ${result[before]} ms | $(ratio "${result[before]}") |"
+    row "\`appbox run APP -- /bin/true\` (before: Landlock only)" "${result[before]}" "${cpu[before]}"
   fi
-  echo "| appbox's own start (\`appbox path APP\`) | ${result[process]} ms | $(ratio "${result[process]}") |"
-  echo "| the jail's part (the first row minus appbox's own start) | $jail ms | $(ratio "$jail") |"
-  echo "| bare \`bwrap\` (the same namespaces, system view and binds) | ${result[bwrap]} ms | 1.00x |"
-  echo "| \`unshare\` + \`appbox-sandbox confine\` (Landlock, seccomp) | ${result[unshare]} ms | $(ratio "${result[unshare]}") |"
+  row "appbox's own start (\`appbox path APP\`)" "${result[process]}" "${cpu[process]}"
+  row "the jail's part (the first row minus appbox's own start)" "$jail" "$jail_cpu"
+  row "bare \`bwrap\` (the same namespaces, system view and binds)" "${result[bwrap]}" "${cpu[bwrap]}"
+  row "\`unshare\` + \`appbox-sandbox confine\` (Landlock, seccomp)" "${result[unshare]}" "${cpu[unshare]}"
+  echo
+  echo "CPU is user + system time of the command and every process it waited for (the jail's"
+  echo "pid 1, reaped by the kernel's init once bubblewrap exits, is not counted)."
 } | tee Benchmarks/results/startup.md

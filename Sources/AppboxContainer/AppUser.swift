@@ -45,7 +45,7 @@ public enum AppUser {
   /// own host uids. Root inside a rootless container is not: its apps run as unprivileged.
   public static let isPrivileged: Bool = {
     guard geteuid() == 0 else { return false }
-    guard let map = try? String(contentsOfFile: "/proc/self/uid_map", encoding: .utf8) else { return true }
+    guard let map = readSmallFile("/proc/self/uid_map") else { return true }
     return mapsAppRange(map)
   }()
 

@@ -36,8 +36,7 @@ public struct DelegatedCgroup: Sendable, Equatable {
 
   /// This process's cgroup v2 directory, from /proc/self/cgroup and the cgroup2 mount.
   static func ownCgroup() -> String? {
-    guard let cgroups = try? String(contentsOfFile: "/proc/self/cgroup", encoding: .utf8),
-      let mounts = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)
+    guard let cgroups = readSmallFile("/proc/self/cgroup"), let mounts = readSmallFile("/proc/self/mountinfo")
     else { return nil }
     return ownCgroup(cgroupFile: cgroups, mountInfo: mounts)
   }
@@ -63,7 +62,7 @@ public struct DelegatedCgroup: Sendable, Equatable {
 
   /// Whether `path` lets children limit pids and memory, and this process may make them.
   static func usable(_ path: String) -> Bool {
-    guard let control = try? String(contentsOfFile: path + "/cgroup.subtree_control", encoding: .utf8) else {
+    guard let control = readSmallFile(path + "/cgroup.subtree_control") else {
       return false
     }
     let enabled = Set(control.split(whereSeparator: { $0 == " " || $0 == "\n" }).map(String.init))

@@ -225,7 +225,7 @@ public struct Jail: Sendable {
       guard lstat(top, &st) == 0 else { continue }
       switch FileStatus(st).type {
       case .symlink:
-        if let target = try? FileManager.default.destinationOfSymbolicLink(atPath: top) {
+        if let target = readLinkTarget(top) {
           arguments += ["--symlink", target, top]
         }
       case .directory: arguments += ["--ro-bind", top, top]

@@ -149,9 +149,8 @@ struct Reaper {
     let fd = appbox_pidfd_open(pid)
     guard fd >= 0 else { return nil }
     descriptor = FileDescriptor(rawValue: fd)
-    let fileManager = FileManager.default
-    if let theirs = try? fileManager.destinationOfSymbolicLink(atPath: "/proc/\(pid)/ns/pid"),
-      let ours = try? fileManager.destinationOfSymbolicLink(atPath: "/proc/self/ns/pid"), theirs == ours
+    if let theirs = readLinkTarget("/proc/\(pid)/ns/pid"), let ours = readLinkTarget("/proc/self/ns/pid"),
+      theirs == ours
     {
       descriptor.close()
       return nil

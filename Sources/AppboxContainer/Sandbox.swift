@@ -38,6 +38,19 @@ public struct SandboxOptions: Sendable {
   }
 }
 
+/// The contents of a small text file (a /proc or /sys file), or nil. Uses `read(2)`: run
+/// and launch read several on every start, where Foundation's readers cost more.
+func readSmallFile(_ path: String) -> String? {
+  guard let fd = try? FileDescriptor.open(path, O_RDONLY) else { return nil }
+  defer { fd.close() }
+  return (try? fd.readAll(limit: 1 << 20)).map { String(decoding: $0, as: UTF8.self) }
+}
+
+/// The target of the symbolic link at `path`, or nil. Uses `readlink(2)`.
+func readLinkTarget(_ path: String) -> String? {
+  (try? FileDescriptor.currentDirectory.readLink(path)).map { String(decoding: $0, as: UTF8.self) }
+}
+
 /// Locating the helper and bubblewrap, probing the kernel, and the environment a
 /// confined app sees.
 public enum Sandbox {
@@ -51,7 +64,7 @@ public enum Sandbox {
     if let explicit = environment["APPBOX_SANDBOX_HELPER"], !explicit.isEmpty {
       path = explicit
     } else {
-      let executable = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? ""
+      let executable = readLinkTarget("/proc/self/exe") ?? ""
       path = splitPath(executable).directory + "/" + helperName
     }
     guard access(path, X_OK) == 0 else {
@@ -82,7 +95,7 @@ public enum Sandbox {
   /// are needed either way. Reads the sysctls that switch them off.
   public static func userNamespacesUnavailable() -> String? {
     func sysctl(_ name: String) -> Int? {
-      guard let text = try? String(contentsOfFile: "/proc/sys/" + name, encoding: .utf8) else { return nil }
+      guard let text = readSmallFile("/proc/sys/" + name) else { return nil }
       return Int(text.trimmingCharacters(in: .whitespacesAndNewlines))
     }
     if access("/proc/self/ns/user", F_OK) != 0 {

@@ -46,6 +46,20 @@ struct RunningAppsTests {
     #expect(access("/etc/appbox-test-escape", F_OK) != 0)
   }
 
+  /// The extension point for a broker (issue 14): a descriptor passed on purpose reaches the
+  /// app at the number asked for, and nothing else does.
+  @Test func aPassedDescriptorReachesTheAppAtItsNumber() throws {
+    let device = try TestDevice()
+    let out = try Capture()
+    let channel = try Capture()
+    let status = try device.session().run(
+      device.app, command: ["/bin/sh", "-c", "echo through-the-channel >&5; ls /proc/$$/fd"],
+      options: SandboxOptions(standardOutput: out.write, passedDescriptors: [(channel.write, 5)]))
+    #expect(status == 0)
+    #expect(try channel.text() == "through-the-channel\n")
+    #expect(try out.text() == "0\n1\n2\n5\n")
+  }
+
   @Test func aRunningAppCannotBeUninstalledAndBlocksNothingElse() throws {
     let device = try TestDevice()
     let documents = device.home.path(of: .documents)
