@@ -21,7 +21,8 @@
 //
 // Extension points: `passedDescriptors` in SandboxOptions (descriptors the app inherits
 // at fixed numbers), `addDataDirectory` (more read-write data, such as an app group's
-// container) and `addTool` (read-only executables on the jail's PATH).
+// container), `supplementaryGroups` (the gid owning such a shared container, as root) and
+// `addTool` (read-only executables on the jail's PATH).
 
 import AppboxCore
 import Foundation
@@ -97,6 +98,9 @@ public struct Jail: Sendable {
   public private(set) var mounts: [JailMount]
   /// Executables in `toolsDirectory`.
   public private(set) var tools: [JailMount] = []
+  /// Groups the app's processes belong to besides their own, as root (say the group that
+  /// owns a container several apps share). Unprivileged, the caller's own groups apply.
+  public var supplementaryGroups: [UInt32] = []
 
   /// The platform's jail for `home`'s app: its bundle read-and-execute, its Documents,
   /// Library and tmp read-write, tmp also at /tmp.
@@ -203,7 +207,12 @@ public struct Jail: Sendable {
   ) -> [String] {
     let staged = staged(helper: helper)
     var enter = [Sandbox.helperName, "enter"]
-    if privileged { enter += ["--user", "\(uid):\(uid)"] }
+    if privileged {
+      enter += ["--user", "\(uid):\(uid)"]
+      if !supplementaryGroups.isEmpty {
+        enter += ["--groups", supplementaryGroups.map(String.init).joined(separator: ",")]
+      }
+    }
     if let cgroup { enter += ["--cgroup", cgroup] }
     for item in Jail.stagedSources(staged) { enter += ["--stage", item.access.rawValue + ":" + item.source] }
     return enter + ["--", bubblewrap]

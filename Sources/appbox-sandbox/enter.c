@@ -1,6 +1,6 @@
 /* `appbox-sandbox enter`: the host-side step between appbox and bubblewrap.
  *
- *   appbox-sandbox enter [--user UID:GID] [--cgroup DIR]
+ *   appbox-sandbox enter [--user UID:GID] [--groups GID,...] [--cgroup DIR]
  *                        [--stage rw|ro|rx:PATH]... -- BWRAP [BWRAP-ARGS...]
  *
  * bubblewrap always runs unprivileged here (as the app's uid when appbox is root, as
@@ -19,8 +19,9 @@
  *       ro  read-only, nosuid, nodev, noexec
  *       rx  read-only, nosuid, nodev       (the bundle, this helper, tools on PATH)
  *     bubblewrap keeps these flags when it binds the staged paths into the jail;
- *  4. with --user (given when appbox runs as root), drops every supplementary group and
- *     becomes UID:GID (all capabilities go with it);
+ *  4. with --user (given when appbox runs as root), keeps only GID and the --groups as its
+ *     groups (say the group owning a container several apps share) and becomes UID:GID
+ *     (all capabilities go with it);
  *  5. execs BWRAP with its arguments; descriptors it was given stay open for it.
  */
 #define _GNU_SOURCE
@@ -39,6 +40,7 @@
 #include "sandbox.h"
 
 #define MAX_STAGED 64
+#define MAX_GROUPS 32
 
 enum access { READ_WRITE, READ_ONLY, READ_EXECUTE };
 
@@ -137,7 +139,25 @@ static void stage(struct staged *items, int count) {
   }
 }
 
-static void become(const char *user) {
+/* Parses "GID,GID,..." into `groups`; returns how many. */
+static int parse_groups(const char *text, gid_t *groups) {
+  int count = 0;
+  const char *cursor = text;
+  while (*cursor != '\0') {
+    char *end = NULL;
+    errno = 0;
+    unsigned long gid = strtoul(cursor, &end, 10);
+    if (errno != 0 || end == cursor || gid == 0 || gid >= 0xFFFFFFFFUL || count == MAX_GROUPS ||
+        (*end != ',' && *end != '\0')) {
+      fail(64, "--groups takes up to %d GIDs (above 0) separated by commas, not '%s'", MAX_GROUPS, text);
+    }
+    groups[count++] = (gid_t)gid;
+    cursor = *end == ',' ? end + 1 : end;
+  }
+  return count;
+}
+
+static void become(const char *user, const gid_t *extra, int extra_count) {
   char *end = NULL;
   errno = 0;
   unsigned long uid = strtoul(user, &end, 10);
@@ -150,8 +170,10 @@ static void become(const char *user) {
   if (errno != 0 || *end != '\0' || uid == 0 || gid == 0 || uid >= 0xFFFFFFFFUL || gid >= 0xFFFFFFFFUL) {
     fail(64, "--user takes UID:GID (both above 0), not '%s'", user);
   }
-  gid_t group = (gid_t)gid;
-  if (setgroups(1, &group) != 0) fail(71, "cannot set the groups: %s", reason(errno));
+  gid_t groups[MAX_GROUPS + 1];
+  groups[0] = (gid_t)gid;
+  for (int i = 0; i < extra_count; i++) groups[i + 1] = extra[i];
+  if (setgroups((size_t)extra_count + 1, groups) != 0) fail(71, "cannot set the groups: %s", reason(errno));
   if (setresgid((gid_t)gid, (gid_t)gid, (gid_t)gid) != 0) fail(71, "cannot become gid %lu: %s", gid, reason(errno));
   if (setresuid((uid_t)uid, (uid_t)uid, (uid_t)uid) != 0) fail(71, "cannot become uid %lu: %s", uid, reason(errno));
   if (getuid() != (uid_t)uid || geteuid() != (uid_t)uid || setuid(0) == 0) {
@@ -161,7 +183,8 @@ static void become(const char *user) {
 
 int enter_main(int argc, char **argv) {
   struct staged items[MAX_STAGED];
-  int count = 0;
+  gid_t groups[MAX_GROUPS];
+  int count = 0, group_count = 0;
   const char *user = NULL, *cgroup = NULL;
   int index = 1;
   for (; index < argc; index++) {
@@ -174,6 +197,8 @@ int enter_main(int argc, char **argv) {
     const char *value = argv[++index];
     if (strcmp(option, "--user") == 0) {
       user = value;
+    } else if (strcmp(option, "--groups") == 0) {
+      group_count = parse_groups(value, groups);
     } else if (strcmp(option, "--cgroup") == 0) {
       cgroup = value;
     } else if (strcmp(option, "--stage") == 0) {
@@ -201,7 +226,7 @@ int enter_main(int argc, char **argv) {
     unshare_mounts();
     stage(items, count);
   }
-  if (user != NULL) become(user);
+  if (user != NULL) become(user, groups, group_count);
   execv(argv[index], &argv[index]);
   int error = errno;
   fail(error == ENOENT ? 69 : 126, "cannot run bubblewrap '%s': %s", argv[index], reason(error));

@@ -89,6 +89,7 @@ struct SandboxTests {
     var jail = Jail(home: device.home)
     jail.addDataDirectory("/srv/group", at: "/var/mobile/Containers/Shared/AppGroup/G")
     jail.addTool("/usr/local/libexec/appbox-secitem", named: "appbox-secitem")
+    jail.supplementaryGroups = [1_900_000_001]
     let command = jail.commandLine(
       helper: "/h", bubblewrap: "/usr/bin/bwrap", command: ["x"], options: SandboxOptions(),
       keptDescriptors: [],
@@ -98,7 +99,12 @@ struct SandboxTests {
     #expect(command.contains("rw:/srv/group") && command.contains("rx:/usr/local/libexec/appbox-secitem"))
     #expect(command.contains("/run/appbox/bin/appbox-secitem"))
     #expect(command.contains("--cgroup") && command.contains("--allow-no-landlock"))
-    #expect(!command.contains("--user"))  // unprivileged: bubblewrap maps the app's uid to the caller
+    #expect(!command.contains("--user") && !command.contains("--groups"))  // unprivileged: mapped to the caller
+    let asRoot = jail.commandLine(
+      helper: "/h", bubblewrap: "/usr/bin/bwrap", command: ["x"], options: SandboxOptions(),
+      keptDescriptors: [],
+      descriptors: .init(status: 3, passwd: 4, group: 5), cgroup: nil, landlock: true, privileged: true)
+    #expect(Array(asRoot[2..<6]) == ["--user", "\(jail.uid):\(jail.uid)", "--groups", "1900000001"])
     let environment = Sandbox.environment(for: jail, inheriting: ["PATH": "/usr/bin"])
     #expect(environment["PATH"] == "/run/appbox/bin:/usr/bin")
   }
