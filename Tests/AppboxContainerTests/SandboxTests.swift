@@ -99,7 +99,8 @@ struct SandboxTests {
     #expect(command.contains("rw:/srv/group") && command.contains("rx:/usr/local/libexec/appbox-secitem"))
     #expect(command.contains("/run/appbox/bin/appbox-secitem"))
     #expect(command.contains("--cgroup") && command.contains("--allow-no-landlock"))
-    #expect(!command.contains("--user") && !command.contains("--groups"))  // unprivileged: mapped to the caller
+    // Unprivileged, bubblewrap maps the app's uid to the caller: no --user, no --groups.
+    #expect(!command.contains("--user") && !command.contains("--groups"))
     let asRoot = jail.commandLine(
       helper: "/h", bubblewrap: "/usr/bin/bwrap", command: ["x"], options: SandboxOptions(),
       keptDescriptors: [],
