@@ -159,7 +159,9 @@ private struct ConfinedCommand {
     }
     arguments =
       SandboxProfile(home: home).helperArguments + ["--chdir", home.path] + flags + ["--"] + command
-    self.environment = Sandbox.environment(for: home, inheriting: environment)
+    var appEnvironment = Sandbox.environment(for: home, inheriting: environment)
+    if options.prewarm { appEnvironment[Sandbox.prewarmVariable] = "1" }
+    self.environment = appEnvironment
     self.options = options
   }
 

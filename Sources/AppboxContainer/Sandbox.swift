@@ -69,13 +69,17 @@ public struct SandboxOptions: Sendable {
   public var standardInput: FileDescriptor?
   public var standardOutput: FileDescriptor?
   public var standardError: FileDescriptor?
+  /// A prewarmed launch: started before the user opens the app, perhaps while the device is
+  /// locked. The app sees `ActivePrewarm=1`.
+  public var prewarm: Bool
 
   public init(
     allowUnconfined: Bool = false, standardInput: FileDescriptor? = nil,
     standardOutput: FileDescriptor? = nil,
-    standardError: FileDescriptor? = nil
+    standardError: FileDescriptor? = nil, prewarm: Bool = false
   ) {
     self.allowUnconfined = allowUnconfined
+    self.prewarm = prewarm
     self.standardInput = standardInput
     self.standardOutput = standardOutput
     self.standardError = standardError
@@ -127,6 +131,7 @@ public enum Sandbox {
     result["HOME"] = home.path
     result["CFFIXED_USER_HOME"] = home.path
     result["TMPDIR"] = home.path(of: .tmp)
+    result.merge(protectionEnvironment(for: home)) { _, protection in protection }
     return result
   }
 }
