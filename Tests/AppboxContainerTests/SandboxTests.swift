@@ -59,6 +59,7 @@ struct SandboxTests {
       environment == [
         "PATH": "/bin", "LANG": "C", "LC_ALL": "C", "TERM": "dumb", "HOME": device.home.path,
         "CFFIXED_USER_HOME": device.home.path, "TMPDIR": device.home.path + "/tmp",
+        "APPBOX_PROTECTED_DATA_AVAILABLE": "1",
       ])
     #expect(Sandbox.environment(for: device.home, inheriting: [:])["PATH"] == "/usr/local/bin:/usr/bin:/bin")
   }
