@@ -14,7 +14,9 @@
 // 2. copy its data (holes stay holes), owner, mode, `user.*` attributes and mtime into a new
 //    file in the class's staging directory; fsync it;
 // 3. if it was unprotected, hard-link it into the journal as `protect-scrub-<random>` and
-//    fsync the journal directory: from here on recovery will finish step 5;
+//    fsync the journal directory: from here on recovery will finish step 5 (a journal link
+//    whose inode still has its original name, two links, means step 4 never happened:
+//    recovery only drops the journal link then);
 // 4. rename the new file over the old name (atomic), fsync the directory;
 // 5. overwrite the old inode's data in place with zeros, fdatasync, unlink the journal link.
 //    A freed block keeps its bytes until reused: without this step the plaintext would stay
@@ -198,6 +200,7 @@ public final class ProtectedFileWriter {
       throw ContainerError(.tryLater, "'\(displayPath)' changed while it was being protected; try again")
     }
 
+    CrashPoint.hit("protect.staged")
     var scrub: [UInt8]?
     if current == .none {
       let link = Array((Self.scrubPrefix + String(UInt64.random(in: 0...UInt64.max), radix: 16)).utf8)
@@ -205,7 +208,7 @@ public final class ProtectedFileWriter {
       try journal.sync()
       scrub = link
     }
-    CrashPoint.hit("protect.staged")
+    CrashPoint.hit("protect.linked")
     try staging.rename(rawName: temp, to: name, in: parent)
     renamed = true
     try parent.sync()
@@ -254,13 +257,15 @@ public final class ProtectedFileWriter {
   }
 
   /// Overwrites the data of the journal's `name` with zeros where it lies, makes that
-  /// durable, and removes the name. Recovery calls it for what a crash left.
+  /// durable, and removes the name. Recovery calls it for what a crash left: a file whose
+  /// original name still holds it (two links: the rename never happened) is only unlinked
+  /// from the journal, never overwritten.
   static func scrub(rawName name: [UInt8], in journal: FileDescriptor) throws {
     let display = ".appbox/journal/" + String(decoding: name, as: UTF8.self)
     if let fd = try? journal.open(rawName: name, O_WRONLY | O_NOFOLLOW | O_NONBLOCK) {
       defer { fd.close() }
       let status = try fd.status()
-      if status.type == .regular {
+      if status.type == .regular && status.linkCount == 1 {
         let zeros = [UInt8](repeating: 0, count: 1 << 20)
         try zeros.withUnsafeBytes { zeros in
           for range in try fd.dataRanges(size: status.size) {
