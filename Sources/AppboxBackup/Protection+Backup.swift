@@ -19,7 +19,8 @@ import AppboxCore
 extension DeviceSession {
   /// The device's class keys by kernel identifier, for recording classes in archives.
   func protectionClassesByKey() throws -> [FscryptKeyIdentifier: ProtectionClass] {
-    Dictionary(try protection.keyIdentifiers().map { ($0.value, $0.key) }, uniquingKeysWith: { first, _ in first })
+    Dictionary(
+      try protection.keyIdentifiers().map { ($0.value, $0.key) }, uniquingKeysWith: { first, _ in first })
   }
 }
 

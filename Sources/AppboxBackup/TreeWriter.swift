@@ -66,7 +66,8 @@ final class TreeWriter {
   func createFile(_ item: RestoreItem) throws -> FileDescriptor {
     guard item.protectionClass != .none, let protectedFiles else { return try createFile(item.path) }
     let (parent, name) = TreeWriter.split(item.path)
-    return try protectedFiles.createFile(rawName: name, in: directory(parent), class: item.protectionClass, mode: 0o600)
+    return try protectedFiles.createFile(
+      rawName: name, in: directory(parent), class: item.protectionClass, mode: 0o600)
   }
 
   /// Applies mode, `user.*` attributes and times to an open file or directory.

@@ -13,7 +13,8 @@ public enum AppboxCLI {
     DeviceCommand.self, InstallCommand.self, ListCommand.self, InspectCommand.self, PathCommand.self,
     UninstallCommand.self, UpdateCommand.self, RevertCommand.self, RunCommand.self, LaunchCommand.self,
     FilesCommand.self,
-    DefaultsCommand.self, ExcludeCommand.self, ProtectCommand.self, BackupCommand.self, SnapshotsCommand.self, RestoreCommand.self,
+    DefaultsCommand.self, ExcludeCommand.self, ProtectCommand.self, BackupCommand.self, SnapshotsCommand.self,
+    RestoreCommand.self,
     DiffCommand.self, CheckCommand.self, ForgetCommand.self, ExportCommand.self, ImportCommand.self,
     KeychainCommand.self,
   ]

@@ -113,12 +113,14 @@ extension Keychain {
   func preparePermanentClassSecrets() throws {
     let classes = try openClassSecretsDirectory()
     defer { classes.close() }
-    for secret in KeychainClassSecret.permanent where try classes.statusIfPresent(of: secret.fileName) == nil {
+    for secret in KeychainClassSecret.permanent where try classes.statusIfPresent(of: secret.fileName) == nil
+    {
       let used = try database.scalar(
         "SELECT count(*) FROM items WHERE key_version = 1 AND accessible IN (\(Self.sqlList(secret)))")
       guard used == .integer(0) else {
         throw KeychainError(
-          .corrupt, "The keychain's \(secret.rawValue) class secret is missing but items were sealed under it",
+          .corrupt,
+          "The keychain's \(secret.rawValue) class secret is missing but items were sealed under it",
           path: Self.classSecretPath(secret, keychainDirectory: directory))
       }
       let bytes = try SecureRandom.bytes(Self.classSecretByteCount)
@@ -147,7 +149,8 @@ extension Keychain {
   public func forgetPasscodeSecret() throws -> Int {
     let count = try database.inTransaction(.immediate) { () throws -> Int in
       let count = try deleteItems(sealedUnder: .whenPasscodeSet)
-      try database.execute("DELETE FROM class_secrets WHERE name = ?1", .text(KeychainClassSecret.whenPasscodeSet.rawValue))
+      try database.execute(
+        "DELETE FROM class_secrets WHERE name = ?1", .text(KeychainClassSecret.whenPasscodeSet.rawValue))
       return count
     }
     classSecrets[.whenPasscodeSet] = nil
@@ -168,7 +171,8 @@ extension Keychain {
         let secret = try SealedSecret.open(
           row.sealed, key: key.itemKey, associatedData: row.associatedData,
           item: row.item(includingData: false).summary)
-        let sealed = try secret.seal(key: try itemKey(for: row.accessibility), associatedData: row.associatedData)
+        let sealed = try secret.seal(
+          key: try itemKey(for: row.accessibility), associatedData: row.associatedData)
         try database.execute(
           "UPDATE items SET sealed = ?1, key_version = 1 WHERE id = ?2", .blob(sealed), .integer(row.id))
       }

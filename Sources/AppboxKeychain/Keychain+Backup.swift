@@ -100,7 +100,8 @@ extension Keychain {
     } catch let error as CryptoError where error.kind == .badData {
       throw reader.corrupt("\(error.reason) (it was altered after it was made)")
     }
-    let (groups, items) = version == 1 ? try Self.parseOpenedPayload(plaintext) : try parseSealedPayload(plaintext)
+    let (groups, items) =
+      version == 1 ? try Self.parseOpenedPayload(plaintext) : try parseSealedPayload(plaintext)
     let restoring = groups.filter { client.isEntitled(to: $0) }
     let restored = items.filter { restoring.contains($0.item.accessGroup ?? "") }
     // Version 1 items arrive opened and are sealed here, under their class key.
@@ -184,8 +185,9 @@ extension Keychain {
   }
 
   /// Parses a version 1 payload (items opened); they restore as when-unlocked.
-  private static func parseOpenedPayload(_ plaintext: [UInt8]) throws -> (groups: [String], items: [ExportedItem])
-  {
+  private static func parseOpenedPayload(_ plaintext: [UInt8]) throws -> (
+    groups: [String], items: [ExportedItem]
+  ) {
     var reader = ByteReader(plaintext, what: "keychain export")
     guard try reader.uint8() == 1 else { throw reader.corrupt("unknown payload version") }
     var groups: [String] = []

@@ -175,7 +175,8 @@ public final class Keychain {
         if let data = changes.data { secret.data = data }
         if let label = changes.label { secret.label = label }
         if let comment = changes.comment { secret.comment = comment }
-        let sealed = try secret.seal(key: try itemKey(for: row.accessibility), associatedData: row.associatedData)
+        let sealed = try secret.seal(
+          key: try itemKey(for: row.accessibility), associatedData: row.associatedData)
         try database.execute(
           "UPDATE items SET sealed = ?1, modified = ?2, key_version = 1 WHERE id = ?3", .blob(sealed),
           .integer(now), .integer(row.id))
@@ -238,13 +239,15 @@ public final class Keychain {
   /// The rows `query` selects among the groups `client` may search, sorted for results. With
   /// `opening`, each row's sealed value is decrypted (needed for label, comment and data).
   func rows(
-    matching query: KeychainQuery, for client: KeychainClient, opening: Bool, skippingUnavailable: Bool = false
+    matching query: KeychainQuery, for client: KeychainClient, opening: Bool,
+    skippingUnavailable: Bool = false
   ) throws -> [Row] {
     for (value, name) in [(query.service, "service"), (query.account, "account")] {
       if let value { try Self.checkAttribute(value, name: name) }
     }
     let groups = try query.accessGroup.map { [try accessGroup($0, for: client)] } ?? client.accessGroups
-    return try rows(inGroups: groups, query: query, opening: opening, skippingUnavailable: skippingUnavailable)
+    return try rows(
+      inGroups: groups, query: query, opening: opening, skippingUnavailable: skippingUnavailable)
   }
 
   /// The rows in `groups` (in that order of preference) that match `query`'s attributes.
@@ -384,7 +387,8 @@ struct Row {
     KeychainItem(
       itemClass: itemClass, service: service, account: account, accessGroup: accessGroup,
       label: secret?.label,
-      comment: secret?.comment, data: includingData ? secret?.data : nil, created: created, modified: modified,
+      comment: secret?.comment, data: includingData ? secret?.data : nil, created: created,
+      modified: modified,
       accessibility: accessibility)
   }
 }

@@ -34,12 +34,15 @@ public final class EncryptedVolume: @unchecked Sendable {
 
   deinit {
     // A process that outlived its test may still hold a file: detach lazily then.
-    if (try? runProcess("/bin/umount", [path]))?.status != 0 { _ = try? runProcess("/bin/umount", ["-l", path]) }
+    if (try? runProcess("/bin/umount", [path]))?.status != 0 {
+      _ = try? runProcess("/bin/umount", ["-l", path])
+    }
   }
 
   private static func check(_ what: String, _ result: ProcessResult) throws {
     guard result.status == 0 else {
-      throw SystemError("\(what) a test volume (\(result.err.trimmingCharacters(in: .whitespacesAndNewlines)))")
+      throw SystemError(
+        "\(what) a test volume (\(result.err.trimmingCharacters(in: .whitespacesAndNewlines)))")
     }
   }
 

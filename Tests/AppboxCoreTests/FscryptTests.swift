@@ -77,11 +77,15 @@ final class FscryptTests {
     #expect(try root.removeEncryptionKey(identifier).filesBusy)
     #expect(try root.encryptionKeyStatus(identifier) == .incompletelyRemoved)
     #expect(try held.readAll() == Array("held".utf8), "an open file stays usable")
-    #expect(throws: SystemError("open", path: "other", errno: .keyNotAvailable)) { try root.open("other", O_RDONLY) }
+    #expect(throws: SystemError("open", path: "other", errno: .keyNotAvailable)) {
+      try root.open("other", O_RDONLY)
+    }
     held.close()
     #expect(try root.removeEncryptionKey(identifier).filesBusy == false, "a retry finishes it once closed")
     #expect(try root.encryptionKeyStatus(identifier) == .absent)
-    #expect(throws: SystemError("open", path: "held", errno: .keyNotAvailable)) { try root.open("held", O_RDONLY) }
+    #expect(throws: SystemError("open", path: "held", errno: .keyNotAvailable)) {
+      try root.open("held", O_RDONLY)
+    }
   }
 
   @Test func aPolicyNeedsAnEmptyDirectoryAndNothingIsCreatedWithoutTheKey() throws {

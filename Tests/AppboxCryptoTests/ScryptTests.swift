@@ -30,14 +30,17 @@ import Testing
 
   @Test func theInteractiveParametersNeedMoreThanOpenSSLsDefaultMemoryLimit() throws {
     // 2^15 · 8 · 128 bytes is exactly OpenSSL's default limit of 32 MiB, which it refuses.
-    let a = try Scrypt.derive(password: Array("1234".utf8), salt: [1, 2], parameters: .interactive, length: 32)
-    let b = try Scrypt.derive(password: Array("1235".utf8), salt: [1, 2], parameters: .interactive, length: 32)
+    let a = try Scrypt.derive(
+      password: Array("1234".utf8), salt: [1, 2], parameters: .interactive, length: 32)
+    let b = try Scrypt.derive(
+      password: Array("1235".utf8), salt: [1, 2], parameters: .interactive, length: 32)
     #expect(a.count == 32 && a != b)
   }
 
   @Test func badParametersAreInvalidArguments() {
-    for parameters in [Scrypt.Parameters(n: 1000, r: 8, p: 1), .init(n: 1 << 15, r: 0, p: 1), .init(n: 1, r: 1, p: 1)]
-    {
+    for parameters in [
+      Scrypt.Parameters(n: 1000, r: 8, p: 1), .init(n: 1 << 15, r: 0, p: 1), .init(n: 1, r: 1, p: 1),
+    ] {
       #expect {
         try Scrypt.derive(password: [1], salt: [], parameters: parameters, length: 32)
       } throws: { ($0 as? CryptoError)?.kind == .invalidArgument }

@@ -19,7 +19,8 @@ struct AccessibilityTests {
     let found = try fixture.keychain.find(KeychainQuery(returnsData: true), for: Clients.notes)
     #expect(found.map(\.accessibility) == [.whenUnlocked, .afterFirstUnlockThisDeviceOnly])
     #expect(found.map(\.data) == [secret("s3cret"), secret("bee")])
-    #expect(try fixture.keychain.items(for: Clients.notes).map(\.accessibility.isThisDeviceOnly) == [false, true])
+    #expect(
+      try fixture.keychain.items(for: Clients.notes).map(\.accessibility.isThisDeviceOnly) == [false, true])
   }
 
   @Test func thePermanentClassSecretsAreMadeWithTheKeychain() throws {
@@ -42,11 +43,14 @@ struct AccessibilityTests {
     }
     // What the protection layer does when a passcode is set (it writes the file encrypted).
     let path = Keychain.classSecretPath(.whenPasscodeSet, keychainDirectory: fixture.path)
-    try fixture.keychain.createPasscodeSecret { bytes in try AtomicFile.write(bytes, toPath: path, mode: 0o600) }
+    try fixture.keychain.createPasscodeSecret { bytes in
+      try AtomicFile.write(bytes, toPath: path, mode: 0o600)
+    }
     try fixture.keychain.add(pinned, for: Clients.notes)
     try fixture.keychain.add(item("plain"), for: Clients.notes)
-    #expect(try fixture.keychain.find(KeychainQuery(service: "pin", returnsData: true), for: Clients.notes)[0].data
-      == secret("1234"))
+    #expect(
+      try fixture.keychain.find(KeychainQuery(service: "pin", returnsData: true), for: Clients.notes)[0].data
+        == secret("1234"))
     // Cleared: the items go, the others stay.
     #expect(try fixture.keychain.forgetPasscodeSecret() == 1)
     #expect(try fixture.keychain.items(for: Clients.notes).map(\.service) == ["plain"])
@@ -55,7 +59,9 @@ struct AccessibilityTests {
   @Test func aRestoreSkipsItemsSealedUnderAPasscodeSecretTheDeviceNoLongerHas() throws {
     let fixture = try KeychainFixture()
     let path = Keychain.classSecretPath(.whenPasscodeSet, keychainDirectory: fixture.path)
-    try fixture.keychain.createPasscodeSecret { bytes in try AtomicFile.write(bytes, toPath: path, mode: 0o600) }
+    try fixture.keychain.createPasscodeSecret { bytes in
+      try AtomicFile.write(bytes, toPath: path, mode: 0o600)
+    }
     var pinned = item("pin")
     pinned.accessibility = .whenPasscodeSetThisDeviceOnly
     try fixture.keychain.add(pinned, for: Clients.notes)
@@ -63,9 +69,14 @@ struct AccessibilityTests {
     let export = try #require(try fixture.keychain.exportItems(for: Clients.notes))
     #expect(try fixture.keychain.importItems(export, for: Clients.notes) == .restored(count: 2))
     // A new passcode era: a new secret, so the old item could never be opened again.
-    try fixture.keychain.createPasscodeSecret { bytes in try AtomicFile.write(bytes, toPath: path, mode: 0o600) }
+    try fixture.keychain.createPasscodeSecret { bytes in
+      try AtomicFile.write(bytes, toPath: path, mode: 0o600)
+    }
     #expect(try fixture.keychain.importItems(export, for: Clients.notes) == .restored(count: 1))
-    #expect(try fixture.keychain.find(KeychainQuery(returnsData: true), for: Clients.notes).map(\.service) == ["plain"])
+    #expect(
+      try fixture.keychain.find(KeychainQuery(returnsData: true), for: Clients.notes).map(\.service) == [
+        "plain"
+      ])
   }
 
   @Test func exportsKeepItemsSealedAndTheirClass() throws {
@@ -97,7 +108,8 @@ struct AccessibilityTests {
     #expect(try keychain.database.scalar("SELECT key_version FROM items") == .integer(1))
     let resealed = try keychain.rows(inGroups: Clients.notes.accessGroups, opening: false)[0].sealed
     #expect(throws: CryptoFailure.self) {
-      try SealedSecret.open(resealed, key: keychain.key.itemKey, associatedData: row.associatedData, item: "x")
+      try SealedSecret.open(
+        resealed, key: keychain.key.itemKey, associatedData: row.associatedData, item: "x")
     }
     #expect(try keychain.find(KeychainQuery(returnsData: true), for: Clients.notes) == before)
     #expect(try keychain.resealLegacyItems() == 0)

@@ -41,7 +41,8 @@ struct ProtectionEndToEndTests {
 
     let confined = try device.run(
       "run", Self.app, "--", "/bin/sh", "-c",
-      "echo available=$APPBOX_PROTECTED_DATA_AVAILABLE; cat Documents/notes.txt; echo; cat Documents/vault.txt")
+      "echo available=$APPBOX_PROTECTED_DATA_AVAILABLE; cat Documents/notes.txt; echo; cat Documents/vault.txt"
+    )
     #expect(confined.status == 1)
     #expect(confined.out == "available=0\n\(plain)\n")
     #expect(confined.err.contains("Documents/vault.txt: Required key not available"))
@@ -105,7 +106,9 @@ struct ProtectionEndToEndTests {
     FileManager.default.createFile(atPath: home + "/tmp/go", contents: nil)
     #expect(app.wait() == 0)
     #expect(try String(contentsOfFile: home + "/tmp/held.out", encoding: .utf8) == "held open")
-    #expect(try String(contentsOfFile: home + "/tmp/closed.out", encoding: .utf8).contains("Required key not available"))
+    #expect(
+      try String(contentsOfFile: home + "/tmp/closed.out", encoding: .utf8).contains(
+        "Required key not available"))
     // Once the app ended, the removal finished: the file it held is locked too.
     #expect(openError(home + "/Documents/open.txt") == .keyNotAvailable)
     let available = try device.status()["availableClasses"] as? [String]
@@ -132,12 +135,18 @@ struct ProtectionEndToEndTests {
     defer { close(null) }
     let sleeper = try spawnProcess(
       productsDirectory + "/appbox",
-      ["--root", device.root, "run", Self.app, "--", "/bin/sh", "-c", "echo $$ > tmp/up.tmp; mv tmp/up.tmp tmp/up; exec sleep 30"],
+      [
+        "--root", device.root, "run", Self.app, "--", "/bin/sh", "-c",
+        "echo $$ > tmp/up.tmp; mv tmp/up.tmp tmp/up; exec sleep 30",
+      ],
       stdin: null, stdout: null, stderr: null)
     #expect(eventually { FileManager.default.fileExists(atPath: home + "/tmp/up") })
     let refused = try device.run("device", "reboot")
     #expect(refused.status == 75 && refused.err.contains("running"))
-    let pid = try #require(Int32(String(contentsOfFile: home + "/tmp/up", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)))
+    let pid = try #require(
+      Int32(
+        String(contentsOfFile: home + "/tmp/up", encoding: .utf8).trimmingCharacters(
+          in: .whitespacesAndNewlines)))
     kill(pid, SIGKILL)
     _ = sleeper.wait()
 
@@ -202,7 +211,8 @@ struct ProtectionEndToEndTests {
     let device = try ProtectedDevice()
     let home = try device.install("Vault-1.0/Vault.app")
     try writeDurably(home + "/Documents/a.txt", "a")
-    try FileManager.default.createDirectory(atPath: home + "/Documents/dir", withIntermediateDirectories: true)
+    try FileManager.default.createDirectory(
+      atPath: home + "/Documents/dir", withIntermediateDirectories: true)
     try writeDurably(home + "/Documents/dir/b.txt", "b")
     try writeDurably(home + "/Documents/dir/c.txt", "c")
     try expectSuccess(device.run("protect", Self.app, "Documents/dir/b.txt", "--class", "complete"))
@@ -214,7 +224,10 @@ struct ProtectionEndToEndTests {
     // A folder holding a complete file cannot go to a lower class: nothing changes at all.
     let folder = try device.run("protect", Self.app, "Documents/dir", "--class", "until-first-unlock")
     #expect(folder.status == 77)
-    #expect(try device.classes(Self.app, "Documents/dir") == ["Documents/dir/b.txt": "complete", "Documents/dir/c.txt": "none"])
+    #expect(
+      try device.classes(Self.app, "Documents/dir") == [
+        "Documents/dir/b.txt": "complete", "Documents/dir/c.txt": "none",
+      ])
     // Raising the folder raises the rest, keeping what is already there.
     let raised = try #require(
       try device.json("protect", Self.app, "Documents/dir", "--class", "complete") as? [String: Any])
@@ -234,7 +247,9 @@ struct ProtectionEndToEndTests {
     stat(path, &st)
     #expect(st.st_mode & 0o7777 == 0o640 && st.st_mtim.tv_sec == 1_000_000_000 && st.st_mtim.tv_nsec == 5)
     #expect(
-      try FileDescriptor.open(path, O_RDONLY).closeAfter { try $0.extendedAttribute("user.appbox.exclude-from-backup") }
+      try FileDescriptor.open(path, O_RDONLY).closeAfter {
+        try $0.extendedAttribute("user.appbox.exclude-from-backup")
+      }
         == [0x31])
     link(path, home + "/Documents/a-link.txt")
     try writeDurably(home + "/Documents/x.txt", "x")
@@ -285,13 +300,16 @@ struct ProtectionEndToEndTests {
     #expect(list.count == 5, "listing works while locked: attributes are not secrets")
 
     try device.unlock()
-    for account in ["default", "first", "device", "pin"] { #expect(try get(account).out == "secret-\(account)") }
+    for account in ["default", "first", "device", "pin"] {
+      #expect(try get(account).out == "secret-\(account)")
+    }
     try expectSuccess(device.run("device", "reboot"))
     #expect(try get("first").status == 69, "after a reboot, until the first unlock")
     try device.unlock()
     #expect(try get("first").out == "secret-first")
 
-    let cleared = try #require(try device.json("device", "passcode", "clear", input: "1234\n") as? [String: Any])
+    let cleared = try #require(
+      try device.json("device", "passcode", "clear", input: "1234\n") as? [String: Any])
     #expect(cleared["deletedKeychainItems"] as? Int == 1)
     #expect(try get("pin").status == 66, "clearing the passcode deletes when-passcode-set items")
     #expect(try get("default").out == "secret-default")
@@ -344,7 +362,8 @@ struct ProtectionEndToEndTests {
     try expectSuccess(device.run("restore", Self.app, "--snapshot", after, "--repo", repo.path))
     #expect(try device.classes(Self.app, "Documents") == expected)
     #expect(try String(contentsOfFile: home + "/Documents/a.txt", encoding: .utf8) == a)
-    #expect(try !device.imageContains(a) && !device.imageContains(b), "restored straight into encrypted files")
+    #expect(
+      try !device.imageContains(a) && !device.imageContains(b), "restored straight into encrypted files")
 
     // A snapshot from before protection brings the files back unprotected.
     try expectSuccess(device.run("restore", Self.app, "--snapshot", before, "--repo", repo.path))
@@ -367,16 +386,20 @@ struct ProtectionEndToEndTests {
     let device = try ProtectedDevice()
     let home = try device.install("Notes-1.0/Notes.app")
     try writeDurably(home + "/Documents/secret.txt", "keep me protected")
-    try expectSuccess(device.run("protect", "com.example.notes", "Documents/secret.txt", "--class", "complete"))
+    try expectSuccess(
+      device.run("protect", "com.example.notes", "Documents/secret.txt", "--class", "complete"))
     let update = try #require(
-      try device.json("update", "com.example.notes", fixturePath("bundles/Notes-2.0/Notes.app")) as? [String: Any])
+      try device.json("update", "com.example.notes", fixturePath("bundles/Notes-2.0/Notes.app"))
+        as? [String: Any])
     let newHome = try #require(update["home"] as? String)
     #expect(newHome != home)
-    #expect(try device.classes("com.example.notes", "Documents/secret.txt") == ["Documents/secret.txt": "complete"])
+    #expect(
+      try device.classes("com.example.notes", "Documents/secret.txt") == ["Documents/secret.txt": "complete"])
     try device.lock()
     #expect(openError(newHome + "/Documents/secret.txt") == .keyNotAvailable)
     try device.unlock()
-    #expect(try String(contentsOfFile: newHome + "/Documents/secret.txt", encoding: .utf8) == "keep me protected")
+    #expect(
+      try String(contentsOfFile: newHome + "/Documents/secret.txt", encoding: .utf8) == "keep me protected")
   }
 
   @Test func aPrewarmedLaunchSeesProtectedDataUnavailable() throws {
@@ -394,7 +417,9 @@ struct ProtectionEndToEndTests {
     #expect(!prewarmed.err.contains("note:"), "a prewarm on a locked device is expected")
     try device.unlock()
     let opened = try device.run("launch", Self.app)
-    #expect(opened.out == "Vault 1.0: prewarm=0 protected-data-available=1\nVault 1.0: vault.txt: the combination\n")
+    #expect(
+      opened.out == "Vault 1.0: prewarm=0 protected-data-available=1\nVault 1.0: vault.txt: the combination\n"
+    )
   }
 
   @Test func aFileSystemWithoutEncryptionRefusesNamingTheFix() throws {

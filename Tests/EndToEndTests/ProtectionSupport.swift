@@ -24,13 +24,16 @@ final class ProtectedDevice: @unchecked Sendable {
     let other = volume.path + "/" + name
     try expectSuccess(appbox(["device", "init"], root: other))
     if let passcode {
-      try expectSuccess(appbox(["device", "passcode", "set"], root: other, input: Array((passcode + "\n").utf8)))
+      try expectSuccess(
+        appbox(["device", "passcode", "set"], root: other, input: Array((passcode + "\n").utf8)))
     }
     return other
   }
 
   @discardableResult
-  func run(_ arguments: String..., input: String = "", environment: [String: String] = [:]) throws -> ProcessResult {
+  func run(_ arguments: String..., input: String = "", environment: [String: String] = [:]) throws
+    -> ProcessResult
+  {
     try appbox(arguments, root: root, environment: environment, input: Array(input.utf8))
   }
 
@@ -49,7 +52,8 @@ final class ProtectedDevice: @unchecked Sendable {
 
   /// Installs a fixture bundle; returns its home.
   func install(_ fixture: String, root: String? = nil) throws -> String {
-    let result = try appbox(["--json", "install", fixturePath("bundles/" + fixture)], root: root ?? self.root)
+    let result = try appbox(
+      ["--json", "install", fixturePath("bundles/" + fixture)], root: root ?? self.root)
     #expect(result.status == 0, "install \(fixture): \(result.err)")
     let object = try JSONSerialization.jsonObject(with: Data(result.stdout)) as? [String: Any]
     return object?["home"] as? String ?? ""

@@ -110,7 +110,8 @@ struct SandboxRunTests {
     #expect(variables["LANG"] == "C.UTF-8" && variables["LC_TIME"] == "C" && variables["TZ"] == "UTC")
     #expect(variables["APPBOX_PROTECTED_DATA_AVAILABLE"] == "1")
     let expected: Set<String> = [
-      "HOME", "CFFIXED_USER_HOME", "TMPDIR", "PATH", "LANG", "LC_TIME", "TZ", "APPBOX_PROTECTED_DATA_AVAILABLE",
+      "HOME", "CFFIXED_USER_HOME", "TMPDIR", "PATH", "LANG", "LC_TIME", "TZ",
+      "APPBOX_PROTECTED_DATA_AVAILABLE",
     ]
     // TERM, LANGUAGE and other LC_* pass through too when the test runner has them.
     let names = Set(variables.keys).filter {

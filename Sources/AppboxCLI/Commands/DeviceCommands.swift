@@ -37,7 +37,8 @@ struct DeviceShow: ParsableCommand {
   static let description = CommandDescription(
     name: "show",
     abstract:
-      "Print the device's UDID, name, capabilities, passcode and lock state (creating the root on first use).")
+      "Print the device's UDID, name, capabilities, passcode and lock state (creating the root on first use)."
+  )
   init(_ arguments: ParsedArguments) throws {}
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: false)

@@ -136,7 +136,8 @@ struct KeychainAdd: ParsableCommand {
       service: try arguments.required("service"), account: try arguments.required("account"),
       accessGroup: arguments.value("group"), label: arguments.value("label"),
       comment: arguments.value("comment"),
-      accessibility: arguments.value("accessible").flatMap(KeychainAccessibility.init(rawValue:)) ?? .whenUnlocked)
+      accessibility: arguments.value("accessible").flatMap(KeychainAccessibility.init(rawValue:))
+        ?? .whenUnlocked)
   }
 
   func run(_ context: CommandContext) throws -> CommandOutput {

@@ -30,7 +30,8 @@ private func readPasscodes(_ arguments: ParsedArguments, prompts: [String], cont
   }
   if lines.last?.isEmpty == true { lines.removeLast() }
   guard lines.count >= prompts.count else {
-    let what = prompts.count == 1 ? "a passcode" : "\(prompts.count) lines (\(prompts.joined(separator: ", then ")))"
+    let what =
+      prompts.count == 1 ? "a passcode" : "\(prompts.count) lines (\(prompts.joined(separator: ", then ")))"
     throw arguments.usage("expected \(what) on \(file == "-" ? "standard input" : "'\(file)'")")
   }
   return Array(lines.prefix(prompts.count))
@@ -86,7 +87,8 @@ func protectionJSON(_ status: ProtectionStatus) -> [(String, JSONValue)] {
     ("protectedDataAvailable", .bool(status.isProtectedDataAvailable)),
     (
       "availableClasses",
-      .array(ProtectionClass.allCases.filter { status.availableClasses.contains($0) }.map { .string($0.rawValue) })
+      .array(
+        ProtectionClass.allCases.filter { status.availableClasses.contains($0) }.map { .string($0.rawValue) })
     ),
     ("fileProtectionSupported", .bool(status.isFileProtectionSupported)),
     ("failedAttempts", .int(status.failedAttempts)),
@@ -94,13 +96,10 @@ func protectionJSON(_ status: ProtectionStatus) -> [(String, JSONValue)] {
   ]
 }
 
-/// Runs `body` on the device, holding its lock, then prints the protection state.
-private func withProtection(
-  _ context: CommandContext, verb: (ProtectionStatus) -> String,
-  _ body: (DeviceSession) throws -> [(String, JSONValue)] = { _ in [] }
+/// What the device commands print: a first line saying what happened, then the state.
+private func protectionOutput(
+  _ session: DeviceSession, _ verb: (ProtectionStatus) -> String, extra: [(String, JSONValue)] = []
 ) throws -> CommandOutput {
-  let session = try context.openDevice(mutating: true)
-  let extra = try body(session)
   let status = try session.protection.status()
   return CommandOutput(
     text: ([verb(status)] + protectionLines(status)).joined(separator: "\n"),
@@ -129,10 +128,9 @@ struct PasscodeSet: ParsableCommand {
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     let passcode = try readPasscodes(arguments, prompts: ["new passcode"], context: context)[0]
-    return try withProtection(context, verb: { _ in "Passcode set" }) { session in
-      try session.protection.setPasscode(passcode)
-      return []
-    }
+    let session = try context.openDevice(mutating: true)
+    try session.protection.setPasscode(passcode)
+    return try protectionOutput(session) { _ in "Passcode set" }
   }
 }
 
@@ -145,10 +143,9 @@ struct PasscodeChange: ParsableCommand {
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     let codes = try readPasscodes(arguments, prompts: ["current passcode", "new passcode"], context: context)
-    return try withProtection(context, verb: { _ in "Passcode changed" }) { session in
-      try session.protection.changePasscode(from: codes[0], to: codes[1])
-      return []
-    }
+    let session = try context.openDevice(mutating: true)
+    try session.protection.changePasscode(from: codes[0], to: codes[1])
+    return try protectionOutput(session) { _ in "Passcode changed" }
   }
 }
 
@@ -164,16 +161,12 @@ struct PasscodeClear: ParsableCommand {
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     let passcode = try readPasscodes(arguments, prompts: ["current passcode"], context: context)[0]
-    var deleted = 0
-    return try withProtection(
-      context,
-      verb: { _ in
-        "Passcode cleared" + (deleted > 0 ? " (\(deleted) when-passcode-set keychain item\(deleted == 1 ? "" : "s") deleted)" : "")
-      }
-    ) { session in
-      deleted = try session.protection.clearPasscode(passcode)
-      return [("deletedKeychainItems", .int(deleted))]
-    }
+    let session = try context.openDevice(mutating: true)
+    let deleted = try session.protection.clearPasscode(passcode)
+    let items = "\(deleted) when-passcode-set keychain item\(deleted == 1 ? "" : "s") deleted"
+    return try protectionOutput(
+      session, { _ in "Passcode cleared" + (deleted > 0 ? " (\(items))" : "") },
+      extra: [("deletedKeychainItems", .int(deleted))])
   }
 }
 
@@ -190,26 +183,21 @@ struct DeviceLock: ParsableCommand {
   init(_ arguments: ParsedArguments) throws {}
 
   func run(_ context: CommandContext) throws -> CommandOutput {
-    var busy: [ProtectionClass] = []
-    let output = try withProtection(
-      context,
-      verb: { _ in
-        "Device locked"
-          + (busy.isEmpty
-            ? ""
-            : " (files of class \(busy.map(\.rawValue).joined(separator: ", ")) still open stay usable until closed)")
-      }
-    ) { session in
-      busy = try session.protection.lock().busyClasses
-      return [("busyClasses", .array(busy.map { .string($0.rawValue) }))]
-    }
-    return output
+    let session = try context.openDevice(mutating: true)
+    let busy = try session.protection.lock().busyClasses
+    let note =
+      busy.isEmpty
+      ? "" : " (open files of class \(busy.map(\.rawValue).joined(separator: ", ")) stay usable until closed)"
+    return try protectionOutput(
+      session, { _ in "Device locked" + note },
+      extra: [("busyClasses", .array(busy.map { .string($0.rawValue) }))])
   }
 }
 
 struct DeviceUnlock: ParsableCommand {
   static let description = CommandDescription(
-    name: "unlock", abstract: "Unlock with the passcode (wrong: exit 77, growing delays; during one: exit 75).",
+    name: "unlock",
+    abstract: "Unlock with the passcode (wrong: exit 77, growing delays; during one: exit 75).",
     options: [passcodeFileOption])
   let arguments: ParsedArguments
   init(_ arguments: ParsedArguments) throws { self.arguments = arguments }
@@ -218,11 +206,12 @@ struct DeviceUnlock: ParsableCommand {
     // A device without a passcode needs none: do not wait for one on standard input.
     let root = context.deviceRoot
     let needsPasscode = (try? DeviceProtection(root: root).status().isPasscodeSet) ?? true
-    let passcode = needsPasscode ? try readPasscodes(arguments, prompts: ["passcode"], context: context)[0] : []
-    return try withProtection(context, verb: { $0.isPasscodeSet ? "Device unlocked" : "The device has no passcode" })
-    { session in
-      try session.protection.unlock(passcode)
-      return []
+    let passcode =
+      needsPasscode ? try readPasscodes(arguments, prompts: ["passcode"], context: context)[0] : []
+    let session = try context.openDevice(mutating: true)
+    try session.protection.unlock(passcode)
+    return try protectionOutput(session) {
+      $0.isPasscodeSet ? "Device unlocked" : "The device has no passcode"
     }
   }
 }
@@ -230,21 +219,22 @@ struct DeviceUnlock: ParsableCommand {
 struct DeviceReboot: ParsableCommand {
   static let description = CommandDescription(
     name: "reboot",
-    abstract: "Simulate a restart: every class key is dropped and the device is locked until the next unlock.",
+    abstract:
+      "Simulate a restart: every class key is dropped and the device is locked until the next unlock.",
     discussion: "Refused while an app runs (exit 75): a restart ends every app.")
   init(_ arguments: ParsedArguments) throws {}
 
   func run(_ context: CommandContext) throws -> CommandOutput {
-    try withProtection(context, verb: { $0.isLocked ? "Device rebooted: locked" : "Device rebooted" }) { session in
-      try session.protection.reboot(apps: try session.registry.apps(), session: session)
-      return []
-    }
+    let session = try context.openDevice(mutating: true)
+    try session.protection.reboot(apps: try session.registry.apps(), session: session)
+    return try protectionOutput(session) { $0.isLocked ? "Device rebooted: locked" : "Device rebooted" }
   }
 }
 
 struct ProtectCommand: ParsableCommand {
   static let description = CommandDescription(
-    name: "protect", abstract: "Show or raise the data protection class of a file, or of every file in a folder.",
+    name: "protect",
+    abstract: "Show or raise the data protection class of a file, or of every file in a folder.",
     discussion: """
       PATH is relative to the home and inside Documents or Library (a folder means every file in it,
       recursively). Without --class, prints each file's class. With it, re-creates each file under the
@@ -279,7 +269,8 @@ struct ProtectCommand: ParsableCommand {
         entry.protectionClass?.rawValue ?? "protected (class unreadable while locked)"
       }
       return CommandOutput(
-        text: entries.isEmpty ? "No files in '\(path)'." : table(["CLASS", "PATH"], entries.map { [name($0), $0.path] }),
+        text: entries.isEmpty
+          ? "No files in '\(path)'." : table(["CLASS", "PATH"], entries.map { [name($0), $0.path] }),
         json: .array(
           entries.map {
             .object([
@@ -305,7 +296,11 @@ struct ProtectCommand: ParsableCommand {
             report.raised.map { .object([("path", .string($0.path)), ("from", .string($0.from.rawValue))]) })
         ),
         ("unchanged", .array(report.unchanged.map(JSONValue.string))),
-        ("skipped", .array(report.skipped.map { .object([("path", .string($0.path)), ("reason", .string($0.reason))]) })),
+        (
+          "skipped",
+          .array(
+            report.skipped.map { .object([("path", .string($0.path)), ("reason", .string($0.reason))]) })
+        ),
       ]))
   }
 }

@@ -103,7 +103,8 @@ public final class DeviceProtection {
     let attempts = try UnlockAttempts.load(in: keychainDirectory)
     var status = ProtectionStatus(
       support: support(), isPasscodeSet: false, hasClassKeys: false, availableClasses: [.none],
-      incompletelyRemovedClasses: [], failedAttempts: attempts.failures, unlockAllowedAfter: attempts.notBefore)
+      incompletelyRemovedClasses: [], failedAttempts: attempts.failures,
+      unlockAllowedAfter: attempts.notBefore)
     guard let keybag = try Keybag.load(in: keychainDirectory) else { return status }
     status.isPasscodeSet = keybag.passcodeSet
     status.hasClassKeys = true
@@ -161,7 +162,9 @@ public final class DeviceProtection {
       }
       keys = unwrapped
     } else {
-      for protectionClass in ProtectionClass.keyed { keys[protectionClass] = try SecureRandom.bytes(fscryptKeyByteCount) }
+      for protectionClass in ProtectionClass.keyed {
+        keys[protectionClass] = try SecureRandom.bytes(fscryptKeyByteCount)
+      }
     }
     let identifiers = try addKeys(keys)
     try markSetupPending()
@@ -176,7 +179,8 @@ public final class DeviceProtection {
     try Self.checkPasscode(new)
     let (keybag, keys) = try verify(old, for: "change the passcode")
     try Keybag.wrapping(
-      pairs(keys, keybag.keys.mapValues(\.identifier)), passcode: new, passcodeSet: true, device: deviceBinding()
+      pairs(keys, keybag.keys.mapValues(\.identifier)), passcode: new, passcodeSet: true,
+      device: deviceBinding()
     )
     .save(in: keychainDirectory)
   }
@@ -189,7 +193,8 @@ public final class DeviceProtection {
     try addKeys(keys)
     try markSetupPending()
     try Keybag.wrapping(
-      pairs(keys, keybag.keys.mapValues(\.identifier)), passcode: [], passcodeSet: false, device: deviceBinding()
+      pairs(keys, keybag.keys.mapValues(\.identifier)), passcode: [], passcodeSet: false,
+      device: deviceBinding()
     )
     .save(in: keychainDirectory)
     return try ensureSetup()
@@ -201,7 +206,8 @@ public final class DeviceProtection {
   public func lock() throws -> LockReport {
     guard let keybag = try Keybag.load(in: keychainDirectory), keybag.passcodeSet else {
       throw ContainerError(
-        .unavailable, "The device has no passcode, so it cannot lock; set one with 'appbox device passcode set'")
+        .unavailable,
+        "The device has no passcode, so it cannot lock; set one with 'appbox device passcode set'")
     }
     return LockReport(busyClasses: try removeKeys(keybag, classes: [.complete, .completeUnlessOpen]))
   }
@@ -280,7 +286,9 @@ public final class DeviceProtection {
     return (keybag, keys)
   }
 
-  private func pairs(_ keys: [ProtectionClass: [UInt8]], _ identifiers: [ProtectionClass: FscryptKeyIdentifier])
+  private func pairs(
+    _ keys: [ProtectionClass: [UInt8]], _ identifiers: [ProtectionClass: FscryptKeyIdentifier]
+  )
     -> [ProtectionClass: (key: [UInt8], identifier: FscryptKeyIdentifier)]
   {
     keys.reduce(into: [:]) { result, entry in result[entry.key] = (entry.value, identifiers[entry.key]!) }

@@ -57,14 +57,16 @@ extension DeviceSession {
       let name = ProtectionTarget.lastComponent(file)
       let display = String(decoding: file, as: UTF8.self)
       guard try parent.isEncrypted(rawName: name) else {
-        result.append(FileProtectionEntry(path: display, protectionClass: ProtectionClass.none, isAvailable: true))
+        result.append(
+          FileProtectionEntry(path: display, protectionClass: ProtectionClass.none, isAvailable: true))
         continue
       }
       do {
         let fd = try parent.open(rawName: name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK)
         let identifier = try fd.closeAfter { try $0.encryptionPolicy() }
         guard let found = identifiers.first(where: { $0.value == identifier })?.key else {
-          throw ContainerError(.invalidData, "'\(display)' is encrypted under a key this device does not know")
+          throw ContainerError(
+            .invalidData, "'\(display)' is encrypted under a key this device does not know")
         }
         result.append(FileProtectionEntry(path: display, protectionClass: found, isAvailable: true))
       } catch let error as SystemError where error.errno == .keyNotAvailable {

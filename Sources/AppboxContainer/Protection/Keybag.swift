@@ -54,7 +54,8 @@ struct Keybag: Equatable {
 
   /// The class keys, or nil when `passcode` is wrong.
   func unwrap(passcode: [UInt8], device: DeviceBinding) throws -> [ProtectionClass: [UInt8]]? {
-    let kek = try Self.keyEncryptionKey(passcode: passcode, salt: salt, parameters: parameters, device: device)
+    let kek = try Self.keyEncryptionKey(
+      passcode: passcode, salt: salt, parameters: parameters, device: device)
     var result: [ProtectionClass: [UInt8]] = [:]
     for (protectionClass, wrapped) in keys {
       do {
@@ -78,11 +79,13 @@ struct Keybag: Equatable {
   ) throws -> [UInt8] {
     let stretched = try Scrypt.derive(password: passcode, salt: salt, parameters: parameters, length: 32)
     return try HKDF.derive(
-      key: stretched + device.keybagKey, salt: [], info: Array("appbox keybag kek v1".utf8) + Array(device.udid.utf8),
+      key: stretched + device.keybagKey, salt: [],
+      info: Array("appbox keybag kek v1".utf8) + Array(device.udid.utf8),
       length: 32)
   }
 
-  static func associatedData(_ protectionClass: ProtectionClass, _ identifier: FscryptKeyIdentifier) -> [UInt8]
+  static func associatedData(_ protectionClass: ProtectionClass, _ identifier: FscryptKeyIdentifier)
+    -> [UInt8]
   {
     Array("appbox class key v1 \(protectionClass.rawValue) ".utf8) + identifier.bytes
   }
@@ -102,7 +105,8 @@ struct Keybag: Equatable {
             (
               protectionClass.rawValue,
               PropertyList.dictionary([
-                "Identifier": .data(Data(wrapped.identifier.bytes)), "WrappedKey": .data(Data(wrapped.sealed)),
+                "Identifier": .data(Data(wrapped.identifier.bytes)),
+                "WrappedKey": .data(Data(wrapped.sealed)),
               ])
             )
           })),
@@ -184,7 +188,8 @@ struct UnlockAttempts: Equatable {
     guard let bytes = FileManager.default.contents(atPath: path) else {
       return UnlockAttempts(failures: 0, notBefore: nil)
     }
-    guard let plist = try? PropertyList.decode(bytes), let failures = plist["Failures"]?.integer, failures >= 0
+    guard let plist = try? PropertyList.decode(bytes), let failures = plist["Failures"]?.integer,
+      failures >= 0
     else {
       throw ContainerError(.invalidDevice, "The unlock attempts file '\(path)' is damaged")
     }

@@ -113,8 +113,7 @@ public final class ProtectedFileWriter {
   /// (an existing entry: EEXIST). `none` creates an ordinary file.
   public func createFile(
     rawName name: [UInt8], in parent: FileDescriptor, class protectionClass: ProtectionClass, mode: mode_t
-  ) throws -> FileDescriptor
-  {
+  ) throws -> FileDescriptor {
     if protectionClass == .none {
       return try parent.open(rawName: name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW, mode: mode)
     }
@@ -139,7 +138,9 @@ public final class ProtectedFileWriter {
   /// Re-creates regular file `name` of `parent` under `protectionClass` (see the header),
   /// unless it already has that class. Returns its class before. Lowering is `.denied`.
   @discardableResult
-  func raise(rawName name: [UInt8], in parent: FileDescriptor, to target: ProtectionClass, displayPath: String)
+  func raise(
+    rawName name: [UInt8], in parent: FileDescriptor, to target: ProtectionClass, displayPath: String
+  )
     throws -> ProtectionClass
   {
     let source: FileDescriptor
@@ -147,21 +148,25 @@ public final class ProtectedFileWriter {
       source = try parent.open(rawName: name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK)
     } catch let error as SystemError where error.errno == .keyNotAvailable {
       throw ContainerError(
-        .unavailable, "Cannot read '\(displayPath)': it is protected and the device is locked; unlock it first")
+        .unavailable,
+        "Cannot read '\(displayPath)': it is protected and the device is locked; unlock it first")
     } catch let error as SystemError where error.errno == .tooManyLinks {
-      throw ContainerError(.denied, "'\(displayPath)' is a symbolic link; only regular files can be protected")
+      throw ContainerError(
+        .denied, "'\(displayPath)' is a symbolic link; only regular files can be protected")
     }
     defer { source.close() }
     let before = try source.status()
     guard before.type == .regular else {
-      throw ContainerError(.denied, "'\(displayPath)' is not a regular file; only regular files can be protected")
+      throw ContainerError(
+        .denied, "'\(displayPath)' is not a regular file; only regular files can be protected")
     }
     let current = try protectionClass(of: source, displayPath: displayPath)
     if current == target { return current }
     guard current < target else {
       throw ContainerError(
         .denied,
-        "'\(displayPath)' is \(current.rawValue); protection can be raised, never lowered (asked: \(target.rawValue))")
+        "'\(displayPath)' is \(current.rawValue); protection can be raised, never lowered (asked: \(target.rawValue))"
+      )
     }
     guard before.linkCount == 1 else {
       throw ContainerError(
@@ -188,7 +193,8 @@ public final class ProtectedFileWriter {
       throw SystemError("change owner", path: displayPath)
     }
     try copy.setPermissions(before.permissions)
-    for (attribute, value) in try source.userExtendedAttributes() where attribute != protectionClassAttribute {
+    for (attribute, value) in try source.userExtendedAttributes() where attribute != protectionClassAttribute
+    {
       try copy.setExtendedAttribute(attribute, value)
     }
     try copy.setTimes(access: before.modificationTime, modification: before.modificationTime)
@@ -297,11 +303,14 @@ public struct ProtectionRecovery: RecoveryStep {
       try ProtectedFileWriter.scrub(rawName: entry.name, in: journal)
     }
     let protection = session.protection
-    guard let directory = try? FileDescriptor.open(protection.protectionDirectory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+    guard
+      let directory = try? FileDescriptor.open(
+        protection.protectionDirectory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
     else { return }
     defer { directory.close() }
     for protectionClass in ProtectionClass.keyed {
-      guard let staging = try? directory.open(protectionClass.rawValue, O_RDONLY | O_DIRECTORY | O_NOFOLLOW) else {
+      guard let staging = try? directory.open(protectionClass.rawValue, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+      else {
         continue
       }
       // Names are encrypted while the key is absent; unlinking by the listed name works anyway.
