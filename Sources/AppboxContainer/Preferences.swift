@@ -135,25 +135,35 @@ public struct Preferences: Sendable {
   }
 
   /// Replaces the file atomically. A protected preferences file stays protected: the new
-  /// one is created under the same class (protection is never lowered).
+  /// one is created under the same class, with the same owner and mode (protection is never
+  /// lowered).
   private func write(_ dictionary: [String: PropertyList], to folder: FileDescriptor) throws {
     let bytes = PropertyList.dictionary(dictionary).binaryData()
     let protection = DeviceProtection(root: home.root)
-    let current = try? folder.open(fileName, O_RDONLY | O_NOFOLLOW | O_NONBLOCK).closeAfter {
-      try $0.encryptionPolicy()
+    var existing: (identifier: FscryptKeyIdentifier, status: FileStatus)?
+    if let fd = try? folder.open(fileName, O_RDONLY | O_NOFOLLOW | O_NONBLOCK) {
+      defer { fd.close() }
+      if let identifier = try fd.encryptionPolicy() { existing = (identifier, try fd.status()) }
     }
-    guard let identifier = current ?? nil,
-      let protectionClass = try protection.keyIdentifiers().first(where: { $0.value == identifier })?.key
+    guard let existing,
+      let protectionClass = try protection.keyIdentifiers().first(where: { $0.value == existing.identifier })?
+        .key
     else {
       return try AtomicFile.write(bytes, to: fileName, in: folder)
     }
     let writer = try ProtectedFileWriter(protection: protection)
     defer { writer.close() }
     let temp = Array(".\(fileName).tmp-\(UInt32.random(in: 0...UInt32.max))".utf8)
-    let fd = try writer.createFile(rawName: temp, in: folder, class: protectionClass, mode: 0o644)
+    let fd = try writer.createFile(rawName: temp, in: folder, class: protectionClass, mode: 0o600)
     do {
       try fd.closeAfter { fd in
         try fd.writeAll(bytes)
+        if fchown(fd.rawValue, existing.status.uid, existing.status.gid) != 0
+          && Errno.current != .notPermitted
+        {
+          throw SystemError("change owner", path: relativePath)
+        }
+        try fd.setPermissions(existing.status.permissions)
         try fd.sync()
       }
       try folder.rename(rawName: temp, to: Array(fileName.utf8), in: folder)

@@ -74,6 +74,10 @@ struct ProtectionEndToEndTests {
     try expectSuccess(device.run("files", Self.app, "pull", "vault.txt", pulled))
     #expect(try String(contentsOfFile: pulled, encoding: .utf8) == secret)
     #expect(try device.run("defaults", Self.app, "read", "token").out == secret + "-pref\n")
+    try expectSuccess(device.run("defaults", Self.app, "write", "second", "value"))
+    let preferences = "Library/Preferences/\(Self.app).plist"
+    #expect(
+      try device.classes(Self.app, preferences) == [preferences: "complete"], "a rewrite keeps the class")
     try expectSuccess(device.run("backup", Self.app, "--repo", device.volume.path + "/repo"))
   }
 
@@ -331,6 +335,10 @@ struct ProtectionEndToEndTests {
       let snapshots = try JSONSerialization.jsonObject(with: Data(result.stdout)) as? [[String: Any]]
       return snapshots?.first?["snapshot"] as? String ?? ""
     }
+    try expectSuccess(
+      device.run(
+        "keychain", Self.app, "add", "--service", "s", "--account", "here", "--data", "only-here",
+        "--accessible", "when-unlocked-this-device-only"))
     let before = try backup()
     try expectSuccess(device.run("protect", Self.app, "Documents/a.txt", "--class", "complete"))
     try expectSuccess(device.run("protect", Self.app, "Documents/b.txt", "--class", "until-first-unlock"))
@@ -374,8 +382,12 @@ struct ProtectionEndToEndTests {
     // Another device with a passcode applies the classes with its own keys; one without a
     // passcode restores them unprotected and says so.
     let other = try device.sibling("other", passcode: "2468")
-    try expectSuccess(appbox(["restore", Self.app, "--snapshot", after, "--repo", repo.path], root: other))
+    let elsewhere = try appbox(["restore", Self.app, "--snapshot", after, "--repo", repo.path], root: other)
+    #expect(elsewhere.status == 0 && elsewhere.err.contains("another device"), "\(elsewhere.err)")
     #expect(try device.classes(Self.app, "Documents", root: other) == expected)
+    let get = ["keychain", Self.app, "get", "--service", "s", "--account", "here"]
+    #expect(try appbox(get, root: other).status == 66, "a this-device-only item never restores elsewhere")
+    #expect(try appbox(get, root: device.root).out == "only-here", "but it does on its own device")
     let bare = try device.sibling("bare", passcode: nil)
     let plain = try appbox(["restore", Self.app, "--snapshot", after, "--repo", repo.path], root: bare)
     #expect(plain.status == 0 && plain.err.contains("restored unprotected"), "\(plain.err)")
