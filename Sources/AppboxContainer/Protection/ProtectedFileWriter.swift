@@ -13,15 +13,17 @@
 //    (re-creating a hard-linked file would leave its other names on the plaintext inode);
 // 2. copy its data (holes stay holes), owner, mode, `user.*` attributes and mtime into a new
 //    file in the class's staging directory; fsync it;
-// 3. if it was unprotected, hard-link it into the journal as `protect-scrub-<random>` and
-//    fsync the journal directory: from here on recovery will finish step 5 (a journal link
-//    whose inode still has its original name, two links, means step 4 never happened:
-//    recovery only drops the journal link then);
+// 3. hard-link it into the journal as `protect-scrub-<random>` and fsync the journal
+//    directory: from here on recovery will finish step 5 (a journal link whose inode still
+//    has its original name, two links, means step 4 never happened: recovery only drops the
+//    journal link then);
 // 4. rename the new file over the old name (atomic), fsync the directory;
 // 5. overwrite the old inode's data in place with zeros, fdatasync, unlink the journal link.
 //    A freed block keeps its bytes until reused: without this step the plaintext would stay
-//    on the disk. (A file the app rewrote earlier may have left copies in blocks freed back
-//    then: nothing can find those now. Protect files when they are created.)
+//    on the disk. A file raised from a lower class gets its old ciphertext (under the weaker
+//    key) overwritten the same way; recovery can do that only while that key is present, and
+//    otherwise just unlinks. (A file the app rewrote earlier may have left copies in blocks
+//    freed back then: nothing can find those now. Protect files when they are created.)
 // A crash before step 4 leaves only a temp file in the staging directory (recovery removes
 // it); after it, the file is protected and recovery scrubs what the journal still names.
 
@@ -207,19 +209,15 @@ public final class ProtectedFileWriter {
     }
 
     CrashPoint.hit("protect.staged")
-    var scrub: [UInt8]?
-    if current == .none {
-      let link = Array((Self.scrubPrefix + String(UInt64.random(in: 0...UInt64.max), radix: 16)).utf8)
-      try parent.link(rawName: name, to: link, in: journal)
-      try journal.sync()
-      scrub = link
-    }
+    let scrub = Array((Self.scrubPrefix + String(UInt64.random(in: 0...UInt64.max), radix: 16)).utf8)
+    try parent.link(rawName: name, to: scrub, in: journal)
+    try journal.sync()
     CrashPoint.hit("protect.linked")
     try staging.rename(rawName: temp, to: name, in: parent)
     renamed = true
     try parent.sync()
     CrashPoint.hit("protect.renamed")
-    if let scrub { try Self.scrub(rawName: scrub, in: journal) }
+    try Self.scrub(rawName: scrub, in: journal)
     return current
   }
 
