@@ -2,7 +2,7 @@
 # machine: each installs the missing system packages first.
 
 SWIFT ?= swift
-APT_PACKAGES := libarchive-dev libsqlite3-dev libssl-dev pkg-config libarchive-tools tar bubblewrap libseccomp-dev util-linux
+APT_PACKAGES := libarchive-dev libsqlite3-dev libssl-dev pkg-config libarchive-tools tar bubblewrap libseccomp-dev util-linux e2fsprogs
 BENCH_PACKAGES := libarchive-tools restic time
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 

@@ -101,6 +101,7 @@ private struct BackupRun {
   }
 
   func run() throws -> BackupResult {
+    try session.requireProtectedDataAvailable(of: app, for: "back up")
     let catalog = repository.catalog
     let device = session.identity.udid
     let history = try catalog.snapshots(app: app.bundleIdentifier)
@@ -259,7 +260,7 @@ private struct BackupRun {
     let queue = HandoffQueue<ContentMessage>(capacity: 16 << 20)
     let reader = ContentReader(
       home: home, plan: plan, queue: queue, pool: pool, afterRead: options.afterRead,
-      hashOnReader: options.hashOnReader)
+      hashOnReader: options.hashOnReader, protectionClasses: try session.protectionClassesByKey())
     let readerThread = WorkerThread(name: "appbox-read") { try reader.run() }
     do {
       try archiver.run(queue)

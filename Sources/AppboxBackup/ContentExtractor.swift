@@ -100,7 +100,7 @@ final class ContentExtractor {
     let targets = plan.files(withContent: location.digest)
     var descriptors: [FileDescriptor] = []
     defer { descriptors.forEach { $0.close() } }
-    for target in targets { descriptors.append(try writer.createFile(plan.files[target].path)) }
+    for target in targets { descriptors.append(try writer.createFile(plan.files[target])) }
     var total: Int64 = 0
     while true {
       let buffer = pool.take(beforeWaiting: queue.nudge)

@@ -70,12 +70,16 @@ final class ContentReader: @unchecked Sendable {
   private let afterRead: (@Sendable ([UInt8], Int) -> Void)?
   /// Tests pin where hashing happens; nil chooses per file by whether the archiver keeps up.
   private let hashOnReader: Bool?
+  /// The device's protection classes by key, to record each file's class.
+  private let protectionClasses: [FscryptKeyIdentifier: ProtectionClass]
 
   init(
     home: FileDescriptor, plan: ArchivePlan, queue: HandoffQueue<ContentMessage>, pool: BufferPool,
-    afterRead: (@Sendable ([UInt8], Int) -> Void)? = nil, hashOnReader: Bool? = nil
+    afterRead: (@Sendable ([UInt8], Int) -> Void)? = nil, hashOnReader: Bool? = nil,
+    protectionClasses: [FscryptKeyIdentifier: ProtectionClass] = [:]
   ) {
     self.hashOnReader = hashOnReader
+    self.protectionClasses = protectionClasses
     self.home = home
     self.plan = plan
     self.queue = queue
@@ -164,7 +168,7 @@ final class ContentReader: @unchecked Sendable {
           return queue.push(
             .vanished(item: item, reason: "it stopped being a regular file during the backup"))
         }
-        attributes = try fd.userExtendedAttributes().map { ExtendedAttribute(name: $0.name, value: $0.value) }
+        attributes = try backupAttributes(of: fd, classes: protectionClasses)
       } catch let error as SystemError {
         throw unreadable(error, path: display(path))
       }

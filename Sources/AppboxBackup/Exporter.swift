@@ -27,6 +27,7 @@ extension DeviceSession {
     -> ExportReport
   {
     observer.engine(.started(operation: "export", app: app.bundleIdentifier))
+    try requireProtectedDataAvailable(of: app, for: "export")
     let home = try FileDescriptor.open(self.home(of: app).path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
     defer { home.close() }
     let rules = ScanRules(
@@ -53,7 +54,8 @@ extension DeviceSession {
         plan: plan, writer: writer, catalog: nil, archiveName: name, deduplicate: false, pool: pool,
         observer: observer)
       let queue = HandoffQueue<ContentMessage>(capacity: 16 << 20)
-      let reader = ContentReader(home: home, plan: plan, queue: queue, pool: pool)
+      let reader = ContentReader(
+        home: home, plan: plan, queue: queue, pool: pool, protectionClasses: try protectionClassesByKey())
       let thread = WorkerThread(name: "appbox-read") { try reader.run() }
       do {
         try archiver.run(queue)

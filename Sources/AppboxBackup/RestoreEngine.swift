@@ -58,7 +58,8 @@ extension Repository {
     var installed = false
     do {
       report = try materialize(
-        snapshot, part: .data, into: staging.descriptor, standardDirectories: true, observer: observer)
+        snapshot, part: .data, into: staging.descriptor, standardDirectories: true, protectingOn: session,
+        observer: observer)
       if app == nil {
         app = try installBundle(of: snapshot, in: session)
         installed = true

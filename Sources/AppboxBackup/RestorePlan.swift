@@ -11,6 +11,7 @@
 // joined path stays beneath the target; excluded entries and sockets are left out (sockets
 // cannot be recreated; a warning says so).
 
+import AppboxContainer
 import AppboxCore
 import AppboxCrypto
 
@@ -22,12 +23,14 @@ struct RestoreItem {
   var modificationTime: Int64
   var attributes: [ExtendedAttribute]
   var linkTarget: [UInt8]?
+  /// The class the archive recorded (its protection record is not an attribute to set).
+  var protectionClass: ProtectionClass
 
   init(path: [UInt8], entry: TreeEntry) {
     self.path = path
     permissions = entry.permissions
     modificationTime = entry.modificationTime
-    attributes = entry.extendedAttributes
+    (attributes, protectionClass) = splitProtectionRecord(entry.extendedAttributes)
     linkTarget = entry.linkTarget
   }
 }

@@ -43,9 +43,11 @@ extension Repository {
   /// Builds `part` of `snapshot` in `directory`, which must be empty, verifying every byte.
   /// With `standardDirectories`, the home's standard directories the snapshot lacks
   /// (Library/Caches and tmp, always) are created empty, before directory times are set.
+  /// With `protectingOn`, files the snapshot recorded as protected are created under their
+  /// class on that device (see Protection+Backup.swift).
   public func materialize(
     _ snapshot: Snapshot, part: SnapshotPart, into directory: FileDescriptor,
-    standardDirectories: Bool = false,
+    standardDirectories: Bool = false, protectingOn session: DeviceSession? = nil,
     observer: EngineObserver = SilentObserver()
   ) throws -> MaterializeReport {
     let bundleName = Array(snapshot.bundleDirectoryName.utf8)
@@ -93,7 +95,11 @@ extension Repository {
     }
     var report = MaterializeReport(files: 0, bytes: 0, warnings: plan.warnings)
     do {
+      let (protectedFiles, protectionWarning) = try protectedFileWriter(for: plan, session: session)
+      defer { protectedFiles?.close() }
+      if let protectionWarning { report.warnings.append(protectionWarning) }
       let writer = TreeWriter(target: directory)
+      writer.protectedFiles = protectedFiles
       defer { writer.closeAll() }
       for item in plan.directories { try writer.makeDirectory(item.path) }
       observer.engine(.stage("extract"))
@@ -109,7 +115,7 @@ extension Repository {
         guard plan.sizes[index] == 0 else {
           throw BackupError(.corruptCatalog, "No content was found for '\(display(item.path))'")
         }
-        let fd = try writer.createFile(item.path)
+        let fd = try writer.createFile(item)
         try fd.closeAfter { try TreeWriter.applyMetadata(item, to: $0) }
       }
       for (item, primary) in plan.hardLinks { try writer.link(item, to: plan.files[primary]) }

@@ -10,11 +10,15 @@
 // a directory would move its mtime again). Symlinks are created after all files, so no
 // write can pass through one.
 
+import AppboxContainer
 import AppboxCore
 import Glibc
 
 final class TreeWriter {
   let target: FileDescriptor
+  /// Creates the files a snapshot recorded as protected under their class; nil: every file
+  /// is created unprotected.
+  var protectedFiles: ProtectedFileWriter?
   /// Open parent directories by path; bounded, since a tree may have many thousands.
   private var cache: [[UInt8]: FileDescriptor] = [:]
   private static let cacheLimit = 256
@@ -55,6 +59,15 @@ final class TreeWriter {
   func createFile(_ path: [UInt8]) throws -> FileDescriptor {
     let (parent, name) = TreeWriter.split(path)
     return try directory(parent).open(rawName: name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o600)
+  }
+
+  /// Creates `item`'s regular file, empty, open for writing, under its protection class when
+  /// it has one and `protectedFiles` is set.
+  func createFile(_ item: RestoreItem) throws -> FileDescriptor {
+    guard item.protectionClass != .none, let protectedFiles else { return try createFile(item.path) }
+    let (parent, name) = TreeWriter.split(item.path)
+    return try protectedFiles.createFile(
+      rawName: name, in: directory(parent), class: item.protectionClass, mode: 0o600)
   }
 
   /// Applies mode, `user.*` attributes and times to an open file or directory.

@@ -13,7 +13,8 @@ public enum AppboxCLI {
     DeviceCommand.self, InstallCommand.self, ListCommand.self, InspectCommand.self, PathCommand.self,
     UninstallCommand.self, UpdateCommand.self, RevertCommand.self, RunCommand.self, LaunchCommand.self,
     FilesCommand.self,
-    DefaultsCommand.self, ExcludeCommand.self, BackupCommand.self, SnapshotsCommand.self, RestoreCommand.self,
+    DefaultsCommand.self, ExcludeCommand.self, ProtectCommand.self, BackupCommand.self, SnapshotsCommand.self,
+    RestoreCommand.self,
     DiffCommand.self, CheckCommand.self, ForgetCommand.self, ExportCommand.self, ImportCommand.self,
     KeychainCommand.self,
   ]
@@ -39,7 +40,9 @@ extension CommandContext {
       root: deviceRoot, mutating: mutating, recovery: recoverySteps, environment: environment)
   }
 
-  var recoverySteps: [any RecoveryStep] { [UpdateRecovery(), HomeSwapRecovery(), ContainerRecovery()] }
+  var recoverySteps: [any RecoveryStep] {
+    [UpdateRecovery(), HomeSwapRecovery(), ContainerRecovery(), ProtectionRecovery()]
+  }
 }
 
 /// Formats dates as ISO 8601 in UTC, the same in text and JSON.

@@ -29,6 +29,12 @@ public struct ContainerError: AppboxFailure, Equatable {
     case keyNotFound
     /// A file the app controls, such as its preferences, is malformed (exit 65).
     case invalidData
+    /// It exists already, such as a passcode being set (exit 73).
+    case alreadyExists
+    /// The passcode is wrong (exit 77).
+    case wrongPasscode
+    /// Not allowed right now, such as unlocking during the delay after failed attempts (exit 75).
+    case tryLater
   }
 
   public var code: Code
@@ -43,10 +49,10 @@ public struct ContainerError: AppboxFailure, Equatable {
     switch code {
     case .invalidBundle, .missingCapability, .sealBroken, .invalidDevice, .invalidData: return .badData
     case .appNotFound, .fileNotFound, .keyNotFound: return .notFound
-    case .alreadyInstalled: return .cannotCreate
-    case .appRunning: return .busy
+    case .alreadyInstalled, .alreadyExists: return .cannotCreate
+    case .appRunning, .tryLater: return .busy
     case .invalidRequest: return .invalidArgument
-    case .denied: return .denied
+    case .denied, .wrongPasscode: return .denied
     case .unavailable: return .unavailable
     }
   }

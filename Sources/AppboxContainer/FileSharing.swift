@@ -178,6 +178,11 @@ public final class SharedDocuments {
       file = try documents.open(relativePath, O_RDONLY | O_NONBLOCK)
     } catch let error as SystemError where error.errno == .noEntry {
       throw ContainerError(.fileNotFound, "No file 'Documents/\(relativePath)' in \(app.bundleIdentifier)")
+    } catch let error as SystemError where error.errno == .keyNotAvailable {
+      throw ContainerError(
+        .unavailable,
+        "Cannot pull 'Documents/\(relativePath)' of \(app.bundleIdentifier): it is protected and the device is "
+          + "locked; unlock it first")
     }
     guard try file.status().type == .regular else {
       file.close()

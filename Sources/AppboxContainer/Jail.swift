@@ -101,6 +101,9 @@ public struct Jail: Sendable {
   /// Groups the app's processes belong to besides their own, as root (say the group that
   /// owns a container several apps share). Unprivileged, the caller's own groups apply.
   public var supplementaryGroups: [UInt32] = []
+  /// Variables set for the app on top of the standard ones (whether protected data is
+  /// available, a prewarm).
+  public var environment: [String: String] = [:]
 
   /// The platform's jail for `home`'s app: its bundle read-and-execute, its Documents,
   /// Library and tmp read-write, tmp also at /tmp.

@@ -137,9 +137,46 @@ public struct Preferences: Sendable {
     return try folder.closeAfter { try body($0) }
   }
 
+  /// Replaces the file atomically. A protected preferences file stays protected: the new
+  /// one is created under the same class, with the same owner and mode (protection is never
+  /// lowered).
   private func write(_ dictionary: [String: PropertyList], to folder: FileDescriptor) throws {
-    try AtomicFile.write(PropertyList.dictionary(dictionary).binaryData(), to: fileName, in: folder)
-    if let owner = AppUser.dataOwner(of: app) { try DataOwnership.handOver(fileName, in: folder, to: owner) }
+    let bytes = PropertyList.dictionary(dictionary).binaryData()
+    let protection = DeviceProtection(root: home.root)
+    var existing: (identifier: FscryptKeyIdentifier, status: FileStatus)?
+    if let fd = try? folder.open(fileName, O_RDONLY | O_NOFOLLOW | O_NONBLOCK) {
+      defer { fd.close() }
+      if let identifier = try fd.encryptionPolicy() { existing = (identifier, try fd.status()) }
+    }
+    guard let existing,
+      let protectionClass = try protection.keyIdentifiers().first(where: { $0.value == existing.identifier })?
+        .key
+    else {
+      try AtomicFile.write(bytes, to: fileName, in: folder)
+      if let owner = AppUser.dataOwner(of: app) { try DataOwnership.handOver(fileName, in: folder, to: owner) }
+      return
+    }
+    let writer = try ProtectedFileWriter(protection: protection)
+    defer { writer.close() }
+    let temp = Array(".\(fileName).tmp-\(UInt32.random(in: 0...UInt32.max))".utf8)
+    let fd = try writer.createFile(rawName: temp, in: folder, class: protectionClass, mode: 0o600)
+    do {
+      try fd.closeAfter { fd in
+        try fd.writeAll(bytes)
+        if fchown(fd.rawValue, existing.status.uid, existing.status.gid) != 0
+          && Errno.current != .notPermitted
+        {
+          throw SystemError("change owner", path: relativePath)
+        }
+        try fd.setPermissions(existing.status.permissions)
+        try fd.sync()
+      }
+      try folder.rename(rawName: temp, to: Array(fileName.utf8), in: folder)
+    } catch {
+      try? folder.remove(rawName: temp)
+      throw error
+    }
+    try folder.sync()
   }
 
   /// The dictionary in the preferences file, nil when there is none. Never follows a
@@ -153,6 +190,11 @@ public struct Preferences: Sendable {
       return nil
     } catch let error as SystemError where error.errno == .tooManyLinks {
       throw ContainmentError(path: relativePath, reason: .symlink, container: "the home")
+    } catch let error as SystemError where error.errno == .keyNotAvailable {
+      throw ContainerError(
+        .unavailable,
+        "Cannot read the preferences '\(relativePath)' of \(app.bundleIdentifier): they are protected and the "
+          + "device is locked; unlock it first")
     }
     let bytes: [UInt8] = try file.closeAfter { file in
       guard try file.status().type == .regular else {

@@ -174,7 +174,10 @@ private struct ConfinedCommand {
         "Cannot confine \(home.app.bundleIdentifier): this kernel has no Landlock (needs Linux 5.13 or later "
           + "with Landlock enabled); pass --allow-unconfined to run it in its jail without Landlock")
     }
-    jail = Jail(home: home)
+    var jail = Jail(home: home)
+    jail.environment = Sandbox.protectionEnvironment(for: home)
+    if options.prewarm { jail.environment[Sandbox.prewarmVariable] = "1" }
+    self.jail = jail
     cgroup = DelegatedCgroup.locate(environment: environment)
     self.command = command
     self.environment = environment

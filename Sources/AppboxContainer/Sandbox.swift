@@ -21,13 +21,17 @@ public struct SandboxOptions: Sendable {
   /// Descriptors the app inherits, each at the number given (3 or more), say one end of
   /// a socketpair whose other end this process serves. Nothing else above 2 reaches it.
   public var passedDescriptors: [(descriptor: FileDescriptor, number: Int32)]
+  /// A prewarmed launch: started before the user opens the app, perhaps while the device is
+  /// locked. The app sees `ActivePrewarm=1`.
+  public var prewarm: Bool
 
   public init(
     allowUnconfined: Bool = false, network: JailNetwork = .shared, limits: JailLimits = JailLimits(),
     standardInput: FileDescriptor? = nil, standardOutput: FileDescriptor? = nil,
     standardError: FileDescriptor? = nil,
-    passedDescriptors: [(descriptor: FileDescriptor, number: Int32)] = []
+    passedDescriptors: [(descriptor: FileDescriptor, number: Int32)] = [], prewarm: Bool = false
   ) {
+    self.prewarm = prewarm
     self.allowUnconfined = allowUnconfined
     self.network = network
     self.limits = limits
@@ -133,6 +137,7 @@ public enum Sandbox {
     result["HOME"] = jail.home
     result["CFFIXED_USER_HOME"] = jail.home
     result["TMPDIR"] = jail.home + "/tmp"
+    result.merge(jail.environment) { _, set in set }
     return result
   }
 }

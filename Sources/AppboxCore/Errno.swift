@@ -29,6 +29,10 @@ public struct Errno: RawRepresentable, Hashable, Sendable, CustomStringConvertib
   public static let noData = Errno(rawValue: ENODATA)
   public static let notSupported = Errno(rawValue: EOPNOTSUPP)
   public static let quotaExceeded = Errno(rawValue: EDQUOT)
+  /// ENOKEY: the file is encrypted and its key is not in the kernel (a locked device).
+  public static let keyNotAvailable = Errno(rawValue: ENOKEY)
+  public static let notTTY = Errno(rawValue: ENOTTY)
+  public static let noDeviceOrAddress = Errno(rawValue: ENXIO)
 
   /// `strerror`'s text in lower case, as in "no such file or directory".
   public var description: String {

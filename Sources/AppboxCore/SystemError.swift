@@ -20,6 +20,7 @@ public struct SystemError: AppboxFailure, Equatable {
     case .permissionDenied, .notPermitted, .crossDevice, .tooManyLinks: return .denied
     case .exists, .notEmpty, .readOnlyFileSystem: return .cannotCreate
     case .wouldBlock: return .busy
+    case .keyNotAvailable: return .unavailable
     case .invalidArgument, .nameTooLong, .isDirectory: return .invalidArgument
     default: return .io
     }

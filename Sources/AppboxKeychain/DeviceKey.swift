@@ -18,6 +18,9 @@ struct DeviceKey {
   /// Names the key in exports, so an import can tell "made on another device" from "corrupt"
   /// without trying to decrypt. One-way: it reveals nothing about the key.
   let identifier: [UInt8]
+  /// Mixed into the key that wraps the device's file protection class keys, so that the
+  /// passcode alone, without this device's key, unwraps nothing.
+  let keybagKey: [UInt8]
 
   init(bytes: [UInt8]) throws {
     itemKey = try HKDF.derive(key: bytes, salt: [], info: Array("appbox keychain v1".utf8), length: 32)
@@ -25,6 +28,13 @@ struct DeviceKey {
       key: bytes, salt: [], info: Array("appbox keychain export v1".utf8), length: 32)
     identifier = try HKDF.derive(
       key: bytes, salt: [], info: Array("appbox keychain key id v1".utf8), length: 16)
+    keybagKey = try HKDF.derive(key: bytes, salt: [], info: Array("appbox keybag v1".utf8), length: 32)
+  }
+
+  /// The key that seals items of a class: the item key and the class secret, through HKDF.
+  func itemKey(classSecret: [UInt8]) throws -> [UInt8] {
+    try HKDF.derive(
+      key: itemKey + classSecret, salt: [], info: Array("appbox keychain item v2".utf8), length: 32)
   }
 
   /// Reads the key in `directory`, or returns nil when there is none yet. A key file that is

@@ -6,18 +6,27 @@ import Foundation
 //
 // Format (all integers big-endian):
 //
-//     "APPBOXKC" (8 bytes) · format version (1 byte, = 1) · key identifier (16 bytes)
+//     "APPBOXKC" (8 bytes) · format version (1 byte) · key identifier (16 bytes)
 //     · AES-256-GCM(export key, payload; associated data = the 25 header bytes)
 //
-//     payload = version 1 · group count (u32) · groups (u32 length + UTF-8 each)
-//               · item count (u32) · items: class, service, account, group (u32 length +
-//               UTF-8 each), label?, comment? (presence byte, then u32 length + UTF-8),
-//               created, modified (i64 ms since 1970), data (u32 length + bytes)
+//     version 2 (written now): items stay sealed as the keychain holds them, so a backup
+//     never needs the device unlocked and never sees a secret:
+//     payload = 2 · group count (u32) · groups (u32 length + UTF-8 each)
+//               · secret count (u32) · (secret name, identifier: u32 length + bytes each)
+//               · item count (u32) · items: class, service, account, group, accessibility
+//               (u32 length + UTF-8 each), key version (1 byte), created, modified (i64 ms
+//               since 1970), sealed value (u32 length + bytes)
+//     version 1 (still read): items opened, with label?, comment? (presence byte, then u32
+//               length + UTF-8) and data (u32 length + bytes) in place of accessibility,
+//               key version and sealed value; they restore as when-unlocked.
 //
 // The export key and the key identifier are both derived from the device key (HKDF with
 // distinct info strings), so the export stays encrypted under the device key, and an
 // import can tell "made on another device" (identifier differs: `.otherDevice`, nothing
 // restored) from "corrupt or tampered" (identifier matches, authentication fails: `.corrupt`).
+// So no item, this-device-only or not, restores to another device. An item sealed under a
+// class secret this device no longer has (a when-passcode-set item from before the passcode
+// was cleared) is not restored: it could never be opened.
 //
 // Import replaces rather than merges: the groups the app could see at export time (that it
 // is still entitled to) are emptied and refilled with the exported items, in one
@@ -26,29 +35,38 @@ import Foundation
 
 extension Keychain {
   static let exportMagic = Array("APPBOXKC".utf8)
-  static let exportVersion: UInt8 = 1
+  static let exportVersion: UInt8 = 2
 
   /// Every item the app can see, serialized and sealed under the device key (opaque bytes),
-  /// or nil if it has none.
+  /// or nil if it has none. Items stay sealed under their class keys: this works while the
+  /// device is locked.
   public func exportItems(for client: KeychainClient) throws -> [UInt8]? {
-    let rows = try rows(inGroups: client.accessGroups, opening: true)
+    let rows = try rows(inGroups: client.accessGroups, opening: false)
     if rows.isEmpty { return nil }
     var payload = ByteWriter()
     payload.append(Self.exportVersion)
     payload.append(UInt32(client.accessGroups.count))
     for group in client.accessGroups { payload.append(group) }
+    var secrets: [(String, [UInt8])] = []
+    for secret in KeychainClassSecret.allCases {
+      if let identifier = try recordedIdentifier(of: secret) { secrets.append((secret.rawValue, identifier)) }
+    }
+    payload.append(UInt32(secrets.count))
+    for (name, identifier) in secrets {
+      payload.append(name)
+      payload.append(field: identifier)
+    }
     payload.append(UInt32(rows.count))
     for row in rows {
-      let secret = row.secret!
       payload.append(row.itemClass.rawValue)
       payload.append(row.service)
       payload.append(row.account)
       payload.append(row.accessGroup)
-      payload.append(optional: secret.label)
-      payload.append(optional: secret.comment)
+      payload.append(row.accessibility.rawValue)
+      payload.append(UInt8(truncatingIfNeeded: row.keyVersion))
       payload.append(row.created)
       payload.append(row.modified)
-      payload.append(field: secret.data)
+      payload.append(field: row.sealed)
     }
     let header = Self.exportMagic + [Self.exportVersion] + key.identifier
     return header + (try AESGCM.seal(payload.bytes, key: key.exportKey, associatedData: header))
@@ -65,7 +83,7 @@ extension Keychain {
       throw reader.corrupt("it is not a keychain export")
     }
     let version = try reader.uint8()
-    guard version == Self.exportVersion else { throw reader.corrupt("format version \(version) is unknown") }
+    guard version == 1 || version == 2 else { throw reader.corrupt("format version \(version) is unknown") }
     let identifier = try reader.raw(key.identifier.count)
     guard identifier == key.identifier else {
       return .otherDevice(
@@ -82,39 +100,99 @@ extension Keychain {
     } catch let error as CryptoError where error.kind == .badData {
       throw reader.corrupt("\(error.reason) (it was altered after it was made)")
     }
-    let (groups, items) = try Self.parsePayload(plaintext)
+    let (groups, items) =
+      version == 1 ? try Self.parseOpenedPayload(plaintext) : try parseSealedPayload(plaintext)
     let restoring = groups.filter { client.isEntitled(to: $0) }
     let restored = items.filter { restoring.contains($0.item.accessGroup ?? "") }
-    try database.inTransaction(.immediate) {
-      if !restoring.isEmpty { _ = try deleteItems(inGroups: restoring) }
-      for (item, data) in restored {
-        let group = item.accessGroup!
+    // Version 1 items arrive opened and are sealed here, under their class key.
+    var sealedItems: [(item: KeychainItem, keyVersion: Int64, sealed: [UInt8])] = []
+    for entry in restored {
+      switch entry.content {
+      case .sealed(let keyVersion, let sealed): sealedItems.append((entry.item, keyVersion, sealed))
+      case .opened(let data):
+        let item = entry.item
         let sealed = try SealedSecret(data: data, label: item.label, comment: item.comment)
           .seal(
-            key: key.itemKey,
+            key: try itemKey(for: item.accessibility),
             associatedData: SealedSecret.associatedData(
-              itemClass: item.itemClass, service: item.service, account: item.account, accessGroup: group))
-        try database.execute(
-          """
-          INSERT OR REPLACE INTO items(class, service, account, access_group, created, modified, sealed)
-          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-          """,
-          .text(item.itemClass.rawValue), .text(item.service), .text(item.account), .text(group),
-          .integer(Self.milliseconds(item.created!)), .integer(Self.milliseconds(item.modified!)),
-          .blob(sealed))
+              itemClass: item.itemClass, service: item.service, account: item.account,
+              accessGroup: item.accessGroup!))
+        sealedItems.append((item, 1, sealed))
       }
     }
-    return .restored(count: restored.count)
+    try database.inTransaction(.immediate) {
+      if !restoring.isEmpty { _ = try deleteItems(inGroups: restoring) }
+      for (item, keyVersion, sealed) in sealedItems {
+        try database.execute(
+          """
+          INSERT OR REPLACE INTO items(class, service, account, access_group, created, modified, sealed,
+            accessible, key_version)
+          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+          """,
+          .text(item.itemClass.rawValue), .text(item.service), .text(item.account), .text(item.accessGroup!),
+          .integer(Self.milliseconds(item.created!)), .integer(Self.milliseconds(item.modified!)),
+          .blob(sealed), .text(item.accessibility.rawValue), .integer(keyVersion))
+      }
+    }
+    return .restored(count: sealedItems.count)
   }
 
-  private static func parsePayload(_ plaintext: [UInt8]) throws -> (
-    groups: [String], items: [(item: KeychainItem, data: [UInt8])]
-  ) {
+  /// An exported item's secret: still sealed (version 2) or opened (version 1).
+  private enum ExportedContent {
+    case sealed(keyVersion: Int64, sealed: [UInt8])
+    case opened(data: [UInt8])
+  }
+
+  private typealias ExportedItem = (item: KeychainItem, content: ExportedContent)
+
+  /// Parses a version 2 payload, leaving out items sealed under a class secret this keychain
+  /// does not have (or no longer has).
+  private func parseSealedPayload(_ plaintext: [UInt8]) throws -> (groups: [String], items: [ExportedItem]) {
     var reader = ByteReader(plaintext, what: "keychain export")
-    guard try reader.uint8() == exportVersion else { throw reader.corrupt("unknown payload version") }
+    guard try reader.uint8() == 2 else { throw reader.corrupt("unknown payload version") }
     var groups: [String] = []
     for _ in 0..<(try reader.uint32()) { groups.append(try reader.string()) }
-    var items: [(item: KeychainItem, data: [UInt8])] = []
+    var exportedSecrets: [String: [UInt8]] = [:]
+    for _ in 0..<(try reader.uint32()) { exportedSecrets[try reader.string()] = try reader.field() }
+    var items: [ExportedItem] = []
+    for _ in 0..<(try reader.uint32()) {
+      let className = try reader.string()
+      guard let itemClass = KeychainItemClass(rawValue: className) else {
+        throw reader.corrupt("unknown item class '\(className)'")
+      }
+      let service = try reader.string()
+      let account = try reader.string()
+      let group = try reader.string()
+      let accessibilityName = try reader.string()
+      guard let accessibility = KeychainAccessibility(rawValue: accessibilityName) else {
+        throw reader.corrupt("unknown accessibility '\(accessibilityName)'")
+      }
+      let keyVersion = Int64(try reader.uint8())
+      guard keyVersion <= 1 else { throw reader.corrupt("unknown key version \(keyVersion)") }
+      let item = KeychainItem(
+        itemClass: itemClass, service: service, account: account, accessGroup: group,
+        created: try reader.date(), modified: try reader.date(), accessibility: accessibility)
+      let sealed = try reader.field()
+      if keyVersion == 1 {
+        let secret = accessibility.classSecret
+        guard let current = try recordedIdentifier(of: secret), exportedSecrets[secret.rawValue] == current
+        else { continue }
+      }
+      items.append((item, .sealed(keyVersion: keyVersion, sealed: sealed)))
+    }
+    try reader.expectEnd()
+    return (groups, items)
+  }
+
+  /// Parses a version 1 payload (items opened); they restore as when-unlocked.
+  private static func parseOpenedPayload(_ plaintext: [UInt8]) throws -> (
+    groups: [String], items: [ExportedItem]
+  ) {
+    var reader = ByteReader(plaintext, what: "keychain export")
+    guard try reader.uint8() == 1 else { throw reader.corrupt("unknown payload version") }
+    var groups: [String] = []
+    for _ in 0..<(try reader.uint32()) { groups.append(try reader.string()) }
+    var items: [ExportedItem] = []
     for _ in 0..<(try reader.uint32()) {
       let className = try reader.string()
       guard let itemClass = KeychainItemClass(rawValue: className) else {
@@ -125,7 +203,7 @@ extension Keychain {
         accessGroup: try reader.string(), label: try reader.optionalString(),
         comment: try reader.optionalString(),
         created: try reader.date(), modified: try reader.date())
-      items.append((item, try reader.field()))
+      items.append((item, .opened(data: try reader.field())))
     }
     try reader.expectEnd()
     return (groups, items)

@@ -24,6 +24,8 @@ public final class Keychain {
   public let directory: String
   let database: Database
   let key: DeviceKey
+  /// Class secrets read so far (see Accessibility.swift).
+  var classSecrets: [KeychainClassSecret: [UInt8]] = [:]
 
   static let migrations = [
     """
@@ -39,7 +41,14 @@ public final class Keychain {
       UNIQUE (class, service, account, access_group)
     );
     CREATE INDEX items_by_group ON items(access_group);
+    """,
+    // Accessibility classes: rows from before them were sealed under the device key alone
+    // (key version 0) and count as when-unlocked.
     """
+    ALTER TABLE items ADD COLUMN accessible TEXT NOT NULL DEFAULT 'when-unlocked';
+    ALTER TABLE items ADD COLUMN key_version INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE class_secrets(name TEXT PRIMARY KEY, identifier BLOB NOT NULL);
+    """,
   ]
 
   /// Opens the keychain in `directory`, creating the directory (0700), the database (0600,
@@ -70,7 +79,13 @@ public final class Keychain {
       }
       key = try DeviceKey.loadOrCreate(in: handle, displayPath: keyPath)
     }
+    try preparePermanentClassSecrets()
   }
+
+  /// A key bound to this device, for wrapping the file protection class keys: derived from
+  /// the device key (HKDF, its own purpose), so a copied root plus a passcode is not enough
+  /// without `device.key`.
+  public var deviceKeybagKey: [UInt8] { key.keybagKey }
 
   /// Makes sure the keychain in `directory` exists with its device key (device creation).
   public static func prepare(directory: String) throws {
@@ -100,7 +115,7 @@ public final class Keychain {
     let associatedData = SealedSecret.associatedData(
       itemClass: item.itemClass, service: item.service, account: item.account, accessGroup: group)
     let sealed = try SealedSecret(data: data, label: item.label, comment: item.comment)
-      .seal(key: key.itemKey, associatedData: associatedData)
+      .seal(key: try itemKey(for: item.accessibility), associatedData: associatedData)
     try database.inTransaction(.immediate) {
       let existing = try database.scalar(
         "SELECT 1 FROM items WHERE class = ?1 AND service = ?2 AND account = ?3 AND access_group = ?4",
@@ -110,11 +125,12 @@ public final class Keychain {
       }
       try database.execute(
         """
-        INSERT INTO items(class, service, account, access_group, created, modified, sealed)
-        VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6)
+        INSERT INTO items(class, service, account, access_group, created, modified, sealed, accessible,
+          key_version)
+        VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6, ?7, 1)
         """,
         .text(item.itemClass.rawValue), .text(item.service), .text(item.account), .text(group),
-        .integer(Self.milliseconds(now)), .blob(sealed))
+        .integer(Self.milliseconds(now)), .blob(sealed), .text(item.accessibility.rawValue))
     }
     return stored
   }
@@ -130,8 +146,12 @@ public final class Keychain {
   }
 
   /// Every item `client` can see, attributes only (never data); empty when there is none.
+  /// Labels and comments are sealed with the secret: items of a class that is unavailable
+  /// right now (a locked device) are listed without them.
   public func items(for client: KeychainClient) throws -> [KeychainItem] {
-    try rows(matching: KeychainQuery(), for: client, opening: true).map { $0.item(includingData: false) }
+    try rows(matching: KeychainQuery(), for: client, opening: true, skippingUnavailable: true).map {
+      $0.item(includingData: false)
+    }
   }
 
   /// Applies `changes` to every item matching `query` that `client` can see (SecItemUpdate),
@@ -155,10 +175,11 @@ public final class Keychain {
         if let data = changes.data { secret.data = data }
         if let label = changes.label { secret.label = label }
         if let comment = changes.comment { secret.comment = comment }
-        let sealed = try secret.seal(key: key.itemKey, associatedData: row.associatedData)
+        let sealed = try secret.seal(
+          key: try itemKey(for: row.accessibility), associatedData: row.associatedData)
         try database.execute(
-          "UPDATE items SET sealed = ?1, modified = ?2 WHERE id = ?3", .blob(sealed), .integer(now),
-          .integer(row.id))
+          "UPDATE items SET sealed = ?1, modified = ?2, key_version = 1 WHERE id = ?3", .blob(sealed),
+          .integer(now), .integer(row.id))
       }
       return matches.count
     }
@@ -217,21 +238,30 @@ public final class Keychain {
 
   /// The rows `query` selects among the groups `client` may search, sorted for results. With
   /// `opening`, each row's sealed value is decrypted (needed for label, comment and data).
-  func rows(matching query: KeychainQuery, for client: KeychainClient, opening: Bool) throws -> [Row] {
+  func rows(
+    matching query: KeychainQuery, for client: KeychainClient, opening: Bool,
+    skippingUnavailable: Bool = false
+  ) throws -> [Row] {
     for (value, name) in [(query.service, "service"), (query.account, "account")] {
       if let value { try Self.checkAttribute(value, name: name) }
     }
     let groups = try query.accessGroup.map { [try accessGroup($0, for: client)] } ?? client.accessGroups
-    return try rows(inGroups: groups, query: query, opening: opening)
+    return try rows(
+      inGroups: groups, query: query, opening: opening, skippingUnavailable: skippingUnavailable)
   }
 
   /// The rows in `groups` (in that order of preference) that match `query`'s attributes.
-  func rows(inGroups groups: [String], query: KeychainQuery = KeychainQuery(), opening: Bool) throws -> [Row]
-  {
+  /// With `skippingUnavailable`, rows whose class key is unavailable (a locked device) stay
+  /// unopened instead of failing the whole call.
+  func rows(
+    inGroups groups: [String], query: KeychainQuery = KeychainQuery(), opening: Bool,
+    skippingUnavailable: Bool = false
+  ) throws -> [Row] {
     if groups.isEmpty { return [] }
     var values = groups.map(SQLValue.text)
     var sql = """
-      SELECT id, class, service, account, access_group, created, modified, sealed FROM items
+      SELECT id, class, service, account, access_group, created, modified, sealed, accessible, key_version
+      FROM items
       WHERE access_group IN (\(groups.indices.map { "?\($0 + 1)" }.joined(separator: ", ")))
       """
     for (column, value) in [
@@ -249,8 +279,14 @@ public final class Keychain {
     }
     if opening {
       for index in result.indices {
+        let rowKey: [UInt8]
+        do {
+          rowKey = result[index].keyVersion == 0 ? key.itemKey : try itemKey(for: result[index].accessibility)
+        } catch let error as KeychainError where skippingUnavailable && error.kind == .unavailable {
+          continue
+        }
         result[index].secret = try SealedSecret.open(
-          result[index].sealed, key: key.itemKey, associatedData: result[index].associatedData,
+          result[index].sealed, key: rowKey, associatedData: result[index].associatedData,
           item: result[index].item(includingData: false).summary)
       }
       result.removeAll { row in
@@ -314,13 +350,24 @@ struct Row {
   var created: Date
   var modified: Date
   var sealed: [UInt8]
+  var accessibility: KeychainAccessibility
+  /// 0: sealed under the device key alone (before accessibility classes); 1: under the class key.
+  var keyVersion: Int64
   var secret: SealedSecret?
 
+  /// Reads the columns `id, class, service, account, access_group, created, modified, sealed,
+  /// accessible, key_version`.
   init(_ row: Statement, path: String) throws {
     guard let itemClass = KeychainItemClass(rawValue: row.text(1) ?? "") else {
       throw KeychainError(
         .corrupt, "The keychain has an item of unknown class '\(row.text(1) ?? "")'", path: path)
     }
+    guard let accessibility = KeychainAccessibility(rawValue: row.text(8) ?? "") else {
+      throw KeychainError(
+        .corrupt, "The keychain has an item of unknown accessibility '\(row.text(8) ?? "")'", path: path)
+    }
+    self.accessibility = accessibility
+    keyVersion = row.int64(9)
     id = row.int64(0)
     self.itemClass = itemClass
     service = row.text(2) ?? ""
@@ -340,7 +387,8 @@ struct Row {
     KeychainItem(
       itemClass: itemClass, service: service, account: account, accessGroup: accessGroup,
       label: secret?.label,
-      comment: secret?.comment, data: includingData ? secret?.data : nil, created: created, modified: modified
-    )
+      comment: secret?.comment, data: includingData ? secret?.data : nil, created: created,
+      modified: modified,
+      accessibility: accessibility)
   }
 }

@@ -21,6 +21,11 @@ public struct KeychainError: AppboxFailure, Equatable {
     case invalidParameter
     /// The store, the device key or an export is corrupt or was tampered with (exit 65).
     case corrupt
+    /// The item's class is unavailable: the device is locked (errSecInteractionNotAllowed,
+    /// exit 69).
+    case interactionNotAllowed
+    /// The item's class needs a device passcode and none is set (exit 69).
+    case passcodeRequired
   }
 
   public var code: Code
@@ -41,6 +46,7 @@ public struct KeychainError: AppboxFailure, Equatable {
     case .missingEntitlement: return .denied
     case .invalidParameter: return .invalidArgument
     case .corrupt: return .badData
+    case .interactionNotAllowed, .passcodeRequired: return .unavailable
     }
   }
 

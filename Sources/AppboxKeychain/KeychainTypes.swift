@@ -30,12 +30,15 @@ public struct KeychainItem: Sendable, Equatable {
   public var created: Date?
   /// Set by the keychain; ignored on `add`.
   public var modified: Date?
+  /// When the item can be read (`kSecAttrAccessible`).
+  public var accessibility: KeychainAccessibility
 
   public init(
     itemClass: KeychainItemClass = .generic, service: String, account: String, accessGroup: String? = nil,
     label: String? = nil, comment: String? = nil, data: [UInt8]? = nil, created: Date? = nil,
-    modified: Date? = nil
+    modified: Date? = nil, accessibility: KeychainAccessibility = .whenUnlocked
   ) {
+    self.accessibility = accessibility
     self.itemClass = itemClass
     self.service = service
     self.account = account

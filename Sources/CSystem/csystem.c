@@ -4,12 +4,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/fs.h>
+#include <linux/fscrypt.h>
 #include <linux/landlock.h>
 #include <linux/openat2.h>
 #include <stdio.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -191,3 +193,84 @@ int appbox_mark_top_directory(int fd) {
   flags |= FS_TOPDIR_FL;
   return ioctl(fd, FS_IOC_SETFLAGS, &flags);
 }
+
+static void appbox_key_specifier(struct fscrypt_key_specifier *spec, const uint8_t *identifier) {
+  memset(spec, 0, sizeof *spec);
+  spec->type = FSCRYPT_KEY_SPEC_TYPE_IDENTIFIER;
+  memcpy(spec->u.identifier, identifier, FSCRYPT_KEY_IDENTIFIER_SIZE);
+}
+
+int appbox_fscrypt_add_key(int fd, const uint8_t *key, uint8_t *identifier) {
+  struct {
+    struct fscrypt_add_key_arg arg;
+    uint8_t raw[APPBOX_FSCRYPT_KEY_SIZE];
+  } request;
+  memset(&request, 0, sizeof request);
+  request.arg.key_spec.type = FSCRYPT_KEY_SPEC_TYPE_IDENTIFIER;
+  request.arg.raw_size = APPBOX_FSCRYPT_KEY_SIZE;
+  memcpy(request.raw, key, APPBOX_FSCRYPT_KEY_SIZE);
+  int result;
+  do {
+    result = ioctl(fd, FS_IOC_ADD_ENCRYPTION_KEY, &request);
+  } while (result < 0 && errno == EINTR);
+  if (result == 0) memcpy(identifier, request.arg.key_spec.u.identifier, FSCRYPT_KEY_IDENTIFIER_SIZE);
+  /* The raw key must not linger on this stack frame. */
+  explicit_bzero(&request, sizeof request);
+  return result;
+}
+
+int appbox_fscrypt_remove_key(int fd, const uint8_t *identifier, int all_users, uint32_t *status_flags) {
+  struct fscrypt_remove_key_arg arg;
+  memset(&arg, 0, sizeof arg);
+  appbox_key_specifier(&arg.key_spec, identifier);
+  int result;
+  do {
+    result = ioctl(fd, all_users ? FS_IOC_REMOVE_ENCRYPTION_KEY_ALL_USERS : FS_IOC_REMOVE_ENCRYPTION_KEY, &arg);
+  } while (result < 0 && errno == EINTR);
+  if (result == 0) *status_flags = arg.removal_status_flags;
+  return result;
+}
+
+int appbox_fscrypt_key_status(int fd, const uint8_t *identifier, uint32_t *status) {
+  struct fscrypt_get_key_status_arg arg;
+  memset(&arg, 0, sizeof arg);
+  appbox_key_specifier(&arg.key_spec, identifier);
+  if (ioctl(fd, FS_IOC_GET_ENCRYPTION_KEY_STATUS, &arg) != 0) return -1;
+  *status = arg.status;
+  return 0;
+}
+
+int appbox_fscrypt_set_policy(int fd, const uint8_t *identifier) {
+  struct fscrypt_policy_v2 policy;
+  memset(&policy, 0, sizeof policy);
+  policy.version = FSCRYPT_POLICY_V2;
+  policy.contents_encryption_mode = FSCRYPT_MODE_AES_256_XTS;
+  policy.filenames_encryption_mode = FSCRYPT_MODE_AES_256_CTS;
+  policy.flags = FSCRYPT_POLICY_FLAGS_PAD_16;
+  memcpy(policy.master_key_identifier, identifier, FSCRYPT_KEY_IDENTIFIER_SIZE);
+  return ioctl(fd, FS_IOC_SET_ENCRYPTION_POLICY, &policy);
+}
+
+int appbox_fscrypt_get_policy(int fd, uint8_t *identifier) {
+  struct fscrypt_get_policy_ex_arg arg;
+  memset(&arg, 0, sizeof arg);
+  arg.policy_size = sizeof arg.policy;
+  if (ioctl(fd, FS_IOC_GET_ENCRYPTION_POLICY_EX, &arg) != 0) return errno == ENODATA ? 0 : -1;
+  if (arg.policy.version != FSCRYPT_POLICY_V2) {
+    errno = EINVAL;
+    return -1;
+  }
+  memcpy(identifier, arg.policy.v2.master_key_identifier, FSCRYPT_KEY_IDENTIFIER_SIZE);
+  return 1;
+}
+
+int appbox_is_encrypted(int dirfd, const char *name) {
+  struct statx sx;
+  if (statx(dirfd, name, AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT, 0, &sx) != 0) return -1;
+  if (!(sx.stx_attributes_mask & STATX_ATTR_ENCRYPTED)) return 0;
+  return (sx.stx_attributes & STATX_ATTR_ENCRYPTED) ? 1 : 0;
+}
+
+int64_t appbox_seek_data(int fd, int64_t offset) { return (int64_t)lseek(fd, (off_t)offset, SEEK_DATA); }
+
+int64_t appbox_seek_hole(int fd, int64_t offset) { return (int64_t)lseek(fd, (off_t)offset, SEEK_HOLE); }

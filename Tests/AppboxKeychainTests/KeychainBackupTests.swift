@@ -7,13 +7,13 @@ struct KeychainBackupTests {
   @Test func exportThenImportOnTheSameDeviceRestoresTheSnapshot() throws {
     let fixture = try KeychainFixture()
     let keychain = fixture.keychain
-    try keychain.add(item("a", data: "first", label: "L", comment: "C"), for: Clients.notes)
+    try keychain.add(item("a", data: "opensesame1", label: "L", comment: "C"), for: Clients.notes)
     try keychain.add(item("b", data: "team", group: Clients.shared, itemClass: .internet), for: Clients.notes)
     try keychain.add(item("other"), for: Clients.other)
     let before = try keychain.find(KeychainQuery(returnsData: true), for: Clients.notes)
     let export = try #require(try keychain.exportItems(for: Clients.notes))
-    #expect(filesContaining(secret("first"), under: fixture.directory.path) == [])
-    #expect(export.firstRange(of: secret("first")) == nil, "the export is sealed")
+    #expect(filesContaining(secret("opensesame1"), under: fixture.directory.path) == [])
+    #expect(export.firstRange(of: secret("opensesame1")) == nil, "the export is sealed")
 
     // Change things after the backup: edit, add, delete.
     try keychain.update(

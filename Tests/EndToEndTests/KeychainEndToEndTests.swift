@@ -51,6 +51,7 @@ struct KeychainEndToEndTests {
     #expect(
       Set(object.keys) == [
         "class", "service", "account", "accessGroup", "label", "comment", "created", "modified", "data",
+        "accessible",
       ])
     #expect(object["data"] as? String == Data("pw2".utf8).base64EncodedString())
     #expect(object["label"] as? String == "Mail" && object["comment"] is NSNull)

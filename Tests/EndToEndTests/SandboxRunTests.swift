@@ -119,7 +119,11 @@ struct SandboxRunTests {
     #expect(variables["TMPDIR"] == inside + "/tmp")
     #expect(variables["PATH"] == "/usr/bin:/bin")
     #expect(variables["LANG"] == "C.UTF-8" && variables["LC_TIME"] == "C" && variables["TZ"] == "UTC")
-    let expected: Set<String> = ["HOME", "CFFIXED_USER_HOME", "TMPDIR", "PATH", "LANG", "LC_TIME", "TZ"]
+    #expect(variables["APPBOX_PROTECTED_DATA_AVAILABLE"] == "1")
+    let expected: Set<String> = [
+      "HOME", "CFFIXED_USER_HOME", "TMPDIR", "PATH", "LANG", "LC_TIME", "TZ",
+      "APPBOX_PROTECTED_DATA_AVAILABLE",
+    ]
     // TERM, LANGUAGE and other LC_* pass through too when the test runner has them.
     let names = Set(variables.keys).filter {
       !["TERM", "LANGUAGE"].contains($0) && ($0 == "LC_TIME" || !$0.hasPrefix("LC_"))

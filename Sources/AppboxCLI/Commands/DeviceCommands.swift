@@ -3,11 +3,17 @@ import AppboxCore
 
 struct DeviceCommand: CommandGroup {
   static let description = CommandDescription(
-    name: "device", abstract: "Show or create the device identity (UDID, name, capabilities).",
-    subcommands: [DeviceShow.self, DeviceInit.self], defaultSubcommand: "show")
+    name: "device",
+    abstract: "Show or create the device identity; set its passcode, lock, unlock or reboot it.",
+    subcommands: [
+      DeviceShow.self, DeviceInit.self, DevicePasscode.self, DeviceLock.self, DeviceUnlock.self,
+      DeviceReboot.self,
+    ], defaultSubcommand: "show")
 }
 
-func deviceOutput(_ identity: DeviceIdentity, root: DeviceRoot, verb: String? = nil) -> CommandOutput {
+func deviceOutput(
+  _ identity: DeviceIdentity, root: DeviceRoot, verb: String? = nil, protection: ProtectionStatus? = nil
+) -> CommandOutput {
   var text = [
     "UDID:          \(identity.udid)",
     "Name:          \(identity.name)",
@@ -15,23 +21,28 @@ func deviceOutput(_ identity: DeviceIdentity, root: DeviceRoot, verb: String? = 
     "Root:          \(root.path)",
   ]
   if let verb { text.insert(verb, at: 0) }
-  return CommandOutput(
-    text: text.joined(separator: "\n"),
-    json: .object([
-      ("udid", .string(identity.udid)), ("name", .string(identity.name)),
-      ("capabilities", .array(identity.capabilities.map(JSONValue.string))), ("root", .string(root.path)),
-      ("created", .string(timestamp(identity.created))),
-    ]))
+  var json: [(String, JSONValue)] = [
+    ("udid", .string(identity.udid)), ("name", .string(identity.name)),
+    ("capabilities", .array(identity.capabilities.map(JSONValue.string))), ("root", .string(root.path)),
+    ("created", .string(timestamp(identity.created))),
+  ]
+  if let protection {
+    text += protectionLines(protection)
+    json += protectionJSON(protection)
+  }
+  return CommandOutput(text: text.joined(separator: "\n"), json: .object(json))
 }
 
 struct DeviceShow: ParsableCommand {
   static let description = CommandDescription(
-    name: "show", abstract: "Print the device's UDID, name and capabilities (creating the root on first use)."
+    name: "show",
+    abstract:
+      "Print the device's UDID, name, capabilities, passcode and lock state (creating the root on first use)."
   )
   init(_ arguments: ParsedArguments) throws {}
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: false)
-    return deviceOutput(session.identity, root: session.root)
+    return deviceOutput(session.identity, root: session.root, protection: try session.protection.status())
   }
 }
 

@@ -10,6 +10,10 @@ struct KeychainCommand: CommandGroup {
     discussion: """
       Items live outside the sandbox, encrypted under the device key. An app sees the items of its
       access groups: its entitlements' keychain-access-groups, then its application identifier.
+      Each item has an accessibility class (add --accessible): when-unlocked items cannot be read or
+      written while the device is locked (exit 69), after-first-unlock ones from the first unlock after
+      a reboot on; when-passcode-set-this-device-only needs a passcode and is deleted when it is
+      cleared. No item restores to another device.
       """,
     subcommands: [
       KeychainAdd.self, KeychainGet.self, KeychainUpdate.self, KeychainDelete.self, KeychainList.self,
@@ -98,6 +102,7 @@ private func attributes(_ item: KeychainItem) -> [(String, JSONValue)] {
     ("class", .string(item.itemClass.rawValue)), ("service", .string(item.service)),
     ("account", .string(item.account)), ("accessGroup", .optional(item.accessGroup)),
     ("label", .optional(item.label)), ("comment", .optional(item.comment)),
+    ("accessible", .string(item.accessibility.rawValue)),
     ("created", item.created.map { .string(timestamp($0)) } ?? .null),
     ("modified", item.modified.map { .string(timestamp($0)) } ?? .null),
   ]
@@ -112,6 +117,9 @@ struct KeychainAdd: ParsableCommand {
       KeychainOptions.service, KeychainOptions.account, KeychainOptions.data, KeychainOptions.dataFile,
       .init("class", help: "The item's class (default: generic).", choices: ["generic", "internet"]),
       KeychainOptions.addGroup, KeychainOptions.label, KeychainOptions.comment,
+      .init(
+        "accessible", help: "When the item can be read (default: when-unlocked).",
+        choices: KeychainAccessibility.allCases.map(\.rawValue)),
     ])
   let app: String
   let item: KeychainItem
@@ -127,7 +135,9 @@ struct KeychainAdd: ParsableCommand {
       itemClass: KeychainItemClass(rawValue: arguments.value("class") ?? "generic") ?? .generic,
       service: try arguments.required("service"), account: try arguments.required("account"),
       accessGroup: arguments.value("group"), label: arguments.value("label"),
-      comment: arguments.value("comment"))
+      comment: arguments.value("comment"),
+      accessibility: arguments.value("accessible").flatMap(KeychainAccessibility.init(rawValue:))
+        ?? .whenUnlocked)
   }
 
   func run(_ context: CommandContext) throws -> CommandOutput {
@@ -240,11 +250,11 @@ struct KeychainList: ParsableCommand {
       items.isEmpty
       ? "No keychain items for \(record.bundleIdentifier)."
       : table(
-        ["CLASS", "SERVICE", "ACCOUNT", "GROUP", "LABEL", "MODIFIED"],
+        ["CLASS", "SERVICE", "ACCOUNT", "GROUP", "ACCESSIBLE", "LABEL", "MODIFIED"],
         items.map {
           [
-            $0.itemClass.rawValue, $0.service, $0.account, $0.accessGroup ?? "", $0.label ?? "",
-            $0.modified.map(timestamp) ?? "",
+            $0.itemClass.rawValue, $0.service, $0.account, $0.accessGroup ?? "", $0.accessibility.rawValue,
+            $0.label ?? "", $0.modified.map(timestamp) ?? "",
           ]
         })
     return CommandOutput(text: text, json: .array(items.map { .object(attributes($0)) }))

@@ -38,27 +38,51 @@ private let networkOption = CommandDescription.Option(
 private func sandboxOptions(_ arguments: ParsedArguments) -> SandboxOptions {
   SandboxOptions(
     allowUnconfined: arguments.flag("allow-unconfined"),
-    network: arguments.value("network") == "none" ? .none : .shared)
+    network: arguments.value("network") == "none" ? .none : .shared, prewarm: arguments.flag("prewarm"))
 }
+
+private let prewarmOption = CommandDescription.Option(
+  "prewarm",
+  help: "Start as the platform prewarms an app, before the user opens it (ActivePrewarm=1); works while the "
+    + "device is locked.")
+
+/// What `run --help` and `launch --help` say about a locked device.
+private let lockedDiscussion = """
+  While the device is locked the app starts anyway (this is how a prewarmed app runs) and opening
+  its protected files fails with ENOKEY; APPBOX_PROTECTED_DATA_AVAILABLE is 1 or 0 as it starts.
+  """
 
 /// Runs a confined process and passes its exit status through. appbox ignores SIGINT and
 /// SIGQUIT meanwhile, as a shell does for its foreground job: the app gets them from the
 /// terminal and decides; appbox reports how it ended.
 private func runConfined(
-  _ context: CommandContext, _ app: String, _ body: (DeviceSession, AppRecord) throws -> Int32
+  _ context: CommandContext, _ app: String, prewarm: Bool,
+  _ body: (DeviceSession, AppRecord) throws -> Int32
 ) throws -> CommandOutput {
   let session = try context.openDevice(mutating: false)
   let record = try session.app(app)
+  noteLockedDevice(context, session, prewarm: prewarm)
   signal(SIGINT, SIG_IGN)
   signal(SIGQUIT, SIG_IGN)
-  return CommandOutput(exitStatus: try body(session, record))
+  let status = try body(session, record)
+  // A lock while the app held complete-unless-open files open could not finish: it can now.
+  session.protection.finishPendingLock()
+  return CommandOutput(exitStatus: status)
+}
+
+/// Says on stderr that the app starts without its protected data, unless that is expected
+/// (a prewarm).
+private func noteLockedDevice(_ context: CommandContext, _ session: DeviceSession, prewarm: Bool) {
+  guard !prewarm, let status = try? session.protection.status(), status.isLocked else { return }
+  context.note("note: the device is locked: the app's protected files are unavailable to it")
 }
 
 struct RunCommand: ParsableCommand {
   static let description = CommandDescription(
     name: "run", abstract: "Run a command confined to an app's sandbox; exit with the command's status.",
-    discussion: sandboxDiscussion + "\n\ntmp is left as it is. A command killed by signal N exits 128+N.",
-    positionals: [appArgument], options: [networkOption, allowUnconfinedOption],
+    discussion: sandboxDiscussion + "\n\ntmp is left as it is. A command killed by signal N exits 128+N.\n"
+      + lockedDiscussion,
+    positionals: [appArgument], options: [networkOption, allowUnconfinedOption, prewarmOption],
     trailing: .init("CMD [ARG...]", help: "The program (searched in PATH) and its arguments.", required: true)
   )
   let app: String
@@ -72,7 +96,7 @@ struct RunCommand: ParsableCommand {
   }
 
   func run(_ context: CommandContext) throws -> CommandOutput {
-    try runConfined(context, app) { session, record in
+    try runConfined(context, app, prewarm: options.prewarm) { session, record in
       try session.run(record, command: command, options: options)
     }
   }
@@ -84,8 +108,8 @@ struct LaunchCommand: ParsableCommand {
     abstract: "Check the bundle's seal, then run its executable confined; exit with its status.",
     discussion: sandboxDiscussion
       + "\n\nA bundle whose seal is broken is refused (exit 65, naming the changed file). When no process\n"
-      + "of the app runs, tmp is emptied first.",
-    positionals: [appArgument], options: [networkOption, allowUnconfinedOption],
+      + "of the app runs, tmp is emptied first.\n" + lockedDiscussion,
+    positionals: [appArgument], options: [networkOption, allowUnconfinedOption, prewarmOption],
     trailing: .init("ARG...", help: "Arguments for the app's executable.", required: false))
   let app: String
   let arguments: [String]
@@ -98,7 +122,7 @@ struct LaunchCommand: ParsableCommand {
   }
 
   func run(_ context: CommandContext) throws -> CommandOutput {
-    try runConfined(context, app) { session, record in
+    try runConfined(context, app, prewarm: options.prewarm) { session, record in
       try session.launch(record, arguments: arguments, options: options)
     }
   }

@@ -56,6 +56,44 @@ int appbox_mark_top_directory(int fd);
 /* pidfd_open(2): a descriptor that becomes readable when process `pid` exits; -1 with
  * errno set. */
 int appbox_pidfd_open(int pid);
+/* fscrypt, the kernel's per-file encryption (values from <linux/fscrypt.h>): v2 policies
+ * (AES-256-XTS contents, AES-256-CTS names, 16-byte name padding) naming a 64-byte master
+ * key by its 16-byte identifier, the keys kept in the file system's own keyring. */
+#define APPBOX_FSCRYPT_KEY_SIZE 64
+#define APPBOX_FSCRYPT_IDENTIFIER_SIZE 16
+#define APPBOX_FSCRYPT_KEY_ABSENT 1
+#define APPBOX_FSCRYPT_KEY_PRESENT 2
+#define APPBOX_FSCRYPT_KEY_INCOMPLETELY_REMOVED 3
+#define APPBOX_FSCRYPT_REMOVAL_FILES_BUSY 1u
+#define APPBOX_FSCRYPT_REMOVAL_OTHER_USERS 2u
+
+/* FS_IOC_ADD_ENCRYPTION_KEY on any descriptor of the file system: adds `key` (64 bytes) and
+ * writes its identifier. Returns 0, or -1 with errno. */
+int appbox_fscrypt_add_key(int fd, const uint8_t *key, uint8_t *identifier);
+
+/* FS_IOC_REMOVE_ENCRYPTION_KEY (FS_IOC_REMOVE_ENCRYPTION_KEY_ALL_USERS when `all_users`):
+ * returns 0 and the removal status flags (files busy, other users), or -1 with errno. */
+int appbox_fscrypt_remove_key(int fd, const uint8_t *identifier, int all_users, uint32_t *status_flags);
+
+/* FS_IOC_GET_ENCRYPTION_KEY_STATUS: returns 0 and one of APPBOX_FSCRYPT_KEY_*, or -1. */
+int appbox_fscrypt_key_status(int fd, const uint8_t *identifier, uint32_t *status);
+
+/* FS_IOC_SET_ENCRYPTION_POLICY with the v2 policy above on an empty directory. */
+int appbox_fscrypt_set_policy(int fd, const uint8_t *identifier);
+
+/* FS_IOC_GET_ENCRYPTION_POLICY_EX: returns 1 and the key identifier of a v2 policy, 0 when
+ * the file is not encrypted (ENODATA), or -1 with errno (EOPNOTSUPP: the file system lacks
+ * the encrypt feature; ENOTTY: it has no fscrypt at all; EINVAL: a v1 policy). */
+int appbox_fscrypt_get_policy(int fd, uint8_t *identifier);
+
+/* Whether entry `name` of directory `dirfd` is encrypted (statx STATX_ATTR_ENCRYPTED), without
+ * opening it or following a symlink: 1, 0, or -1 with errno. */
+int appbox_is_encrypted(int dirfd, const char *name);
+
+/* lseek(2) with SEEK_DATA / SEEK_HOLE: the next data or hole offset at or after `offset`,
+ * or -1 with errno (ENXIO: no data there). */
+int64_t appbox_seek_data(int fd, int64_t offset);
+int64_t appbox_seek_hole(int fd, int64_t offset);
 
 /* The Landlock ABI version the running kernel supports, or 0 when it has none. */
 int appbox_landlock_abi(void);
