@@ -119,35 +119,27 @@ private struct BackupRun {
       bundleEntry = entry
     }
     let start = Date()
-    let home = try FileDescriptor.open(session.home(of: app).path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
-    defer { home.close() }
+    let home = try OwnedFileDescriptor.open(session.home(of: app).path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
 
     let rules = ScanRules(bundleDirectoryName: app.bundleDirectoryName, includeBundle: bundleEntry == nil)
     let scanner = Scanner(
-      home: home, rules: rules, catalogPath: repository.catalogPath,
+      home: home.borrowed, rules: rules, catalogPath: repository.catalogPath,
       previousRoot: detectChanges ? parent?.rootTree : nil,
       trustedBefore: parent.map { Int64($0.time.timeIntervalSince1970 * 1e9) } ?? 0, observer: observer)
 
     let id = try repository.newSnapshotID()
     let archiveName = id + options.compression.fileSuffix
-    let temporaryName = Repository.temporaryPrefix + archiveName
-    let archives = try FileDescriptor.open(repository.archivesPath, O_RDONLY | O_DIRECTORY)
-    defer { archives.close() }
-    let file = try archives.open(temporaryName, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o600)
-    var renamed = false
+    let archives = try OwnedFileDescriptor.open(repository.archivesPath, O_RDONLY | O_DIRECTORY)
+    let staged = try StagedFile(
+      archiveName, in: archives.borrowed, temporaryName: Repository.temporaryPrefix + archiveName, mode: 0o600
+    )
+    let written = try writeArchive(
+      to: staged.descriptor, home: home.borrowed, scanner: scanner, name: archiveName, id: id, parent: parent,
+      bundleEntry: bundleEntry, start: start)
+    observer.engine(.stage("sync"))
+    try staged.commit(flags: .noReplace) { CrashPoint.hit("backup.archive-synced") }
+    CrashPoint.hit("backup.archive-renamed")
     do {
-      let written = try writeArchive(
-        to: file, home: home, scanner: scanner, name: archiveName, id: id, parent: parent,
-        bundleEntry: bundleEntry,
-        start: start)
-      observer.engine(.stage("sync"))
-      try file.sync()
-      file.close()
-      CrashPoint.hit("backup.archive-synced")
-      try archives.rename(temporaryName, to: archiveName, flags: .noReplace)
-      renamed = true
-      try archives.sync()
-      CrashPoint.hit("backup.archive-renamed")
       observer.engine(.stage("commit"))
       try catalog.database.inTransaction {
         try catalog.insert(written.record)
@@ -157,19 +149,19 @@ private struct BackupRun {
         try catalog.insertBlobs(written.blobs)
         try catalog.insert(written.snapshot)
       }
-      CrashPoint.hit("backup.committed")
-      for warning in written.warnings {
-        observer.engine(.warning(path: warning.path, message: warning.message))
-      }
-      return BackupResult(
-        snapshot: written.snapshot, archivePath: repository.archivePath(archiveName),
-        newTrees: written.trees.count,
-        newBlobs: written.blobs.count, warnings: written.warnings.map { "'\($0.path)' \($0.message)" })
     } catch {
-      file.close()
-      try? archives.remove(renamed ? archiveName : temporaryName)
+      // Renamed but not recorded: the archive is debris; remove it now rather than later.
+      try? archives.borrowed.remove(archiveName)
       throw error
     }
+    CrashPoint.hit("backup.committed")
+    for warning in written.warnings {
+      observer.engine(.warning(path: warning.path, message: warning.message))
+    }
+    return BackupResult(
+      snapshot: written.snapshot, archivePath: repository.archivePath(archiveName),
+      newTrees: written.trees.count,
+      newBlobs: written.blobs.count, warnings: written.warnings.map { "'\($0.path)' \($0.message)" })
   }
 
   private struct Written {

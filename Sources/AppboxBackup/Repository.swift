@@ -43,14 +43,35 @@ public final class Repository {
       throw BackupError(.snapshotNotFound, "No backup repository at '\(trimmed)'")
     }
     for directory in [trimmed, trimmed + "/archives", trimmed + "/locks"] {
-      do {
-        try FileManager.default.createDirectory(
-          atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-      } catch {
-        throw SystemError("create directory", path: directory, errno: .current)
-      }
+      try Repository.makeDirectories(directory)
     }
     catalog = try Catalog(path: trimmed + "/catalog.db")
+  }
+
+  /// Creates `path` and any missing parents (mode 0700). Uses `mkdir(2)`, reading errno
+  /// right after each call (Foundation's errors do not carry it reliably).
+  static func makeDirectories(_ path: String) throws {
+    if Glibc.mkdir(path, 0o700) == 0 { return }
+    let errno = Errno.current
+    switch errno {
+    case .exists:
+      var isDirectory: ObjCBool = false
+      guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue
+      else {
+        throw SystemError("create directory", path: path, errno: .notDirectory)
+      }
+    case .noEntry:
+      let parent = splitPath(path).directory
+      guard parent != path, parent != "/" else {
+        throw SystemError("create directory", path: path, errno: errno)
+      }
+      try makeDirectories(parent)
+      guard Glibc.mkdir(path, 0o700) == 0 || Errno.current == .exists else {
+        throw SystemError("create directory", path: path)
+      }
+    default:
+      throw SystemError("create directory", path: path, errno: errno)
+    }
   }
 
   private var lockTimeout: Duration {

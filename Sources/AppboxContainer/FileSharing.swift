@@ -7,7 +7,8 @@
 // Documents are refused (77) before anything is read or written. Writes go to a temp
 // file beside the destination and are renamed over it; a symlink at the destination
 // name is replaced, never followed. Paths on the host side are the user's own and are
-// used as given.
+// used as given. Names inside the app are raw bytes (they need not be UTF-8): entries are
+// listed with their exact names, and every operation takes a path as bytes.
 
 import AppboxCore
 import Foundation
@@ -15,13 +16,19 @@ import Glibc
 
 /// One entry of a Documents listing.
 public struct SharedFileEntry: Sendable, Equatable {
-  public var name: String
+  /// The name's exact bytes (not necessarily UTF-8).
+  public var rawName: [UInt8]
   public var type: FileType
   /// Bytes (for a symlink, the length of its target).
   public var size: Int64
   public var modificationTime: Timespec
-  /// Where a symlink points (shown, never followed).
-  public var symlinkTarget: String?
+  /// Where a symlink points, exact bytes (shown, never followed).
+  public var rawSymlinkTarget: [UInt8]?
+
+  /// The name as text (lossy for a name that is not UTF-8).
+  public var name: String { String(decoding: rawName, as: UTF8.self) }
+  /// The symlink's target as text (lossy).
+  public var symlinkTarget: String? { rawSymlinkTarget.map { String(decoding: $0, as: UTF8.self) } }
 }
 
 /// What a push or a pull wrote.
@@ -50,8 +57,14 @@ public final class SharedDocuments {
   deinit { documents.close() }
 
   /// The entries of `directory` (Documents itself when nil), sorted by name bytes, so
-  /// `A.txt` and `a.txt` are two entries. Symlinks are listed, not followed.
+  /// `A.txt` and `a.txt` are two entries. Symlinks are listed, not followed; names that are
+  /// not UTF-8 are listed too, with their exact bytes.
   public func list(_ directory: String? = nil) throws -> [SharedFileEntry] {
+    try list(bytes: directory.map { Array($0.utf8) })
+  }
+
+  /// `list(_:)` with the folder given as raw bytes.
+  public func list(bytes directory: [UInt8]?) throws -> [SharedFileEntry] {
     let fd: FileDescriptor
     if let directory {
       fd = try documents.open(try relative(directory), O_RDONLY | O_DIRECTORY)
@@ -61,18 +74,14 @@ public final class SharedDocuments {
     defer { fd.close() }
     var result: [SharedFileEntry] = []
     for entry in try fd.entries().sorted(by: { $0.name.lexicographicallyPrecedes($1.name) }) {
-      guard let status = try? withCName(entry.name, { try fd.status(of: String(cString: $0)) }) else {
-        continue
-      }
-      var target: String?
-      if status.type == .symlink {
-        target = (try? fd.readLink(entry.nameString)).map { String(decoding: $0, as: UTF8.self) }
-      }
+      guard let status = try? fd.status(ofRawName: entry.name) else { continue }  // vanished
+      var target: [UInt8]?
+      if status.type == .symlink { target = try? fd.readLink(rawName: entry.name) }
       result.append(
         SharedFileEntry(
-          name: entry.nameString, type: status.type, size: status.size,
+          rawName: entry.name, type: status.type, size: status.size,
           modificationTime: status.modificationTime,
-          symlinkTarget: target))
+          rawSymlinkTarget: target))
     }
     return result
   }
@@ -103,48 +112,69 @@ public final class SharedDocuments {
   }
 
   /// The bytes of the file at `path` in Documents.
-  public func pull(_ path: String) throws -> [UInt8] {
+  public func pull(_ path: String) throws -> [UInt8] { try pull(bytes: Array(path.utf8)) }
+
+  /// `pull(_:)` with the path given as raw bytes.
+  public func pull(bytes path: [UInt8]) throws -> [UInt8] {
     let file = try openForReading(path)
-    return try file.closeAfter { try $0.readAll() }
+    return try file.borrowed.readAll()
   }
 
   /// Copies the file at `path` in Documents to the host path `destination` (an existing
   /// folder receives it under its own name), replacing what is there atomically.
   public func pull(_ path: String, to destination: String) throws -> FileTransfer {
+    try pull(bytes: Array(path.utf8), to: destination)
+  }
+
+  /// `pull(_:to:)` with the path in Documents given as raw bytes. A name that is not UTF-8
+  /// keeps its bytes on the host too.
+  public func pull(bytes path: [UInt8], to destination: String) throws -> FileTransfer {
     let file = try openForReading(path)
-    defer { file.close() }
-    var hostPath = destination
+    var directoryPath = destination
+    var name: [UInt8]
+    var shown = destination
     var isDirectory: ObjCBool = false
     if FileManager.default.fileExists(atPath: destination, isDirectory: &isDirectory), isDirectory.boolValue {
-      hostPath =
-        (destination.hasSuffix("/") ? destination : destination + "/") + (try relative(path)).lastComponent
+      name = (try relative(path)).lastComponentBytes
+      shown =
+        (destination.hasSuffix("/") ? destination : destination + "/") + String(decoding: name, as: UTF8.self)
+    } else {
+      let split = splitPath(destination)
+      directoryPath = split.directory
+      name = Array(split.name.utf8)
     }
-    let (directoryPath, name) = splitPath(hostPath)
     guard !name.isEmpty else {
       throw ContainerError(.invalidRequest, "Name a file to pull into, not '\(destination)'")
     }
     let directory = try FileDescriptor.open(directoryPath, O_RDONLY | O_DIRECTORY)
     defer { directory.close() }
-    let bytes = try AtomicFile.copy(from: file, to: name, in: directory, displayPath: hostPath)
-    return FileTransfer(path: hostPath, bytes: bytes)
+    let bytes = try AtomicFile.copy(from: file.borrowed, toRawName: name, in: directory, displayPath: shown)
+    return FileTransfer(path: shown, bytes: bytes)
   }
 
   /// Removes the file, symlink (not what it points to) or folder tree at `path`.
   /// Returns "Documents/…".
-  public func remove(_ path: String) throws -> String {
+  public func remove(_ path: String) throws -> String { try remove(bytes: Array(path.utf8)) }
+
+  /// `remove(_:)` with the path given as raw bytes.
+  public func remove(bytes path: [UInt8]) throws -> String {
     let target = try documents.resolveParent(of: try relative(path))
     defer { target.close() }
     let shown = "Documents/\(target.relative)"
     guard try target.status() != nil else {
       throw ContainerError(.fileNotFound, "No file '\(shown)' in \(app.bundleIdentifier)")
     }
-    try FileTree.remove(target.name, in: target.parent)
+    try FileTree.remove(rawName: target.rawName, in: target.parent)
     try target.parent.sync()
     return shown
   }
 
   private func relative(_ path: String) throws -> RelativePath {
     try RelativePath(validating: path, container: "Documents")
+  }
+
+  private func relative(_ path: [UInt8]) throws -> RelativePath {
+    try RelativePath(validatingBytes: path, container: "Documents")
   }
 
   /// The destination's parent and name: `path` itself, or `sourceName` inside it when
@@ -168,16 +198,16 @@ public final class SharedDocuments {
 
   /// Opens a regular file beneath Documents for reading. O_NONBLOCK, so a FIFO the app
   /// planted cannot hang appbox; it is refused like any other non-file.
-  private func openForReading(_ path: String) throws -> FileDescriptor {
+  private func openForReading(_ path: [UInt8]) throws -> OwnedFileDescriptor {
     let relativePath = try relative(path)
-    let file: FileDescriptor
+    let file: OwnedFileDescriptor
     do {
-      file = try documents.open(relativePath, O_RDONLY | O_NONBLOCK)
+      file = OwnedFileDescriptor(taking: try documents.open(relativePath, O_RDONLY | O_NONBLOCK))
     } catch let error as SystemError where error.errno == .noEntry {
       throw ContainerError(.fileNotFound, "No file 'Documents/\(relativePath)' in \(app.bundleIdentifier)")
     }
-    guard try file.status().type == .regular else {
-      file.close()
+    // A failing fstat or a refusal closes `file` on the way out.
+    guard try file.borrowed.status().type == .regular else {
       throw ContainerError(
         .invalidRequest, "Cannot pull 'Documents/\(relativePath)': it is not a regular file")
     }
