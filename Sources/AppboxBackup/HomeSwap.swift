@@ -76,7 +76,8 @@ public enum HomeSwap {
     case allButData
   }
 
-  static func journalName(_ containerID: String) -> String { "swap-\(containerID).plist" }
+  /// The journal entry of a swap into container `containerID` (`swap-<ID>.plist`).
+  static func journalName(_ containerID: String) -> String { "swap-\(containerID)" }
 
   /// Makes `staging` the contents of `app`'s home, carrying items over from the old ones.
   /// Consumes `staging` (closes it).
@@ -87,10 +88,9 @@ public enum HomeSwap {
   {
     let journal = try prepare(staging, into: app, carrying: carrying, session: session)
     CrashPoint.hit("swap.journaled")
-    let journals = try FileDescriptor.open(session.root.journalDirectory, O_RDONLY | O_DIRECTORY)
-    defer { journals.close() }
     defer { staging.applicationRoot.close() }
-    try finish(journal: journal, applicationRoot: staging.applicationRoot, journals: journals)
+    try finish(
+      journal: journal, applicationRoot: staging.applicationRoot, journal: Journal(root: session.root))
   }
 
   /// Makes the staged contents durable and writes the journal that commits the swap; from
@@ -99,7 +99,7 @@ public enum HomeSwap {
   static func prepare(
     _ staging: HomeStagingArea, into app: AppRecord, carrying: Carry, session: DeviceSession
   )
-    throws -> PropertyList
+    throws -> [String: PropertyList]
   {
     precondition(session.isLocked, "swapping a home needs the root's lock")
     do {
@@ -119,14 +119,12 @@ public enum HomeSwap {
           }
         }
       }
-      let journal = PropertyList.dictionary([
+      let journal: [String: PropertyList] = [
         "containerID": .string(app.containerID), "staging": .string(staging.name),
         "stagingInode": .integer(Int64(bitPattern: try staging.descriptor.status().inode)),
         "carry": .array(carried.map { .data(Data($0)) }),
-      ])
-      let journals = try FileDescriptor.open(session.root.journalDirectory, O_RDONLY | O_DIRECTORY)
-      defer { journals.close() }
-      try AtomicFile.write(journal.binaryData(), to: journalName(app.containerID), in: journals, mode: 0o600)
+      ]
+      try Journal(root: session.root).write(journalName(app.containerID), journal)
       staging.descriptor.close()
       return journal
     } catch {
@@ -136,7 +134,10 @@ public enum HomeSwap {
   }
 
   /// Rolls a journaled swap forward from wherever it stopped.
-  static func finish(journal: PropertyList, applicationRoot: FileDescriptor, journals: FileDescriptor) throws
+  static func finish(
+    journal: [String: PropertyList], applicationRoot: FileDescriptor, journal entries: Journal
+  )
+    throws
   {
     guard let id = journal["containerID"]?.string, let staging = journal["staging"]?.string,
       staging.hasPrefix(HomeStagingArea.prefix), !id.contains("/"),
@@ -162,8 +163,7 @@ public enum HomeSwap {
     CrashPoint.hit("swap.exchanged")
     // The staging name now holds the old contents (or nothing, if recovery already ran).
     try FileTree.remove(staging, in: applicationRoot)
-    try journals.remove(journalName(id))
-    try journals.sync()
+    try entries.remove(journalName(id))
   }
 }
 
@@ -172,23 +172,13 @@ public struct HomeSwapRecovery: RecoveryStep {
   public init() {}
 
   public func recover(_ session: DeviceSession) throws {
-    let journals = try FileDescriptor.open(session.root.journalDirectory, O_RDONLY | O_DIRECTORY)
-    defer { journals.close() }
     let applicationRoot = try FileDescriptor.open(session.root.applicationRoot, O_RDONLY | O_DIRECTORY)
     defer { applicationRoot.close() }
     var journaled: Set<String> = []
-    for entry in try journals.entries() where entry.nameString.hasPrefix(".swap-") {
-      try journals.remove(rawName: entry.name)  // an AtomicFile temp: the journal was never written
-    }
-    for entry in try journals.entries() where entry.nameString.hasPrefix("swap-") {
-      let fd = try journals.open(rawName: entry.name, O_RDONLY | O_NOFOLLOW)
-      let bytes = try fd.closeAfter { try $0.readAll(limit: 1 << 20) }
-      guard let journal = try? PropertyList.decode(Data(bytes)) else {
-        try journals.remove(rawName: entry.name)  // torn before the atomic rename: never took effect
-        continue
-      }
-      if let staging = journal["staging"]?.string { journaled.insert(staging) }
-      try HomeSwap.finish(journal: journal, applicationRoot: applicationRoot, journals: journals)
+    let journal = Journal(root: session.root)
+    for (_, record) in try journal.records(prefix: "swap-") {
+      if let staging = record["staging"]?.string { journaled.insert(staging) }
+      try HomeSwap.finish(journal: record, applicationRoot: applicationRoot, journal: journal)
     }
     for entry in try applicationRoot.entries() {
       let name = entry.nameString
