@@ -211,7 +211,8 @@ private struct BackupRun {
       kind: kind,
       tag: options.tag, parent: parent?.id, rootTree: trees.root, files: trees.files, bytes: trees.bytes,
       bytesAdded: content.bytesAdded, archive: name, keychainOffset: keychainOffset,
-      warnings: content.warnings.count)
+      warnings: content.warnings.count, unreadable: content.unreadableCount,
+      unreadablePaths: Snapshot.keptPaths(content.unreadable.map(\.path)))
     observer.engine(.stage("manifest"))
     let manifest = Manifest(snapshot: snapshot, trees: trees.newTrees, blobs: blobs)
     try writer.writeHeader(metadataMember(Manifest.memberPath, size: manifest.encodedSize, time: start))
@@ -231,6 +232,9 @@ private struct BackupRun {
     var blobs: [BlobLocation]
     var bytesAdded: Int64
     var warnings: [(path: String, message: String)]
+    /// What could not be read, sorted by path (the first ones), and how many in all.
+    var unreadable: [UnreadableEntry]
+    var unreadableCount: Int
   }
 
   /// Scans the home, writes the new and changed content, and builds the trees.
@@ -262,12 +266,15 @@ private struct BackupRun {
     try readerThread.join()
     observer.engine(.stage("trees"))
     let trees = try TreeBuilder(
-      plan: plan, results: archiver.results, catalog: repository.catalog, bundleEntry: bundleEntry,
-      bundleDirectoryName: Array(app.bundleDirectoryName.utf8)
+      plan: plan, results: archiver.results, catalog: repository.catalog, bundleEntry: bundleEntry
     ).build()
     return ArchivedContent(
       trees: trees, blobs: archiver.blobLocations(), bytesAdded: archiver.bytesAdded,
-      warnings: archiver.warnings)
+      warnings: scanner.warnings + archiver.warnings,
+      unreadable: (scanner.unreadable + archiver.unreadable).sorted {
+        $0.path.lexicographicallyPrecedes($1.path)
+      },
+      unreadableCount: scanner.unreadableCount + archiver.unreadableCount)
   }
 }
 

@@ -18,6 +18,10 @@ public struct ExportReport: Sendable {
   public var files: Int
   public var bytes: Int64
   public var warnings: [String]
+  /// Entries that could not be read and are not in the archive, and the first of their
+  /// paths (shortened), as for an incomplete snapshot.
+  public var unreadable = 0
+  public var unreadablePaths: [[UInt8]] = []
 }
 
 extension DeviceSession {
@@ -65,9 +69,15 @@ extension DeviceSession {
     }
     observer.engine(.finished(operation: "export", app: app.bundleIdentifier))
     let stored = archiver.results.compactMap { $0 }.filter { !$0.vanished && !$0.isExcluded }
+    let unreadable = (scanner.unreadable + archiver.unreadable).map(\.path).sorted {
+      $0.lexicographicallyPrecedes($1)
+    }
     return ExportReport(
       files: stored.count
         + plan.items.filter { if case .symlink = $0 { return true } else { return false } }.count,
-      bytes: archiver.bytesAdded, warnings: archiver.warnings.map { "'\($0.path)' \($0.message)" })
+      bytes: archiver.bytesAdded,
+      warnings: (scanner.warnings + archiver.warnings).map { "'\($0.path)' \($0.message)" },
+      unreadable: scanner.unreadableCount + archiver.unreadableCount,
+      unreadablePaths: Snapshot.keptPaths(unreadable))
   }
 }

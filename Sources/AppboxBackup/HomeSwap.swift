@@ -101,7 +101,7 @@ public enum HomeSwap {
   )
     throws -> [String: PropertyList]
   {
-    precondition(session.isLocked, "swapping a home needs the root's lock")
+    precondition(session.isLocked(app.bundleIdentifier), "swapping a home needs the app's lock")
     do {
       try staging.descriptor.setPermissions(0o700)
       try staging.descriptor.syncFileSystem()
@@ -171,25 +171,39 @@ public enum HomeSwap {
 public struct HomeSwapRecovery: RecoveryStep {
   public init() {}
 
-  public func recover(_ session: DeviceSession) throws {
-    let applicationRoot = try FileDescriptor.open(session.root.applicationRoot, O_RDONLY | O_DIRECTORY)
-    defer { applicationRoot.close() }
-    var journaled: Set<String> = []
+  public func recover(_ session: DeviceSession) throws { try recover(session, scope: .everything) }
+
+  public func hasPendingWork(_ session: DeviceSession, bundleIdentifier: String) throws -> Bool {
+    guard let app = try session.registry.appIfPresent(bundleIdentifier) else { return false }
+    return try !Journal(root: session.root).records(prefix: HomeSwap.journalName(app.containerID)).isEmpty
+  }
+
+  /// For one app, finishes the swap into its home, if one was journaled. For everything,
+  /// also removes staging directories no journal names (never swapped in, so the homes
+  /// never changed) and bundles extracted for restores.
+  public func recover(_ session: DeviceSession, scope: RecoveryScope) throws {
+    let applicationRoot = try OwnedFileDescriptor.open(session.root.applicationRoot, O_RDONLY | O_DIRECTORY)
     let journal = Journal(root: session.root)
-    for (_, record) in try journal.records(prefix: "swap-") {
-      if let staging = record["staging"]?.string { journaled.insert(staging) }
-      try HomeSwap.finish(journal: record, applicationRoot: applicationRoot, journal: journal)
+    var prefix = "swap-"
+    if case .app(let bundleIdentifier) = scope {
+      guard let app = try session.registry.appIfPresent(bundleIdentifier) else { return }
+      prefix = HomeSwap.journalName(app.containerID)
     }
-    for entry in try applicationRoot.entries() {
+    var journaled: Set<String> = []
+    for (_, record) in try journal.records(prefix: prefix) {
+      if let staging = record["staging"]?.string { journaled.insert(staging) }
+      try HomeSwap.finish(journal: record, applicationRoot: applicationRoot.borrowed, journal: journal)
+    }
+    guard scope == .everything else { return }
+    for entry in try applicationRoot.borrowed.entries() {
       let name = entry.nameString
       if name.hasPrefix(HomeStagingArea.prefix) && !journaled.contains(name) {
-        try FileTree.remove(name, in: applicationRoot)
+        try FileTree.remove(name, in: applicationRoot.borrowed)
       }
     }
-    let state = try FileDescriptor.open(session.root.stateDirectory, O_RDONLY | O_DIRECTORY)
-    defer { state.close() }
-    for entry in try state.entries() where entry.nameString.hasPrefix(BundleRecovery.prefix) {
-      try FileTree.remove(entry.nameString, in: state)
+    let state = try OwnedFileDescriptor.open(session.root.stateDirectory, O_RDONLY | O_DIRECTORY)
+    for entry in try state.borrowed.entries() where entry.nameString.hasPrefix(BundleRecovery.prefix) {
+      try FileTree.remove(entry.nameString, in: state.borrowed)
     }
   }
 }

@@ -11,6 +11,7 @@
 // lock by the next writer that can take it.
 
 import AppboxArchive
+import AppboxContainer
 import AppboxCore
 import Foundation
 import Glibc
@@ -74,12 +75,13 @@ public final class Repository {
     }
   }
 
-  private var lockTimeout: Duration {
-    let seconds = environment["APPBOX_LOCK_TIMEOUT"].flatMap(Double.init) ?? 5
-    return .milliseconds(Int(seconds * 1000))
-  }
+  /// How long to wait for an app's writer lock: `$APPBOX_LOCK_TIMEOUT` (`--wait`), else not
+  /// at all. The repository-wide lock is held exclusively only for maintenance (debris,
+  /// `forget`), so waiting for it is waiting for that: at least 5 seconds.
+  private var lockTimeout: Duration { DeviceRoot.lockTimeout(environment: environment) }
+  private var repositoryLockTimeout: Duration { max(.seconds(5), lockTimeout) }
 
-  /// The per-app writer lock; busy (exit 75) after `APPBOX_LOCK_TIMEOUT` seconds (default 5).
+  /// The per-app writer lock; busy (exit 75) unless it frees within `lockTimeout`.
   public func lockApp(_ bundleIdentifier: String) throws -> FileLock {
     try FileLock.acquire(
       locksPath + "/\(bundleIdentifier).lock", exclusive: true, timeout: lockTimeout,
@@ -89,8 +91,8 @@ public final class Repository {
   /// The repository-wide lock, shared for writers and exclusive for maintenance.
   public func lockRepository(exclusive: Bool) throws -> FileLock {
     try FileLock.acquire(
-      locksPath + "/repository.lock", exclusive: exclusive, timeout: lockTimeout, what: "Repository '\(path)'"
-    )
+      locksPath + "/repository.lock", exclusive: exclusive, timeout: repositoryLockTimeout,
+      what: "Repository '\(path)'")
   }
 
   /// Takes the repository lock shared for a writer, removing debris first when no other

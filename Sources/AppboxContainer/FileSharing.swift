@@ -90,6 +90,11 @@ public final class SharedDocuments {
   /// (default: the source's name; an existing folder receives the file under the
   /// source's name), replacing what is there atomically.
   public func push(from source: String, to destination: String?) throws -> FileTransfer {
+    try push(from: source, toBytes: destination.map { Array($0.utf8) })
+  }
+
+  /// `push(from:to:)` with the destination in Documents given as raw bytes.
+  public func push(from source: String, toBytes destination: [UInt8]?) throws -> FileTransfer {
     let sourceName = splitPath(source).name
     if destination == nil && source == "-" {
       throw ContainerError(.invalidRequest, "Name the destination in Documents when pushing from stdin")
@@ -101,13 +106,14 @@ public final class SharedDocuments {
       throw ContainerError(
         .invalidRequest, "Cannot push '\(source)': it is a directory (push files one by one)")
     }
-    let target = try resolveDestination(destination ?? sourceName, sourceName: sourceName)
+    let target = try resolveDestination(destination ?? Array(sourceName.utf8), sourceName: sourceName)
     defer { target.close() }
     let shown = "Documents/\(target.relative)"
     if try target.status()?.type == .directory {
       throw ContainerError(.invalidRequest, "Cannot push to '\(shown)': it is a folder")
     }
-    let bytes = try AtomicFile.copy(from: input, to: target.name, in: target.parent, displayPath: shown)
+    let bytes = try AtomicFile.copy(
+      from: input, toRawName: target.rawName, in: target.parent, displayPath: shown)
     return FileTransfer(path: shown, bytes: bytes)
   }
 
@@ -179,12 +185,12 @@ public final class SharedDocuments {
 
   /// The destination's parent and name: `path` itself, or `sourceName` inside it when
   /// `path` is an existing folder (symlinks followed only while they stay in Documents).
-  private func resolveDestination(_ path: String, sourceName: String) throws -> ContainedPath {
+  private func resolveDestination(_ path: [UInt8], sourceName: String) throws -> ContainedPath {
     let destination = try relative(path)
     do {
       try documents.open(destination, O_RDONLY | O_DIRECTORY).close()
     } catch let error as SystemError where error.errno == .notDirectory || error.errno == .noEntry {
-      if path.hasSuffix("/") {
+      if path.last == UInt8(ascii: "/") {
         throw ContainerError(.fileNotFound, "No folder 'Documents/\(destination)' in \(app.bundleIdentifier)")
       }
       return try documents.resolveParent(of: destination)

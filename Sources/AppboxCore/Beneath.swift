@@ -19,6 +19,12 @@ import Glibc
 /// open(2)'s O_PATH, which the Glibc module does not import.
 let O_PATH = Int32(APPBOX_O_PATH)
 
+extension FileDescriptor {
+  /// open(2)'s O_PATH flag (the Glibc module does not import it): a descriptor naming an
+  /// inode without opening it, for fstat and the `*at` calls; needs no permission on it.
+  public static let pathOnlyFlag = O_PATH
+}
+
 /// What `openBeneath` does with a symbolic link on the way.
 public enum SymlinkPolicy: Sendable, Equatable {
   /// No symlink anywhere: every component, the last included, must be a real entry

@@ -74,6 +74,7 @@ public enum FileTree {
         }
         if isDirectory {
           let child: FileDescriptor
+          CrashPoint.hit("filetree.descend")
           do {
             child = try openForRemoval(rawName: entry.name, in: current)
           } catch let error as SystemError where error.errno == .noEntry {

@@ -31,7 +31,7 @@ struct DiffCommand: ParsableCommand {
     let text =
       lines.isEmpty
       ? "No differences between \(a.id) and \(b.id)."
-      : lines.sorted { $0.1.lexicographicallyPrecedes($1.1) }.map { $0.0 + show($0.1) }.joined(
+      : lines.sorted { $0.1.lexicographicallyPrecedes($1.1) }.map { $0.0 + Terminal.escape($0.1) }.joined(
         separator: "\n")
     return CommandOutput(
       text: text,
@@ -152,7 +152,7 @@ struct ExportCommand: ParsableCommand {
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: true)
-    let record = try session.app(app)
+    let record = try session.lockApp(app)
     let report = try session.exportData(of: record, to: file, observer: ProgressBar(context))
     return CommandOutput(
       text:
@@ -185,7 +185,7 @@ struct ImportCommand: ParsableCommand {
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: true)
-    let record = try session.app(app)
+    let record = try session.lockApp(app)
     let report = try session.importData(into: record, from: file, observer: ProgressBar(context))
     return CommandOutput(
       text: "Imported \(file) into \(record.bundleIdentifier): \(report.files) files, \(report.directories) "
