@@ -145,8 +145,17 @@ final class Archiver {
   /// The last directory whose path was built: items come grouped by directory.
   private var pathCache: (index: Int, path: [UInt8]) = (0, [])
 
+  /// The path of directory `index`: from the cache, or its parent's cached path plus its
+  /// name (depth-first order makes that the common case, so a deep chain costs no walk per
+  /// level), or built from its ancestors.
   private func directoryPath(_ index: Int) -> [UInt8] {
-    if pathCache.index != index { pathCache = (index, plan.directories.path(of: index)) }
+    if pathCache.index == index { return pathCache.path }
+    let directory = plan.directories[index]
+    if directory.parent >= 0 && pathCache.index == directory.parent {
+      pathCache = (index, joinPath(pathCache.path, directory.name))
+    } else {
+      pathCache = (index, plan.directories.path(of: index))
+    }
     return pathCache.path
   }
 
