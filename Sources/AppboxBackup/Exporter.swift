@@ -64,7 +64,7 @@ extension DeviceSession {
     try thread.join()
     try writer.finish()
     try staged.commit()
-    for warning in archiver.warnings {
+    for warning in scanner.warnings + archiver.warnings {
       observer.engine(.warning(path: warning.path, message: warning.message))
     }
     observer.engine(.finished(operation: "export", app: app.bundleIdentifier))

@@ -185,6 +185,7 @@ public struct HomeSwapRecovery: RecoveryStep {
     let applicationRoot = try OwnedFileDescriptor.open(session.root.applicationRoot, O_RDONLY | O_DIRECTORY)
     let journal = Journal(root: session.root)
     var prefix = "swap-"
+    if scope == .everything { try journal.removeInterruptedWrites() }
     if case .app(let bundleIdentifier) = scope {
       guard let app = try session.registry.appIfPresent(bundleIdentifier) else { return }
       prefix = HomeSwap.journalName(app.containerID)
@@ -210,5 +211,5 @@ public struct HomeSwapRecovery: RecoveryStep {
 
 /// Temporary directories holding a bundle extracted from a backup before it is installed.
 enum BundleRecovery {
-  static let prefix = "restore-bundle-"
+  static let prefix = DeviceRoot.temporaryBundlePrefix
 }

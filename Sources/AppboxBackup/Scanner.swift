@@ -183,8 +183,9 @@ final class LiveCount: Sendable {
 
 /// The parallel scanner. Use once: `scan()` returns every directory, index 0 being the home.
 final class Scanner: @unchecked Sendable {
-  /// Open parent descriptors the scan keeps at most; past it, jobs open by path.
-  static let descriptorBudget = 256
+  /// Open parent descriptors the scan keeps at most (by default); past it, jobs open by path.
+  static let defaultDescriptorBudget = 256
+  private let descriptorBudget: Int
 
   private let home: FileDescriptor
   private let rules: ScanRules
@@ -218,8 +219,9 @@ final class Scanner: @unchecked Sendable {
   /// racy window are treated as changed.
   init(
     home: FileDescriptor, rules: ScanRules, catalogPath: String?, previousRoot: Digest?, trustedBefore: Int64,
-    observer: EngineObserver
+    observer: EngineObserver, descriptorBudget: Int = Scanner.defaultDescriptorBudget
   ) {
+    self.descriptorBudget = descriptorBudget
     self.home = home
     self.rules = rules
     self.catalogPath = catalogPath
@@ -292,7 +294,7 @@ final class Scanner: @unchecked Sendable {
         }
         var handle: DirectoryHandle?
         if let descriptor = outcome.descriptor {
-          if !subdirectories.isEmpty && live.count.load(ordering: .relaxed) < Scanner.descriptorBudget {
+          if !subdirectories.isEmpty && live.count.load(ordering: .relaxed) < descriptorBudget {
             handle = DirectoryHandle(descriptor, live: live)
           } else {
             descriptor.close()

@@ -102,15 +102,22 @@ public struct DeviceRoot: Sendable {
     }
   }
 
-  /// Whether a killed appbox left work behind: journal entries, or staging and trash
-  /// directories in ApplicationRoot. Two directory reads.
+  /// The prefix of temporary directories in `.appbox/` holding a bundle extracted from a
+  /// backup (restore, revert) until it is installed.
+  public static let temporaryBundlePrefix = "restore-bundle-"
+
+  /// Whether a killed appbox left work behind (or a live one is at work): journal entries,
+  /// staging and trash directories in ApplicationRoot, extracted bundles. Three directory
+  /// reads.
   public func hasPendingRecovery() -> Bool {
     let fileManager = FileManager.default
     if let journal = try? fileManager.contentsOfDirectory(atPath: journalDirectory), !journal.isEmpty {
       return true
     }
     let homes = (try? fileManager.contentsOfDirectory(atPath: applicationRoot)) ?? []
-    return homes.contains { $0.hasPrefix(".") }
+    if homes.contains(where: { $0.hasPrefix(".") }) { return true }
+    let state = (try? fileManager.contentsOfDirectory(atPath: stateDirectory)) ?? []
+    return state.contains { $0.hasPrefix(DeviceRoot.temporaryBundlePrefix) }
   }
 
   /// How long to wait for a busy lock: `$APPBOX_LOCK_TIMEOUT` seconds (the command line's

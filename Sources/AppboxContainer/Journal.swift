@@ -10,7 +10,8 @@ import Glibc
 /// - An entry is written as a `StagedFile` (temp name, fsync, rename, fsync of the
 ///   directory), so an entry under its final name is always whole.
 /// - A temp file (a name starting with ".") is a write that was interrupted before its
-///   rename: it never took effect, and is removed.
+///   rename: it never took effect, and is removed (`removeInterruptedWrites`, only while no
+///   other appbox is active: a live writer's temp file looks the same).
 /// - An entry under its final name that cannot be read or decoded is damage, not a torn
 ///   write: recovery stops with an error naming it (exit 65) rather than guess, since
 ///   guessing wrong could lose the app's data.
@@ -40,12 +41,19 @@ public struct Journal: Sendable {
     try folder.borrowed.sync()
   }
 
-  /// Entries whose names start with `prefix`, in name order, with their records. Temp
-  /// files are removed first; a damaged entry is an error (see the type's rule).
+  /// Removes the temp files of interrupted writes. Call only when no other appbox is active.
+  public func removeInterruptedWrites() throws {
+    let folder = try OwnedFileDescriptor.open(directory, O_RDONLY | O_DIRECTORY)
+    for entry in try folder.borrowed.entries() where entry.name.first == UInt8(ascii: ".") {
+      try folder.borrowed.remove(rawName: entry.name)
+    }
+  }
+
+  /// Entries whose names start with `prefix`, in name order, with their records (temp files
+  /// are not entries). A damaged entry is an error (see the type's rule).
   public func records(prefix: String) throws -> [(name: String, record: [String: PropertyList])] {
     let folder = try OwnedFileDescriptor.open(directory, O_RDONLY | O_DIRECTORY)
     let names = try folder.borrowed.entries().map(\.nameString)
-    for name in names where name.hasPrefix(".") { _ = unlinkat(folder.rawValue, name, 0) }
     return try names.filter { $0.hasPrefix(prefix) && $0.hasSuffix(".plist") }.sorted().map { file in
       let name = String(file.dropLast(6))
       let damaged = ContainerError(

@@ -224,6 +224,7 @@ public struct UpdateRecovery: RecoveryStep {
 
   public func recover(_ session: DeviceSession, scope: RecoveryScope) throws {
     let journal = Journal(root: session.root)
+    if scope == .everything { try journal.removeInterruptedWrites() }
     for (name, fields) in try journal.entries(prefix: "update-") {
       guard let bundle = fields["bundleIdentifier"], let oldID = fields["oldContainerID"],
         let newID = fields["newContainerID"]

@@ -24,12 +24,44 @@ struct ScannerTests {
     current.close()
   }
 
-  func scan(_ dir: TemporaryDirectory) throws -> (AppboxBackup.Scanner, [ScannedDirectory]) {
+  func scan(_ dir: TemporaryDirectory, descriptorBudget: Int = 256) throws -> (
+    AppboxBackup.Scanner, [ScannedDirectory]
+  ) {
     let home = try OwnedFileDescriptor.open(dir.path, O_RDONLY | O_DIRECTORY)
     let scanner = AppboxBackup.Scanner(
       home: home.borrowed, rules: ScanRules(bundleDirectoryName: "Notes.app", includeBundle: false),
-      catalogPath: nil, previousRoot: nil, trustedBefore: 0, observer: SilentObserver())
+      catalogPath: nil, previousRoot: nil, trustedBefore: 0, observer: SilentObserver(),
+      descriptorBudget: descriptorBudget)
     return (scanner, try scanner.scan())
+  }
+
+  /// A comb: at every level a leaf `a` (listed after its sibling's whole subtree, so its
+  /// job holds the parent's descriptor all that time) and `b`, which goes on. With a budget
+  /// of 8 descriptors, deeper jobs open their directories by path instead: the scan still
+  /// sees everything, the same as with descriptors to spare.
+  @Test func pastTheDescriptorBudgetDirectoriesOpenByPath() throws {
+    let dir = TemporaryDirectory("comb")
+    try dir.makeDirectory("Documents")
+    var current = try FileDescriptor.open(dir.url("Documents"), O_RDONLY | O_DIRECTORY)
+    for level in 0..<300 {
+      try current.makeDirectory("a", mode: 0o755)
+      let leaf = try current.open("a", O_RDONLY | O_DIRECTORY)
+      let file = try leaf.open("f\(level)", O_WRONLY | O_CREAT | O_EXCL, mode: 0o644)
+      file.close()
+      leaf.close()
+      try current.makeDirectory("b", mode: 0o755)
+      let next = try current.open("b", O_RDONLY | O_DIRECTORY)
+      current.close()
+      current = next
+    }
+    current.close()
+    for budget in [8, 1024] {
+      let (scanner, directories) = try scan(dir, descriptorBudget: budget)
+      #expect(scanner.unreadableCount == 0)
+      #expect(directories.count == 2 + 600)
+      let files = directories.reduce(0) { $0 + $1.entries.filter { $0.type == .file }.count }
+      #expect(files == 300, "budget \(budget)")
+    }
   }
 
   @Test func aTwentyThousandLevelChainIsScannedWhole() throws {
@@ -60,5 +92,32 @@ struct ScannerTests {
     #expect(entry.path.count > ScanRules.maximumPathLength)
     #expect(directories.allSatisfy { $0.pathLength <= ScanRules.maximumPathLength })
     #expect(directories.count == 2 + 255)  // the levels whose paths fit
+  }
+}
+
+struct BackupFailureMessageTests {
+  /// A failure that is not the app's doing names the operation and the path, in
+  /// SystemError's words (it used to read "cannot read link it").
+  @Test func failuresNameTheOperationAndThePath() {
+    let error = backupFailure(SystemError("read link", path: nil, errno: .ioError), path: "Documents/x")
+    #expect(error.description == "Unable to read link 'Documents/x': input/output error")
+    #expect(error.kind == .io)
+  }
+}
+
+struct RepositoryCreationTests {
+  /// The error names the errno of the mkdir that failed (it used to read errno after a
+  /// Foundation call, whatever it held by then).
+  @Test func aRepositoryUnderAFileFailsWithNotADirectory() throws {
+    let dir = TemporaryDirectory("repo-under-file")
+    try dir.write("file", "x")
+    do {
+      _ = try Repository(path: dir.url("file/repository"))
+      Issue.record("made a repository under a file")
+    } catch let error as SystemError {
+      #expect(error.errno == .notDirectory)
+      #expect(
+        error.description == "Unable to create directory '\(dir.url("file/repository"))': not a directory")
+    }
   }
 }

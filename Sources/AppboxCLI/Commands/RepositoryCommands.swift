@@ -154,13 +154,19 @@ struct ExportCommand: ParsableCommand {
     let session = try context.openDevice(mutating: true)
     let record = try session.lockApp(app)
     let report = try session.exportData(of: record, to: file, observer: ProgressBar(context))
+    if report.unreadable > 0 {
+      context.warn(
+        "the export is incomplete: " + unreadableSummary(report.unreadable, report.unreadablePaths))
+    }
     return CommandOutput(
       text:
         "Exported \(record.bundleIdentifier): \(report.files) files, \(byteCount(report.bytes)) to \(file)",
-      json: .object([
-        ("app", .string(record.bundleIdentifier)), ("archive", .string(file)), ("files", .int(report.files)),
-        ("bytes", .int(report.bytes)),
-      ]))
+      json: .object(
+        [
+          ("app", .string(record.bundleIdentifier)), ("archive", .string(file)),
+          ("files", .int(report.files)),
+          ("bytes", .int(report.bytes)),
+        ] + incompleteMembers(report.unreadable, report.unreadablePaths)))
   }
 }
 
