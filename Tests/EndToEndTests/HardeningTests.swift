@@ -341,3 +341,35 @@ struct ConcurrencyTests {
     #expect(check.out.contains("Checked 2 snapshots"))
   }
 }
+
+/// Work a killed appbox left on one app is finished by the next command on that app, even
+/// while other appbox processes are busy with other apps (when all of it cannot be done at
+/// once, under the root lock alone).
+struct PerAppRecoveryTests {
+  @Test(arguments: ["update.moved", "update.committed"])
+  func aKilledUpdateIsFinishedByTheNextCommandOnThatApp(_ point: String) throws {
+    let device = Device()
+    let notes = try device.install("Notes-1.0/Notes.app")
+    try device.install("Journal-1.0/Journal.app")
+    try Data("mine".utf8).write(to: URL(fileURLWithPath: device.home(notes) + "/Documents/mine.txt"))
+    let busy = try device.startPausing(at: "backup.archive-synced", "backup", "com.example.journal")
+    #expect(busy.waitUntilPaused())
+    let killed = try device.run(
+      "update", "com.example.notes", fixturePath("bundles/Notes-2.0/Notes.app"),
+      environment: ["APPBOX_CRASH_AT": point])
+    #expect(killed.status == 128 + SIGKILL)
+    #expect(device.applicationRootEntries().count == 3)  // two homes and the staging one
+    // A read of Notes finishes its update first: rolled back before the commit, forward after.
+    let pulled = try device.run("files", "com.example.notes", "pull", "mine.txt")
+    #expect(pulled.status == 0 && pulled.out == "mine", "\(pulled.err)")
+    #expect(device.applicationRootEntries().count == 2)
+    #expect(try FileManager.default.contentsOfDirectory(atPath: device.root + "/.appbox/journal").isEmpty)
+    let version =
+      try #require(try device.json("list") as? [[String: Any]]).first {
+        $0["bundleIdentifier"] as? String == "com.example.notes"
+      }?["version"] as? String
+    #expect(version == (point == "update.moved" ? "1.0" : "2.0"))
+    let finished = busy.finish()
+    #expect(finished.status == 0, "\(finished.err)")
+  }
+}
