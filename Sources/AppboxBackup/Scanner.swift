@@ -285,9 +285,7 @@ final class Scanner: @unchecked Sendable {
         }
         var outcome = try visit(
           job: job, directory: directory, path: path, previousData: previousData ?? [], buffer: buffer)
-        let parent = job.parent
-        job.parent = nil  // this job no longer needs it (the last child closes it)
-        _ = parent
+        job.parent = nil  // opened: the parent's descriptor closes once its last child has opened
         outcome.directory.previousDigest = previousDigest
         let subdirectories = outcome.directory.entries.indices.filter {
           outcome.directory.entries[$0].type == .directory

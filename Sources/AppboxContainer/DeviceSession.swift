@@ -102,8 +102,10 @@ public final class DeviceSession {
         try $0.hasPendingWork(self, bundleIdentifier: record.bundleIdentifier)
       })
     {
+      // The root lock shared (no recovery of everything may run meanwhile), then the app's.
+      let shared = isLocked ? nil : try root.lock(exclusive: false, environment: environment)
       let lock = try root.lockApp(record.bundleIdentifier, environment: environment)
-      defer { withExtendedLifetime(lock) {} }
+      defer { withExtendedLifetime((shared, lock)) {} }
       try recover(record.bundleIdentifier)
       return try registry.app(name)
     }

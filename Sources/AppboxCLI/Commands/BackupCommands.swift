@@ -97,8 +97,8 @@ struct BackupCommand: ParsableCommand {
         }
         outcomes.append(.done(result))
       } catch {
-        // One stderr line per app that failed; with several apps the others still run.
-        guard names.count > 1 else { throw error }
+        // One stderr line per app that failed; with --all or several apps the others still run.
+        guard all || names.count > 1 else { throw error }
         let status = ExitStatus.of(error)
         firstFailure = firstFailure ?? status
         context.report(error, prefix: "backup of \(name) failed: ")
