@@ -65,13 +65,12 @@ public final class SharedDocuments {
 
   /// `list(_:)` with the folder given as raw bytes.
   public func list(bytes directory: [UInt8]?) throws -> [SharedFileEntry] {
-    let fd: FileDescriptor
-    if let directory {
-      fd = try documents.open(try relative(directory), O_RDONLY | O_DIRECTORY)
-    } else {
-      fd = try documents.descriptor.duplicate()
-    }
-    defer { fd.close() }
+    let folder =
+      try directory.map {
+        OwnedFileDescriptor(taking: try documents.open(try relative($0), O_RDONLY | O_DIRECTORY))
+      }
+      ?? documents.descriptor.duplicateOwned()
+    let fd = folder.borrowed
     var result: [SharedFileEntry] = []
     for entry in try fd.entries().sorted(by: { $0.name.lexicographicallyPrecedes($1.name) }) {
       guard let status = try? fd.status(ofRawName: entry.name) else { continue }  // vanished
@@ -99,9 +98,10 @@ public final class SharedDocuments {
     if destination == nil && source == "-" {
       throw ContainerError(.invalidRequest, "Name the destination in Documents when pushing from stdin")
     }
-    let input =
-      source == "-" ? try FileDescriptor(rawValue: 0).duplicate() : try FileDescriptor.open(source, O_RDONLY)
-    defer { input.close() }
+    let owned =
+      source == "-"
+      ? try FileDescriptor(rawValue: 0).duplicateOwned() : try OwnedFileDescriptor.open(source, O_RDONLY)
+    let input = owned.borrowed
     if try input.status().type == .directory {
       throw ContainerError(
         .invalidRequest, "Cannot push '\(source)': it is a directory (push files one by one)")
@@ -152,9 +152,9 @@ public final class SharedDocuments {
     guard !name.isEmpty else {
       throw ContainerError(.invalidRequest, "Name a file to pull into, not '\(destination)'")
     }
-    let directory = try FileDescriptor.open(directoryPath, O_RDONLY | O_DIRECTORY)
-    defer { directory.close() }
-    let bytes = try AtomicFile.copy(from: file.borrowed, toRawName: name, in: directory, displayPath: shown)
+    let directory = try OwnedFileDescriptor.open(directoryPath, O_RDONLY | O_DIRECTORY)
+    let bytes = try AtomicFile.copy(
+      from: file.borrowed, toRawName: name, in: directory.borrowed, displayPath: shown)
     return FileTransfer(path: shown, bytes: bytes)
   }
 

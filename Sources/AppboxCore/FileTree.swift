@@ -130,14 +130,13 @@ public enum FileTree {
       // search permission on the parent), change its mode through that descriptor, then
       // open it for reading. Never fchmodat(parent, name), which follows a symlink.
       CrashPoint.hit("filetree.unreadable")
-      let path = try parent.open(rawName: bytes, O_PATH | O_DIRECTORY | O_NOFOLLOW)
-      defer { path.close() }
+      let path = try parent.openOwned(rawName: bytes, O_PATH | O_DIRECTORY | O_NOFOLLOW)
       guard appbox_chmod_descriptor(path.rawValue, 0o700) == 0 else {
         throw SystemError("change mode", path: String(decoding: bytes, as: UTF8.self))
       }
       // Reopen through the O_PATH descriptor itself, so the directory opened is the one
       // whose mode was changed even if the name was swapped meanwhile.
-      return try path.open(".", flags)
+      return try path.borrowed.open(".", flags)
     }
   }
 }
