@@ -276,10 +276,12 @@ struct ConcurrencyTests {
     let device = Device()
     let notes = device.home(try device.install("Notes-1.0/Notes.app"))
     let journal = device.home(try device.install("Journal-1.0/Journal.app"))
+    let random = try #require(FileHandle(forReadingAtPath: "/dev/urandom"))
+    defer { try? random.close() }
     for home in [notes, journal] {
       for index in 0..<4 {
-        let data = (0..<bytes).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ index &* 7 &+ home.count) }
-        try Data(data).write(to: URL(fileURLWithPath: home + "/Documents/data-\(index).bin"))
+        try random.readData(ofLength: bytes).write(
+          to: URL(fileURLWithPath: home + "/Documents/data-\(index).bin"))
       }
     }
     return device
