@@ -60,6 +60,8 @@ extension FileDescriptor {
     strategy: ResolveStrategy = .default, displayPath: String? = nil
   ) throws -> FileDescriptor {
     let display = displayPath ?? String(decoding: path, as: UTF8.self)
+    // An absolute path leaves the directory by definition (as openat2 reports it).
+    if path.first == UInt8(ascii: "/") { throw SystemError("open", path: display, errno: .crossDevice) }
     let pieces = Self.pieces(of: path)
     if pieces.isEmpty { return try open(".", flags, displayPath: display) }
     var current: FileDescriptor?
@@ -83,7 +85,6 @@ extension FileDescriptor {
   private static func pieces(of path: [UInt8]) -> [ArraySlice<UInt8>] {
     let limit = Int(PATH_MAX) - 1
     var trimmed = path[...]
-    while trimmed.first == UInt8(ascii: "/") { trimmed = trimmed.dropFirst() }
     while trimmed.last == UInt8(ascii: "/") { trimmed = trimmed.dropLast() }
     if trimmed.isEmpty { return [] }
     if trimmed.count <= limit { return [trimmed] }

@@ -39,6 +39,14 @@ struct BeneathTests {
         #expect(error.errno == .tooManyLinks, "\(path) (\(strategy)): \(error)")
       }
     }
+    for escape in ["/etc/passwd", "Documents/../../etc/passwd", "../home/Documents/sub/file.txt"] {
+      do {
+        try home.openBeneath(Array(escape.utf8), O_RDONLY, strategy: strategy).close()
+        Issue.record("'\(escape)' left the directory (\(strategy))")
+      } catch let error as SystemError {
+        #expect(error.errno == .crossDevice, "\(escape) (\(strategy)): \(error)")
+      }
+    }
     let real = try home.openBeneath(Array("Documents/sub/file.txt".utf8), O_RDONLY, strategy: strategy)
     #expect(String(decoding: try real.readAll(), as: UTF8.self) == "inside")
     real.close()
