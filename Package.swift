@@ -68,7 +68,8 @@ let package = Package(
     .target(name: "AppboxTestSupport", dependencies: ["AppboxCore"]),
     // The benchmark: a seeded home generator and the side-by-side runner (`make bench`).
     .executableTarget(
-      name: "appbox-bench", dependencies: ["AppboxTestSupport"], path: "Benchmarks/Sources/appbox-bench"),
+      name: "appbox-bench", dependencies: ["AppboxArchive", "AppboxTestSupport"],
+      path: "Benchmarks/Sources/appbox-bench"),
 
     .testTarget(name: "AppboxCoreTests", dependencies: ["AppboxCore", "AppboxTestSupport"]),
     .testTarget(name: "AppboxStoreTests", dependencies: ["AppboxStore", "AppboxTestSupport"]),

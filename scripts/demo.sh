@@ -3,7 +3,9 @@
 # release build. Each step prints the command, then its output. The tour: a device,
 # install, inspect, confined run (the sandbox v2 jail), preferences and file sharing, the keychain, backup,
 # change, incremental backup, restore, update (with the keychain item surviving), revert,
-# file protection (as root: on a small encrypted ext4 image), and the refusals.
+# file protection (as root: on a small encrypted ext4 image), hostile homes (escaped names,
+# a planted preferences link, a deep tree, backups in
+# parallel), and the refusals.
 set -euo pipefail
 
 BIN_DIR=${1:?usage: demo.sh BIN_DIR}
@@ -205,6 +207,21 @@ else
     step launch com.example.vault
   )
 fi
+section "Hostile homes: what an app plants cannot break appbox"
+step run com.example.notes -- /bin/sh -c 'cd Documents && printf x > "$(printf "title\033]0;pwned\007")" && printf y > "$(printf "caf\351.txt")"'
+printf '%s(names are shown escaped, never sent raw to the terminal, and typed back as shown:)%s\n' "$dim" "$reset"
+step files com.example.notes ls
+step files com.example.notes pull 'caf\xe9.txt'
+printf '\n'
+step run com.example.notes -- /bin/sh -c 'rm -rf Library/Preferences && ln -s ../Notes.app Library/Preferences'
+refused defaults com.example.notes write evil 1
+step run com.example.notes -- /usr/bin/perl -e 'chdir "Documents"; for $i (1..18) { $n = sprintf("%0250d", $i); mkdir $n; chdir $n } open F, ">deep.txt"; print F "4.5 KB below Documents\n"'
+printf '%s(a tree deeper than PATH_MAX backs up, walked with descriptors; backups of different apps run at once:)%s\n' "$dim" "$reset"
+printf '%s$ appbox backup com.example.notes & appbox backup com.example.journal & wait%s\n' "$dim" "$reset"
+"$APPBOX" backup com.example.notes & first=$!
+"$APPBOX" backup com.example.journal & second=$!
+wait "$first" && wait "$second"
+step check --read-data
 
 section "Refusals are one clear line with the spec's exit status"
 refused install "$FIXTURES/Notes-2.0/Notes.app"

@@ -102,6 +102,9 @@ final class Archiver {
   private var storedDigests: Set<Digest> = []
   private(set) var bytesAdded: Int64 = 0
   private(set) var warnings: [(path: String, message: String)] = []
+  /// Files that could not be read (left out of the snapshot, which is then incomplete).
+  private(set) var unreadable: [UnreadableEntry] = []
+  private(set) var unreadableCount = 0
   /// By item index: whether its content was written here (for hard links to it).
   private var writtenItems: [Bool]
   private var filesDone = 0
@@ -139,12 +142,29 @@ final class Archiver {
     }
   }
 
+  /// The last directory whose path was built: items come grouped by directory.
+  private var pathCache: (index: Int, path: [UInt8]) = (0, [])
+
+  /// The path of directory `index`: from the cache, or its parent's cached path plus its
+  /// name (depth-first order makes that the common case, so a deep chain costs no walk per
+  /// level), or built from its ancestors.
+  private func directoryPath(_ index: Int) -> [UInt8] {
+    if pathCache.index == index { return pathCache.path }
+    let directory = plan.directories[index]
+    if directory.parent >= 0 && pathCache.index == directory.parent {
+      pathCache = (index, joinPath(pathCache.path, directory.name))
+    } else {
+      pathCache = (index, plan.directories.path(of: index))
+    }
+    return pathCache.path
+  }
+
   private func path(of item: Int) -> [UInt8] {
     switch plan.items[item] {
-    case .directory(let index): return plan.directories[index].path
+    case .directory(let index): return directoryPath(index)
     case .file(let directory, let entry), .symlink(let directory, let entry):
       let scanned = plan.directories[directory]
-      return joinPath(scanned.path, scanned.name(of: scanned.entries[entry]))
+      return joinPath(directoryPath(directory), scanned.name(of: scanned.entries[entry]))
     }
   }
 
@@ -204,6 +224,16 @@ final class Archiver {
             FileResult(
               status: file.status, attributes: file.attributes, isExcluded: true, digest: nil,
               vanished: false))
+        case .unreadable(let item, let reason):
+          unreadableCount += 1
+          if unreadable.count < Scanner.unreadableLimit {
+            unreadable.append(UnreadableEntry(path: path(of: item), reason: reason))
+          }
+          record(
+            item,
+            FileResult(
+              status: .placeholder, attributes: [], isExcluded: false, digest: nil,
+              vanished: true))
         case .vanished(let item, let reason):
           if let reason { warnings.append((display(path(of: item)), "not backed up: \(reason)")) }
           record(
@@ -293,7 +323,7 @@ final class Archiver {
       let directory = plan.directories[index]
       guard let status = directory.status else { return }
       var entry = member(
-        directory.path, file: OpenedFile(status: EntryStatus(status), attributes: directory.attributes))
+        directoryPath(index), file: OpenedFile(status: EntryStatus(status), attributes: directory.attributes))
       entry.type = .directory
       entry.size = 0
       try writer.writeHeader(entry)

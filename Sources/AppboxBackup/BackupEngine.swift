@@ -120,35 +120,27 @@ private struct BackupRun {
       bundleEntry = entry
     }
     let start = Date()
-    let home = try FileDescriptor.open(session.home(of: app).path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
-    defer { home.close() }
+    let home = try OwnedFileDescriptor.open(session.home(of: app).path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
 
     let rules = ScanRules(bundleDirectoryName: app.bundleDirectoryName, includeBundle: bundleEntry == nil)
     let scanner = Scanner(
-      home: home, rules: rules, catalogPath: repository.catalogPath,
+      home: home.borrowed, rules: rules, catalogPath: repository.catalogPath,
       previousRoot: detectChanges ? parent?.rootTree : nil,
       trustedBefore: parent.map { Int64($0.time.timeIntervalSince1970 * 1e9) } ?? 0, observer: observer)
 
     let id = try repository.newSnapshotID()
     let archiveName = id + options.compression.fileSuffix
-    let temporaryName = Repository.temporaryPrefix + archiveName
-    let archives = try FileDescriptor.open(repository.archivesPath, O_RDONLY | O_DIRECTORY)
-    defer { archives.close() }
-    let file = try archives.open(temporaryName, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o600)
-    var renamed = false
+    let archives = try OwnedFileDescriptor.open(repository.archivesPath, O_RDONLY | O_DIRECTORY)
+    let staged = try StagedFile(
+      archiveName, in: archives.borrowed, temporaryName: Repository.temporaryPrefix + archiveName, mode: 0o600
+    )
+    let written = try writeArchive(
+      to: staged.descriptor, home: home.borrowed, scanner: scanner, name: archiveName, id: id, parent: parent,
+      bundleEntry: bundleEntry, start: start)
+    observer.engine(.stage("sync"))
+    try staged.commit(flags: .noReplace) { CrashPoint.hit("backup.archive-synced") }
+    CrashPoint.hit("backup.archive-renamed")
     do {
-      let written = try writeArchive(
-        to: file, home: home, scanner: scanner, name: archiveName, id: id, parent: parent,
-        bundleEntry: bundleEntry,
-        start: start)
-      observer.engine(.stage("sync"))
-      try file.sync()
-      file.close()
-      CrashPoint.hit("backup.archive-synced")
-      try archives.rename(temporaryName, to: archiveName, flags: .noReplace)
-      renamed = true
-      try archives.sync()
-      CrashPoint.hit("backup.archive-renamed")
       observer.engine(.stage("commit"))
       try catalog.database.inTransaction {
         try catalog.insert(written.record)
@@ -158,19 +150,19 @@ private struct BackupRun {
         try catalog.insertBlobs(written.blobs)
         try catalog.insert(written.snapshot)
       }
-      CrashPoint.hit("backup.committed")
-      for warning in written.warnings {
-        observer.engine(.warning(path: warning.path, message: warning.message))
-      }
-      return BackupResult(
-        snapshot: written.snapshot, archivePath: repository.archivePath(archiveName),
-        newTrees: written.trees.count,
-        newBlobs: written.blobs.count, warnings: written.warnings.map { "'\($0.path)' \($0.message)" })
     } catch {
-      file.close()
-      try? archives.remove(renamed ? archiveName : temporaryName)
+      // Renamed but not recorded: the archive is debris; remove it now rather than later.
+      try? archives.borrowed.remove(archiveName)
       throw error
     }
+    CrashPoint.hit("backup.committed")
+    for warning in written.warnings {
+      observer.engine(.warning(path: warning.path, message: warning.message))
+    }
+    return BackupResult(
+      snapshot: written.snapshot, archivePath: repository.archivePath(archiveName),
+      newTrees: written.trees.count,
+      newBlobs: written.blobs.count, warnings: written.warnings.map { "'\($0.path)' \($0.message)" })
   }
 
   private struct Written {
@@ -220,7 +212,8 @@ private struct BackupRun {
       kind: kind,
       tag: options.tag, parent: parent?.id, rootTree: trees.root, files: trees.files, bytes: trees.bytes,
       bytesAdded: content.bytesAdded, archive: name, keychainOffset: keychainOffset,
-      warnings: content.warnings.count)
+      warnings: content.warnings.count, unreadable: content.unreadableCount,
+      unreadablePaths: Snapshot.keptPaths(content.unreadable.map(\.path)))
     observer.engine(.stage("manifest"))
     let manifest = Manifest(snapshot: snapshot, trees: trees.newTrees, blobs: blobs)
     try writer.writeHeader(metadataMember(Manifest.memberPath, size: manifest.encodedSize, time: start))
@@ -240,6 +233,9 @@ private struct BackupRun {
     var blobs: [BlobLocation]
     var bytesAdded: Int64
     var warnings: [(path: String, message: String)]
+    /// What could not be read, sorted by path (the first ones), and how many in all.
+    var unreadable: [UnreadableEntry]
+    var unreadableCount: Int
   }
 
   /// Scans the home, writes the new and changed content, and builds the trees.
@@ -271,12 +267,15 @@ private struct BackupRun {
     try readerThread.join()
     observer.engine(.stage("trees"))
     let trees = try TreeBuilder(
-      plan: plan, results: archiver.results, catalog: repository.catalog, bundleEntry: bundleEntry,
-      bundleDirectoryName: Array(app.bundleDirectoryName.utf8)
+      plan: plan, results: archiver.results, catalog: repository.catalog, bundleEntry: bundleEntry
     ).build()
     return ArchivedContent(
       trees: trees, blobs: archiver.blobLocations(), bytesAdded: archiver.bytesAdded,
-      warnings: archiver.warnings)
+      warnings: scanner.warnings + archiver.warnings,
+      unreadable: (scanner.unreadable + archiver.unreadable).sorted {
+        $0.path.lexicographicallyPrecedes($1.path)
+      },
+      unreadableCount: scanner.unreadableCount + archiver.unreadableCount)
   }
 }
 

@@ -57,6 +57,49 @@ public struct Snapshot: Sendable, Equatable {
   public var keychainOffset: Int64?
   /// Files that kept changing while they were read (recorded with a warning).
   public var warnings: Int
+  /// Entries the backup could not read (permission denied, or a path over 64 KiB), left out
+  /// of the snapshot: 0 for a complete snapshot.
+  public var unreadable: Int = 0
+  /// The first of their paths, shortened for display (`Snapshot.shortened`).
+  public var unreadablePaths: [[UInt8]] = []
+
+  /// Whether some entries could not be read, so the snapshot lacks them.
+  public var isIncomplete: Bool { unreadable > 0 }
+
+  /// How many unreadable paths a snapshot keeps, and their total size at most.
+  public static let unreadablePathLimit = 20
+  public static let unreadablePathBytes = 3072
+
+  /// `path` cut to its first 48 and last 96 bytes around "…" when longer than 160 bytes
+  /// (at character boundaries), so a 4 KB path still names where it was.
+  public static func shortened(_ path: [UInt8]) -> [UInt8] {
+    guard path.count > 160 else { return path }
+    func isContinuation(_ byte: UInt8) -> Bool { byte & 0xC0 == 0x80 }
+    var head = 48
+    while head > 0 && isContinuation(path[head]) { head -= 1 }
+    var tail = path.count - 96
+    while tail < path.count && isContinuation(path[tail]) { tail += 1 }
+    return Array(path[..<head]) + Array("…".utf8) + Array(path[tail...])
+  }
+
+  /// The paths to keep for `unreadable` (shortened, within the limits above).
+  static func keptPaths(_ paths: [[UInt8]]) -> [[UInt8]] {
+    var kept: [[UInt8]] = []
+    var bytes = 0
+    for path in paths.prefix(unreadablePathLimit) {
+      let short = shortened(path)
+      if bytes + short.count + 1 > unreadablePathBytes { break }
+      kept.append(short)
+      bytes += short.count + 1
+    }
+    return kept
+  }
+
+  /// Paths joined by NUL bytes (how the catalog and the manifest store them), and back.
+  static func joinedPaths(_ paths: [[UInt8]]) -> [UInt8] { Array(paths.joined(separator: [0])) }
+  static func splitPaths(_ bytes: [UInt8]) -> [[UInt8]] {
+    bytes.isEmpty ? [] : bytes.split(separator: 0, omittingEmptySubsequences: false).map(Array.init)
+  }
 }
 
 /// An archive file of the repository.
@@ -128,7 +171,12 @@ public final class Catalog {
     ) WITHOUT ROWID;
     CREATE INDEX blobs_by_archive ON blobs(archive);
     CREATE INDEX trees_by_archive ON trees(archive);
+    """,
+    // 2: incomplete snapshots (entries the backup could not read).
     """
+    ALTER TABLE snapshots ADD COLUMN unreadable INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE snapshots ADD COLUMN unreadable_paths BLOB;
+    """,
   ]
 
   /// Opens (creating and migrating when writable) the catalog at `path`. `walMode: false`
@@ -160,7 +208,7 @@ public final class Catalog {
 
   static let snapshotColumns = """
     id, app, device, container, version, bundle_name, seal, time, kind, tag, parent, root_tree, files, bytes,
-    bytes_added, archive, keychain_offset, warnings
+    bytes_added, archive, keychain_offset, warnings, unreadable, unreadable_paths
     """
 
   private func snapshot(_ row: Statement) throws -> Snapshot {
@@ -173,7 +221,9 @@ public final class Catalog {
       version: row.text(4) ?? "", bundleDirectoryName: row.text(5) ?? "", seal: row.text(6) ?? "",
       time: Date(timeIntervalSince1970: row.double(7)), kind: kind, tag: row.text(9), parent: row.text(10),
       rootTree: rootTree, files: row.int(12), bytes: row.int64(13), bytesAdded: row.int64(14),
-      archive: row.text(15) ?? "", keychainOffset: row.isNull(16) ? nil : row.int64(16), warnings: row.int(17)
+      archive: row.text(15) ?? "", keychainOffset: row.isNull(16) ? nil : row.int64(16),
+      warnings: row.int(17),
+      unreadable: row.int(18), unreadablePaths: Snapshot.splitPaths(row.isNull(19) ? [] : row.blob(19))
     )
   }
 
@@ -202,7 +252,7 @@ public final class Catalog {
     let statement = try database.cachedStatement(
       """
       INSERT INTO snapshots(\(Self.snapshotColumns))
-      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
+      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)
       """)
     try statement.bind([
       .text(snapshot.id), .text(snapshot.app), .text(snapshot.device), .text(snapshot.containerID),
@@ -212,7 +262,8 @@ public final class Catalog {
       .blob(snapshot.rootTree.bytes), .integer(Int64(snapshot.files)), .integer(snapshot.bytes),
       .integer(snapshot.bytesAdded), .text(snapshot.archive),
       snapshot.keychainOffset.map(SQLValue.integer) ?? .null,
-      .integer(Int64(snapshot.warnings)),
+      .integer(Int64(snapshot.warnings)), .integer(Int64(snapshot.unreadable)),
+      snapshot.unreadablePaths.isEmpty ? .null : .blob(Snapshot.joinedPaths(snapshot.unreadablePaths)),
     ])
     try statement.execute()
   }

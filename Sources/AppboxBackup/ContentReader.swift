@@ -51,6 +51,8 @@ enum ContentMessage {
   case excluded(item: Int, file: OpenedFile)
   /// Gone (or no longer a regular file) by the time it was opened.
   case vanished(item: Int, reason: String?)
+  /// Could not be opened (permission denied): left out, and the snapshot is incomplete.
+  case unreadable(item: Int, reason: String)
   /// Another path of a file (same inode) read earlier in this run as `first`.
   case hardlink(item: Int, first: Int)
 }
@@ -93,8 +95,10 @@ final class ContentReader: @unchecked Sendable {
     let hasher = SHA256Hasher()
     var firstPathOfInode: [UInt64: Int] = [:]
     // The directory of the current files, open: each file is then one openat of a plain name
-    // (items come grouped by directory), instead of a path walk from the home.
-    var open: (index: Int, descriptor: FileDescriptor)?
+    // (items come grouped by directory), instead of a path walk from the home. A directory
+    // whose parent is the one open is opened from it by name (depth-first order makes that
+    // the common case), so a deep tree costs no long path walks.
+    var open: (index: Int, descriptor: FileDescriptor, path: [UInt8])?
     defer { open?.descriptor.close() }
     for (index, item) in plan.items.enumerated() {
       guard case .file(let directory, let entry) = item else {
@@ -109,26 +113,38 @@ final class ContentReader: @unchecked Sendable {
         }
         firstPathOfInode[scanned.status.inode] = index
       }
-      let parentPath = plan.directories[directory].path
       let name = plan.directories[directory].name(of: scanned)
-      let path = joinPath(parentPath, name)
       if open?.index != directory {
-        open?.descriptor.close()
-        open = nil
+        let parentPath = plan.directories.path(of: directory)
+        let opened: FileDescriptor
         do {
-          open = (
-            directory,
-            try home.openBeneath(parentPath, O_RDONLY | O_DIRECTORY, displayPath: display(parentPath))
-          )
-        } catch let error as SystemError where error.errno == .noEntry || error.errno == .tooManyLinks {
+          if let open, plan.directories[directory].parent == open.index {
+            opened = try open.descriptor.open(
+              rawName: plan.directories[directory].name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+          } else {
+            opened = try home.openBeneath(
+              parentPath, O_RDONLY | O_DIRECTORY, displayPath: display(parentPath))
+          }
+        } catch let error as SystemError
+          where error.errno == .noEntry || error.errno == .tooManyLinks || error.errno == .notDirectory
+        {
           guard queue.push(.vanished(item: index, reason: "its directory was moved during the backup")) else {
             return
           }
           continue
+        } catch let error as SystemError
+          where error.errno == .permissionDenied || error.errno == .notPermitted
+        {
+          let reason = "cannot open its directory (\(error.errno))"
+          guard queue.push(.unreadable(item: index, reason: reason)) else { return }
+          continue
         } catch let error as SystemError {
-          throw unreadable(error, path: display(parentPath))
+          throw backupFailure(error, path: display(parentPath))
         }
+        open?.descriptor.close()
+        open = (directory, opened, parentPath)
       }
+      let path = joinPath(open!.path, name)
       guard try read(item: index, name: name, in: open!.descriptor, path: path, hasher: hasher) else {
         return
       }
@@ -156,8 +172,11 @@ final class ContentReader: @unchecked Sendable {
       } catch let error as SystemError where error.errno == .tooManyLinks {
         return queue.push(
           .vanished(item: item, reason: "it was replaced by a symbolic link during the backup"))
+      } catch let error as SystemError where error.errno == .permissionDenied || error.errno == .notPermitted
+      {
+        return queue.push(.unreadable(item: item, reason: "cannot open it (\(error.errno))"))
       } catch let error as SystemError {
-        throw unreadable(error, path: display(path))
+        throw backupFailure(error, path: display(path))
       }
       defer { fd.close() }
       let before: FileStatus
@@ -170,7 +189,7 @@ final class ContentReader: @unchecked Sendable {
         }
         attributes = try backupAttributes(of: fd, classes: protectionClasses)
       } catch let error as SystemError {
-        throw unreadable(error, path: display(path))
+        throw backupFailure(error, path: display(path))
       }
       let file = OpenedFile(status: EntryStatus(before), attributes: attributes)
       if file.isExcluded { return queue.push(.excluded(item: item, file: file)) }
@@ -198,7 +217,7 @@ final class ContentReader: @unchecked Sendable {
           }
         } catch let error as SystemError {
           pool.give(buffer)
-          throw unreadable(error, path: display(path))
+          throw backupFailure(error, path: display(path))
         }
         afterRead?(path, attempt)
         let after = try fd.status()
@@ -235,7 +254,7 @@ final class ContentReader: @unchecked Sendable {
           n = try fd.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<size]))
         } catch let error as SystemError {
           pool.give(buffer)
-          throw unreadable(error, path: display(path))
+          throw backupFailure(error, path: display(path))
         }
         if n == 0 {
           pool.give(buffer)
@@ -280,7 +299,7 @@ final class ContentReader: @unchecked Sendable {
       return hasher.finalize() == digest && total == before.size && Self.same(before, after)
     } catch let error as SystemError {
       _ = hasher.finalize()
-      throw unreadable(error, path: display(path))
+      throw backupFailure(error, path: display(path))
     }
   }
 

@@ -3,9 +3,9 @@
 // The same stages as a full backup, without a repository: scan Documents and Library (not
 // Library/Caches, nothing marked "exclude from backup") with both cores, then read and write
 // every item (ContentReader on one thread, Archiver on this one). No manifest: the archive is
-// plain data that GNU tar extracts and `import` accepts. It is written to a temp file beside
-// the destination, fsynced and renamed over it, so the destination is either the old file or
-// the complete new one.
+// plain data that GNU tar extracts and `import` accepts. It is written as a `StagedFile` (a
+// temp file beside the destination, fsynced and renamed over it), so the destination is
+// either the old file or the complete new one.
 
 import AppboxArchive
 import AppboxContainer
@@ -18,6 +18,10 @@ public struct ExportReport: Sendable {
   public var files: Int
   public var bytes: Int64
   public var warnings: [String]
+  /// Entries that could not be read and are not in the archive, and the first of their
+  /// paths (shortened), as for an incomplete snapshot.
+  public var unreadable = 0
+  public var unreadablePaths: [[UInt8]] = []
 }
 
 extension DeviceSession {
@@ -28,13 +32,13 @@ extension DeviceSession {
   {
     observer.engine(.started(operation: "export", app: app.bundleIdentifier))
     try requireProtectedDataAvailable(of: app, for: "export")
-    let home = try FileDescriptor.open(self.home(of: app).path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
-    defer { home.close() }
+    let home = try OwnedFileDescriptor.open(self.home(of: app).path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
     let rules = ScanRules(
       bundleDirectoryName: app.bundleDirectoryName, includeBundle: false,
       onlyTopLevel: [Array("Documents".utf8), Array("Library".utf8)])
     let scanner = Scanner(
-      home: home, rules: rules, catalogPath: nil, previousRoot: nil, trustedBefore: 0, observer: observer)
+      home: home.borrowed, rules: rules, catalogPath: nil, previousRoot: nil, trustedBefore: 0,
+      observer: observer)
     let plan = ArchivePlan(directories: try scanner.scan(), full: true)
     observer.engine(
       .planned(
@@ -42,46 +46,40 @@ extension DeviceSession {
         bytes: plan.fileBytes))
 
     let (directoryPath, name) = splitPath(path)
-    let directory = try FileDescriptor.open(directoryPath, O_RDONLY | O_DIRECTORY)
-    defer { directory.close() }
-    let temporary = ".\(name).tmp-\(UInt32.random(in: 0...UInt32.max))"
-    let file = try directory.open(
-      temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o644, displayPath: path)
+    let directory = try OwnedFileDescriptor.open(directoryPath, O_RDONLY | O_DIRECTORY)
+    let staged = try StagedFile(name, in: directory.borrowed, mode: 0o644, displayPath: path)
+    let writer = try ArchiveWriter(fileDescriptor: staged.descriptor.rawValue, compression: .none, name: path)
+    let pool = BufferPool(count: 16, bufferSize: 256 << 10)
+    let archiver = Archiver(
+      plan: plan, writer: writer, catalog: nil, archiveName: name, deduplicate: false, pool: pool,
+      observer: observer)
+    let queue = HandoffQueue<ContentMessage>(capacity: 16 << 20)
+    let reader = ContentReader(
+      home: home.borrowed, plan: plan, queue: queue, pool: pool, protectionClasses: try protectionClassesByKey())
+    let thread = WorkerThread(name: "appbox-read") { try reader.run() }
     do {
-      let writer = try ArchiveWriter(fileDescriptor: file.rawValue, compression: .none, name: path)
-      let pool = BufferPool(count: 16, bufferSize: 256 << 10)
-      let archiver = Archiver(
-        plan: plan, writer: writer, catalog: nil, archiveName: name, deduplicate: false, pool: pool,
-        observer: observer)
-      let queue = HandoffQueue<ContentMessage>(capacity: 16 << 20)
-      let reader = ContentReader(
-        home: home, plan: plan, queue: queue, pool: pool, protectionClasses: try protectionClassesByKey())
-      let thread = WorkerThread(name: "appbox-read") { try reader.run() }
-      do {
-        try archiver.run(queue)
-      } catch {
-        try? thread.join()
-        throw error
-      }
-      try thread.join()
-      try writer.finish()
-      try file.sync()
-      file.close()
-      try directory.rename(temporary, to: name)
-      try directory.sync()
-      for warning in archiver.warnings {
-        observer.engine(.warning(path: warning.path, message: warning.message))
-      }
-      observer.engine(.finished(operation: "export", app: app.bundleIdentifier))
-      let stored = archiver.results.compactMap { $0 }.filter { !$0.vanished && !$0.isExcluded }
-      return ExportReport(
-        files: stored.count
-          + plan.items.filter { if case .symlink = $0 { return true } else { return false } }.count,
-        bytes: archiver.bytesAdded, warnings: archiver.warnings.map { "'\($0.path)' \($0.message)" })
+      try archiver.run(queue)
     } catch {
-      file.close()
-      try? directory.remove(temporary)
+      try? thread.join()
       throw error
     }
+    try thread.join()
+    try writer.finish()
+    try staged.commit()
+    for warning in scanner.warnings + archiver.warnings {
+      observer.engine(.warning(path: warning.path, message: warning.message))
+    }
+    observer.engine(.finished(operation: "export", app: app.bundleIdentifier))
+    let stored = archiver.results.compactMap { $0 }.filter { !$0.vanished && !$0.isExcluded }
+    let unreadable = (scanner.unreadable + archiver.unreadable).map(\.path).sorted {
+      $0.lexicographicallyPrecedes($1)
+    }
+    return ExportReport(
+      files: stored.count
+        + plan.items.filter { if case .symlink = $0 { return true } else { return false } }.count,
+      bytes: archiver.bytesAdded,
+      warnings: (scanner.warnings + archiver.warnings).map { "'\($0.path)' \($0.message)" },
+      unreadable: scanner.unreadableCount + archiver.unreadableCount,
+      unreadablePaths: Snapshot.keptPaths(unreadable))
   }
 }

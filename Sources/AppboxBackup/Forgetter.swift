@@ -144,82 +144,73 @@ extension Repository {
     record: ArchiveRecord, blobs: [BlobLocation]
   ) {
     let name = try newSnapshotID() + ArchiveCompression.none.fileSuffix
-    let temporaryName = Repository.temporaryPrefix + name
-    let archives = try FileDescriptor.open(archivesPath, O_RDONLY | O_DIRECTORY)
-    defer { archives.close() }
-    let file = try archives.open(temporaryName, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o600)
-    do {
-      nonisolated(unsafe) var checksum = CRC32C()
-      nonisolated(unsafe) var size: Int64 = 0
-      let writer = try ArchiveWriter(
-        fileDescriptor: file.rawValue, compression: .none, name: archivePath(name),
-        outputObserver: { block in
-          checksum.update(block)
-          size += Int64(block.count)
-        })
-      var copied: [BlobLocation] = []
-      let hasher = SHA256Hasher()
-      let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
-      defer { buffer.deallocate() }
-      for (archive, locations) in Dictionary(grouping: moving, by: \.archive) {
-        let source = try FileDescriptor.open(archivePath(archive), O_RDONLY)
-        defer { source.close() }
-        let reader = try ArchiveReader(fileDescriptor: source.rawValue, name: archivePath(archive))
-        var wanted = Dictionary(locations.map { ($0.offset, $0) }, uniquingKeysWith: { first, _ in first })
-        while !wanted.isEmpty, let entry = try reader.nextEntry() {
-          guard let offset = reader.headerOffset, let location = wanted.removeValue(forKey: offset) else {
-            continue
-          }
-          guard entry.type == .regular, entry.size == location.size, entry.path == location.path else {
-            throw BackupError(
-              .corruptArchive, "Archive '\(archive)' has no member '\(display(location.path))' at \(offset)")
-          }
-          let newOffset = writer.uncompressedOffset
-          try writer.writeHeader(entry)
-          while true {
-            let count = try reader.readData(into: buffer)
-            if count == 0 { break }
-            let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
-            hasher.update(chunk)
-            try writer.writeData(chunk)
-          }
-          try writer.finishEntry()
-          guard hasher.finalize() == location.digest else {
-            throw BackupError(
-              .corruptArchive,
-              "Archive '\(archive)' is damaged: '\(display(location.path))' does not match its SHA-256")
-          }
-          copied.append(
-            BlobLocation(
-              digest: location.digest, archive: name, offset: newOffset, path: location.path,
-              size: location.size))
+    let archives = try OwnedFileDescriptor.open(archivesPath, O_RDONLY | O_DIRECTORY)
+    let staged = try StagedFile(
+      name, in: archives.borrowed, temporaryName: Repository.temporaryPrefix + name, mode: 0o600)
+    let file = staged.descriptor
+    nonisolated(unsafe) var checksum = CRC32C()
+    nonisolated(unsafe) var size: Int64 = 0
+    let writer = try ArchiveWriter(
+      fileDescriptor: file.rawValue, compression: .none, name: archivePath(name),
+      outputObserver: { block in
+        checksum.update(block)
+        size += Int64(block.count)
+      })
+    var copied: [BlobLocation] = []
+    let hasher = SHA256Hasher()
+    let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
+    defer { buffer.deallocate() }
+    for (archive, locations) in Dictionary(grouping: moving, by: \.archive) {
+      let source = try FileDescriptor.open(archivePath(archive), O_RDONLY)
+      defer { source.close() }
+      let reader = try ArchiveReader(fileDescriptor: source.rawValue, name: archivePath(archive))
+      var wanted = Dictionary(locations.map { ($0.offset, $0) }, uniquingKeysWith: { first, _ in first })
+      while !wanted.isEmpty, let entry = try reader.nextEntry() {
+        guard let offset = reader.headerOffset, let location = wanted.removeValue(forKey: offset) else {
+          continue
         }
-        if let missing = wanted.values.first {
-          throw BackupError(.corruptArchive, "Archive '\(archive)' ends before '\(display(missing.path))'")
+        guard entry.type == .regular, entry.size == location.size, entry.path == location.path else {
+          throw BackupError(
+            .corruptArchive, "Archive '\(archive)' has no member '\(display(location.path))' at \(offset)")
         }
+        let newOffset = writer.uncompressedOffset
+        try writer.writeHeader(entry)
+        while true {
+          let count = try reader.readData(into: buffer)
+          if count == 0 { break }
+          let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
+          hasher.update(chunk)
+          try writer.writeData(chunk)
+        }
+        try writer.finishEntry()
+        guard hasher.finalize() == location.digest else {
+          throw BackupError(
+            .corruptArchive,
+            "Archive '\(archive)' is damaged: '\(display(location.path))' does not match its SHA-256")
+        }
+        copied.append(
+          BlobLocation(
+            digest: location.digest, archive: name, offset: newOffset, path: location.path,
+            size: location.size))
       }
-      let treeData = try trees.map { digest -> (digest: Digest, data: [UInt8]) in
-        guard let data = try catalog.treeData(digest) else {
-          throw BackupError(.corruptCatalog, "Catalog is missing tree \(digest.hex.prefix(16))")
-        }
-        return (digest, data)
+      if let missing = wanted.values.first {
+        throw BackupError(.corruptArchive, "Archive '\(archive)' ends before '\(display(missing.path))'")
       }
-      let manifest = Manifest(snapshot: nil, trees: treeData, blobs: copied).encoded()
-      try writer.writeHeader(metadataMember(Manifest.memberPath, size: manifest.count, time: Date()))
-      try writer.writeData(manifest)
-      try writer.finishEntry()
-      try writer.finish()
-      try file.sync()
-      file.close()
-      try archives.rename(temporaryName, to: name, flags: .noReplace)
-      try archives.sync()
-      let record = ArchiveRecord(
-        name: name, size: size, checksum: checksum.value, compression: .none, created: Date())
-      return (record, copied)
-    } catch {
-      file.close()
-      try? archives.remove(temporaryName)
-      throw error
     }
+    let treeData = try trees.map { digest -> (digest: Digest, data: [UInt8]) in
+      guard let data = try catalog.treeData(digest) else {
+        throw BackupError(.corruptCatalog, "Catalog is missing tree \(digest.hex.prefix(16))")
+      }
+      return (digest, data)
+    }
+    let manifest = Manifest(snapshot: nil, trees: treeData, blobs: copied).encoded()
+    try writer.writeHeader(metadataMember(Manifest.memberPath, size: manifest.count, time: Date()))
+    try writer.writeData(manifest)
+    try writer.finishEntry()
+    try writer.finish()
+    try staged.commit(flags: .noReplace)
+    let record = ArchiveRecord(
+      name: name, size: size, checksum: checksum.value, compression: .none, created: Date())
+    return (record, copied)
   }
 }

@@ -76,7 +76,8 @@ public enum HomeSwap {
     case allButData
   }
 
-  static func journalName(_ containerID: String) -> String { "swap-\(containerID).plist" }
+  /// The journal entry of a swap into container `containerID` (`swap-<ID>.plist`).
+  static func journalName(_ containerID: String) -> String { "swap-\(containerID)" }
 
   /// Makes `staging` the contents of `app`'s home, carrying items over from the old ones.
   /// Consumes `staging` (closes it).
@@ -87,10 +88,9 @@ public enum HomeSwap {
   {
     let journal = try prepare(staging, into: app, carrying: carrying, session: session)
     CrashPoint.hit("swap.journaled")
-    let journals = try FileDescriptor.open(session.root.journalDirectory, O_RDONLY | O_DIRECTORY)
-    defer { journals.close() }
     defer { staging.applicationRoot.close() }
-    try finish(journal: journal, applicationRoot: staging.applicationRoot, journals: journals)
+    try finish(
+      journal: journal, applicationRoot: staging.applicationRoot, journal: Journal(root: session.root))
   }
 
   /// Makes the staged contents durable and writes the journal that commits the swap; from
@@ -99,9 +99,9 @@ public enum HomeSwap {
   static func prepare(
     _ staging: HomeStagingArea, into app: AppRecord, carrying: Carry, session: DeviceSession
   )
-    throws -> PropertyList
+    throws -> [String: PropertyList]
   {
-    precondition(session.isLocked, "swapping a home needs the root's lock")
+    precondition(session.isLocked(app.bundleIdentifier), "swapping a home needs the app's lock")
     do {
       try staging.descriptor.setPermissions(0o700)
       if let owner = AppUser.dataOwner(of: app) {  // the app's data belongs to its own uid
@@ -122,14 +122,12 @@ public enum HomeSwap {
           }
         }
       }
-      let journal = PropertyList.dictionary([
+      let journal: [String: PropertyList] = [
         "containerID": .string(app.containerID), "staging": .string(staging.name),
         "stagingInode": .integer(Int64(bitPattern: try staging.descriptor.status().inode)),
         "carry": .array(carried.map { .data(Data($0)) }),
-      ])
-      let journals = try FileDescriptor.open(session.root.journalDirectory, O_RDONLY | O_DIRECTORY)
-      defer { journals.close() }
-      try AtomicFile.write(journal.binaryData(), to: journalName(app.containerID), in: journals, mode: 0o600)
+      ]
+      try Journal(root: session.root).write(journalName(app.containerID), journal)
       staging.descriptor.close()
       return journal
     } catch {
@@ -139,7 +137,10 @@ public enum HomeSwap {
   }
 
   /// Rolls a journaled swap forward from wherever it stopped.
-  static func finish(journal: PropertyList, applicationRoot: FileDescriptor, journals: FileDescriptor) throws
+  static func finish(
+    journal: [String: PropertyList], applicationRoot: FileDescriptor, journal entries: Journal
+  )
+    throws
   {
     guard let id = journal["containerID"]?.string, let staging = journal["staging"]?.string,
       staging.hasPrefix(HomeStagingArea.prefix), !id.contains("/"),
@@ -165,8 +166,7 @@ public enum HomeSwap {
     CrashPoint.hit("swap.exchanged")
     // The staging name now holds the old contents (or nothing, if recovery already ran).
     try FileTree.remove(staging, in: applicationRoot)
-    try journals.remove(journalName(id))
-    try journals.sync()
+    try entries.remove(journalName(id))
   }
 }
 
@@ -174,40 +174,45 @@ public enum HomeSwap {
 public struct HomeSwapRecovery: RecoveryStep {
   public init() {}
 
-  public func recover(_ session: DeviceSession) throws {
-    let journals = try FileDescriptor.open(session.root.journalDirectory, O_RDONLY | O_DIRECTORY)
-    defer { journals.close() }
-    let applicationRoot = try FileDescriptor.open(session.root.applicationRoot, O_RDONLY | O_DIRECTORY)
-    defer { applicationRoot.close() }
+  public func recover(_ session: DeviceSession) throws { try recover(session, scope: .everything) }
+
+  public func hasPendingWork(_ session: DeviceSession, bundleIdentifier: String) throws -> Bool {
+    guard let app = try session.registry.appIfPresent(bundleIdentifier) else { return false }
+    return try !Journal(root: session.root).records(prefix: HomeSwap.journalName(app.containerID)).isEmpty
+  }
+
+  /// For one app, finishes the swap into its home, if one was journaled. For everything,
+  /// also removes staging directories no journal names (never swapped in, so the homes
+  /// never changed) and bundles extracted for restores.
+  public func recover(_ session: DeviceSession, scope: RecoveryScope) throws {
+    let applicationRoot = try OwnedFileDescriptor.open(session.root.applicationRoot, O_RDONLY | O_DIRECTORY)
+    let journal = Journal(root: session.root)
+    var prefix = "swap-"
+    if scope == .everything { try journal.removeInterruptedWrites() }
+    if case .app(let bundleIdentifier) = scope {
+      guard let app = try session.registry.appIfPresent(bundleIdentifier) else { return }
+      prefix = HomeSwap.journalName(app.containerID)
+    }
     var journaled: Set<String> = []
-    for entry in try journals.entries() where entry.nameString.hasPrefix(".swap-") {
-      try journals.remove(rawName: entry.name)  // an AtomicFile temp: the journal was never written
+    for (_, record) in try journal.records(prefix: prefix) {
+      if let staging = record["staging"]?.string { journaled.insert(staging) }
+      try HomeSwap.finish(journal: record, applicationRoot: applicationRoot.borrowed, journal: journal)
     }
-    for entry in try journals.entries() where entry.nameString.hasPrefix("swap-") {
-      let fd = try journals.open(rawName: entry.name, O_RDONLY | O_NOFOLLOW)
-      let bytes = try fd.closeAfter { try $0.readAll(limit: 1 << 20) }
-      guard let journal = try? PropertyList.decode(Data(bytes)) else {
-        try journals.remove(rawName: entry.name)  // torn before the atomic rename: never took effect
-        continue
-      }
-      if let staging = journal["staging"]?.string { journaled.insert(staging) }
-      try HomeSwap.finish(journal: journal, applicationRoot: applicationRoot, journals: journals)
-    }
-    for entry in try applicationRoot.entries() {
+    guard scope == .everything else { return }
+    for entry in try applicationRoot.borrowed.entries() {
       let name = entry.nameString
       if name.hasPrefix(HomeStagingArea.prefix) && !journaled.contains(name) {
-        try FileTree.remove(name, in: applicationRoot)
+        try FileTree.remove(name, in: applicationRoot.borrowed)
       }
     }
-    let state = try FileDescriptor.open(session.root.stateDirectory, O_RDONLY | O_DIRECTORY)
-    defer { state.close() }
-    for entry in try state.entries() where entry.nameString.hasPrefix(BundleRecovery.prefix) {
-      try FileTree.remove(entry.nameString, in: state)
+    let state = try OwnedFileDescriptor.open(session.root.stateDirectory, O_RDONLY | O_DIRECTORY)
+    for entry in try state.borrowed.entries() where entry.nameString.hasPrefix(BundleRecovery.prefix) {
+      try FileTree.remove(entry.nameString, in: state.borrowed)
     }
   }
 }
 
 /// Temporary directories holding a bundle extracted from a backup before it is installed.
 enum BundleRecovery {
-  static let prefix = "restore-bundle-"
+  static let prefix = DeviceRoot.temporaryBundlePrefix
 }

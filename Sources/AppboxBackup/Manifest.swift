@@ -5,7 +5,8 @@
 // alive), the trees first stored with this archive, and the locations of the blobs whose
 // content this archive holds. Format (version 1), integers as LEB128 varints:
 //   "APPBOXMF" 0x01
-//   fieldCount (key value)*                  snapshot fields as UTF-8 strings
+//   fieldCount (key value)*                  snapshot fields: UTF-8 strings, except the
+//                                            unreadable paths (raw bytes joined by NUL)
 //   treeCount (digest[32] dataLen data)*
 //   blobCount (digest[32] offset size pathLen path)*
 //   sha256[32] of everything before it
@@ -38,7 +39,7 @@ struct Manifest {
     var size = Manifest.magic.count + 1
     let fields = snapshot.map(Manifest.fields) ?? []
     size += ByteWriter.varintSize(UInt64(fields.count))
-    for (key, value) in fields { size += data(key.utf8.count) + data(value.utf8.count) }
+    for (key, value) in fields { size += data(key.utf8.count) + data(value.count) }
     size += ByteWriter.varintSize(UInt64(trees.count))
     for tree in trees { size += Digest.byteCount + data(tree.data.count) }
     size += ByteWriter.varintSize(UInt64(blobs.count))
@@ -70,7 +71,7 @@ struct Manifest {
     out.varint(UInt64(fields.count))
     for (key, value) in fields {
       out.data(Array(key.utf8))
-      out.data(Array(value.utf8))
+      out.data(value)
     }
     out.varint(UInt64(trees.count))
     for tree in trees {
@@ -90,7 +91,7 @@ struct Manifest {
     try hasher.finalize().withUnsafeBytes { try sink($0) }
   }
 
-  private static func fields(_ snapshot: Snapshot) -> [(String, String)] {
+  private static func fields(_ snapshot: Snapshot) -> [(String, [UInt8])] {
     var fields: [(String, String)] = [
       ("id", snapshot.id), ("app", snapshot.app), ("device", snapshot.device),
       ("container", snapshot.containerID),
@@ -102,7 +103,12 @@ struct Manifest {
     if let tag = snapshot.tag { fields.append(("tag", tag)) }
     if let parent = snapshot.parent { fields.append(("parent", parent)) }
     if let offset = snapshot.keychainOffset { fields.append(("keychain", String(offset))) }
-    return fields
+    if snapshot.unreadable > 0 { fields.append(("unreadable", String(snapshot.unreadable))) }
+    var result = fields.map { ($0.0, Array($0.1.utf8)) }
+    if !snapshot.unreadablePaths.isEmpty {
+      result.append(("unreadablePaths", Snapshot.joinedPaths(snapshot.unreadablePaths)))
+    }
+    return result
   }
 
   /// Parses a manifest read from archive `archive`.
@@ -122,9 +128,12 @@ struct Manifest {
         var input = ByteReader(raw)
         _ = try input.raw(magic.count + 1)
         var fields: [String: String] = [:]
+        var rawFields: [String: [UInt8]] = [:]
         for _ in 0..<(try input.count(limit: 64)) {
           let key = String(decoding: try input.data(limit: 64), as: UTF8.self)
-          fields[key] = String(decoding: try input.data(limit: 4096), as: UTF8.self)
+          let value = try input.data(limit: 4096)
+          rawFields[key] = value
+          fields[key] = String(decoding: value, as: UTF8.self)
         }
         var trees: [(digest: Digest, data: [UInt8])] = []
         for _ in 0..<(try input.count(limit: raw.count)) {
@@ -145,7 +154,14 @@ struct Manifest {
           blobs.append(BlobLocation(digest: digest, archive: archive, offset: offset, path: path, size: size))
         }
         guard input.isAtEnd else { throw bad("trailing bytes") }
-        let snapshot = fields.isEmpty ? nil : try Manifest.snapshot(fields, archive: archive, bad: bad)
+        var snapshot = fields.isEmpty ? nil : try Manifest.snapshot(fields, archive: archive, bad: bad)
+        if let count = fields["unreadable"] {
+          guard let unreadable = Int(count), unreadable >= 0 else {
+            throw bad("a snapshot field is malformed")
+          }
+          snapshot?.unreadable = unreadable
+          snapshot?.unreadablePaths = Snapshot.splitPaths(rawFields["unreadablePaths"] ?? [])
+        }
         return Manifest(snapshot: snapshot, trees: trees, blobs: blobs)
       }
     } catch let error as BackupError where error.code == .corruptCatalog {

@@ -11,6 +11,7 @@
 // lock by the next writer that can take it.
 
 import AppboxArchive
+import AppboxContainer
 import AppboxCore
 import Foundation
 import Glibc
@@ -43,22 +44,44 @@ public final class Repository {
       throw BackupError(.snapshotNotFound, "No backup repository at '\(trimmed)'")
     }
     for directory in [trimmed, trimmed + "/archives", trimmed + "/locks"] {
-      do {
-        try FileManager.default.createDirectory(
-          atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-      } catch {
-        throw SystemError("create directory", path: directory, errno: .current)
-      }
+      try Repository.makeDirectories(directory)
     }
     catalog = try Catalog(path: trimmed + "/catalog.db")
   }
 
-  private var lockTimeout: Duration {
-    let seconds = environment["APPBOX_LOCK_TIMEOUT"].flatMap(Double.init) ?? 5
-    return .milliseconds(Int(seconds * 1000))
+  /// Creates `path` and any missing parents (mode 0700). Uses `mkdir(2)`, reading errno
+  /// right after each call (Foundation's errors do not carry it reliably).
+  static func makeDirectories(_ path: String) throws {
+    if Glibc.mkdir(path, 0o700) == 0 { return }
+    let errno = Errno.current
+    switch errno {
+    case .exists:
+      var isDirectory: ObjCBool = false
+      guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue
+      else {
+        throw SystemError("create directory", path: path, errno: .notDirectory)
+      }
+    case .noEntry:
+      let parent = splitPath(path).directory
+      guard parent != path, parent != "/" else {
+        throw SystemError("create directory", path: path, errno: errno)
+      }
+      try makeDirectories(parent)
+      guard Glibc.mkdir(path, 0o700) == 0 || Errno.current == .exists else {
+        throw SystemError("create directory", path: path)
+      }
+    default:
+      throw SystemError("create directory", path: path, errno: errno)
+    }
   }
 
-  /// The per-app writer lock; busy (exit 75) after `APPBOX_LOCK_TIMEOUT` seconds (default 5).
+  /// How long to wait for an app's writer lock: `$APPBOX_LOCK_TIMEOUT` (`--wait`), else not
+  /// at all. The repository-wide lock is held exclusively only for maintenance (debris,
+  /// `forget`), so waiting for it is waiting for that: at least 5 seconds.
+  private var lockTimeout: Duration { DeviceRoot.lockTimeout(environment: environment) }
+  private var repositoryLockTimeout: Duration { max(.seconds(5), lockTimeout) }
+
+  /// The per-app writer lock; busy (exit 75) unless it frees within `lockTimeout`.
   public func lockApp(_ bundleIdentifier: String) throws -> FileLock {
     try FileLock.acquire(
       locksPath + "/\(bundleIdentifier).lock", exclusive: true, timeout: lockTimeout,
@@ -68,8 +91,8 @@ public final class Repository {
   /// The repository-wide lock, shared for writers and exclusive for maintenance.
   public func lockRepository(exclusive: Bool) throws -> FileLock {
     try FileLock.acquire(
-      locksPath + "/repository.lock", exclusive: exclusive, timeout: lockTimeout, what: "Repository '\(path)'"
-    )
+      locksPath + "/repository.lock", exclusive: exclusive, timeout: repositoryLockTimeout,
+      what: "Repository '\(path)'")
   }
 
   /// Takes the repository lock shared for a writer, removing debris first when no other

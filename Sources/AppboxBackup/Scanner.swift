@@ -1,27 +1,38 @@
 // Stage 1 of a backup: scan the home with both cores, detecting changes as it goes.
 //
 // Algorithm: a shared LIFO of directories to visit and two workers. A worker opens its
-// directory beneath the home with openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) (a symlink
-// swapped in mid-scan cannot lead it out), lists it with getdents, sorts the raw names, and
-// merges them with the previous snapshot's tree of the same directory (loaded through its own
-// read-only catalog connection, walked in place by a TreeCursor). Each entry costs one
-// fstatat; `ChangeDetector` then decides whether the previous entry stands for it. Names live
-// in one byte arena per directory and entries refer to them, so an unchanged file costs no
-// allocation at all. Changed symlinks are read here; changed regular
-// files are left for the archiver, which must open them anyway. Subdirectories are pushed as
-// new work, carrying their previous entry.
+// directory by name from its parent's descriptor (O_NOFOLLOW | O_DIRECTORY: a symlink swapped
+// in mid-scan is refused, never followed), never by a path from the home, so neither depth nor
+// PATH_MAX limits the walk (a 20,000-level chain scans like any other tree). Parent
+// descriptors are shared by their children's jobs and closed when the last child has opened;
+// past a budget of open descriptors a job keeps no parent and opens its directory beneath the
+// home by path instead (`openBeneath`, in pieces shorter than PATH_MAX, no symlink followed).
+// The worker lists the directory with getdents, sorts the raw names, and merges them with the
+// previous snapshot's tree of the same directory (loaded through its own read-only catalog
+// connection, walked in place by a TreeCursor). Each entry costs one fstatat;
+// `ChangeDetector` then decides whether the previous entry stands for it. Names live in one
+// byte arena per directory and entries refer to them, so an unchanged file costs no
+// allocation at all. Directories record their parent and name, not their path: paths are
+// built only where a member name or a message needs one. Changed symlinks are read here;
+// changed regular files are left for the archiver, which must open them anyway.
+// Subdirectories are pushed as new work, carrying their previous entry.
 //
 // Invariants: nothing is followed (every open and stat uses O_NOFOLLOW/AT_SYMLINK_NOFOLLOW);
 // a directory's own metadata comes from fstat on the descriptor that was listed; an
 // excluded directory is recorded but not listed; `tmp`, `Library/Caches` and (unless asked)
 // the bundle are skipped by name at their fixed places; an entry that vanishes between
-// listing and stat never existed as far as the snapshot is concerned; any other failure
-// (EACCES, a device file) stops the whole scan with an error naming the path.
+// listing and stat never existed as far as the snapshot is concerned. What the app made
+// unreadable (permission denied) or too deep to store (a path over 64 KiB) does not stop the
+// scan: a directory that cannot be listed is recorded empty, an entry that cannot be read is
+// left out, and each is reported in `unreadable`, which makes the snapshot incomplete. Any
+// other failure (an I/O error, a device file) stops the whole scan with an error naming the
+// path.
 
 import AppboxContainer
 import AppboxCore
 import AppboxCrypto
 import Glibc
+import Synchronization
 
 /// One entry of a scanned directory.
 struct ScannedEntry {
@@ -65,10 +76,20 @@ struct PreviousEntry {
 
 /// One scanned directory.
 struct ScannedDirectory {
-  var path: [UInt8] = []
+  /// The parent's index (-1 for the home itself) and this directory's name in it.
+  var parent = -1
+  var name: [UInt8] = []
+  /// The length in bytes of the path from the home (0 for the home).
+  var pathLength = 0
+  /// The home's top-level `Library` (whose `Caches` is skipped).
+  var isTopLibrary = false
+  /// The bundle directory or something inside it (not counted in files and bytes).
+  var isInBundle = false
   var status: FileStatus?
   var attributes: [ExtendedAttribute] = []
   var isExcluded = false
+  /// Could not be listed: recorded without entries, and reported as unreadable.
+  var isUnreadable = false
   /// The directory's own entry is unchanged from the previous snapshot's.
   var isUnchanged = false
   var previousDigest: Digest?
@@ -85,6 +106,33 @@ struct ScannedDirectory {
   }
 }
 
+extension Array where Element == ScannedDirectory {
+  /// The path of directory `index` relative to the home ("" for the home), built from the
+  /// names of its ancestors.
+  func path(of index: Int) -> [UInt8] {
+    var names: [[UInt8]] = []
+    var current = index
+    while current > 0 {
+      names.append(self[current].name)
+      current = self[current].parent
+    }
+    var path: [UInt8] = []
+    path.reserveCapacity(index > 0 ? self[index].pathLength : 0)
+    for name in names.reversed() {
+      if !path.isEmpty { path.append(UInt8(ascii: "/")) }
+      path.append(contentsOf: name)
+    }
+    return path
+  }
+}
+
+/// Something the scan or the archiver could not read; the snapshot records it as incomplete.
+struct UnreadableEntry: Sendable, Equatable {
+  var path: [UInt8]
+  /// Why, for people: "permission denied", "its path is longer than 65536 bytes".
+  var reason: String
+}
+
 /// Which names the scan leaves out.
 struct ScanRules: Sendable {
   /// The bundle directory's name, skipped at the top unless `includeBundle`.
@@ -93,19 +141,52 @@ struct ScanRules: Sendable {
   /// For export: scan only these top-level names (nil: everything not skipped).
   var onlyTopLevel: Set<[UInt8]>? = nil
 
-  func skips(_ name: UnsafeRawBufferPointer, in path: [UInt8]) -> Bool {
-    if path.isEmpty {
+  /// The longest path (bytes, relative to the home) a snapshot stores: deeper entries are
+  /// left out and reported. PATH_MAX is no limit (the walk uses descriptors), but every tar
+  /// member repeats its whole path, so an unbounded depth would let an app grow an archive
+  /// quadratically; 64 KiB is also the longest path a manifest records.
+  static let maximumPathLength = 65_536
+
+  func skips(_ name: UnsafeRawBufferPointer, inRoot isRoot: Bool, inTopLibrary isTopLibrary: Bool) -> Bool {
+    if isRoot {
       if let onlyTopLevel { return !onlyTopLevel.contains(Array(name)) }
       if name.elementsEqual("tmp".utf8) { return true }
       if !includeBundle && name.elementsEqual(bundleDirectoryName.utf8) { return true }
       return false
     }
-    return path.count == 7 && path.elementsEqual("Library".utf8) && name.elementsEqual("Caches".utf8)
+    return isTopLibrary && name.elementsEqual("Caches".utf8)
   }
+}
+
+/// A directory descriptor shared by the pending jobs of its subdirectories; closed when the
+/// last of them has opened its own.
+final class DirectoryHandle: @unchecked Sendable {
+  let descriptor: FileDescriptor
+  private let live: LiveCount
+
+  init(_ descriptor: FileDescriptor, live: LiveCount) {
+    self.descriptor = descriptor
+    self.live = live
+    live.count.add(1, ordering: .relaxed)
+  }
+
+  deinit {
+    descriptor.close()
+    live.count.subtract(1, ordering: .relaxed)
+  }
+}
+
+/// How many `DirectoryHandle`s are open.
+final class LiveCount: Sendable {
+  let count = Atomic<Int>(0)
 }
 
 /// The parallel scanner. Use once: `scan()` returns every directory, index 0 being the home.
 final class Scanner: @unchecked Sendable {
+  /// Open parent descriptors the scan keeps at most (by default); past it, jobs open by path.
+  static let defaultDescriptorBudget = 256
+  private let descriptorBudget: Int
+
   private let home: FileDescriptor
   private let rules: ScanRules
   private let catalogPath: String?
@@ -113,19 +194,34 @@ final class Scanner: @unchecked Sendable {
   private let trustedBefore: Int64
   private let observer: EngineObserver
 
+  private struct Job {
+    var index: Int
+    var previous: TreeEntry?
+    /// The parent directory, open; nil for the home, or when the budget was spent.
+    var parent: DirectoryHandle?
+  }
+
   private let mutex = Mutex()
   private var directories: [ScannedDirectory] = []
-  private var pending: [(index: Int, previous: TreeEntry?)] = []
+  private var pending: [Job] = []
   private var active = 0
   private var failure: Error?
+  private let live = LiveCount()
+  /// What could not be read: the first `unreadableLimit` entries, and how many in all.
+  private(set) var unreadable: [UnreadableEntry] = []
+  private(set) var unreadableCount = 0
+  static let unreadableLimit = 1000
+  /// Directories that vanished or turned into something else while the scan ran.
+  private(set) var warnings: [(path: String, message: String)] = []
 
   /// `previousRoot` is the parent snapshot's root tree (nil: no change detection), read from
   /// the catalog at `catalogPath`; entries whose ctime is not before `trustedBefore` minus the
   /// racy window are treated as changed.
   init(
     home: FileDescriptor, rules: ScanRules, catalogPath: String?, previousRoot: Digest?, trustedBefore: Int64,
-    observer: EngineObserver
+    observer: EngineObserver, descriptorBudget: Int = Scanner.defaultDescriptorBudget
   ) {
+    self.descriptorBudget = descriptorBudget
     self.home = home
     self.rules = rules
     self.catalogPath = catalogPath
@@ -138,7 +234,7 @@ final class Scanner: @unchecked Sendable {
     var root = ScannedDirectory()
     root.previousDigest = previousRoot
     directories = [root]
-    pending = [(0, nil)]
+    pending = [Job(index: 0, previous: nil, parent: nil)]
     let threads = (0..<max(1, workers)).map { number in
       WorkerThread(name: "appbox-scan-\(number)") { [self] in try work() }
     }
@@ -146,8 +242,17 @@ final class Scanner: @unchecked Sendable {
     for thread in threads {
       do { try thread.join() } catch { firstError = firstError ?? error }
     }
+    pending.removeAll()
     if let error = failure ?? firstError { throw error }
     return directories
+  }
+
+  /// Records an entry the snapshot leaves out (call with the mutex held).
+  private func recordUnreadable(_ path: [UInt8], _ reason: String) {
+    unreadableCount += 1
+    if unreadable.count < Scanner.unreadableLimit {
+      unreadable.append(UnreadableEntry(path: path, reason: reason))
+    }
   }
 
   private func work() throws {
@@ -155,20 +260,22 @@ final class Scanner: @unchecked Sendable {
     let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
     defer { buffer.deallocate() }
     while true {
-      let job: (index: Int, previous: TreeEntry?)? = mutex.withLock {
+      let next: (job: Job, directory: ScannedDirectory, path: [UInt8]?)? = mutex.withLock {
         while pending.isEmpty && active > 0 && failure == nil { mutex.wait() }
         if failure != nil || pending.isEmpty { return nil }
         active += 1
-        return pending.removeLast()
+        let job = pending.removeLast()
+        // Only a job without its parent's descriptor needs the whole path.
+        let path = job.parent == nil && job.index != 0 ? directories.path(of: job.index) : nil
+        return (job, directories[job.index], path)
       }
-      guard let job else { return }
+      guard var (job, directory, path) = next else { return }
       do {
         if catalog == nil, previousRoot != nil, let catalogPath {
           // One read transaction for the whole scan: the WAL read lock is taken once.
           catalog = try Catalog(path: catalogPath, readOnly: true)
           try catalog!.database.execute("BEGIN DEFERRED TRANSACTION")
         }
-        let path = mutex.withLock { directories[job.index].path }
         let previousDigest = job.index == 0 ? previousRoot : job.previous?.digest
         let previousData = try previousDigest.map { digest -> [UInt8] in
           guard let data = try catalog!.treeData(digest) else {
@@ -176,21 +283,45 @@ final class Scanner: @unchecked Sendable {
           }
           return data
         }
-        var (result, previousDirectories) = try visit(
-          path: path, previous: job.previous, isRoot: job.index == 0, previousData: previousData ?? [],
-          buffer: buffer)
-        result.previousDigest = previousDigest
+        var outcome = try visit(
+          job: job, directory: directory, path: path, previousData: previousData ?? [], buffer: buffer)
+        job.parent = nil  // opened: the parent's descriptor closes once its last child has opened
+        outcome.directory.previousDigest = previousDigest
+        let subdirectories = outcome.directory.entries.indices.filter {
+          outcome.directory.entries[$0].type == .directory
+        }
+        var handle: DirectoryHandle?
+        if let descriptor = outcome.descriptor {
+          if !subdirectories.isEmpty && live.count.load(ordering: .relaxed) < descriptorBudget {
+            handle = DirectoryHandle(descriptor, live: live)
+          } else {
+            descriptor.close()
+          }
+        }
+        let finished = outcome.directory
+        let previousDirectories = outcome.previousDirectories
+        let unreadableHere = outcome.unreadable
+        let warning = outcome.warning
         mutex.withLock {
-          for position in result.entries.indices where result.entries[position].type == .directory {
+          var result = finished
+          for position in subdirectories {
             let entry = result.entries[position]
             var child = ScannedDirectory()
-            child.path = joinPath(path, result.name(of: entry))
+            child.parent = job.index
+            child.name = result.name(of: entry)
+            child.pathLength = (job.index == 0 ? 0 : result.pathLength + 1) + child.name.count
+            child.isTopLibrary = job.index == 0 && child.name.elementsEqual("Library".utf8)
+            child.isInBundle =
+              result.isInBundle
+              || (job.index == 0 && child.name.elementsEqual(rules.bundleDirectoryName.utf8))
             let childIndex = directories.count
             directories.append(child)
             result.entries[position].child = childIndex
-            pending.append((childIndex, previousDirectories[position]))
+            pending.append(Job(index: childIndex, previous: previousDirectories[position], parent: handle))
           }
           directories[job.index] = result
+          for entry in unreadableHere { recordUnreadable(entry.path, entry.reason) }
+          if let warning { warnings.append(warning) }
           active -= 1
           mutex.broadcast()
         }
@@ -205,26 +336,85 @@ final class Scanner: @unchecked Sendable {
     }
   }
 
+  private struct Visit {
+    var directory: ScannedDirectory
+    /// The listed directory, open, for its subdirectories' jobs (nil when not listed).
+    var descriptor: FileDescriptor?
+    /// By entry position: the previous entries of subdirectories, decoded.
+    var previousDirectories: [Int: TreeEntry] = [:]
+    var unreadable: [UnreadableEntry] = []
+    var warning: (path: String, message: String)?
+  }
+
+  /// Opens the job's directory: from its parent's descriptor by name, the home itself, or
+  /// (when no parent descriptor was kept) by path beneath the home.
+  private func open(_ job: Job, directory: ScannedDirectory, path: [UInt8]?, flags: Int32) throws
+    -> FileDescriptor
+  {
+    if let parent = job.parent {
+      return try parent.descriptor.open(rawName: directory.name, flags | O_NOFOLLOW)
+    }
+    if job.index == 0 { return try home.open(".", flags) }
+    return try home.openBeneath(path ?? [], flags)
+  }
+
   /// Lists one directory and stats its entries, merging them with the previous tree's.
-  /// Also returns, by entry position, the previous entries of subdirectories, decoded.
   private func visit(
-    path: [UInt8], previous: TreeEntry?, isRoot: Bool, previousData: [UInt8],
+    job: Job, directory scanned: ScannedDirectory, path knownPath: [UInt8]?, previousData: [UInt8],
     buffer: UnsafeMutableRawBufferPointer
-  ) throws -> (ScannedDirectory, [Int: TreeEntry]) {
-    let shown = path.isEmpty ? "." : display(path)
+  ) throws -> Visit {
+    var result = scanned
+    let isRoot = job.index == 0
+    // Paths are built only for messages (and for a job without its parent's descriptor).
+    var builtPath: [UInt8]?
+    func path() -> [UInt8] {
+      if let builtPath { return builtPath }
+      let made = knownPath ?? mutex.withLock { directories.path(of: job.index) }
+      builtPath = made
+      return made
+    }
     let directory: FileDescriptor
     do {
-      directory = try home.openBeneath(path, O_RDONLY | O_DIRECTORY, displayPath: shown)
-    } catch let error as SystemError {
-      throw unreadable(error, path: shown)
+      directory = try open(job, directory: scanned, path: knownPath, flags: O_RDONLY | O_DIRECTORY)
+    } catch let error as SystemError where !isRoot {
+      switch error.errno {
+      case .permissionDenied, .notPermitted:
+        // Recorded as it is seen from outside, without content: its own status comes from a
+        // descriptor that needs no permission on it (O_PATH).
+        let status = try? open(
+          job, directory: scanned, path: knownPath, flags: FileDescriptor.pathOnlyFlag | O_DIRECTORY
+        )
+        .closeAfter { try $0.status() }
+        guard let status else { return Visit(directory: result) }  // gone meanwhile
+        result.status = status
+        result.isUnreadable = true
+        if let previous = job.previous,
+          ChangeDetector.isUnchanged(status, previous: previous, trustedBefore: trustedBefore)
+        {
+          result.attributes = previous.extendedAttributes
+          result.isExcluded = previous.isExcluded
+        }
+        if result.isExcluded { return Visit(directory: result) }
+        return Visit(
+          directory: result,
+          unreadable: [UnreadableEntry(path: path(), reason: "cannot list it (\(error.errno))")])
+      case .noEntry, .notDirectory, .tooManyLinks:
+        // Gone, or replaced by a file or a symlink: it never existed for this snapshot.
+        return Visit(
+          directory: result,
+          warning: (display(path()), "not backed up: it was moved or replaced during the backup"))
+      default:
+        throw backupFailure(error, path: display(path()))
+      }
     }
-    defer { directory.close() }
-    var result = ScannedDirectory()
-    result.path = path
+    var keepOpen = false
+    defer { if !keepOpen { directory.close() } }
     let status = try directory.status()
     result.status = status
     if !isRoot {
-      if let previous, ChangeDetector.isUnchanged(status, previous: previous, trustedBefore: trustedBefore) {
+      if let previous = job.previous,
+        ChangeDetector.isUnchanged(status, previous: previous, trustedBefore: trustedBefore)
+      {
         result.attributes = previous.extendedAttributes
         result.isExcluded = previous.isExcluded
         result.isUnchanged = true
@@ -234,27 +424,29 @@ final class Scanner: @unchecked Sendable {
         }
         result.isExcluded = result.attributes.contains { $0.name == excludeFromBackupAttribute }
       }
-      if result.isExcluded { return (result, [:]) }
+      if result.isExcluded { return Visit(directory: result) }
     }
-    var previousDirectories: [Int: TreeEntry] = [:]
+    var visit = Visit(directory: result)
     var names: [UInt8] = []
     var spans: [(start: Int32, length: Int32)] = []
     do {
       try directory.forEachEntry(buffer: buffer) { name, length, _ in
         let bytes = UnsafeRawBufferPointer(start: name, count: length)
-        if rules.skips(bytes, in: path) { return }
+        if rules.skips(bytes, inRoot: isRoot, inTopLibrary: result.isTopLibrary) { return }
         spans.append((Int32(names.count), Int32(length)))
         names.append(contentsOf: bytes)
         names.append(0)
       }
     } catch let error as SystemError {
-      throw unreadable(error, path: shown)
+      throw backupFailure(error, path: isRoot ? "." : display(path()))
     }
     names.withUnsafeBytes { arena in
       spans.sort { compareBytes(arena, $0, arena, $1) < 0 }
     }
     result.previousData = previousData
     result.entries.reserveCapacity(spans.count)
+    let entryPrefix = isRoot ? 0 : result.pathLength + 1
+    func entryPath(_ name: [UInt8]) -> [UInt8] { joinPath(isRoot ? [] : path(), name) }
     try previousData.withUnsafeBytes { old in
       var cursor = previousData.isEmpty ? nil : try TreeCursor(old)
       result.previousEntryCount = cursor?.count ?? -1
@@ -275,28 +467,38 @@ final class Scanner: @unchecked Sendable {
             match = current
           }
           let cName = (arena.baseAddress! + Int(span.start)).assumingMemoryBound(to: CChar.self)
+          let name = { Array(UnsafeRawBufferPointer(start: cName, count: Int(span.length))) }
+          if entryPrefix + Int(span.length) > ScanRules.maximumPathLength {
+            visit.unreadable.append(
+              UnreadableEntry(
+                path: entryPath(name()),
+                reason: "its path is longer than \(ScanRules.maximumPathLength) bytes"))
+            continue
+          }
           let status: FileStatus
           do {
             guard let found = try directory.status(ofCName: cName) else { continue }  // vanished
             status = found
+          } catch let error as SystemError
+            where error.errno == .permissionDenied || error.errno == .notPermitted
+          {
+            visit.unreadable.append(
+              UnreadableEntry(path: entryPath(name()), reason: "cannot stat it (\(error.errno))"))
+            continue
           } catch let error as SystemError {
-            throw unreadable(
-              error,
-              path: display(
-                joinPath(path, Array(UnsafeRawBufferPointer(start: cName, count: Int(span.length))))))
+            throw backupFailure(error, path: display(entryPath(name())))
           }
           guard let type = TreeEntryType(status.type) else {
-            let entryPath = display(
-              joinPath(path, Array(UnsafeRawBufferPointer(start: cName, count: Int(span.length)))))
             throw BackupError(
-              .unreadable(.badData), "Unable to back up '\(entryPath)': device files do not belong in a home")
+              .unreadable(.badData),
+              "Unable to back up '\(display(entryPath(name())))': device files do not belong in a home")
           }
           var entry = ScannedEntry(
             nameStart: span.start, nameLength: span.length, status: EntryStatus(status), type: type,
             previous: match.map(PreviousEntry.init))
           if type == .directory {
             if let match, match.type == .directory {
-              previousDirectories[result.entries.count] = try Tree.materialize(match, in: old)
+              visit.previousDirectories[result.entries.count] = try Tree.materialize(match, in: old)
             }
           } else if let match,
             ChangeDetector.isUnchanged(status, previous: match, trustedBefore: trustedBefore)
@@ -307,11 +509,19 @@ final class Scanner: @unchecked Sendable {
           {
             entry.isRacy = true
           } else if type == .symlink {
-            let name = Array(UnsafeRawBufferPointer(start: cName, count: Int(span.length)))
             do {
-              entry.linkTarget = try directory.readLink(rawName: name)
+              entry.linkTarget = try directory.readLink(rawName: name())
+            } catch let error as SystemError where error.errno == .noEntry || error.errno == .invalidArgument
+            {
+              continue  // gone, or no longer a symlink: it never existed for this snapshot
+            } catch let error as SystemError
+              where error.errno == .permissionDenied || error.errno == .notPermitted
+            {
+              visit.unreadable.append(
+                UnreadableEntry(path: entryPath(name()), reason: "cannot read the link (\(error.errno))"))
+              continue
             } catch let error as SystemError {
-              throw unreadable(error, path: display(joinPath(path, name)))
+              throw backupFailure(error, path: display(entryPath(name())))
             }
           }
           result.entries.append(entry)
@@ -319,7 +529,12 @@ final class Scanner: @unchecked Sendable {
       }
     }
     result.names = names
-    return (result, previousDirectories)
+    visit.directory = result
+    if result.entries.contains(where: { $0.type == .directory }) {
+      keepOpen = true
+      visit.descriptor = directory
+    }
+    return visit
   }
 }
 
@@ -335,9 +550,10 @@ func compareBytes(
   return Int(x.length) - Int(y.length)
 }
 
-/// Turns a failed system call on a file of the home into the backup's error.
-func unreadable(_ error: SystemError, path: String) -> BackupError {
+/// Turns a failed system call on a file of the home into the backup's error, in the words
+/// of `SystemError`: "Unable to read link 'Documents/x': input/output error".
+func backupFailure(_ error: SystemError, path: String) -> BackupError {
   BackupError(
     .unreadable(error.kind == .denied ? .denied : .io),
-    "Unable to back up '\(path)': cannot \(error.operation) it (\(error.errno))")
+    "Unable to \(error.operation) '\(path)': \(error.errno)")
 }

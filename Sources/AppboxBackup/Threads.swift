@@ -6,32 +6,42 @@
 import Foundation
 import Glibc
 
-/// A pthread mutex with one condition variable.
+/// A pthread mutex with one condition variable. The pthread objects live in memory of
+/// their own (allocated once, never moved): a pthread_mutex_t must keep its address while
+/// in use, which a stored property of a class, passed with `&`, does not promise.
 final class Mutex: @unchecked Sendable {
-  private var mutex = pthread_mutex_t()
-  private var condition = pthread_cond_t()
+  private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+  private let condition: UnsafeMutablePointer<pthread_cond_t>
 
   init() {
-    pthread_mutex_init(&mutex, nil)
-    pthread_cond_init(&condition, nil)
+    mutex = .allocate(capacity: 1)
+    mutex.initialize(to: pthread_mutex_t())
+    condition = .allocate(capacity: 1)
+    condition.initialize(to: pthread_cond_t())
+    pthread_mutex_init(mutex, nil)
+    pthread_cond_init(condition, nil)
   }
 
   deinit {
-    pthread_cond_destroy(&condition)
-    pthread_mutex_destroy(&mutex)
+    pthread_cond_destroy(condition)
+    pthread_mutex_destroy(mutex)
+    condition.deinitialize(count: 1)
+    condition.deallocate()
+    mutex.deinitialize(count: 1)
+    mutex.deallocate()
   }
 
   func withLock<T>(_ body: () throws -> T) rethrows -> T {
-    pthread_mutex_lock(&mutex)
-    defer { pthread_mutex_unlock(&mutex) }
+    pthread_mutex_lock(mutex)
+    defer { pthread_mutex_unlock(mutex) }
     return try body()
   }
 
   /// Waits for a signal; call with the lock held (inside `withLock`).
-  func wait() { pthread_cond_wait(&condition, &mutex) }
+  func wait() { pthread_cond_wait(condition, mutex) }
 
   /// Wakes every waiter.
-  func broadcast() { pthread_cond_broadcast(&condition) }
+  func broadcast() { pthread_cond_broadcast(condition) }
 }
 
 /// A thread running one closure; `join()` waits for it and returns what it threw, if anything.
@@ -112,6 +122,9 @@ final class HandoffQueue<Element>: @unchecked Sendable {
       if consumerWaiting { mutex.broadcast() }
     }
   }
+
+  /// How many elements are queued (for tests).
+  var pendingCount: Int { mutex.withLock { items.count - head } }
 
   /// No more elements will come.
   func close() {

@@ -31,7 +31,6 @@ struct TreeBuilder {
   let catalog: Catalog
   /// The bundle's entry to put in the root tree when the bundle was not scanned.
   let bundleEntry: TreeEntry?
-  let bundleDirectoryName: [UInt8]
 
   func build() throws -> TreeBuildResult {
     let directories = plan.directories
@@ -42,8 +41,9 @@ struct TreeBuilder {
     var bytes: Int64 = 0
     for index in stride(from: directories.count - 1, through: 0, by: -1) {
       let directory = directories[index]
-      if directory.isExcluded { continue }
-      let counts = !isBundle(directory.path)
+      // Excluded, or gone before it could be listed: no tree (its parent leaves it out).
+      if directory.isExcluded || directory.status == nil && index != 0 { continue }
+      let counts = !directory.isInBundle
       var body = ByteWriter()
       var count = 0
       var reusedAll =
@@ -152,10 +152,4 @@ struct TreeBuilder {
     return result
   }
 
-  private func isBundle(_ path: [UInt8]) -> Bool {
-    guard path.count >= bundleDirectoryName.count, path.starts(with: bundleDirectoryName) else {
-      return false
-    }
-    return path.count == bundleDirectoryName.count || path[bundleDirectoryName.count] == UInt8(ascii: "/")
-  }
 }

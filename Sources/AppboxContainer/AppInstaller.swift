@@ -13,12 +13,13 @@ extension DeviceSession {
   /// copy, commits the registry row, then renames the home into place. All or nothing:
   /// a refused bundle leaves nothing under ApplicationRoot.
   public func install(bundleAt bundlePath: String) throws -> InstallResult {
-    precondition(isLocked, "install needs the root's lock")
+    precondition(isLocked, "install needs a mutating session")
     let staged = try HomeStaging.stage(bundleAt: bundlePath, root: root, device: identity)
     let applicationRoot = try FileDescriptor.open(root.applicationRoot, O_RDONLY | O_DIRECTORY)
     defer { applicationRoot.close() }
     do {
-      if let existing = try registry.appIfPresent(staged.info.identifier) {
+      // The identifier is known once the bundle is staged: from here on the app is ours.
+      if let existing = try lockApp(bundleIdentifier: staged.info.identifier) {
         throw ContainerError(
           .alreadyInstalled,
           "'\(staged.info.identifier)' is already installed (version \(existing.version), container "
@@ -65,9 +66,12 @@ extension DeviceSession {
   /// and whatever `alsoRemove` does, inside the registry transaction. The keychain is a
   /// separate database: if its deletion commits and the registry's does not, the trash and
   /// the row are still there and recovery finishes the uninstall (deletion is idempotent).
-  /// A running app is refused (exit 75).
-  public func uninstall(_ app: AppRecord, alsoRemove: (() throws -> Void)? = nil) throws {
-    precondition(isLocked, "uninstall needs the root's lock")
+  /// A running app is refused (exit 75). Once the registry has committed, the uninstall
+  /// has happened: a failure to delete the trash after that is returned as a warning (the
+  /// next recovery deletes it), never thrown.
+  @discardableResult
+  public func uninstall(_ app: AppRecord, alsoRemove: (() throws -> Void)? = nil) throws -> [String] {
+    precondition(isLocked(app.bundleIdentifier), "uninstall needs the app's lock")
     let running = try ensureNotRunning(app)
     defer { withExtendedLifetime(running) {} }
     // Opened first: a keychain that cannot open (say, its device key is gone) refuses the
@@ -90,7 +94,13 @@ extension DeviceSession {
       try deleteKeychainItems(of: app, in: keychain)
       try alsoRemove?()
     }
-    try FileTree.remove(trash, in: applicationRoot)
+    CrashPoint.hit("uninstall.committed")
     removeRunningLock(of: app)
+    do {
+      try FileTree.remove(trash, in: applicationRoot)
+      return []
+    } catch {
+      return ["the old home could not be deleted yet (\(error)); the next appbox command finishes it"]
+    }
   }
 }

@@ -76,6 +76,14 @@ public enum DataOwnership {
     }
   }
 
+  /// `handOver(_:in:to:)` for an entry named by raw bytes (names need not be UTF-8).
+  public static func handOver(rawName: [UInt8], in parent: FileDescriptor, to owner: UInt32) throws {
+    let result = withCName(rawName) { fchownat(parent.rawValue, $0, owner, owner, AT_SYMLINK_NOFOLLOW) }
+    guard result == 0 else {
+      throw SystemError("change the owner of", path: String(decoding: rawName, as: UTF8.self))
+    }
+  }
+
   /// Gives the standard directories of the home open at `home` to `owner`, without
   /// looking inside them (after an update, whose moved data already is the app's).
   public static func handOverStandardDirectories(in home: FileDescriptor, to owner: UInt32) throws {

@@ -11,6 +11,16 @@ import Glibc
 ///     <root>/Keychains/              keychain store and device key (0700)
 ///     <root>/Backups/                default backup repository
 ///     <root>/.appbox/                locks, journals, running-app locks
+///
+/// Locks (flock, released by the kernel however a process ends):
+///     .appbox/lock                   the root lock: every mutating command holds it shared
+///                                    while it runs; taken exclusive only briefly, to create
+///                                    the device and to finish all the work killed appbox
+///                                    processes left when no other appbox is active
+///     .appbox/locks/<bundle-id>.lock one per app: held exclusive by whatever changes the app
+///                                    (its home, registry row, preferences, keychain items,
+///                                    backups), so commands on different apps run in parallel
+///     registry.db, keychain.db       SQLite's own write lock, for each short transaction
 public struct DeviceRoot: Sendable {
   /// The root's absolute, canonical path: no ".", "..", repeated or trailing slashes, and
   /// no symlink in the part that exists (realpath), so that every comparison of paths
@@ -73,6 +83,13 @@ public struct DeviceRoot: Sendable {
   public var journalDirectory: String { stateDirectory + "/journal" }
   public var runningDirectory: String { stateDirectory + "/running" }
   var lockFile: String { stateDirectory + "/lock" }
+  public var locksDirectory: String { stateDirectory + "/locks" }
+
+  /// The lock file of app `bundleIdentifier`; nil for a name that is not a bundle
+  /// identifier (it could not name an app, and must not name a path).
+  func appLockFile(_ bundleIdentifier: String) -> String? {
+    BundleInfo.isValidIdentifier(bundleIdentifier) ? locksDirectory + "/\(bundleIdentifier).lock" : nil
+  }
 
   /// The home of container `id`.
   public func home(_ containerID: String) -> String { applicationRoot + "/" + containerID }
@@ -93,6 +110,7 @@ public struct DeviceRoot: Sendable {
     try makeDirectory(stateDirectory, mode: 0o700)
     try makeDirectory(journalDirectory, mode: 0o700)
     try makeDirectory(runningDirectory, mode: 0o700)
+    try makeDirectory(locksDirectory, mode: 0o700)
   }
 
   private func makeDirectory(_ path: String, mode: mode_t) throws {
@@ -110,22 +128,60 @@ public struct DeviceRoot: Sendable {
     }
   }
 
-  /// Whether a killed appbox left work behind: journal entries, or staging and trash
-  /// directories in ApplicationRoot. Two directory reads.
+  /// The prefix of temporary directories in `.appbox/` holding a bundle extracted from a
+  /// backup (restore, revert) until it is installed.
+  public static let temporaryBundlePrefix = "restore-bundle-"
+
+  /// Whether a killed appbox left work behind (or a live one is at work): journal entries,
+  /// staging and trash directories in ApplicationRoot, extracted bundles. Three directory
+  /// reads.
   public func hasPendingRecovery() -> Bool {
     let fileManager = FileManager.default
     if let journal = try? fileManager.contentsOfDirectory(atPath: journalDirectory), !journal.isEmpty {
       return true
     }
     let homes = (try? fileManager.contentsOfDirectory(atPath: applicationRoot)) ?? []
-    return homes.contains { $0.hasPrefix(".") }
+    if homes.contains(where: { $0.hasPrefix(".") }) { return true }
+    let state = (try? fileManager.contentsOfDirectory(atPath: stateDirectory)) ?? []
+    return state.contains { $0.hasPrefix(DeviceRoot.temporaryBundlePrefix) }
   }
 
-  /// Takes the root's exclusive lock: one mutating appbox command at a time. Waits up to
-  /// `$APPBOX_LOCK_TIMEOUT` seconds (default 5), then fails as busy (exit 75).
-  public func lock(environment: [String: String] = ProcessInfo.processInfo.environment) throws -> FileLock {
-    let seconds = environment["APPBOX_LOCK_TIMEOUT"].flatMap(Double.init) ?? 5
+  /// How long to wait for a busy lock: `$APPBOX_LOCK_TIMEOUT` seconds (the command line's
+  /// `--wait`), else not at all (busy at once: exit 75).
+  public static func lockTimeout(environment: [String: String]) -> Duration {
+    let seconds = environment["APPBOX_LOCK_TIMEOUT"].flatMap(Double.init) ?? 0
+    return .milliseconds(Int(max(0, min(seconds, 86_400 * 365)) * 1000))
+  }
+
+  /// How long to wait for the root lock, which is only ever held exclusively for short
+  /// work: at least 5 seconds, more when the caller asked to wait longer.
+  static func rootLockTimeout(environment: [String: String]) -> Duration {
+    max(.seconds(5), lockTimeout(environment: environment))
+  }
+
+  /// Takes the root lock, exclusive (creating the device) or shared (a mutating command,
+  /// for as long as it runs). Waits `rootLockTimeout`, then fails as busy (exit 75).
+  public func lock(
+    exclusive: Bool = true, environment: [String: String] = ProcessInfo.processInfo.environment
+  )
+    throws -> FileLock
+  {
+    try FileLock.acquire(
+      lockFile, exclusive: exclusive, timeout: DeviceRoot.rootLockTimeout(environment: environment),
+      what: "Device root '\(path)'")
+  }
+
+  /// The root lock, exclusive, if no other appbox holds it in any way right now.
+  func attemptExclusiveLock() throws -> FileLock? { try FileLock.attempt(lockFile, exclusive: true) }
+
+  /// Takes app `bundleIdentifier`'s lock, waiting `lockTimeout`; busy (exit 75) naming the
+  /// app when another appbox holds it.
+  func lockApp(_ bundleIdentifier: String, environment: [String: String]) throws -> FileLock {
+    guard let file = appLockFile(bundleIdentifier) else {
+      throw ContainerError(.appNotFound, "No app '\(bundleIdentifier)' is installed")
+    }
     return try FileLock.acquire(
-      lockFile, exclusive: true, timeout: .milliseconds(Int(seconds * 1000)), what: "Device root '\(path)'")
+      file, exclusive: true, timeout: DeviceRoot.lockTimeout(environment: environment),
+      what: "App \(bundleIdentifier)")
   }
 }

@@ -1,60 +1,150 @@
 import AppboxCore
 import Foundation
 
-/// Work that finishes or rolls back what a killed appbox left half-done. Each module
-/// that journals multi-step operations provides one; all run under the root's lock
-/// before a mutating command starts.
-public protocol RecoveryStep: Sendable {
-  func recover(_ session: DeviceSession) throws
+/// Which work a recovery step may finish or roll back.
+public enum RecoveryScope: Sendable, Equatable {
+  /// Everything killed appbox processes left: only while no other appbox is active (the
+  /// caller holds the root lock exclusively), since work in progress looks the same.
+  case everything
+  /// Only what concerns this app: the caller holds the app's lock, so no live appbox is
+  /// working on it and whatever concerns it was left by a killed one.
+  case app(bundleIdentifier: String)
 }
 
-/// An open device: its root, identity and registry, and (for mutating commands) the
-/// root's exclusive lock, held until the session is released.
+/// Work that finishes or rolls back what a killed appbox left half-done. Each module
+/// that journals multi-step operations provides one.
+public protocol RecoveryStep: Sendable {
+  /// Finishes or rolls back everything (scope `.everything`).
+  func recover(_ session: DeviceSession) throws
+  /// Finishes or rolls back what `scope` covers. The default handles `.everything` only.
+  func recover(_ session: DeviceSession, scope: RecoveryScope) throws
+  /// Whether work for app `bundleIdentifier` is waiting. The default says no.
+  func hasPendingWork(_ session: DeviceSession, bundleIdentifier: String) throws -> Bool
+}
+
+extension RecoveryStep {
+  public func recover(_ session: DeviceSession, scope: RecoveryScope) throws {
+    if scope == .everything { try recover(session) }
+  }
+  public func hasPendingWork(_ session: DeviceSession, bundleIdentifier: String) throws -> Bool { false }
+}
+
+/// An open device: its root, identity and registry, and for mutating commands the root
+/// lock (shared) and the locks of the apps they change, held until the session is released.
+///
+/// Concurrency: commands on different apps run in parallel; each change to an app happens
+/// under that app's lock (`lockApp`), so two commands on one app take turns (or the second
+/// exits 75, unless `APPBOX_LOCK_TIMEOUT`/`--wait` lets it wait). Work a killed appbox left
+/// is finished by the next session that can do it safely: all of it when no other appbox is
+/// active, else an app's part of it by whoever takes that app's lock.
 public final class DeviceSession {
   public let root: DeviceRoot
   public let identity: DeviceIdentity
   public let registry: Registry
   public let environment: [String: String]
+  private let recovery: [any RecoveryStep]
   private var lock: FileLock?
+  private var appLocks: [String: FileLock] = [:]
 
   private init(
     root: DeviceRoot, identity: DeviceIdentity, registry: Registry, lock: FileLock?,
-    environment: [String: String]
+    recovery: [any RecoveryStep], environment: [String: String]
   ) {
     self.root = root
     self.identity = identity
     self.registry = registry
     self.lock = lock
+    self.recovery = recovery
     self.environment = environment
   }
 
-  /// Opens the device at `root`, creating it on first use. A mutating session takes the
-  /// exclusive lock (busy after a few seconds: exit 75) and runs `recovery` first. A
-  /// read-only session takes the lock only briefly, when a killed appbox left work to
-  /// finish, so that nothing ever reads a half-done state.
+  /// Opens the device at `root`, creating it on first use. A mutating session holds the
+  /// root lock shared until it is released. When a killed appbox left work behind and no
+  /// other appbox is active, it is all finished first (under the root lock, exclusive for
+  /// that moment), so nothing ever reads a half-done state; when others are active, each
+  /// app's part is finished by whoever takes that app's lock, or reads it (`app(_:)`).
   public static func open(
     root: DeviceRoot, mutating: Bool, recovery: [any RecoveryStep] = [ContainerRecovery()],
     environment: [String: String] = ProcessInfo.processInfo.environment
   ) throws -> DeviceSession {
     let identity = try root.prepare()
-    let recover = mutating || root.hasPendingRecovery()
-    let lock = recover ? try root.lock(environment: environment) : nil
     let registry = try Registry(root: root)
     let session = DeviceSession(
-      root: root, identity: identity, registry: registry, lock: lock,
+      root: root, identity: identity, registry: registry, lock: nil, recovery: recovery,
       environment: environment)
-    if recover {
-      for step in recovery { try step.recover(session) }
+    if root.hasPendingRecovery(), let exclusive = try root.attemptExclusiveLock() {
+      session.lock = exclusive
+      for step in recovery { try step.recover(session, scope: .everything) }
+      if mutating {
+        try exclusive.convert(exclusive: false)
+      } else {
+        session.lock = nil
+      }
     }
-    if !mutating { session.lock = nil }
+    if mutating && session.lock == nil {
+      session.lock = try root.lock(exclusive: false, environment: environment)
+    }
     return session
   }
 
-  /// Whether this session holds the root's lock.
+  /// Whether this session holds the root lock (it is a mutating session).
   public var isLocked: Bool { lock != nil }
 
-  /// The installed app named by bundle identifier or container id (exit 66 if none).
-  public func app(_ name: String) throws -> AppRecord { try registry.app(name) }
+  /// Whether this session holds app `bundleIdentifier`'s lock.
+  public func isLocked(_ bundleIdentifier: String) -> Bool { appLocks[bundleIdentifier] != nil }
+
+  /// The installed app named by bundle identifier or container id (exit 66 if none). When
+  /// a killed appbox left work on it, that is finished first (under the app's lock).
+  public func app(_ name: String) throws -> AppRecord {
+    let record = try registry.app(name)
+    if !isLocked(record.bundleIdentifier), root.hasPendingRecovery(),
+      try recovery.contains(where: {
+        try $0.hasPendingWork(self, bundleIdentifier: record.bundleIdentifier)
+      })
+    {
+      // The root lock shared (no recovery of everything may run meanwhile), then the app's.
+      let shared = isLocked ? nil : try root.lock(exclusive: false, environment: environment)
+      let lock = try root.lockApp(record.bundleIdentifier, environment: environment)
+      defer { withExtendedLifetime((shared, lock)) {} }
+      try recover(record.bundleIdentifier)
+      return try registry.app(name)
+    }
+    return record
+  }
+
+  /// Takes the lock of the installed app named by bundle identifier or container id, for
+  /// the rest of the session (or until `unlockApp`), finishes whatever a killed appbox left
+  /// on it, and returns its record as it is now (exit 66 if none; 75 if another appbox
+  /// holds the lock). A mutating session only.
+  public func lockApp(_ name: String) throws -> AppRecord {
+    let identifier = try registry.appIfPresent(name)?.bundleIdentifier ?? name
+    guard let record = try lockApp(bundleIdentifier: identifier) else {
+      throw ContainerError(
+        .appNotFound, "No installed app '\(name)' (give a bundle identifier or container id)")
+    }
+    return record
+  }
+
+  /// Takes app `identifier`'s lock whether or not it is installed (an install, or a restore
+  /// that installs it), finishes what a killed appbox left on it, and returns its record if
+  /// it is installed. Taking a lock the session already holds does nothing.
+  @discardableResult
+  public func lockApp(bundleIdentifier identifier: String) throws -> AppRecord? {
+    precondition(isLocked, "app locks are taken in a mutating session")
+    if appLocks[identifier] == nil {
+      appLocks[identifier] = try root.lockApp(identifier, environment: environment)
+      try recover(identifier)
+    }
+    return try registry.appIfPresent(identifier)
+  }
+
+  /// Releases app `app`'s lock before the session ends (`backup --all`, app after app).
+  public func unlockApp(_ app: AppRecord) { appLocks[app.bundleIdentifier] = nil }
+
+  /// Runs every recovery step for app `identifier` (its lock is held).
+  private func recover(_ identifier: String) throws {
+    for step in recovery { try step.recover(self, scope: .app(bundleIdentifier: identifier)) }
+  }
 
   public func home(of app: AppRecord) -> Home { Home(root: root, app: app) }
 }
@@ -66,30 +156,51 @@ public final class DeviceSession {
 /// - an uninstall renames `<ID>` to `.trash-<ID>`, then deletes the app's keychain items
 ///   and its row; so trash whose row still exists is an uninstall to finish (keychain
 ///   items included), and any other trash is removed.
+/// For one app (`.app` scope), only the directories of the container its row names are
+/// looked at; debris no row names belongs to no app and waits for the `.everything` scope.
 public struct ContainerRecovery: RecoveryStep {
   public init() {}
 
-  public func recover(_ session: DeviceSession) throws {
-    let fileManager = FileManager.default
-    let names = (try? fileManager.contentsOfDirectory(atPath: session.root.applicationRoot)) ?? []
-    let debris = names.filter { $0.hasPrefix(HomeStaging.prefix) || $0.hasPrefix(HomeStaging.trashPrefix) }
+  public func recover(_ session: DeviceSession) throws { try recover(session, scope: .everything) }
+
+  /// The staging and trash directories in ApplicationRoot.
+  private func debris(_ session: DeviceSession) -> [String] {
+    let names = (try? FileManager.default.contentsOfDirectory(atPath: session.root.applicationRoot)) ?? []
+    return names.filter { $0.hasPrefix(HomeStaging.prefix) || $0.hasPrefix(HomeStaging.trashPrefix) }.sorted()
+  }
+
+  private func containerID(of name: String) -> String {
+    String(
+      name.dropFirst(
+        name.hasPrefix(HomeStaging.prefix) ? HomeStaging.prefix.count : HomeStaging.trashPrefix.count))
+  }
+
+  public func hasPendingWork(_ session: DeviceSession, bundleIdentifier: String) throws -> Bool {
+    guard let app = try session.registry.appIfPresent(bundleIdentifier) else { return false }
+    return debris(session).contains { containerID(of: $0) == app.containerID }
+  }
+
+  public func recover(_ session: DeviceSession, scope: RecoveryScope) throws {
+    let debris = debris(session)
     if debris.isEmpty { return }
     let apps = try session.registry.apps()
-    let applicationRoot = try FileDescriptor.open(session.root.applicationRoot, O_RDONLY | O_DIRECTORY)
-    defer { applicationRoot.close() }
-    for name in debris.sorted() {
+    let applicationRoot = try OwnedFileDescriptor.open(session.root.applicationRoot, O_RDONLY | O_DIRECTORY)
+    for name in debris {
+      let id = containerID(of: name)
+      let owner = apps.first { $0.containerID == id }
+      switch scope {
+      case .everything: break
+      case .app(let bundleIdentifier): guard owner?.bundleIdentifier == bundleIdentifier else { continue }
+      }
       if name.hasPrefix(HomeStaging.prefix) {
-        let id = String(name.dropFirst(HomeStaging.prefix.count))
-        if apps.contains(where: { $0.containerID == id }), try applicationRoot.statusIfPresent(of: id) == nil
-        {
-          try applicationRoot.rename(name, to: id, flags: .noReplace)
-          try applicationRoot.sync()
+        if owner != nil, try applicationRoot.borrowed.statusIfPresent(of: id) == nil {
+          try applicationRoot.borrowed.rename(name, to: id, flags: .noReplace)
+          try applicationRoot.borrowed.sync()
         } else {
-          try FileTree.remove(name, in: applicationRoot)
+          try FileTree.remove(name, in: applicationRoot.borrowed)
         }
       } else {
-        let id = String(name.dropFirst(HomeStaging.trashPrefix.count))
-        if let app = apps.first(where: { $0.containerID == id }) {
+        if let app = owner {
           try session.registry.database.inTransaction {
             try session.deleteKeychainItems(of: app)
             try session.registry.remove(bundleIdentifier: app.bundleIdentifier)
@@ -99,7 +210,7 @@ public struct ContainerRecovery: RecoveryStep {
                 previousContainerID: id, previousVersion: app.version))
           }
         }
-        try FileTree.remove(name, in: applicationRoot)
+        try FileTree.remove(name, in: applicationRoot.borrowed)
       }
     }
   }

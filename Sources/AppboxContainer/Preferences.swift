@@ -1,10 +1,12 @@
 // An app's preferences: `Library/Preferences/<bundle-id>.plist`, a dictionary.
 //
 // The app owns Library, so the file and the folders above it are hostile ground: the
-// path is resolved beneath the home's descriptor (a symlinked Library or Preferences
-// that leads out of the home is refused), the file itself is opened with O_NOFOLLOW
-// (a symlink there is refused rather than followed, 77), and a file that is not a
-// property-list dictionary is bad data (65). Writes read the current dictionary,
+// path is resolved beneath the home's descriptor with no symlink followed anywhere (a
+// `Library` or `Library/Preferences` the app replaced by a link is refused, 77, even one
+// that stays inside the home: `Library/Preferences -> ../Notes.app` would otherwise send
+// the write into the sealed bundle), the file itself is opened with O_NOFOLLOW (a symlink
+// there is refused rather than followed, 77), and a file that is not a property-list
+// dictionary is bad data (65). Writes read the current dictionary,
 // change it, and replace the file with a binary plist atomically (temp file + rename,
 // which replaces a symlink planted meanwhile instead of writing through it).
 
@@ -115,7 +117,7 @@ public struct Preferences: Sendable {
   /// Runs `body` with Library/Preferences open beneath the home, or with nil when it is
   /// missing (unless `creating`, which makes it).
   private func withFolder<R>(creating: Bool = false, _ body: (FileDescriptor?) throws -> R) throws -> R {
-    let contained = try ContainedDirectory.open(home.path, container: "the home")
+    let contained = try ContainedDirectory.open(home.path, container: "the home", symlinks: .refuse)
     defer { contained.close() }
     let path = try RelativePath(validating: "Library/Preferences")
     let folder: FileDescriptor

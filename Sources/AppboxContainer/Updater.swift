@@ -18,12 +18,30 @@ public struct UpdateReport: Sendable {
   public var droppedTmpBytes: Int64
   public var droppedItems: [String]
   public var preUpdateSnapshot: String?
+  /// Entries the pre-update snapshot could not read (0: it is complete), and the first of
+  /// their paths, shortened. The update proceeds either way.
+  public var preUpdateUnreadable = 0
+  public var preUpdateUnreadablePaths: [[UInt8]] = []
   /// Files (relative to the new home) that still mention the old home's absolute path.
   public var staleAbsolutePaths: [String]
   public var snapshotSeconds: Double
   /// The migration itself: moving the data, committing, switching homes.
   public var migrationSeconds: Double
   public var totalSeconds: Double
+}
+
+/// What the snapshot an update takes first recorded.
+public struct PreUpdateSnapshot: Sendable {
+  public var id: String
+  /// Entries it could not read (0: complete), and the first of their paths, shortened.
+  public var unreadable: Int
+  public var unreadablePaths: [[UInt8]]
+
+  public init(id: String, unreadable: Int = 0, unreadablePaths: [[UInt8]] = []) {
+    self.id = id
+    self.unreadable = unreadable
+    self.unreadablePaths = unreadablePaths
+  }
 }
 
 /// App update, the platform's way: the new bundle gets a NEW home; Documents and Library
@@ -37,9 +55,9 @@ public struct UpdateReport: Sendable {
 extension DeviceSession {
   public func update(
     _ app: AppRecord, toBundleAt bundlePath: String, allowDowngrade: Bool,
-    snapshot: (AppRecord) throws -> String?
+    snapshot: (AppRecord) throws -> PreUpdateSnapshot?
   ) throws -> UpdateReport {
-    precondition(isLocked, "update needs the root's lock")
+    precondition(isLocked(app.bundleIdentifier), "update needs the app's lock")
     let started = DispatchTime.now().uptimeNanoseconds
     let running = try ensureNotRunning(app)
     defer { withExtendedLifetime(running) {} }
@@ -50,7 +68,8 @@ extension DeviceSession {
     do {
       try checkUpdate(app, staged: staged, allowDowngrade: allowDowngrade)
       let snapshotStart = DispatchTime.now().uptimeNanoseconds
-      let snapshotID = try snapshot(app)
+      let preUpdate = try snapshot(app)
+      let snapshotID = preUpdate?.id
       let snapshotSeconds = seconds(since: snapshotStart)
 
       // What will be dropped: measured before anything moves.
@@ -80,12 +99,15 @@ extension DeviceSession {
         movedFiles: survey.files, movedBytes: survey.bytes,
         droppedTmpFiles: tmp.files, droppedTmpBytes: tmp.bytes, droppedItems: strays,
         preUpdateSnapshot: snapshotID,
+        preUpdateUnreadable: preUpdate?.unreadable ?? 0,
+        preUpdateUnreadablePaths: preUpdate?.unreadablePaths ?? [],
         staleAbsolutePaths: survey.stale,
         snapshotSeconds: snapshotSeconds, migrationSeconds: migrationSeconds,
         totalSeconds: seconds(since: started))
     } catch {
       if journaled {
-        try? UpdateRecovery().recover(self)  // finish or roll back now rather than at the next command
+        // Finish or roll back now rather than at the next command.
+        try? UpdateRecovery().recover(self, scope: .app(bundleIdentifier: app.bundleIdentifier))
       } else {
         try? FileTree.remove(staged.stagingName, in: applicationRoot)
       }
@@ -197,8 +219,17 @@ func seconds(since start: UInt64) -> Double { Double(DispatchTime.now().uptimeNa
 public struct UpdateRecovery: RecoveryStep {
   public init() {}
 
-  public func recover(_ session: DeviceSession) throws {
+  public func recover(_ session: DeviceSession) throws { try recover(session, scope: .everything) }
+
+  public func hasPendingWork(_ session: DeviceSession, bundleIdentifier: String) throws -> Bool {
+    try Journal(root: session.root).entries(prefix: "update-").contains {
+      $0.fields["bundleIdentifier"] == bundleIdentifier
+    }
+  }
+
+  public func recover(_ session: DeviceSession, scope: RecoveryScope) throws {
     let journal = Journal(root: session.root)
+    if scope == .everything { try journal.removeInterruptedWrites() }
     for (name, fields) in try journal.entries(prefix: "update-") {
       guard let bundle = fields["bundleIdentifier"], let oldID = fields["oldContainerID"],
         let newID = fields["newContainerID"]
@@ -206,6 +237,7 @@ public struct UpdateRecovery: RecoveryStep {
         throw ContainerError(
           .invalidDevice, "Journal entry '\(name)' lacks its container ids; inspect it by hand")
       }
+      if case .app(let bundleIdentifier) = scope, bundleIdentifier != bundle { continue }
       let applicationRoot = try FileDescriptor.open(session.root.applicationRoot, O_RDONLY | O_DIRECTORY)
       defer { applicationRoot.close() }
       if try session.registry.appIfPresent(bundle)?.containerID == newID {

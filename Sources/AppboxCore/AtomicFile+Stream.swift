@@ -11,33 +11,33 @@ extension AtomicFile {
     from source: FileDescriptor, to name: String, in directory: FileDescriptor, mode: mode_t = 0o644,
     displayPath: String? = nil
   ) throws -> Int64 {
-    let temp = ".\(name).tmp-\(UInt32.random(in: 0...UInt32.max))"
-    let shown = displayPath ?? name
-    let fd = try directory.open(
-      temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: mode, displayPath: shown)
+    try copy(from: source, toRawName: Array(name.utf8), in: directory, mode: mode, displayPath: displayPath)
+  }
+
+  /// `copy(from:to:in:...)` for a destination name given as raw bytes.
+  @discardableResult
+  public static func copy(
+    from source: FileDescriptor, toRawName name: [UInt8], in directory: FileDescriptor, mode: mode_t = 0o644,
+    displayPath: String? = nil
+  ) throws -> Int64 {
+    let shown = displayPath ?? String(decoding: name, as: UTF8.self)
+    let staged = try StagedFile(rawName: name, in: directory, mode: mode, displayPath: shown)
+    let output = staged.descriptor
     var total: Int64 = 0
-    do {
-      try fd.closeAfter { fd in
-        var buffer = [UInt8](repeating: 0, count: 256 * 1024)
-        while true {
-          let count = try buffer.withUnsafeMutableBytes { try source.read(into: $0) }
-          if count == 0 { break }
-          try buffer.withUnsafeBytes { try fd.writeAll(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
-          total += Int64(count)
-        }
-        try fd.setPermissions(mode)
-        try fd.sync()
+    var buffer = [UInt8](repeating: 0, count: 256 * 1024)
+    while true {
+      let count = try buffer.withUnsafeMutableBytes { try source.read(into: $0) }
+      if count == 0 { break }
+      try buffer.withUnsafeBytes {
+        try output.writeAll(UnsafeRawBufferPointer(rebasing: $0[0..<count]))
       }
-      do {
-        try directory.rename(temp, to: name)
-      } catch let error as SystemError {
-        throw SystemError("replace", path: shown, errno: error.errno)
-      }
-    } catch {
-      try? directory.remove(temp)
-      throw error
+      total += Int64(count)
     }
-    try directory.sync()
+    do {
+      try staged.commit()
+    } catch let error as SystemError where error.operation == "rename" {
+      throw SystemError("replace", path: shown, errno: error.errno)
+    }
     return total
   }
 }

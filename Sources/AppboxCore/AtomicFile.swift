@@ -3,26 +3,15 @@ import Glibc
 
 /// Writes whole files so that readers see the old content or the new, never a mix.
 public enum AtomicFile {
-  /// Writes `bytes` to `name` in `directory`: a temp file beside it, fsync, `rename(2)`
-  /// over the old one, fsync of the directory. Never follows a symlink at `name`
+  /// Writes `bytes` to `name` in `directory` as a `StagedFile`: a temp file beside it, fsync,
+  /// `rename(2)` over the old one, fsync of the directory. Never follows a symlink at `name`
   /// (rename replaces the link itself). On failure the temp file is removed.
   public static func write<Bytes: ContiguousBytes>(
     _ bytes: Bytes, to name: String, in directory: FileDescriptor, mode: mode_t = 0o644, durable: Bool = true
   ) throws {
-    let temp = ".\(name).tmp-\(UInt32.random(in: 0...UInt32.max))"
-    let fd = try directory.open(temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: mode, displayPath: name)
-    do {
-      try fd.closeAfter { fd in
-        try fd.writeAll(bytes)
-        try fd.setPermissions(mode)  // umask must not narrow what the caller asked for
-        if durable { try fd.sync() }
-      }
-      try directory.rename(temp, to: name)
-    } catch {
-      try? directory.remove(temp)
-      throw error
-    }
-    if durable { try directory.sync() }
+    let staged = try StagedFile(name, in: directory, mode: mode)
+    try staged.descriptor.writeAll(bytes)
+    try staged.commit(durable: durable)
   }
 
   /// Writes `bytes` to the file at `path` atomically (see `write(_:to:in:)`).

@@ -1,4 +1,3 @@
-import CSystem
 import Glibc
 
 /// Why a user path was refused before or while resolving it beneath a home.
@@ -38,91 +37,115 @@ public struct ContainmentError: AppboxFailure, Equatable {
 
 /// A path relative to some container directory, checked lexically: not empty, not
 /// absolute, no `..` and no NUL. `.` components and repeated slashes are dropped.
-/// This alone does not make a path safe: `ContainedDirectory` resolves it on disk.
+/// Components are raw bytes (Linux names need not be UTF-8). This alone does not make a
+/// path safe: `ContainedDirectory` resolves it on disk.
 public struct RelativePath: Hashable, Sendable, CustomStringConvertible {
-  public let components: [String]
+  /// The components' raw bytes.
+  public let componentBytes: [[UInt8]]
 
   public init(validating text: String, container: String = "the home") throws {
-    if text.utf8.contains(0) {
+    try self.init(validatingBytes: Array(text.utf8), container: container)
+  }
+
+  /// Validates a path given as raw bytes (such as a name the command line unescaped).
+  public init(validatingBytes bytes: [UInt8], container: String = "the home") throws {
+    let text = String(decoding: bytes, as: UTF8.self)
+    if bytes.contains(0) {
       throw ContainmentError(path: text, reason: .containsNUL, container: container)
     }
-    if text.hasPrefix("/") { throw ContainmentError(path: text, reason: .absolute, container: container) }
-    let parts = text.split(separator: "/", omittingEmptySubsequences: true).map(String.init).filter {
-      $0 != "."
+    if bytes.first == UInt8(ascii: "/") {
+      throw ContainmentError(path: text, reason: .absolute, container: container)
     }
-    if parts.contains("..") {
+    let parts = bytes.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: true).map(Array.init)
+      .filter { $0 != [UInt8(ascii: ".")] }
+    if parts.contains([UInt8(ascii: "."), UInt8(ascii: ".")]) {
       throw ContainmentError(path: text, reason: .parentReference, container: container)
     }
     if parts.isEmpty { throw ContainmentError(path: text, reason: .empty, container: container) }
-    components = parts
+    componentBytes = parts
   }
 
-  init(components: [String]) { self.components = components }
+  init(componentBytes: [[UInt8]]) { self.componentBytes = componentBytes }
 
-  public var description: String { components.joined(separator: "/") }
+  /// The components as text (lossy for names that are not UTF-8).
+  public var components: [String] { componentBytes.map { String(decoding: $0, as: UTF8.self) } }
+  /// The whole path's raw bytes, components joined by `/`.
+  public var bytes: [UInt8] { Array(componentBytes.joined(separator: [UInt8(ascii: "/")])) }
+  /// The path as text, for messages (lossy for names that are not UTF-8).
+  public var description: String { String(decoding: bytes, as: UTF8.self) }
   public var lastComponent: String { components[components.count - 1] }
+  public var lastComponentBytes: [UInt8] { componentBytes[componentBytes.count - 1] }
   /// The path without its last component, or nil for a single component.
   public var parent: RelativePath? {
-    components.count > 1 ? RelativePath(components: Array(components.dropLast())) : nil
+    componentBytes.count > 1 ? RelativePath(componentBytes: Array(componentBytes.dropLast())) : nil
   }
   public func appending(_ component: String) throws -> RelativePath {
-    try RelativePath(validating: description + "/" + component)
+    try appending(bytes: Array(component.utf8))
+  }
+  public func appending(bytes component: [UInt8]) throws -> RelativePath {
+    try RelativePath(validatingBytes: bytes + [UInt8(ascii: "/")] + component)
   }
 }
 
 /// An open directory beneath which user paths are resolved; nothing it hands out can
 /// lie outside it, whatever `..` or symlinks the path or the disk contain.
 ///
-/// Resolution uses `openat2(2)` with `RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`, where
-/// symlinks are followed only while they stay beneath. Where the kernel lacks openat2,
-/// it walks component by component with `O_NOFOLLOW` and refuses every symlink.
+/// Resolution is `FileDescriptor.openBeneath` (openat2 with RESOLVE_BENEATH, or the
+/// O_NOFOLLOW component walk), with this directory's symlink policy: `.followBeneath`
+/// (the default) follows links only while they stay beneath; `.refuse` follows none.
 public struct ContainedDirectory: Sendable {
   public let descriptor: FileDescriptor
   /// How messages name this directory: "the home", "Documents".
   public let container: String
+  /// What resolution does with a symlink on the way.
+  public let symlinks: SymlinkPolicy
+  /// How paths are resolved (tests pin `.componentWalk`).
+  public let strategy: ResolveStrategy
 
   /// Wraps an open directory descriptor; the caller keeps ownership of it.
-  public init(descriptor: FileDescriptor, container: String) {
+  public init(
+    descriptor: FileDescriptor, container: String, symlinks: SymlinkPolicy = .followBeneath,
+    strategy: ResolveStrategy = .default
+  ) {
     self.descriptor = descriptor
     self.container = container
+    self.symlinks = symlinks
+    self.strategy = strategy
   }
 
   /// Opens the directory at `path` (not following a final symlink).
-  public static func open(_ path: String, container: String) throws -> ContainedDirectory {
+  public static func open(
+    _ path: String, container: String, symlinks: SymlinkPolicy = .followBeneath,
+    strategy: ResolveStrategy = .default
+  ) throws -> ContainedDirectory {
     let fd = try FileDescriptor.open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
-    return ContainedDirectory(descriptor: fd, container: container)
+    return ContainedDirectory(descriptor: fd, container: container, symlinks: symlinks, strategy: strategy)
   }
 
   public func close() { descriptor.close() }
 
-  /// Set to force the component-wise walk, as on kernels without openat2 (tests use it;
-  /// so does the environment variable APPBOX_NO_OPENAT2=1).
-  nonisolated(unsafe) public static var forceComponentWalk = getenv("APPBOX_NO_OPENAT2") != nil
-
   /// Opens `path` beneath this directory. With `followFinalSymlink: false` the last
   /// component is opened with `O_NOFOLLOW`, so a symlink there is refused.
-  /// Uses `openat2(2)`, or `openat(2)` component by component.
+  /// Uses `openBeneath` (openat2, or openat component by component).
   public func open(
     _ path: RelativePath, _ flags: Int32, mode: mode_t = 0o644, followFinalSymlink: Bool = true
   )
     throws -> FileDescriptor
   {
-    let finalFlags = (followFinalSymlink ? flags : flags | O_NOFOLLOW) | O_CLOEXEC
-    if !Self.forceComponentWalk {
-      let resolve = UInt64(APPBOX_RESOLVE_BENEATH | APPBOX_RESOLVE_NO_MAGICLINKS)
-      while true {
-        let fd = appbox_openat2(descriptor.rawValue, path.description, finalFlags, UInt32(mode), resolve)
-        if fd >= 0 { return FileDescriptor(rawValue: fd) }
-        let errno = Errno.current
-        switch errno {
-        case .noSystemCall: break  // fall through to the walk below
-        case Errno(rawValue: EAGAIN): continue  // a concurrent rename; openat2 asks to retry
-        default: throw translate(errno, path: path)
-        }
-        break
+    let finalFlags = followFinalSymlink ? flags : flags | O_NOFOLLOW
+    do {
+      return try descriptor.openBeneath(
+        path.bytes, finalFlags, mode: mode, symlinks: symlinks, strategy: strategy,
+        displayPath: path.description)
+    } catch let error as SystemError {
+      switch error.errno {
+      case .crossDevice:
+        throw ContainmentError(path: path.description, reason: .escapes, container: container)
+      case .tooManyLinks:
+        throw ContainmentError(path: path.description, reason: .symlink, container: container)
+      default: throw error
       }
     }
-    return try walk(path, finalFlags: finalFlags | O_NOFOLLOW, mode: mode)
   }
 
   /// Resolves every component but the last to a directory beneath this one and returns it
@@ -130,41 +153,11 @@ public struct ContainedDirectory: Sendable {
   /// without following a symlink in its place.
   public func resolveParent(of path: RelativePath) throws -> ContainedPath {
     guard let parent = path.parent else {
-      return ContainedPath(parent: try descriptor.duplicate(), name: path.lastComponent, relative: path)
+      return ContainedPath(
+        parent: try descriptor.duplicate(), rawName: path.lastComponentBytes, relative: path)
     }
     let fd = try open(parent, O_RDONLY | O_DIRECTORY)
-    return ContainedPath(parent: fd, name: path.lastComponent, relative: path)
-  }
-
-  private func walk(_ path: RelativePath, finalFlags: Int32, mode: mode_t) throws -> FileDescriptor {
-    var current = try descriptor.duplicate()
-    for (index, component) in path.components.enumerated() {
-      let isLast = index == path.components.count - 1
-      let flags = isLast ? finalFlags : (O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-      let fd = retryingOnInterrupt { Glibc.openat(current.rawValue, component, flags, mode) }
-      let errno = Errno.current
-      guard fd >= 0 else {
-        // O_NOFOLLOW reports a symlink as ELOOP, or as ENOTDIR with O_DIRECTORY: look.
-        let isSymlink = (try? current.status(of: component))?.type == .symlink
-        current.close()
-        if isSymlink && (errno == .notDirectory || errno == .tooManyLinks) {
-          throw ContainmentError(path: path.description, reason: .symlink, container: container)
-        }
-        throw translate(errno, path: path)
-      }
-      current.close()
-      current = FileDescriptor(rawValue: fd)
-    }
-    return current
-  }
-
-  private func translate(_ errno: Errno, path: RelativePath) -> Error {
-    switch errno {
-    case .crossDevice: return ContainmentError(path: path.description, reason: .escapes, container: container)
-    case .tooManyLinks:
-      return ContainmentError(path: path.description, reason: .symlink, container: container)
-    default: return SystemError("open", path: path.description, errno: errno)
-    }
+    return ContainedPath(parent: fd, rawName: path.lastComponentBytes, relative: path)
   }
 }
 
@@ -172,11 +165,21 @@ public struct ContainedDirectory: Sendable {
 /// final name (not yet opened, so it may not exist). The caller closes `parent`.
 public struct ContainedPath: Sendable {
   public let parent: FileDescriptor
-  public let name: String
+  /// The final name's raw bytes.
+  public let rawName: [UInt8]
   public let relative: RelativePath
+
+  public init(parent: FileDescriptor, rawName: [UInt8], relative: RelativePath) {
+    self.parent = parent
+    self.rawName = rawName
+    self.relative = relative
+  }
+
+  /// The final name as text (lossy for a name that is not UTF-8: use `rawName` for calls).
+  public var name: String { String(decoding: rawName, as: UTF8.self) }
 
   public func close() { parent.close() }
 
   /// The entry's status without following a final symlink, or nil if it does not exist.
-  public func status() throws -> FileStatus? { try parent.statusIfPresent(of: name) }
+  public func status() throws -> FileStatus? { try parent.status(ofRawName: rawName) }
 }

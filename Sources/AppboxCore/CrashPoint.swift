@@ -1,16 +1,19 @@
 import Foundation
 import Glibc
 
-/// Deterministic fault injection for crash-safety tests: when the environment variable
-/// APPBOX_CRASH_AT names a point, the process kills itself with SIGKILL on reaching it,
-/// exactly as a power cut or OOM kill would stop it. Unset (always, outside tests), a
-/// point costs one comparison.
+/// Deterministic fault injection for crash-safety and race tests: when the environment
+/// variable APPBOX_CRASH_AT names a point, the process kills itself with SIGKILL on reaching
+/// it, exactly as a power cut or OOM kill would stop it; when APPBOX_PAUSE_AT names it, the
+/// process stops itself with SIGSTOP there, so a test can change the disk at exactly that
+/// moment (as a racing app would) and then continue it with SIGCONT. Unset (always, outside
+/// tests), a point costs one comparison.
 public enum CrashPoint {
   private static let target: String? = ProcessInfo.processInfo.environment["APPBOX_CRASH_AT"]
+  private static let pause: String? = ProcessInfo.processInfo.environment["APPBOX_PAUSE_AT"]
 
   @inline(__always)
   public static func hit(_ name: StaticString) {
-    guard let target else { return }
-    if target == name.description { kill(getpid(), SIGKILL) }
+    if let target, target == name.description { kill(getpid(), SIGKILL) }
+    if let pause, pause == name.description { kill(getpid(), SIGSTOP) }
   }
 }

@@ -1,20 +1,33 @@
+import CSystem
 import Glibc
 
 /// Whole-tree operations done with descriptors, never following symlinks.
 public enum FileTree {
   /// Removes `name` in `parent` and everything below it. Robust against deep trees
-  /// (it keeps one directory open at a time, climbing back with ".."), read-only
-  /// directories (made writable before emptying) and symlinks (removed, never followed).
-  /// Absent is not an error. Uses `openat(2)`, `unlinkat(2)` and `fchmod(2)`.
+  /// (it keeps one directory open at a time, climbing back with ".." and checking it came
+  /// back to the directory it left), read-only directories (made writable before emptying),
+  /// symlinks (removed, never followed) and entries that vanish meanwhile (someone else
+  /// removing them is not an error). Absent is not an error.
+  /// Uses `openat(2)`, `unlinkat(2)` and `fchmod(2)`.
   public static func remove(_ name: String, in parent: FileDescriptor) throws {
-    guard let status = try parent.statusIfPresent(of: name) else { return }
+    try remove(rawName: Array(name.utf8), in: parent)
+  }
+
+  /// `remove(_:in:)` for a name given as raw bytes (which need not be UTF-8).
+  public static func remove(rawName name: [UInt8], in parent: FileDescriptor) throws {
+    guard let status = try parent.status(ofRawName: name) else { return }
     guard status.type == .directory else {
-      try parent.remove(name)
+      try removeEntry(name, in: parent, directory: false)
       return
     }
-    let top = try openForRemoval(name, in: parent)
+    let top: FileDescriptor
+    do {
+      top = try openForRemoval(rawName: name, in: parent)
+    } catch let error as SystemError where error.errno == .noEntry {
+      return
+    }
     try removeContents(startingAt: top)
-    try parent.remove(name, directory: true)
+    try removeEntry(name, in: parent, directory: true)
   }
 
   /// Removes everything inside the open directory `directory`, leaving it empty.
@@ -29,12 +42,26 @@ public enum FileTree {
     try parent.closeAfter { try remove(name, in: $0) }
   }
 
+  /// `unlinkat`, where an entry already gone counts as removed.
+  private static func removeEntry(_ name: [UInt8], in directory: FileDescriptor, directory isDirectory: Bool)
+    throws
+  {
+    let result = withCName(name) { Glibc.unlinkat(directory.rawValue, $0, isDirectory ? AT_REMOVEDIR : 0) }
+    guard result == 0 || Errno.current == .noEntry else {
+      throw SystemError("remove", path: String(decoding: name, as: UTF8.self))
+    }
+  }
+
   /// Empties the directory `start` (which this consumes and closes), walking down one
-  /// directory at a time with a stack of names rather than of descriptors.
+  /// directory at a time with a stack of names rather than of descriptors. Each level
+  /// remembers its directory's identity: if ".." does not lead back to it (a directory was
+  /// moved meanwhile), the removal stops rather than empty some other directory.
   private static func removeContents(startingAt start: FileDescriptor) throws {
     var current = start
-    var path: [[UInt8]] = []  // names from `start` down to `current`
     defer { current.close() }
+    // From `start` down to `current`: each directory's name in its parent, and the parent's
+    // identity (device, inode).
+    var path: [(name: [UInt8], parent: (UInt64, UInt64))] = []
     while true {
       var descended = false
       for entry in try current.entries() {
@@ -42,66 +69,74 @@ public enum FileTree {
         if let type = entry.type {
           isDirectory = type == .directory
         } else {
-          isDirectory = try withCName(entry.name) { name in
-            var st = stat()
-            guard Glibc.fstatat(current.rawValue, name, &st, AT_SYMLINK_NOFOLLOW) == 0 else {
-              throw SystemError("stat", path: String(decoding: entry.name, as: UTF8.self))
-            }
-            return FileStatus(st).type == .directory
-          }
+          guard let status = try current.status(ofRawName: entry.name) else { continue }  // vanished
+          isDirectory = status.type == .directory
         }
         if isDirectory {
-          let child = try withCName(entry.name) { name in
-            try openForRemoval(String(cString: name), rawName: entry.name, in: current)
+          let child: FileDescriptor
+          CrashPoint.hit("filetree.descend")
+          do {
+            child = try openForRemoval(rawName: entry.name, in: current)
+          } catch let error as SystemError where error.errno == .noEntry {
+            continue
           }
+          let identity = try current.status()
           current.close()
           current = child
-          path.append(entry.name)
+          path.append((entry.name, (identity.device, identity.inode)))
           descended = true
           break
         }
-        try withCName(entry.name) { name in
-          guard Glibc.unlinkat(current.rawValue, name, 0) == 0 || Errno.current == .noEntry else {
-            throw SystemError("remove", path: String(decoding: entry.name, as: UTF8.self))
-          }
-        }
+        try removeEntry(entry.name, in: current, directory: false)
       }
       if descended { continue }
       // `current` is empty now: climb to its parent and remove it.
-      guard let name = path.popLast() else { return }
+      guard let (name, expected) = path.popLast() else { return }
       let parent = try current.open("..", O_RDONLY | O_DIRECTORY)
       current.close()
       current = parent
-      try withCName(name) { cName in
-        guard Glibc.unlinkat(current.rawValue, cName, AT_REMOVEDIR) == 0 else {
-          throw SystemError("remove", path: String(decoding: name, as: UTF8.self))
-        }
+      let reached = try current.status()
+      guard reached.device == expected.0 && reached.inode == expected.1 else {
+        throw SystemError(
+          "remove", path: String(decoding: name, as: UTF8.self), errno: Errno(rawValue: ESTALE))
       }
+      try removeEntry(name, in: current, directory: true)
     }
   }
 
-  private static func openForRemoval(_ name: String, rawName: [UInt8]? = nil, in parent: FileDescriptor)
-    throws
+  /// Opens directory `name` of `parent` for emptying, making it readable, writable and
+  /// searchable by its owner first when it is not. The mode is only ever changed through a
+  /// descriptor of the directory itself, opened with O_NOFOLLOW | O_DIRECTORY: a symlink
+  /// swapped in for the directory is refused, never followed, so nothing outside the tree
+  /// can have its mode changed. Uses `openat(2)`, `fchmod(2)` and, for a directory that is
+  /// not even readable, an O_PATH descriptor and `appbox_chmod_descriptor`.
+  private static func openForRemoval(rawName bytes: [UInt8], in parent: FileDescriptor) throws
     -> FileDescriptor
   {
     let flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW
-    let open = { () throws -> FileDescriptor in
-      if let rawName { return try parent.open(rawName: rawName, flags) }
-      return try parent.open(name, flags)
-    }
     do {
-      let fd = try open()
+      let fd = try parent.open(rawName: bytes, flags)
       // A directory without write or search permission cannot be emptied, even by its owner.
-      let status = try fd.status()
-      if status.permissions & 0o700 != 0o700 { try fd.setPermissions(0o700) }
+      do {
+        let status = try fd.status()
+        if status.permissions & 0o700 != 0o700 { try fd.setPermissions(0o700) }
+      } catch {
+        fd.close()
+        throw error
+      }
       return fd
     } catch let error as SystemError where error.errno == .permissionDenied {
-      // Not even readable: fix the mode through the parent, then open again.
-      let fixed =
-        rawName.map { withCName($0) { Glibc.fchmodat(parent.rawValue, $0, 0o700, 0) } }
-        ?? Glibc.fchmodat(parent.rawValue, name, 0o700, 0)
-      guard fixed == 0 else { throw error }
-      return try open()
+      // Not even readable: open the directory itself without reading it (O_PATH needs only
+      // search permission on the parent), change its mode through that descriptor, then
+      // open it for reading. Never fchmodat(parent, name), which follows a symlink.
+      CrashPoint.hit("filetree.unreadable")
+      let path = try parent.openOwned(rawName: bytes, O_PATH | O_DIRECTORY | O_NOFOLLOW)
+      guard appbox_chmod_descriptor(path.rawValue, 0o700) == 0 else {
+        throw SystemError("change mode", path: String(decoding: bytes, as: UTF8.self))
+      }
+      // Reopen through the O_PATH descriptor itself, so the directory opened is the one
+      // whose mode was changed even if the name was swapped meanwhile.
+      return try path.borrowed.open(".", flags)
     }
   }
 }

@@ -3,7 +3,7 @@ import Glibc
 
 // The `*at` calls by raw name bytes, for code that walks and rebuilds trees whose names
 // need not be UTF-8 (the backup engine). Every call here refuses to follow a symlink in
-// the final component; `openBeneath` refuses symlinks anywhere in the path.
+// the final component; `openBeneath` (Beneath.swift) resolves whole paths.
 
 extension FileDescriptor {
   /// Calls `body` with each entry of this directory (not "." or ".."): its NUL-terminated raw
@@ -49,48 +49,6 @@ extension FileDescriptor {
     if result == 0 { return FileStatus(st) }
     if Errno.current == .noEntry { return nil }
     throw SystemError("stat", path: String(decoding: name, as: UTF8.self))
-  }
-
-  /// Opens `path` (raw bytes, components separated by `/`) beneath this directory without
-  /// following any symlink on the way or at the end, and without leaving the directory.
-  /// Uses `openat2(2)` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`, or where the kernel
-  /// lacks it, `openat(2)` one component at a time with `O_NOFOLLOW`.
-  public func openBeneath(_ path: [UInt8], _ flags: Int32, mode: mode_t = 0o644, displayPath: String? = nil)
-    throws -> FileDescriptor
-  {
-    let display = displayPath ?? String(decoding: path, as: UTF8.self)
-    if path.isEmpty { return try open(".", flags, displayPath: display) }
-    let finalFlags = flags | O_CLOEXEC | O_NOFOLLOW
-    if !ContainedDirectory.forceComponentWalk {
-      let resolve = UInt64(APPBOX_RESOLVE_BENEATH | APPBOX_RESOLVE_NO_SYMLINKS | APPBOX_RESOLVE_NO_MAGICLINKS)
-      while true {
-        let fd = withCName(path) { appbox_openat2(rawValue, $0, finalFlags, UInt32(mode), resolve) }
-        if fd >= 0 { return FileDescriptor(rawValue: fd) }
-        let errno = Errno.current
-        if errno == Errno(rawValue: EAGAIN) { continue }
-        if errno != .noSystemCall { throw SystemError("open", path: display, errno: errno) }
-        break
-      }
-    }
-    let components = path.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: true)
-    var current = try duplicate()
-    for (index, component) in components.enumerated() {
-      let name = Array(component)
-      if name == [UInt8(ascii: ".")] || name == [UInt8(ascii: "."), UInt8(ascii: ".")] {
-        current.close()
-        throw SystemError("open", path: display, errno: .invalidArgument)
-      }
-      let isLast = index == components.count - 1
-      let stepFlags = isLast ? finalFlags : (O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-      let fd = withCName(name) { cName in
-        retryingOnInterrupt { Glibc.openat(current.rawValue, cName, stepFlags, mode) }
-      }
-      let errno = Errno.current
-      current.close()
-      guard fd >= 0 else { throw SystemError("open", path: display, errno: errno) }
-      current = FileDescriptor(rawValue: fd)
-    }
-    return current
   }
 
   /// Creates directory `name` here. Uses `mkdirat(2)`.

@@ -9,6 +9,12 @@ public struct ProcessResult: Sendable {
   public var stderr: [UInt8]
   public var out: String { String(decoding: stdout, as: UTF8.self) }
   public var err: String { String(decoding: stderr, as: UTF8.self) }
+
+  public init(status: Int32, stdout: [UInt8], stderr: [UInt8]) {
+    self.status = status
+    self.stdout = stdout
+    self.stderr = stderr
+  }
 }
 
 /// The directory of the built products (`.build/<triple>/debug`), where the test bundle runs.

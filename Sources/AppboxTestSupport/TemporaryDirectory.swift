@@ -7,8 +7,9 @@ import Glibc
 public final class TemporaryDirectory: @unchecked Sendable {
   public let path: String
 
-  public init(_ label: String = "test") {
-    var template = Array("/tmp/appbox-\(label)-XXXXXX".utf8CString)
+  /// A fresh directory under `base` (default /tmp).
+  public init(_ label: String = "test", base: String = "/tmp") {
+    var template = Array("\(base)/appbox-\(label)-XXXXXX".utf8CString)
     let result = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
     precondition(result != nil, "mkdtemp failed")
     path = String(

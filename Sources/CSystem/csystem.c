@@ -2,6 +2,7 @@
 #include "csystem.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <linux/fscrypt.h>
@@ -72,7 +73,17 @@ long appbox_getdents64(int fd, void *buffer, size_t size) {
  * streams over thirds of each 24 KiB block to hide the instruction's latency, then joins
  * them by shifting with the table-free "multiply by x^n" method below. */
 static uint32_t crc32c_table[8][256];
-static int crc32c_ready;
+#if defined(__x86_64__)
+#define CRC32C_LANE 8192
+static uint32_t crc32c_lane_shift;
+#endif
+/* Built once, whichever thread computes the first checksum: two threads must never fill
+ * the tables at the same time (one could read a half-built table). */
+static pthread_once_t crc32c_once = PTHREAD_ONCE_INIT;
+
+static uint32_t crc32c_zeros_operator(size_t n);
+static void crc32c_init(void);
+static void crc32c_prepare(void) { pthread_once(&crc32c_once, crc32c_init); }
 
 static void crc32c_init(void) {
   for (uint32_t n = 0; n < 256; n++) {
@@ -83,7 +94,9 @@ static void crc32c_init(void) {
   for (uint32_t n = 0; n < 256; n++)
     for (int t = 1; t < 8; t++)
       crc32c_table[t][n] = (crc32c_table[t - 1][n] >> 8) ^ crc32c_table[0][crc32c_table[t - 1][n] & 0xFF];
-  __atomic_store_n(&crc32c_ready, 1, __ATOMIC_RELEASE);
+#if defined(__x86_64__)
+  crc32c_lane_shift = crc32c_zeros_operator(CRC32C_LANE);
+#endif
 }
 
 static uint32_t crc32c_software(uint32_t crc, const unsigned char *p, size_t n) {
@@ -125,9 +138,6 @@ static uint32_t crc32c_zeros_operator(size_t n) {
 }
 
 #if defined(__x86_64__)
-#define CRC32C_LANE 8192
-static uint32_t crc32c_lane_shift;
-
 __attribute__((target("sse4.2"))) static uint32_t crc32c_hardware(uint32_t crc, const unsigned char *p, size_t n) {
   uint64_t c0 = crc;
   while (n >= 3 * CRC32C_LANE) {
@@ -162,12 +172,7 @@ __attribute__((target("sse4.2"))) static uint32_t crc32c_hardware(uint32_t crc, 
 #endif
 
 uint32_t appbox_crc32c(uint32_t crc, const void *data, size_t length) {
-  if (!__atomic_load_n(&crc32c_ready, __ATOMIC_ACQUIRE)) {
-#if defined(__x86_64__)
-    crc32c_lane_shift = crc32c_zeros_operator(CRC32C_LANE);
-#endif
-    crc32c_init();
-  }
+  crc32c_prepare();
   crc = ~crc;
 #if defined(__x86_64__)
   if (__builtin_cpu_supports("sse4.2")) return ~crc32c_hardware(crc, data, length);
@@ -177,13 +182,20 @@ uint32_t appbox_crc32c(uint32_t crc, const void *data, size_t length) {
 
 /* For tests: the table-driven result, whatever the CPU has. */
 uint32_t appbox_crc32c_software(uint32_t crc, const void *data, size_t length) {
-  if (!__atomic_load_n(&crc32c_ready, __ATOMIC_ACQUIRE)) {
-#if defined(__x86_64__)
-    crc32c_lane_shift = crc32c_zeros_operator(CRC32C_LANE);
-#endif
-    crc32c_init();
-  }
+  crc32c_prepare();
   return ~crc32c_software(~crc, data, length);
+}
+
+#ifndef SYS_fchmodat2
+#define SYS_fchmodat2 452
+#endif
+
+int appbox_chmod_descriptor(int fd, mode_t mode) {
+  if (syscall(SYS_fchmodat2, fd, "", mode, AT_EMPTY_PATH) == 0) return 0;
+  if (errno != ENOSYS && errno != EINVAL) return -1;
+  char path[32];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  return chmod(path, mode);
 }
 
 int appbox_mark_top_directory(int fd) {

@@ -89,4 +89,42 @@ struct HomeSwapTests {
     #expect(FileManager.default.fileExists(atPath: fixture.path(Home.metadataFile)))
     #expect(!FileManager.default.fileExists(atPath: fixture.path("Documents/only-old")))
   }
+
+  /// One journal rule for swaps and updates: an interrupted write (a temp file) never took
+  /// effect and goes; an entry under its final name that cannot be decoded is damage, and
+  /// recovery stops (exit 65) without touching the home or the staged data.
+  @Test func aDamagedJournalStopsRecoveryAndAnInterruptedOneIsDiscarded() throws {
+    let (fixture, staging) = try prepared()
+    let name = staging.name
+    _ = try HomeSwap.prepare(staging, into: fixture.app, carrying: .bundle, session: fixture.session)
+    let journals = fixture.root.journalDirectory
+    let entry = journals + "/swap-\(fixture.app.containerID).plist"
+    let before = try #require(FileManager.default.contents(atPath: entry))
+    try Data("not a property list".utf8).write(to: URL(fileURLWithPath: entry))
+    try Data("torn".utf8).write(to: URL(fileURLWithPath: journals + "/.swap-x.plist.tmp-1234abcd"))
+    let update = journals + "/update-0000.plist"
+    try Data([0x62, 0x70, 0x6C]).write(to: URL(fileURLWithPath: update))
+    for step in [HomeSwapRecovery() as any RecoveryStep, UpdateRecovery()] {
+      do {
+        try step.recover(fixture.session)
+        Issue.record("\(step) recovered from a damaged journal")
+      } catch let error as ContainerError {
+        #expect(error.kind == .badData && error.message.contains("is damaged"))
+      }
+    }
+    #expect(
+      try FileManager.default.contentsOfDirectory(atPath: journals).sorted() == [
+        "swap-\(fixture.app.containerID).plist", "update-0000.plist",
+      ])
+    #expect(unlink(update) == 0)
+    #expect(FileManager.default.fileExists(atPath: fixture.root.applicationRoot + "/" + name))
+    #expect(
+      String(
+        decoding: try Data(contentsOf: URL(fileURLWithPath: fixture.path("Documents/which"))), as: UTF8.self)
+        == "old")
+    // Repaired by hand, the same journal rolls forward.
+    try before.write(to: URL(fileURLWithPath: entry))
+    try HomeSwapRecovery().recover(fixture.session)
+    try expectSwapped(fixture)
+  }
 }

@@ -31,6 +31,21 @@ struct ManifestTests {
     #expect(decoded.blobs == manifest.blobs)
   }
 
+  /// An incomplete snapshot keeps its count and its (raw, shortened) paths through the
+  /// manifest, so a catalog rebuilt from the archives still knows it is incomplete.
+  @Test func incompleteSnapshotsRoundTrip() throws {
+    var manifest = Self.sample()
+    let long = Array(repeating: UInt8(ascii: "d"), count: 4000) + [0xFF, 0x0A]
+    manifest.snapshot?.unreadable = 3
+    manifest.snapshot?.unreadablePaths = Snapshot.keptPaths([Array("Documents/locked".utf8), long])
+    let decoded = try Manifest.decode(manifest.encoded(), archive: "0a1b2c3d.tar")
+    #expect(decoded.snapshot == manifest.snapshot)
+    #expect(decoded.snapshot?.isIncomplete == true)
+    let kept = try #require(decoded.snapshot?.unreadablePaths)
+    #expect(kept.count == 2 && kept[0] == Array("Documents/locked".utf8))
+    #expect(kept[1].count < 170 && kept[1].suffix(2) == [0xFF, 0x0A])
+  }
+
   @Test func aManifestWithoutSnapshotDecodesWithNone() throws {
     var manifest = Self.sample()
     manifest.snapshot = nil

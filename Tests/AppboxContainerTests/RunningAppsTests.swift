@@ -85,6 +85,7 @@ struct RunningAppsTests {
     while access(documents + "/up", F_OK) != 0 && Date() < deadline { usleep(10_000) }
 
     let session = try device.session(mutating: true)
+    try session.lockApp(bundleIdentifier: app.bundleIdentifier)
     #expect(try session.isRunning(app))
     do {
       try session.uninstall(app)
@@ -106,6 +107,7 @@ struct RunningAppsTests {
   @Test func whileUninstallHoldsTheLockNoLaunchStarts() throws {
     let device = try TestDevice()
     let session = try device.session(mutating: true)
+    try session.lockApp(bundleIdentifier: device.app.bundleIdentifier)
     var held: FileLock? = try session.ensureNotRunning(device.app)
     let out = try Capture()
     #expect(throws: LockBusyError.self) {
@@ -122,7 +124,20 @@ struct RunningAppsTests {
       try device.session().launch(device.app, options: SandboxOptions(standardOutput: launched.write)) == 0)
     #expect(try launched.text() == "Notes 1.0: 1 note(s) in Documents/Notes\n")
     try session.uninstall(device.app)
-    #expect(throws: (any Error).self) { _ = try device.session().launch(device.app) }
+    // Named again, the app is gone (66); launched from a stale record, the missing bundle
+    // fails the seal check before anything runs.
+    do {
+      _ = try device.session().app(device.app.bundleIdentifier)
+      Issue.record("found an uninstalled app")
+    } catch let error as ContainerError {
+      #expect(error.code == .appNotFound && error.kind == .notFound)
+    }
+    do {
+      _ = try device.session().launch(device.app)
+      Issue.record("launched an uninstalled app")
+    } catch let error as ContainerError {
+      #expect(error.code == .sealBroken && error.message.contains("the bundle directory is gone"))
+    }
   }
 
   @Test func launchRefusesABrokenSealBeforeTouchingTmp() throws {

@@ -3,8 +3,10 @@ import AppboxTestSupport
 import Glibc
 import Testing
 
-/// Both resolution strategies must refuse the same escapes: run every case twice.
-@Suite(.serialized) struct ContainmentTests {
+/// Both resolution strategies must refuse the same escapes: run every case twice. The
+/// strategy is a parameter of each contained directory (nothing process-wide), so these
+/// tests run in parallel with every other suite.
+struct ContainmentTests {
   /// A home with Documents, a file, an inside symlink, and symlinks that escape.
   func makeHome() throws -> TemporaryDirectory {
     let dir = TemporaryDirectory("contain")
@@ -19,13 +21,13 @@ import Testing
     return dir
   }
 
-  func withBothStrategies(_ body: () throws -> Void) rethrows {
-    let saved = ContainedDirectory.forceComponentWalk
-    defer { ContainedDirectory.forceComponentWalk = saved }
-    for walk in [false, true] {
-      ContainedDirectory.forceComponentWalk = walk
-      try body()
-    }
+  func withBothStrategies(_ body: (ResolveStrategy) throws -> Void) rethrows {
+    for strategy in [ResolveStrategy.automatic, .componentWalk] { try body(strategy) }
+  }
+
+  /// Documents of `dir`'s home, resolved with `strategy`.
+  func documents(_ dir: TemporaryDirectory, _ strategy: ResolveStrategy) throws -> ContainedDirectory {
+    try ContainedDirectory.open(dir.url("home/Documents"), container: "Documents", strategy: strategy)
   }
 
   @Test func lexicalChecksRefuseAbsoluteParentAndEmpty() {
@@ -46,9 +48,9 @@ import Testing
 
   @Test func readsInsideAndKeepsCaseApart() throws {
     let dir = try makeHome()
-    let docs = try ContainedDirectory.open(dir.url("home/Documents"), container: "Documents")
-    defer { docs.close() }
-    try withBothStrategies {
+    try withBothStrategies { strategy in
+      let docs = try documents(dir, strategy)
+      defer { docs.close() }
       let lower = try docs.open(try RelativePath(validating: "a.txt"), O_RDONLY)
       let upper = try docs.open(try RelativePath(validating: "A.txt"), O_RDONLY)
       #expect(String(decoding: try lower.readAll(), as: UTF8.self) == "lower")
@@ -60,14 +62,14 @@ import Testing
 
   @Test func refusesSymlinksThatLeave() throws {
     let dir = try makeHome()
-    let docs = try ContainedDirectory.open(dir.url("home/Documents"), container: "Documents")
-    defer { docs.close() }
-    try withBothStrategies {
+    try withBothStrategies { strategy in
+      let docs = try documents(dir, strategy)
+      defer { docs.close() }
       for path in ["to-etc/passwd", "to-outside", "up/Documents/a.txt", "to-etc"] {
         do {
           let fd = try docs.open(try RelativePath(validating: path), O_RDONLY)
           fd.close()
-          Issue.record("'\(path)' escaped (walk: \(ContainedDirectory.forceComponentWalk))")
+          Issue.record("'\(path)' escaped (\(strategy))")
         } catch let error as ContainmentError {
           #expect(error.kind == .denied, "\(path): \(error)")
         }
@@ -78,9 +80,8 @@ import Testing
   @Test func insideSymlinkFollowedOnlyWithOpenat2() throws {
     let dir = try makeHome()
     try dir.write("home/Documents/sub/b.txt", "b")
-    let docs = try ContainedDirectory.open(dir.url("home/Documents"), container: "Documents")
+    let docs = try documents(dir, .automatic)
     defer { docs.close() }
-    ContainedDirectory.forceComponentWalk = false
     let fd = try docs.open(try RelativePath(validating: "inside/b.txt"), O_RDONLY)
     #expect(String(decoding: try fd.readAll(), as: UTF8.self) == "b")
     fd.close()
@@ -88,9 +89,9 @@ import Testing
 
   @Test func resolveParentNeverFollowsTheFinalLink() throws {
     let dir = try makeHome()
-    let docs = try ContainedDirectory.open(dir.url("home/Documents"), container: "Documents")
-    defer { docs.close() }
-    try withBothStrategies {
+    try withBothStrategies { strategy in
+      let docs = try documents(dir, strategy)
+      defer { docs.close() }
       let target = try docs.resolveParent(of: try RelativePath(validating: "to-outside"))
       defer { target.close() }
       #expect(target.name == "to-outside")

@@ -271,9 +271,11 @@ struct BackupEndToEndTests {
   }
 
   /// Root reads everything, so the unreadable file is made for an unprivileged user: the
-  /// device belongs to `nobody`, one file stays root's, and appbox runs as `nobody`.
+  /// device belongs to `nobody`, one file stays root's, and appbox runs as `nobody`. The
+  /// snapshot is taken without it, recorded as incomplete, and says so; `--strict` makes
+  /// that exit 74.
   @Test(.enabled(if: getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv")))
-  func anUnreadableFileFailsTheBackupNamingIt() throws {
+  func anUnreadableFileMakesTheSnapshotIncomplete() throws {
     let device = Device()
     try device.install("Notes-1.0/Notes.app")
     try Data("ok".utf8).write(to: URL(fileURLWithPath: device.home + "/Documents/fine.txt"))
@@ -281,17 +283,40 @@ struct BackupEndToEndTests {
     let locked = device.home + "/Documents/locked.txt"
     try Data("secret".utf8).write(to: URL(fileURLWithPath: locked))
     #expect(chmod(locked, 0o600) == 0)
-    let result = try runProcess(
-      "/usr/bin/setpriv",
-      [
-        "--reuid=65534", "--regid=65534", "--clear-groups", productsDirectory + "/appbox", "--root",
-        device.root,
-        "backup", "com.example.notes",
-      ])
-    #expect(result.status == 77, "\(result.err)")
+    func backup(_ extra: String...) throws -> ProcessResult {
+      try runProcess(
+        "/usr/bin/setpriv",
+        [
+          "--reuid=65534", "--regid=65534", "--clear-groups", productsDirectory + "/appbox", "--root",
+          device.root,
+        ]
+          + extra)
+    }
+    let result = try backup("--json", "backup", "com.example.notes")
+    #expect(result.status == 0, "\(result.err)")
     #expect(
-      result.err == "Error: Unable to back up 'Documents/locked.txt': cannot open it (permission denied)\n")
-    #expect(device.archiveNames().isEmpty)
+      result.err.contains(
+        "warning: snapshot ")
+        && result.err.contains(
+          " of com.example.notes is incomplete: 1 entry could not be read and was left out: 'Documents/locked.txt'"
+        ),
+      "\(result.err)")
+    let listed = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout)) as? [[String: Any]])
+    #expect(listed.first?["incomplete"] as? Bool == true)
+    #expect(listed.first?["unreadable"] as? Int == 1)
+    #expect(listed.first?["unreadablePaths"] as? [String] == ["Documents/locked.txt"])
+    let id = try #require(listed.first?["snapshot"] as? String)
+    // The snapshot holds everything else, and the catalog remembers it is incomplete.
+    let tar = try runProcess("/usr/bin/tar", ["-tf", device.root + "/Backups/archives/\(id).tar"])
+    #expect(tar.out.contains("Documents/fine.txt") && !tar.out.contains("locked.txt"))
+    let snapshots = try #require(
+      try JSONSerialization.jsonObject(with: Data(try device.run("--json", "snapshots").stdout))
+        as? [[String: Any]])
+    #expect(snapshots.first?["incomplete"] as? Bool == true)
+    let strict = try backup("backup", "--strict", "com.example.notes")
+    #expect(strict.status == 74, "\(strict.err)")
+    #expect(strict.err.contains("is incomplete"))
+    #expect(device.archiveNames().count == 2)  // the snapshot is kept; only the status says so
   }
 
   @Test func twoBackupsOfTheSameAppAtOnceSerializeOrReportBusy() throws {

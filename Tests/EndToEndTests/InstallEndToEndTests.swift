@@ -208,8 +208,9 @@ struct DeviceLayoutTests {
 }
 
 struct RootLockTests {
-  /// Mutating commands take the root's lock: a second one waits briefly, then exits 75
-  /// with one line; reads do not wait.
+  /// While the root lock is held exclusively (as when the device is created, or a killed
+  /// appbox's work is finished), changing commands wait briefly, then exit 75 with one line;
+  /// reads do not wait. (Changing commands share the root lock: see ConcurrencyTests.)
   @Test func aSecondMutatingCommandIsBusy() throws {
     let device = Device()
     #expect(try device.run("device", "init").status == 0)

@@ -6,6 +6,7 @@
 //   appbox-bench generate HOME --files N --bytes B [--seed S]
 //   appbox-bench mutate HOME --percent P [--seed S]
 //   appbox-bench run small|large --appbox PATH [--runs N] [--work DIR] [--results DIR]
+//   appbox-bench archive-throughput [--results DIR]
 import Foundation
 import Glibc
 
@@ -53,9 +54,15 @@ do {
     try makeDirectories(results)
     try text.write(toFile: results + "/\(size.rawValue).md", atomically: true, encoding: .utf8)
     progress("results written to \(results)/\(size.rawValue).md")
+  case "archive-throughput":
+    let results = option("results", in: arguments) ?? "Benchmarks/results"
+    let text = try archiveThroughput()
+    print(text, terminator: "")
+    try makeDirectories(results)
+    try text.write(toFile: results + "/archive-throughput.md", atomically: true, encoding: .utf8)
   default:
     fail(
-      "usage: appbox-bench bundle|generate|mutate|run ... (see the header of Benchmarks/Sources/appbox-bench/main.swift)"
+      "usage: appbox-bench bundle|generate|mutate|run|archive-throughput ... (see the header of Benchmarks/Sources/appbox-bench/main.swift)"
     )
   }
 } catch {

@@ -159,8 +159,8 @@ struct UninstallCommand: ParsableCommand {
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: true)
-    let record = try session.app(app)
-    try session.uninstall(record)
+    let record = try session.lockApp(app)
+    for warning in try session.uninstall(record) { context.warn(warning) }
     return CommandOutput(
       text: "Uninstalled \(record.bundleIdentifier) (container \(record.containerID))",
       json: .object([

@@ -26,7 +26,11 @@ struct BackupCommand: ParsableCommand {
     discussion: """
       Everything in the home is stored except the bundle (stored on an app's first snapshot and
       again only after it changes), Library/Caches, tmp, and files marked 'exclude from backup'.
-      Prints one snapshot id per app.
+      Prints one snapshot id per app. What the app made unreadable (permission denied) or nested
+      deeper than a 64 KiB path is left out: the snapshot is recorded as incomplete, with a warning
+      naming the paths, and the exit status stays 0 unless --strict is given (then 74). With --all,
+      every app is backed up even when one fails; the exit status is 0 only if all succeeded, else
+      that of the first failure.
       """,
     positionals: [
       .init("APP", help: "Bundle identifiers or container ids.", optional: true, repeating: true)
@@ -41,15 +45,18 @@ struct BackupCommand: ParsableCommand {
       .init(
         "compress", value: "METHOD", help: "Compress the archive (default: none).",
         choices: ["none", "gzip", "zstd"]),
+      .init("strict", help: "Exit 74 when a snapshot is incomplete (some entries could not be read)."),
     ])
   let apps: [String]
   let all: Bool
+  let strict: Bool
   let options: BackupOptions
   let arguments: ParsedArguments
 
   init(_ arguments: ParsedArguments) throws {
     apps = arguments.positionals
     all = arguments.flag("all")
+    strict = arguments.flag("strict")
     if all && !apps.isEmpty { throw arguments.usage("give apps or --all, not both") }
     if !all && apps.isEmpty { throw arguments.usage("name an app to back up, or use --all") }
     let compression = ArchiveCompression(rawValue: arguments.value("compress") ?? "none") ?? .none
@@ -57,33 +64,92 @@ struct BackupCommand: ParsableCommand {
     self.arguments = arguments
   }
 
+  /// One app's outcome: its snapshot, or the error that stopped it.
+  private enum Outcome {
+    case done(BackupResult)
+    case failed(app: String, error: Error)
+  }
+
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: true)
-    let records = all ? try session.registry.apps() : try apps.map { try session.app($0) }
+    let names = all ? try session.registry.apps().map(\.bundleIdentifier) : apps
     let repository = try context.repository(arguments, create: true)
     var options = self.options
     options.keychain = context.keychainSnapshotter
     let progress = ProgressBar(context)
-    var results: [BackupResult] = []
-    for app in records {
-      let result = try repository.backup(app, in: session, options: options, observer: progress)
-      let snapshot = result.snapshot
-      context.note(
-        "\(app.bundleIdentifier): snapshot \(snapshot.id) (\(snapshot.kind.rawValue)), \(snapshot.files) files, "
-          + "\(byteCount(snapshot.bytes)); \(byteCount(snapshot.bytesAdded)) added")
-      results.append(result)
+    var outcomes: [Outcome] = []
+    var firstFailure: Int32?
+    for name in names {
+      do {
+        // Each app under its own lock, taken in turn and released after its snapshot.
+        let app = try session.lockApp(name)
+        defer { session.unlockApp(app) }
+        let result = try repository.backup(app, in: session, options: options, observer: progress)
+        let snapshot = result.snapshot
+        context.note(
+          "\(app.bundleIdentifier): snapshot \(snapshot.id) (\(snapshot.kind.rawValue)), \(snapshot.files) files, "
+            + "\(byteCount(snapshot.bytes)); \(byteCount(snapshot.bytesAdded)) added")
+        if snapshot.isIncomplete {
+          context.warn(
+            "snapshot \(snapshot.id) of \(app.bundleIdentifier) is incomplete: "
+              + unreadableSummary(snapshot.unreadable, snapshot.unreadablePaths))
+          if strict { firstFailure = firstFailure ?? ExitStatus.ioError }
+        }
+        outcomes.append(.done(result))
+      } catch {
+        // One stderr line per app that failed; with --all or several apps the others still run.
+        guard all || names.count > 1 else { throw error }
+        let status = ExitStatus.of(error)
+        firstFailure = firstFailure ?? status
+        context.report(error, prefix: "backup of \(name) failed: ")
+        outcomes.append(.failed(app: name, error: error))
+      }
     }
     return CommandOutput(
-      text: results.map(\.snapshot.id).joined(separator: "\n"),
+      text: outcomes.compactMap {
+        if case .done(let result) = $0 { return result.snapshot.id } else { return nil }
+      }
+      .joined(separator: "\n"),
       json: .array(
-        results.map { result in
-          .object([
-            ("snapshot", .string(result.snapshot.id)), ("app", .string(result.snapshot.app)),
-            ("kind", .string(result.snapshot.kind.rawValue)), ("files", .int(result.snapshot.files)),
-            ("bytesAdded", .int(result.snapshot.bytesAdded)), ("archive", .string(result.archivePath)),
-          ])
-        }))
+        outcomes.map { outcome in
+          switch outcome {
+          case .done(let result):
+            return .object(
+              [
+                ("snapshot", .string(result.snapshot.id)), ("app", .string(result.snapshot.app)),
+                ("kind", .string(result.snapshot.kind.rawValue)), ("files", .int(result.snapshot.files)),
+                ("bytesAdded", .int(result.snapshot.bytesAdded)), ("archive", .string(result.archivePath)),
+              ] + incompleteMembers(result.snapshot.unreadable, result.snapshot.unreadablePaths))
+          case .failed(let app, let error):
+            return .object([("app", .string(app)), ("error", errorJSON(error))])
+          }
+        }),
+      exitStatus: firstFailure ?? 0)
   }
+}
+
+/// "2 entries could not be read and were left out: 'Documents/a', 'Documents/b'" (app-chosen
+/// bytes escaped; a count of more than the paths kept ends with "and N more").
+func unreadableSummary(_ count: Int, _ paths: [[UInt8]]) -> String {
+  let shown = paths.map { "'" + Terminal.escape($0) + "'" }.joined(separator: ", ")
+  let more = count > paths.count ? (paths.isEmpty ? "" : " and \(count - paths.count) more") : ""
+  return
+    "\(count) entr\(count == 1 ? "y" : "ies") could not be read and \(count == 1 ? "was" : "were") left out"
+    + (shown.isEmpty ? "" : ": " + shown + more)
+}
+
+/// The JSON members of an incomplete snapshot ("incomplete": true, "unreadable": N,
+/// "unreadablePaths": the first paths, shortened and escaped as text); none for a complete
+/// one. With a prefix, the keys are prefixed ("preUpdateIncomplete", ...).
+func incompleteMembers(_ count: Int, _ paths: [[UInt8]], prefix: String = "") -> [(String, JSONValue)] {
+  guard count > 0 else { return [] }
+  func key(_ name: String) -> String {
+    prefix.isEmpty ? name : prefix + name.prefix(1).uppercased() + name.dropFirst()
+  }
+  return [
+    (key("incomplete"), .bool(true)), (key("unreadable"), .int(count)),
+    (key("unreadablePaths"), .array(paths.map { .string(Terminal.escape($0)) })),
+  ]
 }
 
 struct SnapshotsCommand: ParsableCommand {
@@ -108,25 +174,29 @@ struct SnapshotsCommand: ParsableCommand {
     }
     let snapshots = try repository.catalog.snapshots(app: name)
     let tagged = snapshots.contains { $0.tag != nil }
+    let incomplete = snapshots.contains { $0.isIncomplete }
     let text =
       snapshots.isEmpty
       ? "No snapshots."
       : table(
-        ["ID", "APP", "TIME", "KIND", "FILES", "SIZE"] + (tagged ? ["TAG"] : []),
+        ["ID", "APP", "TIME", "KIND", "FILES", "SIZE"] + (tagged ? ["TAG"] : [])
+          + (incomplete ? ["INCOMPLETE"] : []),
         snapshots.map {
           [$0.id, $0.app, timestamp($0.time), $0.kind.rawValue, String($0.files), byteCount($0.bytes)]
             + (tagged ? [$0.tag ?? ""] : [])
+            + (incomplete ? [$0.isIncomplete ? "\($0.unreadable) unreadable" : ""] : [])
         })
     return CommandOutput(
       text: text,
       json: .array(
         snapshots.map { snapshot in
-          .object([
-            ("snapshot", .string(snapshot.id)), ("app", .string(snapshot.app)),
-            ("time", .string(timestamp(snapshot.time))),
-            ("kind", .string(snapshot.kind.rawValue)), ("files", .int(snapshot.files)),
-            ("bytes", .int(snapshot.bytes)),
-          ])
+          .object(
+            [
+              ("snapshot", .string(snapshot.id)), ("app", .string(snapshot.app)),
+              ("time", .string(timestamp(snapshot.time))),
+              ("kind", .string(snapshot.kind.rawValue)), ("files", .int(snapshot.files)),
+              ("bytes", .int(snapshot.bytes)),
+            ] + incompleteMembers(snapshot.unreadable, snapshot.unreadablePaths))
         }))
   }
 }

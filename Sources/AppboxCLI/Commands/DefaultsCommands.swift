@@ -33,13 +33,14 @@ struct DefaultsRead: ParsableCommand {
     if let key {
       let value = try preferences.value(forKey: key)
       return CommandOutput(
-        text: render(value, nested: false),
+        text: Terminal.sanitize(render(value, nested: false)),
         json: .object([("key", .string(key)), ("type", .string(typeName(value))), ("value", json(value))]))
     }
     let dictionary = try preferences.dictionary()
     let keys = dictionary.keys.sorted { $0.unicodeScalars.lexicographicallyPrecedes($1.unicodeScalars) }
     return CommandOutput(
-      text: keys.map { "\($0) = \(render(dictionary[$0]!, nested: true))" }.joined(separator: "\n"),
+      text: keys.map { "\(Terminal.escape($0)) = \(render(dictionary[$0]!, nested: true))" }.joined(
+        separator: "\n"),
       json: json(.dictionary(dictionary)))
   }
 }
@@ -69,10 +70,10 @@ struct DefaultsWrite: ParsableCommand {
   func run(_ context: CommandContext) throws -> CommandOutput {
     let value = try type.value(parsing: text)
     let session = try context.openDevice(mutating: true)
-    let preferences = session.preferences(of: try session.app(app))
+    let preferences = session.preferences(of: try session.lockApp(app))
     try preferences.set(value, forKey: key)
     return CommandOutput(
-      text: "Set \(key) = \(render(value, nested: true)) in \(preferences.relativePath)",
+      text: "Set \(Terminal.escape(key)) = \(render(value, nested: true)) in \(preferences.relativePath)",
       json: .object([("key", .string(key)), ("type", .string(typeName(value))), ("value", json(value))]))
   }
 }
@@ -90,10 +91,10 @@ struct DefaultsDelete: ParsableCommand {
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: true)
-    let preferences = session.preferences(of: try session.app(app))
+    let preferences = session.preferences(of: try session.lockApp(app))
     try preferences.removeValue(forKey: key)
     return CommandOutput(
-      text: "Deleted \(key) from \(preferences.relativePath)",
+      text: "Deleted \(Terminal.escape(key)) from \(preferences.relativePath)",
       json: .object([("key", .string(key)), ("deleted", .bool(true))]))
   }
 }
@@ -121,7 +122,7 @@ private func render(_ value: PropertyList, nested: Bool) -> String {
     let plain = text.unicodeScalars.allSatisfy {
       CharacterSet.alphanumerics.contains($0) || "._/:@+-".unicodeScalars.contains($0)
     }
-    return !nested || (plain && !text.isEmpty) ? text : JSONValue.string(text).serialized()
+    return !nested || (plain && !text.isEmpty) ? text : Terminal.sanitize(JSONValue.string(text).serialized())
   case .integer(let number): return String(number)
   case .real(let number): return String(number)
   case .bool(let flag): return flag ? "true" : "false"

@@ -91,7 +91,7 @@ extension CommandContext {
   ) throws -> T {
     let session = try openDevice(mutating: mutating)
     return try withExtendedLifetime(session) {
-      try body(try session.app(name), try session.openKeychain())
+      try body(try mutating ? session.lockApp(name) : session.app(name), try session.openKeychain())
     }
   }
 }
@@ -270,7 +270,7 @@ struct KeychainReset: ParsableCommand {
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: true)
-    let record = try session.app(app)
+    let record = try session.lockApp(app)
     let count = try session.deleteKeychainItems(of: record)
     return CommandOutput(
       text:

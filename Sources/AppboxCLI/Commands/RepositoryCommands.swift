@@ -31,7 +31,7 @@ struct DiffCommand: ParsableCommand {
     let text =
       lines.isEmpty
       ? "No differences between \(a.id) and \(b.id)."
-      : lines.sorted { $0.1.lexicographicallyPrecedes($1.1) }.map { $0.0 + show($0.1) }.joined(
+      : lines.sorted { $0.1.lexicographicallyPrecedes($1.1) }.map { $0.0 + Terminal.escape($0.1) }.joined(
         separator: "\n")
     return CommandOutput(
       text: text,
@@ -152,15 +152,21 @@ struct ExportCommand: ParsableCommand {
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: true)
-    let record = try session.app(app)
+    let record = try session.lockApp(app)
     let report = try session.exportData(of: record, to: file, observer: ProgressBar(context))
+    if report.unreadable > 0 {
+      context.warn(
+        "the export is incomplete: " + unreadableSummary(report.unreadable, report.unreadablePaths))
+    }
     return CommandOutput(
       text:
         "Exported \(record.bundleIdentifier): \(report.files) files, \(byteCount(report.bytes)) to \(file)",
-      json: .object([
-        ("app", .string(record.bundleIdentifier)), ("archive", .string(file)), ("files", .int(report.files)),
-        ("bytes", .int(report.bytes)),
-      ]))
+      json: .object(
+        [
+          ("app", .string(record.bundleIdentifier)), ("archive", .string(file)),
+          ("files", .int(report.files)),
+          ("bytes", .int(report.bytes)),
+        ] + incompleteMembers(report.unreadable, report.unreadablePaths)))
   }
 }
 
@@ -185,7 +191,7 @@ struct ImportCommand: ParsableCommand {
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: true)
-    let record = try session.app(app)
+    let record = try session.lockApp(app)
     let report = try session.importData(into: record, from: file, observer: ProgressBar(context))
     return CommandOutput(
       text: "Imported \(file) into \(record.bundleIdentifier): \(report.files) files, \(report.directories) "

@@ -29,8 +29,11 @@ struct RestoreCommand: ParsableCommand {
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: true)
     let repository = try context.repository(arguments, create: false)
+    // The app may be missing (the restore installs it): its lock is taken by identifier.
+    let identifier = try session.registry.appIfPresent(app)?.bundleIdentifier ?? app
+    try session.lockApp(bundleIdentifier: identifier)
     let result = try repository.restore(
-      app, snapshot: snapshot, in: session, keychain: context.keychainSnapshotter,
+      identifier, snapshot: snapshot, in: session, keychain: context.keychainSnapshotter,
       observer: ProgressBar(context))
     var keychainRestored = false
     var keychainReason: String?
@@ -45,6 +48,11 @@ struct RestoreCommand: ParsableCommand {
         ? "the snapshot holds no keychain items" : "no keychain is available"
     }
     for warning in result.warnings { context.warn(warning) }
+    if result.snapshot.isIncomplete {
+      context.warn(
+        "snapshot \(result.snapshot.id) is incomplete: when it was taken, "
+          + unreadableSummary(result.snapshot.unreadable, result.snapshot.unreadablePaths))
+    }
     var lines = [
       "Restored \(result.app.bundleIdentifier) from snapshot \(result.snapshot.id) "
         + "(\(timestamp(result.snapshot.time))): \(result.files) files, \(byteCount(result.bytes))"

@@ -16,6 +16,9 @@ struct FilesCommand: CommandGroup {
       Paths inside the app are relative to its Documents folder. Only apps whose Info.plist sets
       UIFileSharingEnabled to true share files; others are refused (exit 77), as are paths with '..',
       absolute paths and symbolic links that lead out of Documents. Names are case-sensitive.
+      'ls' shows names escaped (\\\\ for a backslash, \\n, \\t, \\r, \\xHH for other control bytes and
+      for bytes that are not UTF-8, \\u{HHHH} for direction characters), and paths given to ls, push,
+      pull and rm are read in that same form, so any name 'ls' shows can be typed back.
       """,
     subcommands: [FilesList.self, FilesPush.self, FilesPull.self, FilesRemove.self],
     groupPositionals: [appArgument])
@@ -34,7 +37,8 @@ struct FilesList: ParsableCommand {
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: false)
-    let entries = try session.sharedDocuments(of: try session.app(app)).list(directory)
+    let entries = try session.sharedDocuments(of: try session.app(app)).list(
+      bytes: directory.map(Terminal.unescape))
     let folder = "Documents" + (directory.map { "/" + $0 } ?? "")
     let text =
       entries.isEmpty
@@ -43,8 +47,8 @@ struct FilesList: ParsableCommand {
         ["TYPE", "BYTES", "MODIFIED", "NAME"],
         entries.map { entry in
           let name =
-            entry.name + (entry.type == .directory ? "/" : "")
-            + (entry.symlinkTarget.map { " -> \($0)" } ?? "")
+            Terminal.escape(entry.rawName) + (entry.type == .directory ? "/" : "")
+            + (entry.rawSymlinkTarget.map { " -> \(Terminal.escape($0))" } ?? "")
           return [typeName(entry.type), String(entry.size), timestamp(entry.modificationTime), name]
         })
     return CommandOutput(
@@ -52,7 +56,8 @@ struct FilesList: ParsableCommand {
       json: .array(
         entries.map { entry in
           var members: [(String, JSONValue)] = [
-            ("name", .string(entry.name)), ("type", .string(typeName(entry.type))),
+            ("name", .string(entry.name)), ("escapedName", .string(Terminal.escape(entry.rawName))),
+            ("type", .string(typeName(entry.type))),
             ("bytes", .int(entry.size)),
             ("modified", .string(timestamp(entry.modificationTime))),
           ]
@@ -82,7 +87,8 @@ struct FilesPush: ParsableCommand {
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: true)
-    let transfer = try session.sharedDocuments(of: try session.app(app)).push(from: source, to: destination)
+    let transfer = try session.sharedDocuments(of: try session.lockApp(app)).push(
+      from: source, toBytes: destination.map(Terminal.unescape))
     return CommandOutput(
       text: "Pushed \(transfer.bytes) bytes to \(transfer.path)",
       json: .object([("path", .string(transfer.path)), ("bytes", .int(transfer.bytes))]))
@@ -110,16 +116,18 @@ struct FilesPull: ParsableCommand {
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: false)
     let documents = try session.sharedDocuments(of: try session.app(app))
+    let path = Terminal.unescape(source)
     guard let destination else {
-      let bytes = try documents.pull(source)
+      let bytes = try documents.pull(bytes: path)
       return CommandOutput(
         json: .object([
-          ("path", .string("Documents/\(source)")), ("bytes", .int(bytes.count)),
+          ("path", .string("Documents/" + String(decoding: path, as: UTF8.self))),
+          ("bytes", .int(bytes.count)),
           ("base64", .string(Data(bytes).base64EncodedString())),
         ]),
         raw: bytes)
     }
-    let transfer = try documents.pull(source, to: destination)
+    let transfer = try documents.pull(bytes: path, to: destination)
     return CommandOutput(
       text: "Pulled \(transfer.bytes) bytes to \(transfer.path)",
       json: .object([("path", .string(transfer.path)), ("bytes", .int(transfer.bytes))]))
@@ -139,7 +147,8 @@ struct FilesRemove: ParsableCommand {
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: true)
-    let removed = try session.sharedDocuments(of: try session.app(app)).remove(path)
+    let removed = try session.sharedDocuments(of: try session.lockApp(app)).remove(
+      bytes: Terminal.unescape(path))
     return CommandOutput(text: "Removed \(removed)", json: .object([("removed", .string(removed))]))
   }
 }
@@ -183,7 +192,7 @@ struct ExcludeCommand: ParsableCommand {
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: true)
-    let resolved = try session.setExcludedFromBackup(path, excluded: !undo, of: try session.app(app))
+    let resolved = try session.setExcludedFromBackup(path, excluded: !undo, of: try session.lockApp(app))
     return CommandOutput(
       text: undo ? "\(resolved) will be backed up again" : "\(resolved) is excluded from backups",
       json: .object([("path", .string(resolved)), ("excluded", .bool(!undo))]))

@@ -29,14 +29,20 @@ struct UpdateCommand: ParsableCommand {
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: true)
-    let record = try session.app(app)
+    let record = try session.lockApp(app)
     let report = try session.update(record, toBundleAt: bundle, allowDowngrade: allowDowngrade) { app in
       try context.preUpdateSnapshot(of: app, in: session)
+    }
+    if report.preUpdateUnreadable > 0 {
+      context.warn(
+        "the pre-update snapshot \(report.preUpdateSnapshot ?? "") is incomplete: "
+          + unreadableSummary(report.preUpdateUnreadable, report.preUpdateUnreadablePaths)
+          + "; the update went ahead")
     }
     if !report.staleAbsolutePaths.isEmpty {
       context.warn(
         "\(report.staleAbsolutePaths.count) file(s) still mention the old home's absolute path "
-          + "(\(report.staleAbsolutePaths.prefix(5).joined(separator: ", "))"
+          + "(\(report.staleAbsolutePaths.prefix(5).map(Terminal.escape).joined(separator: ", "))"
           + "\(report.staleAbsolutePaths.count > 5 ? ", …" : "")); store paths relative to the home instead")
     }
     return CommandOutput(text: updateText(report), json: updateJSON(report))
@@ -50,10 +56,15 @@ func updateText(_ report: UpdateReport, verb: String = "Updated") -> String {
     "  home       \(report.newHome)",
     "  moved      Documents, Library (\(report.movedFiles) files, \(byteCount(report.movedBytes)))",
     "  dropped    tmp (\(report.droppedTmpFiles) files, \(byteCount(report.droppedTmpBytes)))"
-      + (report.droppedItems.isEmpty ? "" : "; other items: " + report.droppedItems.joined(separator: ", ")),
+      + (report.droppedItems.isEmpty
+        ? "" : "; other items: " + report.droppedItems.map(Terminal.escape).joined(separator: ", ")),
   ]
   if let snapshot = report.preUpdateSnapshot {
-    lines.append("  snapshot   \(snapshot) (taken before the update)")
+    lines.append(
+      "  snapshot   \(snapshot) (taken before the update"
+        + (report.preUpdateUnreadable > 0
+          ? "; incomplete: \(report.preUpdateUnreadable) unreadable entr"
+            + (report.preUpdateUnreadable == 1 ? "y" : "ies") + " left out)" : ")"))
   }
   lines.append(
     String(
@@ -62,51 +73,56 @@ func updateText(_ report: UpdateReport, verb: String = "Updated") -> String {
       report.migrationSeconds * 1000))
   if !report.staleAbsolutePaths.isEmpty {
     lines.append("  stale paths (files mentioning the old home):")
-    lines += report.staleAbsolutePaths.map { "    \($0)" }
+    lines += report.staleAbsolutePaths.map { "    \(Terminal.escape($0))" }
   }
   return lines.joined(separator: "\n")
 }
 
 func updateJSON(_ report: UpdateReport) -> JSONValue {
-  .object([
-    ("bundleIdentifier", .string(report.bundleIdentifier)),
-    ("oldContainerID", .string(report.oldContainerID)), ("newContainerID", .string(report.newContainerID)),
-    ("oldVersion", .string(report.oldVersion)), ("newVersion", .string(report.newVersion)),
-    ("home", .string(report.newHome)),
-    (
-      "moved",
-      .object([
-        ("directories", .array([.string("Documents"), .string("Library")])),
-        ("files", .int(report.movedFiles)),
-        ("bytes", .int(report.movedBytes)),
+  .object(
+    [
+      ("bundleIdentifier", .string(report.bundleIdentifier)),
+      ("oldContainerID", .string(report.oldContainerID)), ("newContainerID", .string(report.newContainerID)),
+      ("oldVersion", .string(report.oldVersion)), ("newVersion", .string(report.newVersion)),
+      ("home", .string(report.newHome)),
+      (
+        "moved",
+        .object([
+          ("directories", .array([.string("Documents"), .string("Library")])),
+          ("files", .int(report.movedFiles)),
+          ("bytes", .int(report.movedBytes)),
+        ])
+      ),
+      (
+        "dropped",
+        .object([
+          ("tmpFiles", .int(report.droppedTmpFiles)), ("tmpBytes", .int(report.droppedTmpBytes)),
+          ("items", .array(report.droppedItems.map(JSONValue.string))),
+        ])
+      ),
+      ("preUpdateSnapshot", .optional(report.preUpdateSnapshot)),
+    ] + incompleteMembers(report.preUpdateUnreadable, report.preUpdateUnreadablePaths, prefix: "preUpdate")
+      + [
+        ("staleAbsolutePaths", .array(report.staleAbsolutePaths.map(JSONValue.string))),
+        (
+          "durations",
+          .object([
+            ("snapshot", .number(report.snapshotSeconds)), ("migration", .number(report.migrationSeconds)),
+            ("total", .number(report.totalSeconds)),
+          ])
+        ),
       ])
-    ),
-    (
-      "dropped",
-      .object([
-        ("tmpFiles", .int(report.droppedTmpFiles)), ("tmpBytes", .int(report.droppedTmpBytes)),
-        ("items", .array(report.droppedItems.map(JSONValue.string))),
-      ])
-    ),
-    ("preUpdateSnapshot", .optional(report.preUpdateSnapshot)),
-    ("staleAbsolutePaths", .array(report.staleAbsolutePaths.map(JSONValue.string))),
-    (
-      "durations",
-      .object([
-        ("snapshot", .number(report.snapshotSeconds)), ("migration", .number(report.migrationSeconds)),
-        ("total", .number(report.totalSeconds)),
-      ])
-    ),
-  ])
 }
 
 extension CommandContext {
   /// The snapshot an update takes first (incremental, tagged "pre-update"), in the
   /// device's default repository, keychain items included.
-  func preUpdateSnapshot(of app: AppRecord, in session: DeviceSession) throws -> String? {
+  func preUpdateSnapshot(of app: AppRecord, in session: DeviceSession) throws -> PreUpdateSnapshot? {
     let repository = try Repository(path: session.root.backups, environment: environment)
     let options = BackupOptions(tag: "pre-update", keychain: keychainSnapshotter)
-    return try repository.backup(app, in: session, options: options).snapshot.id
+    let snapshot = try repository.backup(app, in: session, options: options).snapshot
+    return PreUpdateSnapshot(
+      id: snapshot.id, unreadable: snapshot.unreadable, unreadablePaths: snapshot.unreadablePaths)
   }
 }
 
@@ -126,7 +142,7 @@ struct RevertCommand: ParsableCommand {
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: true)
-    let record = try session.app(app)
+    let record = try session.lockApp(app)
     let repository = try Repository(path: session.root.backups, environment: context.environment)
     let report = try repository.revert(
       record, in: session, keychain: context.keychainSnapshotter, observer: ProgressBar(context))

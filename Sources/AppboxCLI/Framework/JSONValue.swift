@@ -50,7 +50,12 @@ public indirect enum JSONValue: Sendable, Equatable {
       case "\n": result += "\\n"
       case "\r": result += "\\r"
       case "\t": result += "\\t"
-      case _ where scalar.value < 0x20:
+      // Controls (C0, DEL, C1) and direction characters as \u escapes, so JSON printed on a
+      // terminal is as safe as text (see Terminal).
+      case _
+      where scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value) || scalar.value == 0x061C
+        || (0x200E...0x200F).contains(scalar.value) || (0x2028...0x202E).contains(scalar.value)
+        || (0x2066...0x2069).contains(scalar.value):
         result += String(format: "\\u%04x", scalar.value)
       default: result.unicodeScalars.append(scalar)
       }

@@ -64,11 +64,11 @@ public final class CommandContext: @unchecked Sendable {
 
   /// A warning line on stderr (shown even with --json, suppressed by --quiet).
   public func warn(_ message: String) {
-    if !globals.quiet { stderr.write("warning: \(message)\n") }
+    if !globals.quiet { stderr.write("warning: \(Terminal.sanitize(message))\n") }
   }
 
   /// A progress or status line on stderr, for people only.
   public func note(_ message: String) {
-    if !globals.quiet && !globals.json { stderr.write(message + "\n") }
+    if !globals.quiet && !globals.json { stderr.write(Terminal.sanitize(message) + "\n") }
   }
 }

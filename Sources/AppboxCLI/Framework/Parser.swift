@@ -1,6 +1,8 @@
 /// Options every command accepts, before or after the command name (never after `--`).
 public struct GlobalOptions: Sendable, Equatable {
   public var root: String?
+  /// Seconds to wait for a busy lock (`--wait`); nil: busy at once (exit 75).
+  public var wait: Double?
   public var json = false
   public var quiet = false
   public var help = false
@@ -9,6 +11,9 @@ public struct GlobalOptions: Sendable, Equatable {
 
   static let descriptions: [CommandDescription.Option] = [
     .init("root", value: "DIR", help: "The device root (default: $APPBOX_ROOT, else $XDG_DATA_HOME/appbox)."),
+    .init(
+      "wait", value: "SECONDS",
+      help: "Wait up to SECONDS for a lock another appbox holds, instead of exiting 75 at once."),
     .init("json", help: "Print one JSON document on stdout."),
     .init("quiet", help: "Print nothing but errors."),
     .init("help", help: "Show help for appbox or a command."),
@@ -85,6 +90,13 @@ public struct ArgumentParser: Sendable {
             continue
           }
           globals.root = value
+          continue
+        case "wait":
+          guard let value = takeValue(), let seconds = Double(value), seconds.isFinite, seconds >= 0 else {
+            fail("--wait needs a number of seconds (0 or more)")
+            continue
+          }
+          globals.wait = seconds
           continue
         default: break
         }

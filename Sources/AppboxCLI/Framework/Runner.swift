@@ -42,6 +42,9 @@ public struct CommandRunner: Sendable {
       stdout.write(text)
       return 0
     }
+    // --wait reaches the libraries as the lock timeout they read from the environment.
+    var environment = environment
+    if let wait = globals.wait { environment["APPBOX_LOCK_TIMEOUT"] = String(wait) }
     let context = CommandContext(globals: globals, environment: environment, stdout: stdout, stderr: stderr)
     do {
       let command = try invocation.command!.init(invocation.arguments)
@@ -51,28 +54,41 @@ public struct CommandRunner: Sendable {
       } else if let raw = output.raw {
         stdout.write(raw)
       } else if let text = output.text, !globals.quiet, !text.isEmpty {
-        stdout.write(text.hasSuffix("\n") ? text : text + "\n")
+        // Commands escape the app-chosen parts they print; this is the net under them.
+        let safe = Terminal.sanitize(text)
+        stdout.write(safe.hasSuffix("\n") ? safe : safe + "\n")
       }
       return output.exitStatus
     } catch let error as UsageError {
       reportUsage(error, stderr: stderr)
       return ExitStatus.usage
     } catch {
-      let status = ExitStatus.of(error)
-      let message = String(describing: error).replacingOccurrences(of: "\n", with: " ")
-      stderr.write("Error: \(message)\n")
-      if globals.json {
-        stdout.write(
-          JSONValue.object([("error", .object([("status", .int(status)), ("message", .string(message))]))])
-            .serialized() + "\n")
-      }
-      return status
+      context.report(error)
+      if globals.json { stdout.write(JSONValue.object([("error", errorJSON(error))]).serialized() + "\n") }
+      return ExitStatus.of(error)
     }
   }
 
   private func reportUsage(_ error: UsageError, stderr: OutputSink) {
     let path = error.commandPath.map { $0.isEmpty ? "" : " \($0)" } ?? ""
     stderr.write("Error: \(error.message)\nSee 'appbox\(path) --help'\n")
+  }
+}
+
+/// An error's message on one line.
+func errorMessage(_ error: Error) -> String {
+  String(describing: error).replacingOccurrences(of: "\n", with: " ")
+}
+
+/// `{"status", "message"}` for an error, as `--json` reports failures.
+func errorJSON(_ error: Error) -> JSONValue {
+  .object([("status", .int(ExitStatus.of(error))), ("message", .string(errorMessage(error)))])
+}
+
+extension CommandContext {
+  /// The one stderr line of a failure: "Error: " and the message (app-chosen bytes escaped).
+  func report(_ error: Error, prefix: String = "") {
+    stderr.write("Error: \(Terminal.sanitize(prefix + errorMessage(error)))\n")
   }
 }
 

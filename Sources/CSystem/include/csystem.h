@@ -16,6 +16,10 @@
 #define APPBOX_RESOLVE_NO_SYMLINKS 0x04
 #define APPBOX_RESOLVE_BENEATH 0x08
 
+/* open(2)'s O_PATH (a _GNU_SOURCE flag the Glibc module does not import): a descriptor
+ * that names an inode without opening it for reading; needs only search permission. */
+#define APPBOX_O_PATH 010000000
+
 /* renameat2(2) flags (values from <linux/fs.h>). */
 #define APPBOX_RENAME_NOREPLACE 1u
 #define APPBOX_RENAME_EXCHANGE 2u
@@ -94,6 +98,11 @@ int appbox_is_encrypted(int dirfd, const char *name);
  * or -1 with errno (ENXIO: no data there). */
 int64_t appbox_seek_data(int fd, int64_t offset);
 int64_t appbox_seek_hole(int fd, int64_t offset);
+/* Changes the mode of the inode `fd` refers to, which may be an O_PATH descriptor (opened
+ * without read permission): fchmodat2(fd, "", mode, AT_EMPTY_PATH), or on kernels before
+ * 6.6 chmod of /proc/self/fd/N. Never resolves a name, so a symlink swapped in meanwhile
+ * cannot redirect it. Returns 0, or -1 with errno set. */
+int appbox_chmod_descriptor(int fd, mode_t mode);
 
 /* The Landlock ABI version the running kernel supports, or 0 when it has none. */
 int appbox_landlock_abi(void);
