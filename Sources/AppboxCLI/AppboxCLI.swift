@@ -15,7 +15,7 @@ public enum AppboxCLI {
     FilesCommand.self,
     DefaultsCommand.self, ExcludeCommand.self, BackupCommand.self, SnapshotsCommand.self, RestoreCommand.self,
     DiffCommand.self, CheckCommand.self, ForgetCommand.self, ExportCommand.self, ImportCommand.self,
-    KeychainCommand.self,
+    WhyCommand.self, AdviseCommand.self, KeychainCommand.self,
   ]
 
   public static let runner = CommandRunner(commands: commands, version: version)

@@ -11,6 +11,7 @@
 
 import AppboxContainer
 import AppboxCore
+import AppboxCrypto
 import Glibc
 
 /// A path of a home as it is on disk now.
@@ -103,5 +104,87 @@ enum LiveProbe {
     defer { file.close() }
     state.isExcluded = (try? file.extendedAttribute(excludeFromBackupAttribute)) != nil
     state.protectionClass = protectionClass(of: file, status: status)
+  }
+}
+
+/// What the next backup will do inside a live directory, file by file: the scanner's own
+/// comparison (ChangeDetector) of every file beneath it with the parent snapshot's record.
+public struct SubtreeSurvey: Sendable, Equatable {
+  /// Regular files beneath it (not inside marked folders).
+  public var files = 0
+  /// Files whose record stands: not read.
+  public var unchanged = 0
+  /// Files that changed, or whose stat is too recent to trust: read again.
+  public var changed = 0
+  /// Files the parent snapshot does not have: read and stored.
+  public var added = 0
+  /// The bytes of the files that will be read.
+  public var bytesToRead: Int64 = 0
+  /// Folders beneath it marked exclude-from-backup (not looked inside).
+  public var excludedFolders = 0
+}
+
+extension LiveProbe {
+  /// Surveys the directory `components` of the home against the parent snapshot's tree of it
+  /// (nil: none, so every file is new). Skips Library/Caches as the scanner does.
+  static func survey(
+    home: String, components: [[UInt8]], previous: Digest?, trees: TreeReader?, trustedBefore: Int64
+  ) throws -> SubtreeSurvey {
+    let homeDescriptor = try FileDescriptor.open(home, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+    defer { homeDescriptor.close() }
+    let path = Array(components.joined(separator: [UInt8(ascii: "/")]))
+    let directory = try homeDescriptor.openBeneath(path, O_RDONLY | O_DIRECTORY)
+    defer { directory.close() }
+    var survey = SubtreeSurvey()
+    try walk(directory, path: path, previous: previous, trees: trees, trustedBefore: trustedBefore, into: &survey)
+    return survey
+  }
+
+  private static func walk(
+    _ directory: FileDescriptor, path: [UInt8], previous: Digest?, trees: TreeReader?, trustedBefore: Int64,
+    into survey: inout SubtreeSurvey
+  ) throws {
+    var recorded: [[UInt8]: EntryFacts] = [:]
+    if let previous, let trees {
+      let data = try trees.data(previous)
+      try data.withUnsafeBytes { buffer in
+        var cursor = try TreeCursor(buffer)
+        while let entry = try cursor.next() { recorded[Array(buffer[entry.nameRange])] = EntryFacts(entry, in: buffer) }
+      }
+    }
+    let isLibrary = path == Array("Library".utf8)
+    for entry in try directory.entries() {
+      if isLibrary && entry.name == Array("Caches".utf8) { continue }
+      guard let status = try directory.status(ofRawName: entry.name) else { continue }
+      let before = recorded[entry.name]
+      switch status.type {
+      case .directory:
+        let child = try directory.open(rawName: entry.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+        defer { child.close() }
+        if (try? child.extendedAttribute(excludeFromBackupAttribute)) != nil {
+          survey.excludedFolders += 1
+          continue
+        }
+        let digest = before.flatMap { $0.type == .directory ? $0.digest : nil }
+        try walk(
+          child, path: joinPath(path, entry.name), previous: digest, trees: trees, trustedBefore: trustedBefore,
+          into: &survey)
+      case .regular:
+        survey.files += 1
+        guard let before, before.type == .file else {
+          survey.added += 1
+          survey.bytesToRead += status.size
+          continue
+        }
+        if ChangeDetector.changes(status, previous: before.treeEntry, trustedBefore: trustedBefore).isEmpty {
+          survey.unchanged += 1
+        } else {
+          survey.changed += 1
+          survey.bytesToRead += status.size
+        }
+      default:
+        continue
+      }
+    }
   }
 }

@@ -59,6 +59,8 @@ public struct WhyReport: Sendable {
     /// type, too-recent.
     public var changed: [String]
     public var explanation: String
+    /// For a directory: what happens to the files beneath it.
+    public var inside: SubtreeSurvey?
   }
 
   public struct History: Sendable {
@@ -173,7 +175,13 @@ struct PathExplainer {
     if let protection = live?.protectionClass, rule != .caches, rule != .tmp {
       reason += "; its protection class is \(protection)"
     }
-    let next = try predict(rule: rule, live: live, recorded: recorded, bundleName: bundleName)
+    var next = try predict(rule: rule, live: live, recorded: recorded, bundleName: bundleName)
+    if let installed, let live, live.status?.type == .directory, [.store, .reuse, .verify].contains(next.action),
+      rule != .bundle
+    {
+      next.inside = try survey(installed, recorded: recorded)
+      if let inside = next.inside { next.explanation += "; inside it, " + Self.describe(inside) }
+    }
     let backedUp = [.store, .verify, .reuse, .record].contains(next.action) || (!exists && isBackedUpRule(rule))
     let type = live?.status.map { typeName($0.type) } ?? latestSeenType(recorded)
     let size = live?.status.map(\.size) ?? recorded.records.last(where: { $0.facts != nil })?.facts?.size
@@ -276,7 +284,7 @@ struct PathExplainer {
     func next(_ action: WhyReport.Action, _ since: Snapshot?, _ changed: [String], _ text: String)
       -> WhyReport.Next
     {
-      WhyReport.Next(action: action, since: since?.id, changed: changed, explanation: text)
+      WhyReport.Next(action: action, since: since?.id, changed: changed, explanation: text, inside: nil)
     }
     func next(_ action: WhyReport.Action, _ text: String) -> WhyReport.Next { next(action, nil, [], text) }
     guard let installed else {
@@ -329,11 +337,16 @@ struct PathExplainer {
       let changes = ChangeDetector.changes(status, previous: previous.treeEntry, trustedBefore: trustedBefore)
       let names = Self.names(of: changes)
       if changes.isEmpty {
-        let contentNote = status.type == .directory ? "; its entries are still listed and decided one by one" : ""
+        let contentNote = status.type == .directory ? " (its entries are still listed)" : ""
         return next(
           .reuse, parent, [],
           "unchanged since snapshot \(parent.id): its size, mtime, ctime, inode and mode match, so it is not read and that snapshot's record is reused\(contentNote)"
         )
+      }
+      if changes == .tooRecent && status.type == .directory {
+        return next(
+          .verify, parent, names,
+          "the folder's stat matches snapshot \(parent.id) but is too recent to trust, so its attributes are read again")
       }
       if changes == .tooRecent {
         let window = ChangeDetector.racyWindowNanoseconds / 1_000_000
@@ -353,7 +366,7 @@ struct PathExplainer {
       case .directory:
         return next(
           .store, parent, names,
-          "the folder changed since snapshot \(parent.id) (\(fields) differ): its entry is recorded again, and its files are decided one by one"
+          "the folder changed since snapshot \(parent.id) (\(fields) differ): its entry is recorded again"
         )
       case .fifo, .socket:
         return next(.record, parent, names, "changed since snapshot \(parent.id) (\(fields) differ): recorded again, without content")
@@ -370,6 +383,45 @@ struct PathExplainer {
         "snapshot \(parent.id) did not look inside '\(printablePath(prefix(depth)))' (marked exclude-from-backup then): it will be read and stored"
       )
     }
+  }
+
+  /// The survey of a live directory against the snapshot the next backup compares with.
+  private func survey(_ installed: (session: DeviceSession, app: AppRecord), recorded: Recorded) throws
+    -> SubtreeSurvey
+  {
+    let device = installed.session.identity.udid
+    let home = installed.session.home(of: installed.app).path
+    let parentIndex = recorded.snapshots.lastIndex { $0.device == device }
+    guard let repository, let parentIndex else {
+      return try LiveProbe.survey(home: home, components: components, previous: nil, trees: nil, trustedBefore: 0)
+    }
+    let parent = recorded.snapshots[parentIndex]
+    let previous = recorded.records[parentIndex].facts.flatMap { $0.type == .directory ? $0.digest : nil }
+    return try repository.catalog.reading {
+      try LiveProbe.survey(
+        home: home, components: components, previous: previous, trees: TreeReader(catalog: repository.catalog),
+        trustedBefore: Int64(parent.time.timeIntervalSince1970 * 1e9))
+    }
+  }
+
+  /// "3 of 34 files will be read (60.0 KB): 1 new, 2 changed; 31 are unchanged and not read".
+  static func describe(_ survey: SubtreeSurvey) -> String {
+    var text: String
+    if survey.files == 0 {
+      text = "there are no files"
+    } else if survey.added + survey.changed == 0 {
+      text = "none of its \(counted(survey.files, "file")) changed, so none is read"
+    } else {
+      let parts = [(survey.added, "new"), (survey.changed, "changed")].filter { $0.0 > 0 }.map { "\($0.0) \($0.1)" }
+      text =
+        "\(survey.added + survey.changed) of \(counted(survey.files, "file")) will be read (\(formattedByteCount(survey.bytesToRead)), "
+        + parts.joined(separator: " and ") + ")"
+      if survey.unchanged > 0 { text += "; \(survey.unchanged) unchanged and not read" }
+    }
+    if survey.excludedFolders > 0 {
+      text += " (\(counted(survey.excludedFolders, "folder")) marked exclude-from-backup not looked into)"
+    }
+    return text
   }
 
   static func names(of changes: StatChanges) -> [String] {
@@ -475,6 +527,8 @@ struct PathExplainer {
       var text = "Over the last \(counted(history.snapshots, "snapshot")) it "
       if history.backups == 0 {
         text += "was recorded once (the first backup stores everything)"
+      } else if history.changes == 0 {
+        text += "did not change in any of the \(counted(history.backups, "backup")) measured"
       } else {
         text += "changed in \(history.changes) of \(counted(history.backups, "backup"))"
         if history.bytesAdded > 0 {
