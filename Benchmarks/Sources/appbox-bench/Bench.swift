@@ -1,3 +1,4 @@
+import AppboxTestSupport
 import Foundation
 import Glibc
 

@@ -6,6 +6,7 @@
 //   appbox-bench generate HOME --files N --bytes B [--seed S]
 //   appbox-bench mutate HOME --percent P [--seed S]
 //   appbox-bench run small|large --appbox PATH [--runs N] [--work DIR] [--results DIR]
+import AppboxTestSupport
 import Foundation
 import Glibc
 

@@ -163,7 +163,8 @@ struct PathExplainer {
     let history = try summarize(recorded)
     let live = try installed.map { try LiveProbe.inspect(home: $0.session.home(of: $0.app).path, components: components) }
     let exists = live?.status != nil
-    if !exists && history.firstSeen == nil {
+    let blockedOnTheWay = live?.symlinkAncestor != nil || live?.unreadable != nil
+    if !exists && !blockedOnTheWay && history.firstSeen == nil {
       let home = installed == nil ? "" : "in the home of \(bundleIdentifier), and "
       throw ContainerError(
         .fileNotFound, "No file or folder '\(printablePath(path))' \(home)no snapshot of \(bundleIdentifier) recorded one")
@@ -291,18 +292,21 @@ struct PathExplainer {
       return next(.absent, "\(bundleIdentifier) is not installed, so there is no next backup of it")
     }
     let history = recorded.snapshots
-    guard let live, let status = live.status else {
-      let lastSeen = recorded.records.lastIndex { $0.facts != nil }.map { history[$0] }
-      let seen = lastSeen.map { " (last recorded by snapshot \($0.id) of \(dayAndTime($0.time)))" } ?? ""
-      return next(.absent, "it is not in the home now, so the next snapshot will not have it\(seen)")
-    }
     switch rule {
     case .tmp, .caches: return next(.skip, "not read: the backup skips \(rule == .tmp ? "tmp" : "Library/Caches") by name")
     case .symlinkAncestor: return next(.skip, "not read: only the link is recorded")
     case .excludedAncestor:
       return next(.skip, "not read: the backup stops at the marked folder")
     case .deviceFile: return next(.fail, "the backup stops with an error at it")
-    case .unreadable: return next(.fail, unreadableConsequence(live.unreadable ?? "unreadable"))
+    case .unreadable: return next(.fail, unreadableConsequence(live?.unreadable ?? "unreadable"))
+    default: break
+    }
+    guard let live, let status = live.status else {
+      let lastSeen = recorded.records.lastIndex { $0.facts != nil }.map { history[$0] }
+      let seen = lastSeen.map { " (last recorded by snapshot \($0.id) of \(dayAndTime($0.time)))" } ?? ""
+      return next(.absent, "it is not in the home now, so the next snapshot will not have it\(seen)")
+    }
+    switch rule {
     case .excluded:
       return next(.record, "recorded with its mark (name, mode, times); its content is not read")
     case .bundle:
@@ -320,12 +324,13 @@ struct PathExplainer {
     default: break
     }
     let device = installed.session.identity.udid
+    let stores: WhyReport.Action = status.type == .fifo || status.type == .socket ? .record : .store
     guard let parent = history.last(where: { $0.device == device }) ?? history.last else {
-      return next(.store, "the next backup is the app's first, a full one: it reads and stores everything")
+      return next(stores, "the next backup is the app's first, a full one: it reads and stores everything")
     }
     guard parent.device == device else {
       return next(
-        .store, parent, [],
+        stores, parent, [],
         "the latest snapshot (\(parent.id)) was taken on another device, whose inodes and ctimes mean nothing here: everything is read again"
       )
     }
@@ -375,11 +380,11 @@ struct PathExplainer {
       }
     case .absent, .insideNonDirectory:
       return next(
-        .store, parent, [],
+        stores, parent, [],
         "new since snapshot \(parent.id), which did not have it: it will be \(status.type == .regular ? "read and stored" : "recorded")")
     case .insideExcluded(let depth):
       return next(
-        .store, parent, [],
+        stores, parent, [],
         "snapshot \(parent.id) did not look inside '\(printablePath(prefix(depth)))' (marked exclude-from-backup then): it will be read and stored"
       )
     }
