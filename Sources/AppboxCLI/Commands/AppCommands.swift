@@ -54,7 +54,7 @@ struct InspectCommand: ParsableCommand {
   static let description = CommandDescription(
     name: "inspect",
     abstract:
-      "Show an app's home, version, seal, and each standard directory's files, bytes and backup policy.",
+      "Show an app's home, version, seal, each standard directory's files, bytes and backup policy, and the backup advisor's top finding.",
     positionals: [appArgument])
   let app: String
   init(_ arguments: ParsedArguments) throws { app = arguments.positional(0)! }
