@@ -103,7 +103,7 @@ private struct AdvicePage {
       ("Backups measured", "\(report.backups)"),
       ("Data added", formattedByteCount(report.bytesAdded)),
       ("Per backup", formattedByteCount(perBackup)),
-      ("Top finding saves", report.findings.isEmpty ? "nothing to flag" : "\(saving) per backup"),
+      ("Top finding saves per backup", report.findings.isEmpty ? "–" : saving),
     ]
     return "<div class=\"cards\">"
       + items.map {

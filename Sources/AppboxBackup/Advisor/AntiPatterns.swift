@@ -78,15 +78,25 @@ enum NameClassifier {
     return String(decoding: tail.map { $0 >= 65 && $0 <= 90 ? $0 + 32 : $0 }, as: UTF8.self)
   }
 
-  /// Whether the name holds any two-letter start of a word worth splitting for (cheap).
+  /// The trigger pairs as a table indexed by `first << 8 | second`.
+  private static let triggerTable: [Bool] = {
+    var table = [Bool](repeating: false, count: 1 << 16)
+    for trigger in triggers { table[Int(trigger[0]) << 8 | Int(trigger[1])] = true }
+    return table
+  }()
+
+  /// Whether the name holds any two-letter start of a word worth splitting for: one table
+  /// lookup per byte, for the hundreds of thousands of names of a large snapshot.
   static func mayMatch(_ name: some Collection<UInt8>) -> Bool {
-    var previous: UInt8 = 0
-    for byte in name {
-      let lower = byte >= 65 && byte <= 90 ? byte + 32 : byte
-      for trigger in triggers where trigger[0] == previous && trigger[1] == lower { return true }
-      previous = lower
+    triggerTable.withUnsafeBufferPointer { table in
+      var previous = 0
+      for byte in name {
+        let lower = Int(byte >= 65 && byte <= 90 ? byte + 32 : byte)
+        if table[previous << 8 | lower] { return true }
+        previous = lower
+      }
+      return false
     }
-    return false
   }
 
   /// What a folder's name says its content is, if regenerable.

@@ -52,28 +52,82 @@ struct EntryFacts: Equatable, Sendable {
   }
 }
 
-/// Trees by digest, read through the catalog. Trees read in the current generation are kept
-/// until the next one ends: walking consecutive snapshots reads each changed tree twice (as
-/// the newer side of one pair, then the older side of the next), and only once from SQLite.
+/// A tree's bytes and where each of its entries starts: parsed (and validated) once by
+/// TreeCursor, after which any entry is found without parsing the ones before it.
+struct IndexedTree {
+  let data: [UInt8]
+  /// Entry `i` is `data[offsets[i] ..< offsets[i + 1]]`; the last offset is the end.
+  let offsets: [Int32]
+
+  init(_ data: [UInt8]) throws {
+    self.data = data
+    var offsets: [Int32] = []
+    try data.withUnsafeBytes { buffer in
+      var cursor = try TreeCursor(buffer)
+      offsets.reserveCapacity(cursor.count + 1)
+      var end = buffer.count
+      while let entry = try cursor.next() {
+        offsets.append(Int32(entry.range.lowerBound))
+        end = entry.range.upperBound
+      }
+      offsets.append(Int32(end))
+    }
+    self.offsets = offsets
+  }
+
+  var count: Int { offsets.count - 1 }
+
+  func range(_ index: Int) -> Range<Int> { Int(offsets[index])..<Int(offsets[index + 1]) }
+
+  /// Entry `index`, parsed from `buffer` (this tree's bytes).
+  func entry(_ index: Int, in buffer: UnsafeRawBufferPointer) throws -> EncodedEntry {
+    try TreeCursor.entry(at: range(index), in: buffer)
+  }
+
+  /// The index of the entry named `name`, by binary search over the sorted names.
+  func index(of name: [UInt8]) throws -> Int? {
+    try data.withUnsafeBytes { buffer in
+      try name.withUnsafeBytes { wanted in
+        var low = 0
+        var high = count
+        while low < high {
+          let middle = (low + high) / 2
+          let order = compareNames(buffer[try entry(middle, in: buffer).nameRange], wanted[...])
+          if order == 0 { return middle }
+          if order < 0 { low = middle + 1 } else { high = middle }
+        }
+        return nil
+      }
+    }
+  }
+}
+
+/// Trees by digest, read through the catalog and indexed. Trees read in the current
+/// generation are kept until the next one ends: walking consecutive snapshots reads each
+/// changed tree twice (as the newer side of one pair, then the older side of the next), and
+/// only once from SQLite.
 final class TreeReader {
   let catalog: Catalog
-  private var current: [Digest: [UInt8]] = [:]
-  private var previous: [Digest: [UInt8]] = [:]
+  private var current: [Digest: IndexedTree] = [:]
+  private var previous: [Digest: IndexedTree] = [:]
 
   init(catalog: Catalog) { self.catalog = catalog }
 
-  func data(_ digest: Digest) throws -> [UInt8] {
-    if let data = current[digest] { return data }
-    if let data = previous[digest] {
-      current[digest] = data
-      return data
+  func tree(_ digest: Digest) throws -> IndexedTree {
+    if let tree = current[digest] { return tree }
+    if let tree = previous[digest] {
+      current[digest] = tree
+      return tree
     }
     guard let data = try catalog.treeData(digest) else {
       throw BackupError(.corruptCatalog, "Catalog is missing tree \(digest.hex.prefix(16))")
     }
-    current[digest] = data
-    return data
+    let tree = try IndexedTree(data)
+    current[digest] = tree
+    return tree
   }
+
+  func data(_ digest: Digest) throws -> [UInt8] { try tree(digest).data }
 
   /// Starts a new generation: trees not read during the one that ends are dropped.
   func advance() {
@@ -91,48 +145,54 @@ struct FileChange {
 }
 
 /// Compares two snapshots' trees and reports the files that are new or different.
+///
+/// Two versions of a directory usually differ in a few entries. Their entry lists share a
+/// byte-identical head and tail, found with memcmp; entries inside them are identical and
+/// are neither parsed nor compared, only the middle is merged by name.
 struct TreeComparer {
   let trees: TreeReader
 
   /// Calls `body` for every non-directory entry under `new` whose record differs from the one
   /// under `old` (nil: everything under `new` is new), with paths under `path`. `skipTop`
-  /// leaves out names of the top tree (the bundle). Identical subtrees are not read.
+  /// leaves out a name of the top tree (the bundle). Identical subtrees are not read.
   func changes(
     from old: Digest?, to new: Digest, under path: [UInt8], skipTop: [UInt8]? = nil,
     _ body: (FileChange) throws -> Void
   ) throws {
     if old == new { return }
-    let newData = try trees.data(new)
-    let oldData = try old.map { try trees.data($0) } ?? []
+    let after = try trees.tree(new)
+    let before = try old.map { try trees.tree($0) }
     var subtrees: [(old: Digest?, new: Digest, path: [UInt8])] = []
-    try newData.withUnsafeBytes { after in
-      try oldData.withUnsafeBytes { before in
-        var newCursor = try TreeCursor(after)
-        var oldCursor = oldData.isEmpty ? nil : try TreeCursor(before)
-        var oldEntry = try oldCursor?.next()
-        while let entry = try newCursor.next() {
-          let name = after[entry.nameRange]
-          if let skipTop, name.elementsEqual(skipTop) { continue }
+    let (newRange, oldRange) = before.map { Self.differingEntries(before: $0, after: after) } ?? (0..<after.count, 0..<0)
+    try after.data.withUnsafeBytes { newBuffer in
+      try (before?.data ?? []).withUnsafeBytes { oldBuffer in
+        var oldIndex = oldRange.lowerBound
+        var oldEntry = oldIndex < oldRange.upperBound ? try before!.entry(oldIndex, in: oldBuffer) : nil
+        for newIndex in newRange {
+          let entry = try after.entry(newIndex, in: newBuffer)
+          let name = newBuffer[entry.nameRange]
+          if let skipTop, skipTop.withUnsafeBytes({ compareNames(name, $0[...]) == 0 }) { continue }
           // Advance the older listing to the first name not before this one.
           var match: EncodedEntry?
           while let candidate = oldEntry {
-            let order = compareNames(before[candidate.nameRange], name)
+            let order = compareNames(oldBuffer[candidate.nameRange], name)
             if order < 0 {
-              oldEntry = try oldCursor!.next()
+              oldIndex += 1
+              oldEntry = oldIndex < oldRange.upperBound ? try before!.entry(oldIndex, in: oldBuffer) : nil
               continue
             }
             if order == 0 { match = candidate }
             break
           }
-          if let match, before[match.range].elementsEqual(after[entry.range]) { continue }
+          if let match, compareNames(oldBuffer[match.range], newBuffer[entry.range]) == 0 { continue }
           let entryPath = joinPath(path, Array(name))
-          let facts = EntryFacts(entry, in: after)
+          let facts = EntryFacts(entry, in: newBuffer)
           if entry.type == .directory {
             guard let digest = facts.digest else { continue }  // excluded: nothing recorded inside
-            let previous = match.flatMap { $0.type == .directory ? $0.digest(in: before) : nil }
+            let previous = match.flatMap { $0.type == .directory ? $0.digest(in: oldBuffer) : nil }
             subtrees.append((previous, digest, entryPath))
           } else {
-            let previous = match.flatMap { $0.type == .directory ? nil : EntryFacts($0, in: before) }
+            let previous = match.flatMap { $0.type == .directory ? nil : EntryFacts($0, in: oldBuffer) }
             try body(FileChange(path: entryPath, new: facts, old: previous))
           }
         }
@@ -142,9 +202,75 @@ struct TreeComparer {
       try changes(from: subtree.old, to: subtree.new, under: subtree.path, body)
     }
   }
+
+  /// The entries of `after` and of `before` that can differ: those outside the longest
+  /// byte-identical head and tail of their entry lists (entries there are the same, at the
+  /// same distance from the start or from the end).
+  static func differingEntries(before: IndexedTree, after: IndexedTree) -> (Range<Int>, Range<Int>) {
+    let oldStart = Int(before.offsets[0])
+    let newStart = Int(after.offsets[0])
+    let oldLength = before.data.count - oldStart
+    let newLength = after.data.count - newStart
+    let (head, tail) = before.data.withUnsafeBytes { old in
+      after.data.withUnsafeBytes { new in
+        let limit = min(oldLength, newLength)
+        let head = commonPrefix(old.baseAddress! + oldStart, new.baseAddress! + newStart, limit)
+        let tail = commonSuffix(
+          old.baseAddress! + before.data.count, new.baseAddress! + after.data.count, limit - head)
+        return (head, tail)
+      }
+    }
+    // Entries wholly inside the head: the same offsets on both sides.
+    var first = 0
+    while first < after.count && first < before.count && Int(after.offsets[first + 1]) - newStart <= head
+      && after.offsets[first + 1] - after.offsets[0] == before.offsets[first + 1] - before.offsets[0]
+    {
+      first += 1
+    }
+    // Entries wholly inside the tail: from the end, while both sides start an entry at the
+    // same distance from their ends.
+    var newEnd = after.count
+    var oldEnd = before.count
+    while newEnd > first && oldEnd > first {
+      let newFromEnd = after.data.count - Int(after.offsets[newEnd - 1])
+      let oldFromEnd = before.data.count - Int(before.offsets[oldEnd - 1])
+      guard newFromEnd == oldFromEnd, newFromEnd <= tail else { break }
+      newEnd -= 1
+      oldEnd -= 1
+    }
+    return (first..<newEnd, first..<oldEnd)
+  }
 }
 
-/// Orders two names as `[UInt8].lexicographicallyPrecedes` does: <0, 0 or >0.
+/// How many leading bytes two buffers share (at most `limit`).
+func commonPrefix(_ a: UnsafeRawPointer, _ b: UnsafeRawPointer, _ limit: Int) -> Int {
+  var low = 0
+  // Whole blocks by memcmp, then the last block byte by byte.
+  let block = 256
+  while low + block <= limit && memcmp(a + low, b + low, block) == 0 { low += block }
+  while low < limit && a.load(fromByteOffset: low, as: UInt8.self) == b.load(fromByteOffset: low, as: UInt8.self) {
+    low += 1
+  }
+  return low
+}
+
+/// How many trailing bytes two buffers share, given pointers just past their ends.
+func commonSuffix(_ aEnd: UnsafeRawPointer, _ bEnd: UnsafeRawPointer, _ limit: Int) -> Int {
+  var length = 0
+  let block = 256
+  while length + block <= limit && memcmp(aEnd - length - block, bEnd - length - block, block) == 0 {
+    length += block
+  }
+  while length < limit
+    && (aEnd - length - 1).load(as: UInt8.self) == (bEnd - length - 1).load(as: UInt8.self)
+  {
+    length += 1
+  }
+  return length
+}
+
+/// Orders two byte strings (names, or whole entries) as `[UInt8].lexicographicallyPrecedes`
+/// does: <0, 0 or >0, with one memcmp.
 func compareNames(_ a: Slice<UnsafeRawBufferPointer>, _ b: Slice<UnsafeRawBufferPointer>) -> Int {
   let common = min(a.count, b.count)
   if common > 0 {
@@ -189,16 +315,12 @@ final class PathResolver {
   /// The record of the path's components from `depth` on, in the tree `digest`.
   private func resolve(depth: Int, tree digest: Digest) throws -> PathRecord {
     if let known = memo[depth][digest] { return known }
-    let data = try trees.data(digest)
-    let wanted = components[depth]
-    let found: (facts: EntryFacts, isDirectory: Bool)? = try data.withUnsafeBytes { buffer in
-      var cursor = try TreeCursor(buffer)
-      while let entry = try cursor.next() {
-        let order = wanted.withUnsafeBytes { compareNames(buffer[entry.nameRange], $0[...]) }
-        if order == 0 { return (EntryFacts(entry, in: buffer), entry.type == .directory) }
-        if order > 0 { return nil }
+    let tree = try trees.tree(digest)
+    let found: (facts: EntryFacts, isDirectory: Bool)? = try tree.index(of: components[depth]).map { index in
+      try tree.data.withUnsafeBytes { buffer in
+        let entry = try tree.entry(index, in: buffer)
+        return (EntryFacts(entry, in: buffer), entry.type == .directory)
       }
-      return nil
     }
     let record: PathRecord
     if let found {
