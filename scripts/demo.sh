@@ -179,7 +179,7 @@ SHOT="$HERE/Benchmarks/results/advise.png"
 if command -v chromium >/dev/null; then
   show chromium --headless --screenshot="$SHOT" "$DEMO_FILES/advice.html"
   chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --force-device-scale-factor=1 \
-    --window-size=1120,2300 --screenshot="$SHOT" "file://$DEMO_FILES/advice.html" >/dev/null 2>&1
+    --window-size=1120,2180 --screenshot="$SHOT" "file://$DEMO_FILES/advice.html" >/dev/null 2>&1
   printf '%s(the page, as Chromium renders it: %s)%s\n' "$dim" "$SHOT" "$reset"
 else
   printf '%s(chromium is not installed: no screenshot of the page; make demo installs it)%s\n' "$dim" "$reset"

@@ -204,7 +204,9 @@ public func generateData(home: String, shape: HomeShape) throws {
 /// Modifies, adds and deletes `percent`% of the files in Documents and Library (not Caches):
 /// half rewritten in place (same size, new bytes at the front), a quarter deleted, and as
 /// many new files added beside them.
-public func mutate(home: String, percent: Double, seed: UInt64) throws -> (modified: Int, deleted: Int, added: Int) {
+public func mutate(home: String, percent: Double, seed: UInt64) throws -> (
+  modified: Int, deleted: Int, added: Int
+) {
   var files: [String] = []
   for area in ["Documents", "Library"] {
     guard let enumerator = FileManager.default.enumerator(atPath: home + "/" + area) else { continue }

@@ -107,15 +107,19 @@ struct AdvisorTests {
       ], "\(paths)")
     #expect(findings[0].kind == .largeAndChanging)
     #expect(findings[1].kind == .databaseRewrittenWhole)
-    #expect(findings[2].kind == .regenerable && findings[2].regenerable == .thumbnails && findings[2].isDirectory)
+    #expect(
+      findings[2].kind == .regenerable && findings[2].regenerable == .thumbnails && findings[2].isDirectory)
     #expect(findings[3].kind == .regenerable && findings[3].regenerable == .logs && !findings[3].isDirectory)
     for finding in findings.prefix(4) {
       let expected = history.perBackup(display(finding.path))
-      #expect(isClose(finding.bytesPerBackup, expected), "\(display(finding.path)): \(finding.bytesPerBackup) vs \(expected)")
+      #expect(
+        isClose(finding.bytesPerBackup, expected),
+        "\(display(finding.path)): \(finding.bytesPerBackup) vs \(expected)")
     }
     #expect(findings[0].changes == history.backups && findings[0].backups == history.backups)
     #expect(findings[0].command == "appbox exclude com.example.notes Documents/Exports/report.bin")
-    #expect(findings[1].command == "appbox exclude com.example.notes 'Library/Application Support/Index.sqlite'")
+    #expect(
+      findings[1].command == "appbox exclude com.example.notes 'Library/Application Support/Index.sqlite'")
 
     // Marked data in Documents comes last, saving nothing (it is already excluded), with no command.
     let last = try #require(findings.last)
@@ -123,7 +127,8 @@ struct AdvisorTests {
     #expect(last.bytesPerBackup == 0 && last.command == nil && last.isDirectory)
 
     // The rankings: the same two files lead; the thumbnails folder is among the directories.
-    #expect(report.files.prefix(2).map { display($0.path) } == [SeededHistory.largeFile, SeededHistory.database])
+    #expect(
+      report.files.prefix(2).map { display($0.path) } == [SeededHistory.largeFile, SeededHistory.database])
     #expect(isClose(report.files[0].bytesPerBackup, history.perBackup(SeededHistory.largeFile)))
     #expect(report.files[0].size == Int64(SeededHistory.largeSize))
     #expect(report.frequentlyChanged.first?.changes == history.backups)
@@ -189,7 +194,9 @@ struct AdvisorTests {
   }
 
   @Test func namesAreClassifiedByWordsNotSubstrings() {
-    func directory(_ name: String) -> RegenerableKind? { NameClassifier.regenerableKind(ofDirectory: Array(name.utf8)) }
+    func directory(_ name: String) -> RegenerableKind? {
+      NameClassifier.regenerableKind(ofDirectory: Array(name.utf8))
+    }
     func file(_ name: String, media: Bool = false) -> RegenerableKind? {
       NameClassifier.regenerableKind(ofFile: Array(name.utf8), inMediaSource: media)
     }
@@ -206,8 +213,11 @@ struct AdvisorTests {
     #expect(file("song.m4a", media: true) == .downloads)
     #expect(file("holiday.mov") == nil)
     #expect(file("catalog.json") == nil && file("report.pdf") == nil)
-    #expect(NameClassifier.isDatabase(Array("Model.sqlite".utf8)) && NameClassifier.isDatabase(Array("x.DB".utf8)))
-    #expect(!NameClassifier.isDatabase(Array("Model.sqlite-wal".utf8)) && !NameClassifier.isDatabase(Array("db".utf8)))
+    #expect(
+      NameClassifier.isDatabase(Array("Model.sqlite".utf8)) && NameClassifier.isDatabase(Array("x.DB".utf8)))
+    #expect(
+      !NameClassifier.isDatabase(Array("Model.sqlite-wal".utf8))
+        && !NameClassifier.isDatabase(Array("db".utf8)))
   }
 
   @Test func theHTMLPageIsSelfContainedAndEscapesHostileNames() throws {
@@ -223,7 +233,9 @@ struct AdvisorTests {
     #expect(!page.lowercased().contains("<script"))
     #expect(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;&amp;&quot;&#39;.log"))
     // Nothing fetched: no script, stylesheet, image or font from anywhere.
-    for reference in ["src=", "href=", "url(", "@import"] { #expect(!page.contains(reference), "\(reference)") }
+    for reference in ["src=", "href=", "url(", "@import"] {
+      #expect(!page.contains(reference), "\(reference)")
+    }
     #expect(page.contains(SeededHistory.largeFile) && page.contains("Documents/Exports"))
   }
 

@@ -44,7 +44,13 @@ struct HistoryReadingTests {
       // Around the one-byte/two-byte boundary of the entry count, and larger lists.
       let count = [1, 2, 126, 127, 128, 129, 400][round % 7]
       var old = (0..<count).map { Self.file(String(format: "f%05d", $0 * 2), size: Int64(100 + $0)) }
-      if round % 5 == 0 { old = old.map { var e = $0; e.name = Array("same-prefix-".utf8) + e.name; return e } }
+      if round % 5 == 0 {
+        old = old.map {
+          var e = $0
+          e.name = Array("same-prefix-".utf8) + e.name
+          return e
+        }
+      }
       var new = old
       for _ in 0..<(1 + random.below(4)) {
         switch random.below(4) {
@@ -53,7 +59,8 @@ struct HistoryReadingTests {
         default:
           guard !new.isEmpty else { continue }
           let index = random.below(new.count)
-          new[index] = Self.file(String(decoding: new[index].name, as: UTF8.self), size: new[index].size, time: 2)
+          new[index] = Self.file(
+            String(decoding: new[index].name, as: UTF8.self), size: new[index].size, time: 2)
         }
       }
       var seen: Set<[UInt8]> = []
@@ -81,13 +88,15 @@ struct HistoryReadingTests {
     let oldRoot = try trees.add([directory("Documents", before), directory("Library", same)])
     let newRoot = try trees.add([directory("Documents", after), directory("Library", same)])
     var changes: [FileChange] = []
-    try TreeComparer(trees: TreeReader(catalog: trees.catalog)).changes(from: oldRoot, to: newRoot, under: []) {
+    try TreeComparer(trees: TreeReader(catalog: trees.catalog)).changes(from: oldRoot, to: newRoot, under: [])
+    {
       changes.append($0)
     }
     #expect(changes.map { String(decoding: $0.path, as: UTF8.self) } == ["Documents/b", "Documents/c"])
     #expect(changes[0].old?.size == 2 && changes[0].new.size == 3 && changes[1].old == nil)
 
-    let resolver = PathResolver(trees: TreeReader(catalog: trees.catalog), components: [Array("Documents".utf8), Array("c".utf8)])
+    let resolver = PathResolver(
+      trees: TreeReader(catalog: trees.catalog), components: [Array("Documents".utf8), Array("c".utf8)])
     #expect(try resolver.record(inRoot: newRoot).facts?.size == 4)
     #expect(try resolver.record(inRoot: oldRoot) == .absent)
     let throughFile = PathResolver(

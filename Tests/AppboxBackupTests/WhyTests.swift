@@ -204,7 +204,9 @@ struct WhyTests {
 
   @Test func aFolderIsSurveyedFileByFile() throws {
     let fixture = try Fixture()
-    for name in ["a", "b", "c"] { try fixture.write("Documents/Photos/\(name).jpg", bytes: [UInt8](repeating: 1, count: 1000)) }
+    for name in ["a", "b", "c"] {
+      try fixture.write("Documents/Photos/\(name).jpg", bytes: [UInt8](repeating: 1, count: 1000))
+    }
     try fixture.write("Documents/Photos/Hidden/x.bin", "x")
     try fixture.setAttribute("Documents/Photos/Hidden", excludeFromBackupAttribute, Array("1".utf8))
     _ = try fixture.backup()
@@ -214,7 +216,9 @@ struct WhyTests {
     let report = try fixture.why("Documents/Photos")
     #expect(report.type == "directory")
     let inside = try #require(report.next.inside)
-    #expect(inside == SubtreeSurvey(files: 4, unchanged: 2, changed: 1, added: 1, bytesToRead: 2500, excludedFolders: 1))
+    #expect(
+      inside
+        == SubtreeSurvey(files: 4, unchanged: 2, changed: 1, added: 1, bytesToRead: 2500, excludedFolders: 1))
     #expect(report.next.explanation.contains("2 of 4 files will be read (2.5 KB, 1 new and 1 changed)"))
   }
 
@@ -227,8 +231,11 @@ struct WhyTests {
     _ = try fixture.backup()
     var ids: [String] = []
     for (round, size) in [300, 0, 500].enumerated() {
-      if size > 0 { try fixture.write("Documents/notes.txt", bytes: [UInt8](repeating: UInt8(round + 1), count: size)) }
-      try fixture.write("Documents/Photos/p\(round).jpg", bytes: [UInt8](repeating: UInt8(10 + round), count: 2000))
+      if size > 0 {
+        try fixture.write("Documents/notes.txt", bytes: [UInt8](repeating: UInt8(round + 1), count: size))
+      }
+      try fixture.write(
+        "Documents/Photos/p\(round).jpg", bytes: [UInt8](repeating: UInt8(10 + round), count: 2000))
       try fixture.trustSnapshots()
       ids.append(try fixture.backup().snapshot.id)
     }
@@ -239,7 +246,8 @@ struct WhyTests {
     let folder = try fixture.why("Documents/Photos").history
     #expect(folder.changes == 3 && folder.bytesAdded == 6000)
     // The window: only the last two snapshots.
-    let recent = try fixture.session.whyBackup("Documents/notes.txt", of: fixture.app, repository: fixture.repository, last: 2)
+    let recent = try fixture.session.whyBackup(
+      "Documents/notes.txt", of: fixture.app, repository: fixture.repository, last: 2)
     #expect(recent.history.snapshots == 2 && recent.history.backups == 2 && recent.history.changes == 1)
   }
 
@@ -253,7 +261,8 @@ struct WhyTests {
     let report = try fixture.why("Documents/Old/report.pdf")
     #expect(!report.exists && report.rule == .documents && report.type == "file" && report.size == 4000)
     #expect(report.next.action == .absent)
-    #expect(report.history.isGone && report.history.lastSeen == first.id && report.history.firstSeen == first.id)
+    #expect(
+      report.history.isGone && report.history.lastSeen == first.id && report.history.firstSeen == first.id)
     #expect(report.summary.contains("last recorded by snapshot \(first.id)"))
     #expect(report.summary.contains("gone"))
   }

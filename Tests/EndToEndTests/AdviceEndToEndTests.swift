@@ -27,10 +27,12 @@ struct AdviceEndToEndTests {
     #expect(text.status == 0, "\(text.err)")
     #expect(text.out.contains("'Documents/Drafts/letter.txt' is backed up: it is in Documents"))
     #expect(text.out.contains("unchanged since snapshot"))
-    let report = try #require(try device.json("why", "com.example.notes", "Documents/big.bin") as? [String: Any])
+    let report = try #require(
+      try device.json("why", "com.example.notes", "Documents/big.bin") as? [String: Any])
     #expect(
       Set(report.keys) == [
-        "app", "path", "exists", "type", "size", "backedUp", "rule", "reason", "excludedBy", "protectionClass",
+        "app", "path", "exists", "type", "size", "backedUp", "rule", "reason", "excludedBy",
+        "protectionClass",
         "unreadable", "next", "history", "summary",
       ])
     #expect(report["rule"] as? String == "documents" && report["backedUp"] as? Bool == true)
@@ -72,7 +74,8 @@ struct AdviceEndToEndTests {
     // The command it prints works, and the next advice no longer finds the file changing.
     #expect(try device.run("exclude", "com.example.notes", "Documents/big.bin").status == 0)
     let inspect = try device.run("inspect", "com.example.notes")
-    #expect(inspect.out.contains("advice        Documents/big.bin: a 2.0 MB file that changed on 3 of 3 backups"))
+    #expect(
+      inspect.out.contains("advice        Documents/big.bin: a 2.0 MB file that changed on 3 of 3 backups"))
     let json = try #require(try device.json("inspect", "com.example.notes") as? [String: Any])
     #expect((json["advice"] as? [String: Any])?["path"] as? String == "Documents/big.bin")
 

@@ -79,7 +79,9 @@ struct Bench {
     var scenarios: [Scenario] = []
     if only == "history" {
       scenarios.append(try history(home))
-      return report(scenarios, title: "appbox benchmark (\(size.rawValue), history only)", notes: notes + [fileSystem.note])
+      return report(
+        scenarios, title: "appbox benchmark (\(size.rawValue), history only)",
+        notes: notes + [fileSystem.note])
     }
     scenarios.append(try floors(home))
     scenarios.append(try fullBackup(home))

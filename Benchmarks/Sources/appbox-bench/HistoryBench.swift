@@ -26,7 +26,9 @@ extension Bench {
     for area in ["Documents", "Library/Application Support"] {
       let enumerator = FileManager.default.enumerator(atPath: home + "/" + area)
       while let relative = enumerator?.nextObject() as? String {
-        if relative.hasSuffix(".bin") || relative.hasSuffix(".txt") { files.append(home + "/" + area + "/" + relative) }
+        if relative.hasSuffix(".bin") || relative.hasSuffix(".txt") {
+          files.append(home + "/" + area + "/" + relative)
+        }
       }
     }
     files.sort()
@@ -67,9 +69,18 @@ extension Bench {
       ("appbox no-change backup", "\(ab) --quiet backup \(app) --repo \(repository)"),
       ("appbox advise", "\(ab) advise \(app) \(last) >/dev/null"),
       ("appbox advise --json --html", "\(ab) --json advise \(app) \(last) --html \(html) >/dev/null"),
-      ("appbox why: a file changing on every backup", "\(ab) why \(app) \(Churner.export) --repo \(repository) >/dev/null"),
-      ("appbox why: a file deleted 50 snapshots ago", "\(ab) why \(app) \(Churner.deleted) --repo \(repository) >/dev/null"),
-      ("appbox why: a folder, surveyed file by file", "\(ab) why \(app) \(Churner.thumbnails) --repo \(repository) >/dev/null"),
+      (
+        "appbox why: a file changing on every backup",
+        "\(ab) why \(app) \(Churner.export) --repo \(repository) >/dev/null"
+      ),
+      (
+        "appbox why: a file deleted 50 snapshots ago",
+        "\(ab) why \(app) \(Churner.deleted) --repo \(repository) >/dev/null"
+      ),
+      (
+        "appbox why: a folder, surveyed file by file",
+        "\(ab) why \(app) \(Churner.thumbnails) --repo \(repository) >/dev/null"
+      ),
     ]
     for run in 0..<runs {
       for (tool, command) in steps {
@@ -84,7 +95,8 @@ extension Bench {
     ]
     scenario.notes = [
       String(
-        format: "history: %d snapshots (one full backup, then small changes between incremental ones), built in %.0f s",
+        format:
+          "history: %d snapshots (one full backup, then small changes between incremental ones), built in %.0f s",
         Self.historySnapshots, built)
     ]
     return scenario

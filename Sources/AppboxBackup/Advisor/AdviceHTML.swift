@@ -100,14 +100,14 @@ private struct AdvicePage {
   var cards: String {
     let saving = report.findings.first.map { formattedByteCount($0.bytesPerBackup) } ?? "–"
     let items = [
-      ("Backups measured", "\(report.backups)"),
-      ("Data added", formattedByteCount(report.bytesAdded)),
-      ("Per backup", formattedByteCount(perBackup)),
-      ("Top finding saves per backup", report.findings.isEmpty ? "–" : saving),
+      ("Backups measured", "\(report.backups)", ""),
+      ("Data added", formattedByteCount(report.bytesAdded), ""),
+      ("Added per backup", formattedByteCount(perBackup), ""),
+      ("Top finding saves", saving, report.findings.isEmpty ? "" : " / backup"),
     ]
     return "<div class=\"cards\">"
       + items.map {
-        "<div class=\"card\"><div class=\"label\">\(escapeHTML($0.0))</div><div class=\"value\">\(escapeHTML($0.1))</div></div>"
+        "<div class=\"card\"><div class=\"label\">\(escapeHTML($0.0))</div><div class=\"value\">\(escapeHTML($0.1))<span class=\"unit\">\(escapeHTML($0.2))</span></div></div>"
       }.joined() + "</div>"
   }
 
@@ -224,7 +224,8 @@ private struct AdvicePage {
 
   func table(_ rows: [PathActivity], directories: Bool) -> String {
     guard !rows.isEmpty else {
-      return "<p class=\"empty\">\(directories ? "No directory had more than one change." : "No file changed.")</p>"
+      return
+        "<p class=\"empty\">\(directories ? "No directory had more than one change." : "No file changed.")</p>"
     }
     let largest = max(rows.map(\.bytesPerBackup).max() ?? 1, 1)
     var html =
@@ -254,7 +255,8 @@ private struct AdvicePage {
     .cards{display:grid;grid-template-columns:repeat(4,1fr);gap:14px;margin-top:22px}
     .card{background:var(--card);border:1px solid var(--line);border-radius:12px;padding:14px 16px}
     .card .label{font-size:12px;color:var(--muted);text-transform:uppercase;letter-spacing:.06em}
-    .card .value{font-size:22px;font-weight:650;margin-top:2px}
+    .card .value{font-size:22px;font-weight:650;margin-top:2px;white-space:nowrap}
+    .card .unit{font-size:14px;font-weight:500;color:var(--muted)}
     figure{margin:0}
     .chart{width:100%;height:auto;display:block}
     .chart .grid{stroke:#edf0f5;stroke-width:1}

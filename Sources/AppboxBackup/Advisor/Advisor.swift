@@ -90,8 +90,9 @@ public struct ChartBar: Sendable, Equatable {
 
 /// Bytes added per backup, split by the directories that added most.
 public struct AdviceChart: Sendable, Equatable {
-  /// Group names ("Documents/Thumbnails", "Library/Preferences", "Documents" for files
-  /// directly inside it, "other" last when there are more groups than shown).
+  /// Group names ("Documents/Thumbnails", "Library/Preferences", "Documents (top level)" for
+  /// files directly inside it, "home" for files at the top of the home, "other" last when
+  /// there are more groups than shown).
   public var groups: [String]
   public var bars: [ChartBar]
 }
@@ -258,7 +259,10 @@ struct Advisor {
     let shown = ranked.count > Self.chartGroups ? Array(ranked.prefix(Self.chartGroups - 1)) : ranked
     let hasOther = ranked.count > shown.count
     let keys = shown.map(\.key)
-    var names = keys.map(printablePath)
+    var names = keys.map {
+      $0.contains(UInt8(ascii: "/")) || $0 == Array("home".utf8)
+        ? printablePath($0) : printablePath($0) + " (top level)"
+    }
     if hasOther { names.append("other") }
     return AdviceChart(
       groups: names,

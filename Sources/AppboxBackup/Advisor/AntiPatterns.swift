@@ -12,7 +12,9 @@
 
 /// Why some data looks regenerable.
 public enum RegenerableKind: String, Sendable, CaseIterable {
-  case thumbnails, caches, logs, downloads = "downloaded media", temporary = "temporary files"
+  case thumbnails, caches, logs
+  case downloads = "downloaded media"
+  case temporary = "temporary files"
 }
 
 enum NameClassifier {
@@ -73,7 +75,8 @@ enum NameClassifier {
       return nil
     }
     let tail = bytes[(dot + 1)...]
-    guard !tail.isEmpty, tail.allSatisfy({ ($0 | 0x20) >= 97 && ($0 | 0x20) <= 122 || ($0 >= 48 && $0 <= 57) })
+    guard !tail.isEmpty,
+      tail.allSatisfy({ ($0 | 0x20) >= 97 && ($0 | 0x20) <= 122 || ($0 >= 48 && $0 <= 57) })
     else { return nil }
     return String(decoding: tail.map { $0 >= 65 && $0 <= 90 ? $0 + 32 : $0 }, as: UTF8.self)
   }

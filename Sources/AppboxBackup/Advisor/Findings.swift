@@ -54,7 +54,8 @@ struct FindingCollector {
         let entryPath = joinPath(path, Array(name))
         if entry.isExcluded {
           if inDocuments {
-            excluded.append((entryPath, entry.type == .directory, entry.type == .directory ? nil : entry.size))
+            excluded.append(
+              (entryPath, entry.type == .directory, entry.type == .directory ? nil : entry.size))
           }
           continue
         }
@@ -188,7 +189,8 @@ struct Ranking {
     }
     for path in collector.databases {
       guard let file = files[path], let size = file.sizeNow, file.replacements >= 2,
-        file.inodeChanges * 4 >= file.replacements * 3, file.similarSizeReplacements * 4 >= file.replacements * 3
+        file.inodeChanges * 4 >= file.replacements * 3,
+        file.similarSizeReplacements * 4 >= file.replacements * 3
       else { continue }
       let activity = activity(ofFile: path, file)
       result.append(
@@ -228,7 +230,9 @@ struct Ranking {
         ))
     }
     return result.sorted { a, b in
-      if (a.kind == .excludedInDocuments) != (b.kind == .excludedInDocuments) { return b.kind == .excludedInDocuments }
+      if (a.kind == .excludedInDocuments) != (b.kind == .excludedInDocuments) {
+        return b.kind == .excludedInDocuments
+      }
       if a.bytesPerBackup != b.bytesPerBackup { return a.bytesPerBackup > b.bytesPerBackup }
       if (a.size ?? 0) != (b.size ?? 0) { return (a.size ?? 0) > (b.size ?? 0) }
       return a.path.lexicographicallyPrecedes(b.path)

@@ -163,7 +163,8 @@ struct TreeComparer {
     let after = try trees.tree(new)
     let before = try old.map { try trees.tree($0) }
     var subtrees: [(old: Digest?, new: Digest, path: [UInt8])] = []
-    let (newRange, oldRange) = before.map { Self.differingEntries(before: $0, after: after) } ?? (0..<after.count, 0..<0)
+    let (newRange, oldRange) =
+      before.map { Self.differingEntries(before: $0, after: after) } ?? (0..<after.count, 0..<0)
     try after.data.withUnsafeBytes { newBuffer in
       try (before?.data ?? []).withUnsafeBytes { oldBuffer in
         var oldIndex = oldRange.lowerBound
@@ -248,7 +249,9 @@ func commonPrefix(_ a: UnsafeRawPointer, _ b: UnsafeRawPointer, _ limit: Int) ->
   // Whole blocks by memcmp, then the last block byte by byte.
   let block = 256
   while low + block <= limit && memcmp(a + low, b + low, block) == 0 { low += block }
-  while low < limit && a.load(fromByteOffset: low, as: UInt8.self) == b.load(fromByteOffset: low, as: UInt8.self) {
+  while low < limit
+    && a.load(fromByteOffset: low, as: UInt8.self) == b.load(fromByteOffset: low, as: UInt8.self)
+  {
     low += 1
   }
   return low

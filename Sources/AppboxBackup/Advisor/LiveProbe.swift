@@ -136,7 +136,8 @@ extension LiveProbe {
     let directory = try homeDescriptor.openBeneath(path, O_RDONLY | O_DIRECTORY)
     defer { directory.close() }
     var survey = SubtreeSurvey()
-    try walk(directory, path: path, previous: previous, trees: trees, trustedBefore: trustedBefore, into: &survey)
+    try walk(
+      directory, path: path, previous: previous, trees: trees, trustedBefore: trustedBefore, into: &survey)
     return survey
   }
 
@@ -149,7 +150,9 @@ extension LiveProbe {
       let data = try trees.data(previous)
       try data.withUnsafeBytes { buffer in
         var cursor = try TreeCursor(buffer)
-        while let entry = try cursor.next() { recorded[Array(buffer[entry.nameRange])] = EntryFacts(entry, in: buffer) }
+        while let entry = try cursor.next() {
+          recorded[Array(buffer[entry.nameRange])] = EntryFacts(entry, in: buffer)
+        }
       }
     }
     let isLibrary = path == Array("Library".utf8)
@@ -167,7 +170,8 @@ extension LiveProbe {
         }
         let digest = before.flatMap { $0.type == .directory ? $0.digest : nil }
         try walk(
-          child, path: joinPath(path, entry.name), previous: digest, trees: trees, trustedBefore: trustedBefore,
+          child, path: joinPath(path, entry.name), previous: digest, trees: trees,
+          trustedBefore: trustedBefore,
           into: &survey)
       case .regular:
         survey.files += 1

@@ -120,7 +120,9 @@ extension DeviceSession {
 
 extension Repository {
   /// Explains `path` of an app that is not installed (any more), from history alone.
-  public func whyBackup(_ path: String, ofUninstalled bundleIdentifier: String, last: Int = AdviceOptions.defaultLast)
+  public func whyBackup(
+    _ path: String, ofUninstalled bundleIdentifier: String, last: Int = AdviceOptions.defaultLast
+  )
     throws -> WhyReport
   {
     let explainer = try PathExplainer(
@@ -161,13 +163,16 @@ struct PathExplainer {
   func explain() throws -> WhyReport {
     let recorded = try readHistory()
     let history = try summarize(recorded)
-    let live = try installed.map { try LiveProbe.inspect(home: $0.session.home(of: $0.app).path, components: components) }
+    let live = try installed.map {
+      try LiveProbe.inspect(home: $0.session.home(of: $0.app).path, components: components)
+    }
     let exists = live?.status != nil
     let blockedOnTheWay = live?.symlinkAncestor != nil || live?.unreadable != nil
     if !exists && !blockedOnTheWay && history.firstSeen == nil {
       let home = installed == nil ? "" : "in the home of \(bundleIdentifier), and "
       throw ContainerError(
-        .fileNotFound, "No file or folder '\(printablePath(path))' \(home)no snapshot of \(bundleIdentifier) recorded one")
+        .fileNotFound,
+        "No file or folder '\(printablePath(path))' \(home)no snapshot of \(bundleIdentifier) recorded one")
     }
     let latestRecord = recorded.records.last?.facts
     let bundleName =
@@ -177,17 +182,20 @@ struct PathExplainer {
       reason += "; its protection class is \(protection)"
     }
     var next = try predict(rule: rule, live: live, recorded: recorded, bundleName: bundleName)
-    if let installed, let live, live.status?.type == .directory, [.store, .reuse, .verify].contains(next.action),
+    if let installed, let live, live.status?.type == .directory,
+      [.store, .reuse, .verify].contains(next.action),
       rule != .bundle
     {
       next.inside = try survey(installed, recorded: recorded)
       if let inside = next.inside { next.explanation += "; inside it, " + Self.describe(inside) }
     }
-    let backedUp = [.store, .verify, .reuse, .record].contains(next.action) || (!exists && isBackedUpRule(rule))
+    let backedUp =
+      [.store, .verify, .reuse, .record].contains(next.action) || (!exists && isBackedUpRule(rule))
     let type = live?.status.map { typeName($0.type) } ?? latestSeenType(recorded)
     let size = live?.status.map(\.size) ?? recorded.records.last(where: { $0.facts != nil })?.facts?.size
     var report = WhyReport(
-      app: bundleIdentifier, path: path, exists: exists, type: type, size: size, backedUp: backedUp, rule: rule,
+      app: bundleIdentifier, path: path, exists: exists, type: type, size: size, backedUp: backedUp,
+      rule: rule,
       reason: reason, excludedBy: excludedBy, protectionClass: live?.protectionClass,
       unreadable: live?.unreadable, next: next, history: history, summary: "")
     report.summary = paragraph(report)
@@ -206,13 +214,16 @@ struct PathExplainer {
   ) {
     let top = relative.components[0]
     let second = relative.components.dropFirst().first
-    if top == "tmp" { return (.tmp, "tmp is never backed up: the system empties it when the app is not running", nil) }
+    if top == "tmp" {
+      return (.tmp, "tmp is never backed up (the system empties it when the app is not running)", nil)
+    }
     if top == "Library" && second == "Caches" {
-      return (.caches, "Library/Caches is never backed up: it holds data the app can regenerate", nil)
+      return (.caches, "Library/Caches is never backed up (it holds data the app can regenerate)", nil)
     }
     if top == bundleName {
       return (
-        .bundle, "it is in the app's sealed bundle, which is stored on the first backup and again only when it changes (after an update)",
+        .bundle,
+        "it is in the app's sealed bundle, which is stored on the first backup and again only when it changes (after an update)",
         nil
       )
     }
@@ -250,14 +261,19 @@ struct PathExplainer {
       if live.isExcluded {
         return (
           .excluded,
-          "it is marked exclude-from-backup: backups record its name and metadata, not its content", path
+          "it carries the exclude-from-backup mark, so backups record its name and metadata but not its content",
+          path
         )
       }
       if let status = live.status, status.type == .fifo || status.type == .socket {
-        return (.withoutContent, "it is a \(typeName(status.type)): backups record it, but it has no content", nil)
+        return (
+          .withoutContent, "it is a \(typeName(status.type)): backups record it, but it has no content", nil
+        )
       }
     } else if let recorded, recorded.isExcluded {
-      return (.excluded, "it was marked exclude-from-backup: backups recorded it without its content", path)
+      return (
+        .excluded, "it carried the exclude-from-backup mark, so backups recorded it without its content", path
+      )
     }
     switch (top, second) {
     case ("Documents", _):
@@ -293,7 +309,8 @@ struct PathExplainer {
     }
     let history = recorded.snapshots
     switch rule {
-    case .tmp, .caches: return next(.skip, "not read: the backup skips \(rule == .tmp ? "tmp" : "Library/Caches") by name")
+    case .tmp, .caches:
+      return next(.skip, "not read: the backup skips \(rule == .tmp ? "tmp" : "Library/Caches") by name")
     case .symlinkAncestor: return next(.skip, "not read: only the link is recorded")
     case .excludedAncestor:
       return next(.skip, "not read: the backup stops at the marked folder")
@@ -311,10 +328,13 @@ struct PathExplainer {
       return next(.record, "recorded with its mark (name, mode, times); its content is not read")
     case .bundle:
       let app = installed.app
-      if let holder = history.last(where: { $0.seal == app.seal && $0.bundleDirectoryName == app.bundleDirectoryName }) {
+      if let holder = history.last(where: {
+        $0.seal == app.seal && $0.bundleDirectoryName == app.bundleDirectoryName
+      }) {
         return next(
           .reuse, holder, [],
-          "not read: snapshot \(holder.id) already holds this version of the bundle (same seal), so its record is reused")
+          "not read: snapshot \(holder.id) already holds this version of the bundle (same seal), so its record is reused"
+        )
       }
       return next(
         .store,
@@ -351,7 +371,8 @@ struct PathExplainer {
       if changes == .tooRecent && status.type == .directory {
         return next(
           .verify, parent, names,
-          "the folder's stat matches snapshot \(parent.id) but is too recent to trust, so its attributes are read again")
+          "the folder's stat matches snapshot \(parent.id) but is too recent to trust, so its attributes are read again"
+        )
       }
       if changes == .tooRecent {
         let window = ChangeDetector.racyWindowNanoseconds / 1_000_000
@@ -367,21 +388,28 @@ struct PathExplainer {
           status.size > Int64(ContentReader.wholeReadLimit)
           ? "read and stored again"
           : "read, and stored unless the repository already holds the same content"
-        return next(.store, parent, names, "changed since snapshot \(parent.id) (\(fields) differ): it will be \(store)")
+        return next(
+          .store, parent, names, "changed since snapshot \(parent.id) (\(fields) differ): it will be \(store)"
+        )
       case .directory:
         return next(
           .store, parent, names,
           "the folder changed since snapshot \(parent.id) (\(fields) differ): its entry is recorded again"
         )
       case .fifo, .socket:
-        return next(.record, parent, names, "changed since snapshot \(parent.id) (\(fields) differ): recorded again, without content")
+        return next(
+          .record, parent, names,
+          "changed since snapshot \(parent.id) (\(fields) differ): recorded again, without content")
       default:
-        return next(.store, parent, names, "the \(kind) changed since snapshot \(parent.id) (\(fields) differ): recorded again")
+        return next(
+          .store, parent, names,
+          "the \(kind) changed since snapshot \(parent.id) (\(fields) differ): recorded again")
       }
     case .absent, .insideNonDirectory:
       return next(
         stores, parent, [],
-        "new since snapshot \(parent.id), which did not have it: it will be \(status.type == .regular ? "read and stored" : "recorded")")
+        "new since snapshot \(parent.id), which did not have it: it will be \(status.type == .regular ? "read and stored" : "recorded")"
+      )
     case .insideExcluded(let depth):
       return next(
         stores, parent, [],
@@ -398,13 +426,15 @@ struct PathExplainer {
     let home = installed.session.home(of: installed.app).path
     let parentIndex = recorded.snapshots.lastIndex { $0.device == device }
     guard let repository, let parentIndex else {
-      return try LiveProbe.survey(home: home, components: components, previous: nil, trees: nil, trustedBefore: 0)
+      return try LiveProbe.survey(
+        home: home, components: components, previous: nil, trees: nil, trustedBefore: 0)
     }
     let parent = recorded.snapshots[parentIndex]
     let previous = recorded.records[parentIndex].facts.flatMap { $0.type == .directory ? $0.digest : nil }
     return try repository.catalog.reading {
       try LiveProbe.survey(
-        home: home, components: components, previous: previous, trees: TreeReader(catalog: repository.catalog),
+        home: home, components: components, previous: previous,
+        trees: TreeReader(catalog: repository.catalog),
         trustedBefore: Int64(parent.time.timeIntervalSince1970 * 1e9))
     }
   }
@@ -417,7 +447,9 @@ struct PathExplainer {
     } else if survey.added + survey.changed == 0 {
       text = "none of its \(counted(survey.files, "file")) changed, so none is read"
     } else {
-      let parts = [(survey.added, "new"), (survey.changed, "changed")].filter { $0.0 > 0 }.map { "\($0.0) \($0.1)" }
+      let parts = [(survey.added, "new"), (survey.changed, "changed")].filter { $0.0 > 0 }.map {
+        "\($0.0) \($0.1)"
+      }
       text =
         "\(survey.added + survey.changed) of \(counted(survey.files, "file")) will be read (\(formattedByteCount(survey.bytesToRead)), "
         + parts.joined(separator: " and ") + ")"
@@ -431,7 +463,8 @@ struct PathExplainer {
 
   static func names(of changes: StatChanges) -> [String] {
     let all: [(StatChanges, String)] = [
-      (.type, "type"), (.size, "size"), (.modificationTime, "mtime"), (.changeTime, "ctime"), (.inode, "inode"),
+      (.type, "type"), (.size, "size"), (.modificationTime, "mtime"), (.changeTime, "ctime"),
+      (.inode, "inode"),
       (.mode, "mode"), (.tooRecent, "too-recent"),
     ]
     return all.filter { changes.contains($0.0) }.map(\.1)
@@ -451,7 +484,8 @@ struct PathExplainer {
     return try repository.catalog.reading {
       let snapshots = try repository.catalog.snapshots(app: bundleIdentifier)
       let resolver = PathResolver(trees: TreeReader(catalog: repository.catalog), components: components)
-      return Recorded(snapshots: snapshots, records: try snapshots.map { try resolver.record(inRoot: $0.rootTree) })
+      return Recorded(
+        snapshots: snapshots, records: try snapshots.map { try resolver.record(inRoot: $0.rootTree) })
     }
   }
 
@@ -460,7 +494,8 @@ struct PathExplainer {
     let records = recorded.records
     let first = max(0, snapshots.count - last)
     var history = WhyReport.History(
-      snapshots: snapshots.count - first, backups: 0, present: 0, changes: 0, bytesAdded: 0, bytesPerBackup: 0,
+      snapshots: snapshots.count - first, backups: 0, present: 0, changes: 0, bytesAdded: 0,
+      bytesPerBackup: 0,
       firstSeen: nil, lastSeen: nil, lastSeenTime: nil, lastChanged: nil, isGone: false)
     for (snapshot, record) in zip(snapshots, records) where record.facts != nil {
       if history.firstSeen == nil { history.firstSeen = snapshot.id }
@@ -492,7 +527,8 @@ struct PathExplainer {
         } else if new != old {
           changed = true
           let previous = old.flatMap { $0.type == .directory ? nil : $0 }
-          history.bytesAdded += try attribution.bytesAdded(by: FileChange(path: path, new: new, old: previous))
+          history.bytesAdded += try attribution.bytesAdded(
+            by: FileChange(path: path, new: new, old: previous))
         }
         if changed {
           history.changes += 1
@@ -525,7 +561,9 @@ struct PathExplainer {
     sentences.append("Next backup: \(report.next.explanation).")
     let history = report.history
     if history.snapshots == 0 {
-      sentences.append(repository == nil ? "There is no backup repository yet." : "There are no snapshots of \(bundleIdentifier) yet.")
+      sentences.append(
+        repository == nil
+          ? "There is no backup repository yet." : "There are no snapshots of \(bundleIdentifier) yet.")
     } else if history.lastSeen == nil {
       sentences.append("None of the \(counted(history.snapshots, "snapshot")) recorded it.")
     } else {
@@ -537,13 +575,15 @@ struct PathExplainer {
       } else {
         text += "changed in \(history.changes) of \(counted(history.backups, "backup"))"
         if history.bytesAdded > 0 {
-          text += ", adding \(formattedByteCount(history.bytesAdded)) (\(formattedByteCount(history.bytesPerBackup)) per backup)"
+          text +=
+            ", adding \(formattedByteCount(history.bytesAdded)) (\(formattedByteCount(history.bytesPerBackup)) per backup)"
         }
         if let changed = history.lastChanged { text += "; last changed in snapshot \(changed)" }
       }
       sentences.append(text + ".")
       if history.isGone, let lastSeen = history.lastSeen, let time = history.lastSeenTime {
-        sentences.append("It was last recorded by snapshot \(lastSeen) of \(dayAndTime(time)), and is gone since.")
+        sentences.append(
+          "It was last recorded by snapshot \(lastSeen) of \(dayAndTime(time)), and is gone since.")
       }
     }
     return sentences.joined(separator: " ")

@@ -25,7 +25,8 @@ extension CommandContext {
 struct WhyCommand: ParsableCommand {
   static let description = CommandDescription(
     name: "why",
-    abstract: "Explain a path's backup decision: the rule, what the next backup does with it, and its history.",
+    abstract:
+      "Explain a path's backup decision: the rule, what the next backup does with it, and its history.",
     discussion: """
       Answers for paths that no longer exist from the app's snapshots, and for an app that is no
       longer installed. The next backup is predicted with the backup engine's own change
@@ -56,7 +57,8 @@ struct WhyCommand: ParsableCommand {
     return CommandOutput(
       text: wrap(report.summary, width: 92),
       json: .object([
-        ("app", .string(report.app)), ("path", .string(printablePath(report.path))), ("exists", .bool(report.exists)),
+        ("app", .string(report.app)), ("path", .string(printablePath(report.path))),
+        ("exists", .bool(report.exists)),
         ("type", .optional(report.type)), ("size", report.size.map(JSONValue.int) ?? .null),
         ("backedUp", .bool(report.backedUp)), ("rule", .string(report.rule.rawValue)),
         ("reason", .string(report.reason)),
@@ -74,7 +76,8 @@ struct WhyCommand: ParsableCommand {
                 .object([
                   ("files", .int(inside.files)), ("unchanged", .int(inside.unchanged)),
                   ("changed", .int(inside.changed)), ("added", .int(inside.added)),
-                  ("bytesToRead", .int(inside.bytesToRead)), ("excludedFolders", .int(inside.excludedFolders)),
+                  ("bytesToRead", .int(inside.bytesToRead)),
+                  ("excludedFolders", .int(inside.excludedFolders)),
                 ])
               } ?? .null
             ),
@@ -98,7 +101,8 @@ struct WhyCommand: ParsableCommand {
 struct AdviseCommand: ParsableCommand {
   static let description = CommandDescription(
     name: "advise",
-    abstract: "Rank what makes an app's backups big and slow, from its snapshots, and flag the anti-patterns.",
+    abstract:
+      "Rank what makes an app's backups big and slow, from its snapshots, and flag the anti-patterns.",
     discussion: """
       Reads the app's last N snapshots from the catalog: files and directories of Documents and
       Library by bytes added per backup and by how often they change. Flags large files that
@@ -174,7 +178,8 @@ struct AdviseCommand: ParsableCommand {
       lines += ["", "Files by bytes added per backup:"]
       lines.append(table(["PATH", "PER BACKUP", "CHANGED", "SIZE NOW"], rows(report.files)))
       lines += ["", "Files by how often they change:"]
-      lines.append(table(["PATH", "PER BACKUP", "CHANGED", "SIZE NOW"], rows(Array(report.frequentlyChanged.prefix(5)))))
+      lines.append(
+        table(["PATH", "PER BACKUP", "CHANGED", "SIZE NOW"], rows(Array(report.frequentlyChanged.prefix(5)))))
     }
     if !report.directories.isEmpty {
       lines += ["", "Directories by bytes added per backup:"]
@@ -198,7 +203,8 @@ struct AdviseCommand: ParsableCommand {
       return .object(members)
     }
     return .object([
-      ("app", .string(report.app)), ("snapshots", .int(report.snapshots.count)), ("backups", .int(report.backups)),
+      ("app", .string(report.app)), ("snapshots", .int(report.snapshots.count)),
+      ("backups", .int(report.backups)),
       ("from", .optional(report.snapshots.first?.id)), ("to", .optional(report.snapshots.last?.id)),
       ("bytesAdded", .int(report.bytesAdded)),
       ("bytesPerBackup", .int(report.backups > 0 ? report.bytesAdded / Int64(report.backups) : 0)),
@@ -243,7 +249,9 @@ extension CommandContext {
       guard let top = report.findings.first else {
         return (nil, "nothing to flag over the last \(report.snapshots.count) snapshots")
       }
-      return (top, "\(printablePath(top.path))\(top.isDirectory ? "/" : ""): \(top.observation) (appbox advise)")
+      return (
+        top, "\(printablePath(top.path))\(top.isDirectory ? "/" : ""): \(top.observation) (appbox advise)"
+      )
     } catch {
       return (nil, "unavailable: \(error)")
     }
