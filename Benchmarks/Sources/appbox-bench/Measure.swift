@@ -71,7 +71,7 @@ struct Scenario {
 }
 
 func format(_ seconds: Double) -> String {
-  seconds < 1 ? String(format: "%.0f ms", seconds * 1000) : String(format: "%.2f s", seconds)
+  seconds < 0.9995 ? String(format: "%.0f ms", seconds * 1000) : String(format: "%.2f s", seconds)
 }
 
 /// The Markdown report: one table per scenario, ratios against the scenario's reference,
