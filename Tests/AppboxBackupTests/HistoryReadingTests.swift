@@ -103,4 +103,35 @@ struct HistoryReadingTests {
       trees: TreeReader(catalog: trees.catalog), components: ["Documents", "a", "x"].map { Array($0.utf8) })
     #expect(try throughFile.record(inRoot: newRoot) == .insideNonDirectory(depth: 2))
   }
+
+  @Test func aChainOfFoldersThousandsDeepIsWalkedWithoutRecursion() throws {
+    let trees = try Trees()
+    var digest = try trees.add([Self.file("bottom.txt", size: 9)])
+    let depth = 10_000
+    try trees.catalog.database.inTransaction {
+      for _ in 0..<depth {
+        digest = try trees.add([
+          TreeEntry(name: [UInt8(ascii: "d")], type: .directory, permissions: 0o755, digest: digest)
+        ])
+      }
+    }
+    let root = try trees.add([
+      TreeEntry(name: Array("Documents".utf8), type: .directory, permissions: 0o755, digest: digest)
+    ])
+    var found: [FileChange] = []
+    try TreeComparer(trees: TreeReader(catalog: trees.catalog)).changes(from: nil, to: root, under: []) {
+      found.append($0)
+    }
+    #expect(found.count == 1 && found[0].path.count == "Documents".count + 2 * depth + "/bottom.txt".count)
+    // The latest-snapshot walk of advise, over the same chain.
+    var collector = FindingCollector(catalog: trees.catalog)
+    var files: [[UInt8]: FileActivity] = [:]
+    let snapshot = Snapshot(
+      id: "00000000", app: "x", device: "d", containerID: "c", version: "1", bundleDirectoryName: "X.app",
+      seal: "", time: Date(), kind: .full, parent: nil, rootTree: root, files: 1, bytes: 9, bytesAdded: 9,
+      archive: "a", keychainOffset: nil, warnings: 0)
+    try collector.walk(snapshot, files: &files)
+    #expect(collector.directoryTotals[Array("Documents".utf8)]?.files == 1)
+    #expect(collector.directoryTotals.count == depth + 1)
+  }
 }

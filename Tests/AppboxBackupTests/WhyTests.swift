@@ -287,4 +287,24 @@ struct WhyTests {
     }
     #expect(throws: ContainmentError.self) { try fixture.why("../Other/Documents/x") }
   }
+
+  @Test func aFolderNestedDeeperThanAPathCanReachIsSurveyedInPart() throws {
+    let fixture = try Fixture()
+    try fixture.write("Documents/Deep/top.txt", "top")
+    // 2,100 levels of "a/": deeper than PATH_MAX from the home.
+    var directory = try FileDescriptor.open(fixture.path("Documents/Deep"), O_RDONLY | O_DIRECTORY)
+    for _ in 0..<2_100 {
+      try directory.makeDirectory(rawName: [UInt8(ascii: "a")], mode: 0o755)
+      let child = try directory.open(rawName: [UInt8(ascii: "a")], O_RDONLY | O_DIRECTORY)
+      directory.close()
+      directory = child
+    }
+    let file = try directory.open("bottom.txt", O_WRONLY | O_CREAT, mode: 0o644)
+    file.close()
+    directory.close()
+    let report = try fixture.why("Documents/Deep")
+    let inside = try #require(report.next.inside)
+    #expect(inside.isPartial && inside.files >= 1 && inside.files < 2)
+    #expect(report.next.explanation.contains("nested too deep"))
+  }
 }

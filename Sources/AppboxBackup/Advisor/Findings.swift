@@ -20,9 +20,26 @@ struct FindingCollector {
 
   init(catalog: Catalog) { self.catalog = catalog }
 
+  /// One directory to walk, and where its totals go.
+  private struct Visit {
+    var digest: Digest
+    var path: [UInt8]
+    var inDocuments: Bool
+    /// Inside a folder that is already a regenerable finding.
+    var covered: Bool
+    /// Inside a folder whose name makes media in it downloaded.
+    var mediaSource: Bool
+    /// The visit of the directory holding this one.
+    var parent: Int?
+  }
+
   /// Walks Documents and Library of `snapshot`, noting each changed file's size now in `files`.
+  /// Depth first with a stack of its own (an app can nest folders thousands deep); each
+  /// directory's totals are summed into its parents' at the end, children before parents.
   mutating func walk(_ snapshot: Snapshot, files: inout [[UInt8]: FileActivity]) throws {
     let root = try catalog.tree(snapshot.rootTree)
+    var visits: [Visit] = []
+    var pending: [Int] = []
     for top in ["Documents", "Library"] {
       guard let entry = root.entry(named: Array(top.utf8)), entry.type == .directory else { continue }
       let isDocuments = top == "Documents"
@@ -30,30 +47,46 @@ struct FindingCollector {
         if isDocuments { excluded.append((entry.name, true, nil)) }
         continue
       }
-      _ = try walk(
-        digest, path: entry.name, inDocuments: isDocuments, covered: false, mediaSource: false, files: &files)
+      pending.append(visits.count)
+      visits.append(
+        Visit(digest: digest, path: entry.name, inDocuments: isDocuments, covered: false, mediaSource: false))
+    }
+    var totals: [(files: Int, bytes: Int64)] = []
+    while let index = pending.popLast() {
+      let (own, subdirectories) = try visit(visits[index], index: index, files: &files)
+      while totals.count < visits.count { totals.append((0, 0)) }
+      totals[index] = own
+      pending.append(contentsOf: (visits.count..<(visits.count + subdirectories.count)).reversed())
+      visits.append(contentsOf: subdirectories)
+    }
+    while totals.count < visits.count { totals.append((0, 0)) }
+    for index in visits.indices.reversed() {
+      if let parent = visits[index].parent {
+        totals[parent].files += totals[index].files
+        totals[parent].bytes += totals[index].bytes
+      }
+      directoryTotals[visits[index].path] = totals[index]
     }
   }
 
-  /// Walks one directory; returns its files and bytes (excluded entries not counted, as in
-  /// snapshot totals).
-  private mutating func walk(
-    _ digest: Digest, path: [UInt8], inDocuments: Bool, covered: Bool, mediaSource: Bool,
-    files: inout [[UInt8]: FileActivity]
-  ) throws -> (files: Int, bytes: Int64) {
-    guard let data = try catalog.treeData(digest) else {
-      throw BackupError(.corruptCatalog, "Catalog is missing tree \(digest.hex.prefix(16))")
+  /// Reads one directory: its own files and bytes (excluded entries not counted, as in
+  /// snapshot totals), and its subdirectories to visit.
+  private mutating func visit(_ directory: Visit, index: Int, files: inout [[UInt8]: FileActivity]) throws
+    -> ((files: Int, bytes: Int64), [Visit])
+  {
+    guard let data = try catalog.treeData(directory.digest) else {
+      throw BackupError(.corruptCatalog, "Catalog is missing tree \(directory.digest.hex.prefix(16))")
     }
-    var subdirectories: [(digest: Digest, path: [UInt8], covered: Bool, mediaSource: Bool)] = []
+    var subdirectories: [Visit] = []
     var count = 0
     var bytes: Int64 = 0
     try data.withUnsafeBytes { buffer in
       var cursor = try TreeCursor(buffer)
       while let entry = try cursor.next() {
         let name = buffer[entry.nameRange]
-        let entryPath = joinPath(path, Array(name))
+        let entryPath = joinPath(directory.path, Array(name))
         if entry.isExcluded {
-          if inDocuments {
+          if directory.inDocuments {
             excluded.append(
               (entryPath, entry.type == .directory, entry.type == .directory ? nil : entry.size))
           }
@@ -61,36 +94,30 @@ struct FindingCollector {
         }
         if entry.type == .directory {
           guard let child = entry.digest(in: buffer) else { continue }
-          var isCovered = covered
-          if inDocuments && !covered, let kind = NameClassifier.regenerableKind(ofDirectory: name) {
+          var covered = directory.covered
+          if directory.inDocuments && !covered, let kind = NameClassifier.regenerableKind(ofDirectory: name) {
             regenerable.append((entryPath, kind, true, 0))
-            isCovered = true
+            covered = true
           }
           subdirectories.append(
-            (child, entryPath, isCovered, mediaSource || NameClassifier.isMediaSource(name)))
+            Visit(
+              digest: child, path: entryPath, inDocuments: directory.inDocuments, covered: covered,
+              mediaSource: directory.mediaSource || NameClassifier.isMediaSource(name), parent: index))
           continue
         }
         count += 1
         guard entry.type == .file else { continue }
         bytes += entry.size
         if files[entryPath] != nil { files[entryPath]!.sizeNow = entry.size }
-        if inDocuments && !covered,
-          let kind = NameClassifier.regenerableKind(ofFile: name, inMediaSource: mediaSource)
+        if directory.inDocuments && !directory.covered,
+          let kind = NameClassifier.regenerableKind(ofFile: name, inMediaSource: directory.mediaSource)
         {
           regenerable.append((entryPath, kind, false, entry.size))
         }
         if NameClassifier.isDatabase(name) { databases.append(entryPath) }
       }
     }
-    for subdirectory in subdirectories {
-      let totals = try walk(
-        subdirectory.digest, path: subdirectory.path, inDocuments: inDocuments, covered: subdirectory.covered,
-        mediaSource: subdirectory.mediaSource, files: &files)
-      count += totals.files
-      bytes += totals.bytes
-    }
-    directoryTotals[path] = (count, bytes)
-    return (count, bytes)
+    return ((count, bytes), subdirectories)
   }
 }
 

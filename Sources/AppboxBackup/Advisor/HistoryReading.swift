@@ -159,7 +159,22 @@ struct TreeComparer {
     from old: Digest?, to new: Digest, under path: [UInt8], skipTop: [UInt8]? = nil,
     _ body: (FileChange) throws -> Void
   ) throws {
-    if old == new { return }
+    // Depth first with a stack of its own: an app can nest folders thousands deep.
+    var pending: [(old: Digest?, new: Digest, path: [UInt8])] = [(old, new, path)]
+    var isTop = true
+    while let (old, new, path) = pending.popLast() {
+      defer { isTop = false }
+      if old == new { continue }
+      let subtrees = try compare(old, new, under: path, skipping: isTop ? skipTop : nil, body)
+      pending.append(contentsOf: subtrees.reversed())
+    }
+  }
+
+  /// Compares one pair of trees: reports the files, returns the subdirectories to compare.
+  private func compare(
+    _ old: Digest?, _ new: Digest, under path: [UInt8], skipping skipTop: [UInt8]?,
+    _ body: (FileChange) throws -> Void
+  ) throws -> [(old: Digest?, new: Digest, path: [UInt8])] {
     let after = try trees.tree(new)
     let before = try old.map { try trees.tree($0) }
     var subtrees: [(old: Digest?, new: Digest, path: [UInt8])] = []
@@ -199,9 +214,7 @@ struct TreeComparer {
         }
       }
     }
-    for subtree in subtrees {
-      try changes(from: subtree.old, to: subtree.new, under: subtree.path, body)
-    }
+    return subtrees
   }
 
   /// The entries of `after` and of `before` that can differ: those outside the longest

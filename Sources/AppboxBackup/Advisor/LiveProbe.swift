@@ -122,29 +122,49 @@ public struct SubtreeSurvey: Sendable, Equatable {
   public var bytesToRead: Int64 = 0
   /// Folders beneath it marked exclude-from-backup (not looked inside).
   public var excludedFolders = 0
+  /// Some folders could not be opened (nested deeper than a path can reach, or gone
+  /// meanwhile): the counts leave them out.
+  public var isPartial = false
 }
 
 extension LiveProbe {
   /// Surveys the directory `components` of the home against the parent snapshot's tree of it
-  /// (nil: none, so every file is new). Skips Library/Caches as the scanner does.
+  /// (nil: none, so every file is new). Skips Library/Caches as the scanner does. Each folder
+  /// is opened beneath the home (openat2, no symlink followed) from a stack of paths, so a
+  /// deep tree costs no recursion and no descriptor per level; a folder that cannot be
+  /// opened (too deep for a path, or gone) leaves the survey partial.
   static func survey(
     home: String, components: [[UInt8]], previous: Digest?, trees: TreeReader?, trustedBefore: Int64
   ) throws -> SubtreeSurvey {
     let homeDescriptor = try FileDescriptor.open(home, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
     defer { homeDescriptor.close() }
-    let path = Array(components.joined(separator: [UInt8(ascii: "/")]))
-    let directory = try homeDescriptor.openBeneath(path, O_RDONLY | O_DIRECTORY)
-    defer { directory.close() }
     var survey = SubtreeSurvey()
-    try walk(
-      directory, path: path, previous: previous, trees: trees, trustedBefore: trustedBefore, into: &survey)
+    var pending: [(path: [UInt8], previous: Digest?)] = [
+      (Array(components.joined(separator: [UInt8(ascii: "/")])), previous)
+    ]
+    var first = true
+    while let (path, previous) = pending.popLast() {
+      let directory: FileDescriptor
+      do {
+        directory = try homeDescriptor.openBeneath(path, O_RDONLY | O_DIRECTORY)
+      } catch  where !first {
+        survey.isPartial = true
+        continue
+      }
+      first = false
+      defer { directory.close() }
+      let subdirectories = try surveyOne(
+        directory, path: path, previous: previous, trees: trees, trustedBefore: trustedBefore, into: &survey)
+      pending.append(contentsOf: subdirectories.reversed())
+    }
     return survey
   }
 
-  private static func walk(
+  /// Counts one directory's files; returns its subdirectories to survey.
+  private static func surveyOne(
     _ directory: FileDescriptor, path: [UInt8], previous: Digest?, trees: TreeReader?, trustedBefore: Int64,
     into survey: inout SubtreeSurvey
-  ) throws {
+  ) throws -> [(path: [UInt8], previous: Digest?)] {
     var recorded: [[UInt8]: EntryFacts] = [:]
     if let previous, let trees {
       let data = try trees.data(previous)
@@ -156,23 +176,24 @@ extension LiveProbe {
       }
     }
     let isLibrary = path == Array("Library".utf8)
+    var subdirectories: [(path: [UInt8], previous: Digest?)] = []
     for entry in try directory.entries() {
       if isLibrary && entry.name == Array("Caches".utf8) { continue }
       guard let status = try directory.status(ofRawName: entry.name) else { continue }
       let before = recorded[entry.name]
       switch status.type {
       case .directory:
-        let child = try directory.open(rawName: entry.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+        guard let child = try? directory.open(rawName: entry.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW) else {
+          survey.isPartial = true
+          continue
+        }
         defer { child.close() }
         if (try? child.extendedAttribute(excludeFromBackupAttribute)) != nil {
           survey.excludedFolders += 1
           continue
         }
-        let digest = before.flatMap { $0.type == .directory ? $0.digest : nil }
-        try walk(
-          child, path: joinPath(path, entry.name), previous: digest, trees: trees,
-          trustedBefore: trustedBefore,
-          into: &survey)
+        subdirectories.append(
+          (joinPath(path, entry.name), before.flatMap { $0.type == .directory ? $0.digest : nil }))
       case .regular:
         survey.files += 1
         guard let before, before.type == .file else {
@@ -190,5 +211,6 @@ extension LiveProbe {
         continue
       }
     }
+    return subdirectories
   }
 }

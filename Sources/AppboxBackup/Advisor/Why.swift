@@ -455,6 +455,7 @@ struct PathExplainer {
         + parts.joined(separator: " and ") + ")"
       if survey.unchanged > 0 { text += "; \(survey.unchanged) unchanged and not read" }
     }
+    if survey.isPartial { text += " (not counting folders nested too deep to open)" }
     if survey.excludedFolders > 0 {
       text += " (\(counted(survey.excludedFolders, "folder")) marked exclude-from-backup not looked into)"
     }

@@ -135,6 +135,12 @@ struct AdviseCommand: ParsableCommand {
       throw BackupError(.snapshotNotFound, "No snapshots of '\(app)': there is no backup repository yet")
     }
     let target = try context.appWithHistory(app, session: session, repository: repository)
+    var isDirectory: ObjCBool = false
+    if let html, FileManager.default.fileExists(atPath: html, isDirectory: &isDirectory),
+      isDirectory.boolValue
+    {
+      throw SystemError("write", path: html, errno: .isDirectory)
+    }
     let report = try repository.advise(app: target.bundleIdentifier, options: AdviceOptions(last: last))
     if let html {
       try AtomicFile.write(Array(report.html().utf8), toPath: html)
