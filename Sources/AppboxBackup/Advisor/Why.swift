@@ -81,6 +81,8 @@ public struct WhyReport: Sendable {
     public var lastChanged: String?
     /// Recorded once, but not by the latest snapshot.
     public var isGone: Bool
+    /// The last snapshot (of the last N) that could not read it (see WhyHooks).
+    public var lastUnreadable: String?
   }
 
   public var app: String

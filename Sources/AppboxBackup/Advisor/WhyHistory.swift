@@ -24,7 +24,8 @@ extension PathExplainer {
     var history = WhyReport.History(
       snapshots: snapshots.count - first, backups: 0, present: 0, changes: 0, bytesAdded: 0,
       bytesPerBackup: 0,
-      firstSeen: nil, lastSeen: nil, lastSeenTime: nil, lastChanged: nil, isGone: false)
+      firstSeen: nil, lastSeen: nil, lastSeenTime: nil, lastChanged: nil, isGone: false,
+      lastUnreadable: snapshots[first...].last { wasUnreadable(path, in: $0) }?.id)
     for (snapshot, record) in zip(snapshots, records) where record.facts != nil {
       if history.firstSeen == nil { history.firstSeen = snapshot.id }
       history.lastSeen = snapshot.id
@@ -109,6 +110,9 @@ extension PathExplainer {
         if let changed = history.lastChanged { text += "; last changed in snapshot \(changed)" }
       }
       sentences.append(text + ".")
+      if let unreadable = history.lastUnreadable {
+        sentences.append("Snapshot \(unreadable) could not read it.")
+      }
       if history.isGone, let lastSeen = history.lastSeen, let time = history.lastSeenTime {
         sentences.append(
           "It was last recorded by snapshot \(lastSeen) of \(dayAndTime(time)), and is gone since.")

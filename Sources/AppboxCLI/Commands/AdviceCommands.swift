@@ -91,6 +91,7 @@ struct WhyCommand: ParsableCommand {
             ("bytesAdded", .int(history.bytesAdded)), ("bytesPerBackup", .int(history.bytesPerBackup)),
             ("firstSeen", .optional(history.firstSeen)), ("lastSeen", .optional(history.lastSeen)),
             ("lastChanged", .optional(history.lastChanged)), ("gone", .bool(history.isGone)),
+            ("lastUnreadable", .optional(history.lastUnreadable)),
           ])
         ),
         ("summary", .string(report.summary)),
