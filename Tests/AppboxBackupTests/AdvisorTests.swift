@@ -187,10 +187,25 @@ struct AdvisorTests {
     try fixture.trustSnapshots()
     let second = try fixture.backup()
     #expect(second.snapshot.bytesAdded == Int64(large.count))
+    // Changed, then back to the first version: content the repository holds, written again
+    // when it streams.
+    try fixture.write("Documents/large.bin", bytes: large.reversed())
+    try fixture.write("Documents/small.bin", bytes: [UInt8](repeating: 2, count: 50_000))
+    try fixture.trustSnapshots()
+    let third = try fixture.backup()
+    try fixture.write("Documents/large.bin", bytes: large)
+    try fixture.write("Documents/small.bin", bytes: small)
+    try fixture.trustSnapshots()
+    let fourth = try fixture.backup()
+    #expect(fourth.snapshot.bytesAdded == Int64(large.count))
     let report = try fixture.repository.advise(app: fixture.app.bundleIdentifier)
     let byPath = Dictionary(uniqueKeysWithValues: report.files.map { (display($0.path), $0) })
-    #expect(byPath["Documents/large.bin"]?.bytesAdded == Int64(large.count))
-    #expect(byPath["Documents/small.bin"]?.bytesAdded == 0 && byPath["Documents/small.bin"]?.changes == 1)
+    #expect(byPath["Documents/large.bin"]?.bytesAdded == Int64(3 * large.count))
+    #expect(
+      byPath["Documents/small.bin"]?.bytesAdded == 50_000 && byPath["Documents/small.bin"]?.changes == 3)
+    for (bar, snapshot) in zip(report.chart.bars, [second.snapshot, third.snapshot, fourth.snapshot]) {
+      #expect(bar.bytes.reduce(0, +) == snapshot.bytesAdded)
+    }
   }
 
   @Test func namesAreClassifiedByWordsNotSubstrings() {

@@ -379,7 +379,11 @@ struct ContentAttribution {
     if new.linkCount > 1 && !inodes.insert(new.inode).inserted { return 0 }
     let streams = new.size > Int64(ContentReader.wholeReadLimit)
     if digest != change.old?.digest, digests.insert(digest).inserted {
-      return try catalog.contentBytes(digest, storedIn: snapshot.archive)
+      let stored = try catalog.contentBytes(digest, storedIn: snapshot.archive)
+      // Content the repository held already (a file back to an earlier version): the catalog
+      // keeps the first copy's location, but a streamed file was written again all the same.
+      if stored > 0 || !streams { return stored }
+      return new.size
     }
     // Read again with content the repository holds: only a streamed file is stored again.
     return streams ? new.size : 0
