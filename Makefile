@@ -4,9 +4,11 @@
 SWIFT ?= swift
 APT_PACKAGES := libarchive-dev libsqlite3-dev libssl-dev pkg-config libarchive-tools tar bubblewrap libseccomp-dev util-linux e2fsprogs
 BENCH_PACKAGES := libarchive-tools restic time
+# The demo renders `advise --html` in a real browser (a large package: not needed by make test).
+DEMO_PACKAGES := chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build release test demo bench bench-large bench-startup bench-deps format lint clean
+.PHONY: all deps build release test demo demo-deps bench bench-large bench-startup bench-deps format lint clean
 
 all: build
 
@@ -34,8 +36,17 @@ test: deps
 	$(SWIFT) test --skip-build
 
 # The main job end to end on a throwaway device root.
-demo: release
+demo: release demo-deps
 	@bash scripts/demo.sh "$$($(SWIFT) build -c release --show-bin-path)"
+
+demo-deps: deps
+	@missing=$$(for p in $(DEMO_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "make demo: installing" $$missing; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
+	fi
 
 bench-deps: deps
 	@for tool in bsdtar restic /usr/bin/time; do command -v $$tool >/dev/null || missing=1; done; \

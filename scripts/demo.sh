@@ -4,8 +4,8 @@
 # install, inspect, confined run (the sandbox v2 jail), preferences and file sharing, the keychain, backup,
 # change, incremental backup, restore, update (with the keychain item surviving), revert,
 # file protection (as root: on a small encrypted ext4 image), hostile homes (escaped names,
-# a planted preferences link, a deep tree, backups in
-# parallel), and the refusals.
+# a planted preferences link, a deep tree, backups in parallel), why and advise (with a
+# screenshot of the advice page), and the refusals.
 set -euo pipefail
 
 BIN_DIR=${1:?usage: demo.sh BIN_DIR}
@@ -222,6 +222,40 @@ printf '%s$ appbox backup com.example.notes & appbox backup com.example.journal 
 "$APPBOX" backup com.example.journal & second=$!
 wait "$first" && wait "$second"
 step check --read-data
+section "Why and advise: each backup decision explained, and what makes backups big and slow"
+JOURNAL_HOME=$("$APPBOX" path com.example.journal)
+mkdir -p "$JOURNAL_HOME/Documents/Exports" "$JOURNAL_HOME/Documents/Thumbnails" "$JOURNAL_HOME/Documents/Offline" \
+  "$JOURNAL_HOME/Library/Application Support"
+printf 'Monday: started a journal.\n' > "$JOURNAL_HOME/Documents/journal.txt"
+head -c 5000000 /dev/urandom > "$JOURNAL_HOME/Documents/Offline/maps.bin"
+head -c 300000 /dev/urandom > "$JOURNAL_HOME/Library/Caches/thumbs.db"
+step exclude com.example.journal Documents/Offline/maps.bin
+printf '%s(six days of use, a backup after each: the app rewrites a 2 MB export and its index on every launch)%s\n' "$dim" "$reset"
+for day in 1 2 3 4 5 6; do
+  head -c 2000000 /dev/urandom > "$JOURNAL_HOME/Documents/Exports/timeline.json"
+  head -c 40000 /dev/urandom > "$JOURNAL_HOME/Documents/Thumbnails/photo-$day.jpg"
+  head -c $((700000 + day * 5000)) /dev/urandom > "$JOURNAL_HOME/Library/Application Support/index.sqlite.new"
+  mv "$JOURNAL_HOME/Library/Application Support/index.sqlite.new" "$JOURNAL_HOME/Library/Application Support/index.sqlite"
+  printf 'Day %d: wrote a little more.\n' "$day" >> "$JOURNAL_HOME/Documents/journal.txt"
+  show appbox --quiet backup com.example.journal
+  "$APPBOX" --quiet backup com.example.journal
+done
+printf 'Day 7: an entry after the last backup.\n' >> "$JOURNAL_HOME/Documents/journal.txt"
+step why com.example.journal Documents/Offline/maps.bin
+step why com.example.journal Library/Caches/thumbs.db
+step why com.example.journal Documents/journal.txt
+step advise com.example.journal --last 10 --html "$DEMO_FILES/advice.html"
+step inspect com.example.journal
+# The page is meant to be looked at: render it in a real browser and keep the picture.
+SHOT="$HERE/Benchmarks/results/advise.png"
+if command -v chromium >/dev/null; then
+  show chromium --headless --screenshot="$SHOT" "$DEMO_FILES/advice.html"
+  chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --force-device-scale-factor=1 \
+    --window-size=1120,2180 --screenshot="$SHOT" "file://$DEMO_FILES/advice.html" >/dev/null 2>&1
+  printf '%s(the page, as Chromium renders it: %s)%s\n' "$dim" "$SHOT" "$reset"
+else
+  printf '%s(chromium is not installed: no screenshot of the page; make demo installs it)%s\n' "$dim" "$reset"
+fi
 
 section "Refusals are one clear line with the spec's exit status"
 refused install "$FIXTURES/Notes-2.0/Notes.app"

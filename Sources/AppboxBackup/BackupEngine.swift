@@ -248,7 +248,7 @@ private struct BackupRun {
       .planned(
         entries: plan.directories.reduce(0) { $0 + $1.entries.count }, files: plan.fileCount,
         bytes: plan.fileBytes))
-    let pool = BufferPool(count: 16, bufferSize: 256 << 10)
+    let pool = BufferPool(count: 16, bufferSize: ContentReader.wholeReadLimit)
     let archiver = Archiver(
       plan: plan, writer: writer, catalog: repository.catalog, archiveName: name,
       deduplicate: kind == .incremental,

@@ -59,6 +59,24 @@ struct ByteReader {
   }
 
   mutating func varint() throws -> UInt64 {
+    // Fast path, taken for nearly every varint of a tree: ten bytes (the longest varint) are
+    // in bounds, so they are read without a check each.
+    if buffer.count - position >= 10 {
+      var result: UInt64 = 0
+      var shift: UInt64 = 0
+      var at = position
+      while shift < 70 {
+        let byte = buffer[at]
+        at += 1
+        result |= UInt64(byte & 0x7F) << shift
+        if byte & 0x80 == 0 {
+          position = at
+          return result
+        }
+        shift += 7
+      }
+      throw ByteReader.malformed("varint too long")
+    }
     var result: UInt64 = 0
     var shift: UInt64 = 0
     while true {

@@ -393,6 +393,16 @@ public final class Catalog {
     }
   }
 
+  /// How many bytes of content `digest` the archive `archive` added to the repository: the
+  /// stored size when that archive holds the repository's copy, else 0 (stored earlier, in
+  /// another archive). `why` and `advise` ask this to attribute a snapshot's bytes to files.
+  public func contentBytes(_ digest: Digest, storedIn archive: String) throws -> Int64 {
+    let statement = try database.cachedStatement("SELECT size FROM blobs WHERE digest = ?1 AND archive = ?2")
+    try digest.withUnsafeBytes { try statement.bind($0, at: 1) }
+    try statement.bind(archive, at: 2)
+    return try statement.first { $0.int64(0) } ?? 0
+  }
+
   /// Every blob location, optionally only those in `archive`.
   public func blobs(inArchive archive: String? = nil) throws -> [BlobLocation] {
     let map = { (row: Statement) -> BlobLocation in

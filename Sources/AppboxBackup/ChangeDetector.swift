@@ -17,6 +17,25 @@
 import AppboxCore
 import Glibc
 
+/// What differs between a file's stat now and a previous snapshot's entry for it, as change
+/// detection sees it: any member means the file is read again.
+public struct StatChanges: OptionSet, Sendable, Hashable {
+  public let rawValue: UInt8
+  public init(rawValue: UInt8) { self.rawValue = rawValue }
+
+  /// It is another kind of object now (a file became a directory, a link...).
+  public static let type = StatChanges(rawValue: 1 << 0)
+  public static let size = StatChanges(rawValue: 1 << 1)
+  public static let modificationTime = StatChanges(rawValue: 1 << 2)
+  public static let changeTime = StatChanges(rawValue: 1 << 3)
+  public static let inode = StatChanges(rawValue: 1 << 4)
+  /// The permission bits (`mode & 0o7777`).
+  public static let mode = StatChanges(rawValue: 1 << 5)
+  /// Every field matches, but its ctime is too close to the previous snapshot's start to be
+  /// trusted (see the racy window): it is read again and stored only if its content differs.
+  public static let tooRecent = StatChanges(rawValue: 1 << 6)
+}
+
 /// Decides whether a previous snapshot's entry can stand for a file as it is now.
 public enum ChangeDetector {
   /// How far before the previous snapshot's start an entry's ctime must be for its stat to
@@ -27,7 +46,13 @@ public enum ChangeDetector {
   /// previous snapshot's start time in nanoseconds since the epoch.
   public static func isUnchanged(_ status: FileStatus, previous: TreeEntry?, trustedBefore: Int64) -> Bool {
     guard let previous else { return false }
-    return isUnchanged(
+    return changes(status, previous: previous, trustedBefore: trustedBefore).isEmpty
+  }
+
+  /// What differs between `status` and `previous`: the same decision as `isUnchanged`, with
+  /// its reasons (`appbox why` reports them). Empty exactly when `isUnchanged` is true.
+  public static func changes(_ status: FileStatus, previous: TreeEntry, trustedBefore: Int64) -> StatChanges {
+    changes(
       status, type: previous.type, permissions: previous.permissions, size: previous.size,
       modificationTime: previous.modificationTime, changeTime: previous.changeTime, inode: previous.inode,
       trustedBefore: trustedBefore)
@@ -35,24 +60,28 @@ public enum ChangeDetector {
 
   /// The same decision, from a previous entry read in place (no allocation).
   static func isUnchanged(_ status: FileStatus, previous: EncodedEntry, trustedBefore: Int64) -> Bool {
-    isUnchanged(
+    changes(
       status, type: previous.type, permissions: previous.permissions, size: previous.size,
       modificationTime: previous.modificationTime, changeTime: previous.changeTime, inode: previous.inode,
-      trustedBefore: trustedBefore)
+      trustedBefore: trustedBefore
+    ).isEmpty
   }
 
+  /// The one comparison every caller goes through.
   @inline(__always)
-  static func isUnchanged(
+  static func changes(
     _ status: FileStatus, type: TreeEntryType, permissions: UInt32, size: Int64, modificationTime: Int64,
     changeTime: Int64, inode: UInt64, trustedBefore: Int64
-  ) -> Bool {
-    guard TreeEntryType(status.type) == type else { return false }
-    return size == status.size
-      && modificationTime == status.modificationTime.totalNanoseconds
-      && changeTime == status.changeTime.totalNanoseconds
-      && inode == status.inode
-      && permissions == UInt32(status.permissions)
-      && changeTime < trustedBefore - racyWindowNanoseconds
+  ) -> StatChanges {
+    guard TreeEntryType(status.type) == type else { return .type }
+    var result: StatChanges = []
+    if size != status.size { result.insert(.size) }
+    if modificationTime != status.modificationTime.totalNanoseconds { result.insert(.modificationTime) }
+    if changeTime != status.changeTime.totalNanoseconds { result.insert(.changeTime) }
+    if inode != status.inode { result.insert(.inode) }
+    if permissions != UInt32(status.permissions) { result.insert(.mode) }
+    if result.isEmpty && !(changeTime < trustedBefore - racyWindowNanoseconds) { result.insert(.tooRecent) }
+    return result
   }
 }
 

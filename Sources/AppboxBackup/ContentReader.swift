@@ -60,6 +60,10 @@ enum ContentMessage {
 /// Reads the changed files of an archive plan and feeds the archiver.
 final class ContentReader: @unchecked Sendable {
   static let maxAttempts = 4
+  /// Files up to this size are read whole, and an incremental backup skips their content when
+  /// the repository already holds it; larger files stream into the archive and are stored
+  /// again whenever they are read, even with content the repository holds.
+  static let wholeReadLimit = 256 << 10
 
   private let home: FileDescriptor
   private let plan: ArchivePlan

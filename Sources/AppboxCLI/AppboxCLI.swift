@@ -16,7 +16,7 @@ public enum AppboxCLI {
     DefaultsCommand.self, ExcludeCommand.self, ProtectCommand.self, BackupCommand.self, SnapshotsCommand.self,
     RestoreCommand.self,
     DiffCommand.self, CheckCommand.self, ForgetCommand.self, ExportCommand.self, ImportCommand.self,
-    KeychainCommand.self,
+    WhyCommand.self, AdviseCommand.self, KeychainCommand.self,
   ]
 
   public static let runner = CommandRunner(commands: commands, version: version)

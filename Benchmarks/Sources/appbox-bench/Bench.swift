@@ -1,3 +1,4 @@
+import AppboxTestSupport
 import Foundation
 import Glibc
 
@@ -20,6 +21,10 @@ struct Bench {
   var runs: Int
   var work: String
   var shell = Shell()
+  /// Run only this scenario ("history": advise and why), after generating the home.
+  var only: String?
+  /// Leave the work directory in place (to profile against it).
+  var keep = false
 
   init(size: BenchSize, appbox: String) {
     self.size = size
@@ -49,7 +54,7 @@ struct Bench {
     // homes do not crawl through freshly deleted inodes; the peers' targets get the same
     // flag, or the benchmark's own churn would slow only them.
     let fileSystem = try prepareWorkDirectory()
-    defer { releaseWorkDirectory(fileSystem) }
+    defer { if !keep { releaseWorkDirectory(fileSystem) } }
     try shell.run(
       "mkdir -p \(work)/restore \(work)/copies && (chattr +T \(work) \(work)/restore \(work)/copies 2>/dev/null || true)"
     )
@@ -72,12 +77,19 @@ struct Bench {
     try shell.run(
       "cat \(home)/Documents/*/* >/dev/null 2>&1 || true; find \(home) -type f -exec cat {} + >/dev/null")
     var scenarios: [Scenario] = []
+    if only == "history" {
+      scenarios.append(try history(home))
+      return report(
+        scenarios, title: "appbox benchmark (\(size.rawValue), history only)",
+        notes: notes + [fileSystem.note])
+    }
     scenarios.append(try floors(home))
     scenarios.append(try fullBackup(home))
     let (incremental, noChange) = try incrementalAndNoChange(home)
     scenarios += [incremental, noChange]
     scenarios.append(try restore(home))
     scenarios.append(try update(&home))
+    scenarios.append(try history(home))
     return report(scenarios, title: "appbox benchmark (\(size.rawValue))", notes: notes + [fileSystem.note])
   }
 

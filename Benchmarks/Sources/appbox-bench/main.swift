@@ -5,8 +5,9 @@
 //   appbox-bench bundle DIR [--seed S]
 //   appbox-bench generate HOME --files N --bytes B [--seed S]
 //   appbox-bench mutate HOME --percent P [--seed S]
-//   appbox-bench run small|large --appbox PATH [--runs N] [--work DIR] [--results DIR]
+//   appbox-bench run small|large --appbox PATH [--runs N] [--work DIR] [--results DIR] [--only history] [--keep]
 //   appbox-bench archive-throughput [--results DIR]
+import AppboxTestSupport
 import Foundation
 import Glibc
 
@@ -48,12 +49,15 @@ do {
     var bench = Bench(size: size, appbox: appbox)
     if let runs = option("runs", in: arguments).flatMap(Int.init) { bench.runs = runs }
     if let work = option("work", in: arguments) { bench.work = work }
+    bench.only = option("only", in: arguments)
+    bench.keep = arguments.contains("--keep")
     let results = option("results", in: arguments) ?? "Benchmarks/results"
     let text = try bench.runAll()
     print(text, terminator: "")
+    let name = size.rawValue + (bench.only.map { "-" + $0 } ?? "")
     try makeDirectories(results)
-    try text.write(toFile: results + "/\(size.rawValue).md", atomically: true, encoding: .utf8)
-    progress("results written to \(results)/\(size.rawValue).md")
+    try text.write(toFile: results + "/\(name).md", atomically: true, encoding: .utf8)
+    progress("results written to \(results)/\(name).md")
   case "archive-throughput":
     let results = option("results", in: arguments) ?? "Benchmarks/results"
     let text = try archiveThroughput()

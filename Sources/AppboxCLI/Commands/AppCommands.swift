@@ -54,7 +54,7 @@ struct InspectCommand: ParsableCommand {
   static let description = CommandDescription(
     name: "inspect",
     abstract:
-      "Show an app's home, version, seal, and each standard directory's files, bytes and backup policy.",
+      "Show an app's home, version, seal, each standard directory's files, bytes and backup policy, and the backup advisor's top finding.",
     positionals: [appArgument])
   let app: String
   init(_ arguments: ParsedArguments) throws { app = arguments.positional(0)! }
@@ -78,6 +78,8 @@ struct InspectCommand: ParsableCommand {
     if !record.keychainAccessGroups.isEmpty {
       lines.append("  keychain      \(record.keychainAccessGroups.joined(separator: ", "))")
     }
+    let advice = context.topAdvice(for: record)
+    lines.append("  advice        \(advice.line)")
     lines.append("")
     lines.append(
       table(
@@ -102,6 +104,7 @@ struct InspectCommand: ParsableCommand {
         ("teamIdentifier", .optional(record.teamIdentifier)),
         ("keychainAccessGroups", .array(record.keychainAccessGroups.map(JSONValue.string))),
         ("seal", .object(seal)),
+        ("advice", advice.finding.map(findingJSON) ?? .null),
         (
           "locations",
           .array(

@@ -1,13 +1,16 @@
+// The seeded home generator shared by the benchmark (`appbox-bench generate`) and the tests
+// (seeded histories for `advise` and `why`): the same seed gives the same tree everywhere.
+
 import Foundation
 import Glibc
 
 /// A small, fast, seeded generator (SplitMix64): the same seed gives the same tree on
 /// every machine.
-struct SeededRandom {
+public struct SeededRandom {
   private var state: UInt64
-  init(seed: UInt64) { state = seed &+ 0x9E37_79B9_7F4A_7C15 }
+  public init(seed: UInt64) { state = seed &+ 0x9E37_79B9_7F4A_7C15 }
 
-  mutating func next() -> UInt64 {
+  public mutating func next() -> UInt64 {
     state &+= 0x9E37_79B9_7F4A_7C15
     var z = state
     z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
@@ -15,11 +18,11 @@ struct SeededRandom {
     return z ^ (z >> 31)
   }
 
-  mutating func below(_ bound: Int) -> Int { Int(next() % UInt64(max(bound, 1))) }
-  mutating func unit() -> Double { Double(next() >> 11) / Double(1 << 53) }
+  public mutating func below(_ bound: Int) -> Int { Int(next() % UInt64(max(bound, 1))) }
+  public mutating func unit() -> Double { Double(next() >> 11) / Double(1 << 53) }
 
   /// Fills `buffer` with pseudo-random bytes (incompressible content).
-  mutating func fill(_ buffer: UnsafeMutableRawBufferPointer) {
+  public mutating func fill(_ buffer: UnsafeMutableRawBufferPointer) {
     var index = 0
     while index + 8 <= buffer.count {
       buffer.storeBytes(of: next(), toByteOffset: index, as: UInt64.self)
@@ -33,12 +36,12 @@ struct SeededRandom {
 }
 
 /// Writes files of pseudo-random content, reusing one buffer.
-final class ContentWriter {
+public final class ContentWriter {
   private var random: SeededRandom
   private let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
   private var text: [UInt8]
 
-  init(seed: UInt64) {
+  public init(seed: UInt64) {
     random = SeededRandom(seed: seed)
     random.fill(buffer)
     // Some files compress (text-like); most do not (photos, media, databases).
@@ -48,7 +51,7 @@ final class ContentWriter {
   deinit { buffer.deallocate() }
 
   /// Creates (or replaces) `path` with `size` bytes; `compressible` files repeat text.
-  func write(_ path: String, size: Int, compressible: Bool = false) throws {
+  public func write(_ path: String, size: Int, compressible: Bool = false) throws {
     let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
     guard fd >= 0 else { throw GeneratorError("cannot create \(path): \(String(cString: strerror(errno)))") }
     defer { close(fd) }
@@ -80,31 +83,36 @@ final class ContentWriter {
     }
   }
 
-  var rng: SeededRandom {
+  public var rng: SeededRandom {
     get { random }
     set { random = newValue }
   }
 }
 
-struct GeneratorError: Error, CustomStringConvertible {
-  var description: String
-  init(_ description: String) { self.description = description }
+public struct GeneratorError: Error, CustomStringConvertible {
+  public var description: String
+  public init(_ description: String) { self.description = description }
 }
 
-func makeDirectories(_ path: String) throws {
+public func makeDirectories(_ path: String) throws {
   try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
 }
 
 /// The shape of a generated home.
-struct HomeShape {
-  var files: Int
-  var bytes: Int64
-  var seed: UInt64
+public struct HomeShape {
+  public var files: Int
+  public var bytes: Int64
+  public var seed: UInt64
+  public init(files: Int, bytes: Int64, seed: UInt64) {
+    self.files = files
+    self.bytes = bytes
+    self.seed = seed
+  }
 }
 
 /// Generates a bundle like a real app's: ~200 files, ~30 MB (an executable, frameworks,
 /// many small assets, localizations, plists).
-func generateBundle(at path: String, seed: UInt64) throws {
+public func generateBundle(at path: String, seed: UInt64) throws {
   let writer = ContentWriter(seed: seed ^ 0xB0B)
   try makeDirectories(path)
   try makeDirectories(path + "/Frameworks")
@@ -146,7 +154,7 @@ func generateBundle(at path: String, seed: UInt64) throws {
 /// Fills a home's Documents, Library, Library/Caches and tmp with `shape.files` files and
 /// about `shape.bytes` bytes: many small files, some medium, a few large; nested folders;
 /// a few plists in Library/Preferences.
-func generateData(home: String, shape: HomeShape) throws {
+public func generateData(home: String, shape: HomeShape) throws {
   var random = SeededRandom(seed: shape.seed)
   let writer = ContentWriter(seed: shape.seed ^ 0xDA7A)
   // Where files go: Documents 60%, Library 15%, Library/Caches 20%, tmp 5%.
@@ -196,7 +204,9 @@ func generateData(home: String, shape: HomeShape) throws {
 /// Modifies, adds and deletes `percent`% of the files in Documents and Library (not Caches):
 /// half rewritten in place (same size, new bytes at the front), a quarter deleted, and as
 /// many new files added beside them.
-func mutate(home: String, percent: Double, seed: UInt64) throws -> (modified: Int, deleted: Int, added: Int) {
+public func mutate(home: String, percent: Double, seed: UInt64) throws -> (
+  modified: Int, deleted: Int, added: Int
+) {
   var files: [String] = []
   for area in ["Documents", "Library"] {
     guard let enumerator = FileManager.default.enumerator(atPath: home + "/" + area) else { continue }
