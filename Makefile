@@ -2,7 +2,8 @@
 # machine: each installs the missing system packages first.
 
 SWIFT ?= swift
-APT_PACKAGES := libarchive-dev libsqlite3-dev libssl-dev pkg-config libarchive-tools tar
+APT_PACKAGES := libarchive-dev libsqlite3-dev libssl-dev pkg-config libarchive-tools tar python3 \
+  gzip bzip2 xz-utils lzip lz4 zstd ncompress lzop lrzip
 BENCH_PACKAGES := libarchive-tools restic time
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 

@@ -69,6 +69,8 @@ final class DescriptorSource {
   let fd: Int32
   /// The errno of the first failed `read(2)` or `lseek(2)`, if any.
   fileprivate(set) var failure: Int32?
+  /// Whether a `read(2)` found the end of the input (to tell truncation from other damage).
+  fileprivate(set) var reachedEnd = false
   fileprivate let buffer: UnsafeMutableRawBufferPointer
   fileprivate let canSeek: Bool
 
@@ -113,6 +115,7 @@ private func readCallback(
   output?.pointee = UnsafeRawPointer(source.buffer.baseAddress)
   while true {
     let count = read(source.fd, source.buffer.baseAddress, source.buffer.count)
+    if count == 0 { source.reachedEnd = true }
     if count >= 0 { return la_ssize_t(count) }
     if errno == EINTR { continue }
     let code = errno
