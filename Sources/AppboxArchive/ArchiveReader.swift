@@ -1,7 +1,7 @@
 // Reads tar archives (ustar, pax, GNU tar, v7, star) as a sequence of `ArchiveEntry` values
 // and their data, through every decompression filter libarchive has (gzip, bzip2, xz, lzma,
-// lzip, lz4, zstd, compress, lzop, lrzip, grzip, uuencode, rpm's wrapper); filters that need an
-// outside program name it when it is missing.
+// lzip, lz4, zstd, compress, lzop, lrzip, grzip, uuencode, rpm's wrapper), one layer of it
+// (CompressionDetector.swift); filters that need an outside program name it when it is missing.
 //
 // Only libarchive's tar format reader is enabled, so zip, cpio, 7z, ISO images and raw data are
 // refused with `.badData` "not a tar archive" instead of being read as something else. Archives
@@ -120,18 +120,20 @@ public final class ArchiveReader {
     state = .failed
     archive_read_support_format_tar(handle)
     if offset == nil {
-      // Enabled even when compression is not allowed, to name the compression in the refusal.
-      // ARCHIVE_WARN means "some filters will run an outside program", which is fine.
-      archive_read_support_filter_all(handle)
+      // One filter, chosen from the first bytes (see CompressionDetector.swift for why not
+      // libarchive's recursive detection).
+      let filter = CompressionFilter.detect(try source.prefetch(minimum: 4096))
+      if !allowCompressed && filter != .none {
+        throw ArchiveError(
+          kind: .badData, operation: .open, archive: name,
+          message: "the archive is \(filter.name)-compressed; an uncompressed tar archive is required")
+      }
+      // ARCHIVE_WARN means "will run an outside program", which is fine.
+      let status = filter.enable(on: handle)
+      if status != ArchiveStatus.ok && status != ArchiveStatus.warn { throw failure(status, .open) }
     }
     let status = UTF8CharacterType.perform { source.open(handle) }
     if status != ArchiveStatus.ok { throw failure(status, .open) }
-    if !allowCompressed && archive_filter_code(handle, 0) != ARCHIVE_FILTER_NONE {
-      let filter = archive_filter_name(handle, 0).map { String(cString: $0) } ?? "compressed"
-      throw ArchiveError(
-        kind: .badData, operation: .open, archive: name,
-        message: "the archive is \(filter)-compressed; an uncompressed tar archive is required")
-    }
     state = .beforeEntry
   }
 
@@ -235,7 +237,8 @@ public final class ArchiveReader {
 
   /// Copies the front of `block` into `buffer` and keeps the rest pending.
   private func take(
-    from block: (bytes: UnsafeRawPointer, count: Int, offset: Int64), into buffer: UnsafeMutableRawBufferPointer
+    from block: (bytes: UnsafeRawPointer, count: Int, offset: Int64),
+    into buffer: UnsafeMutableRawBufferPointer
   ) -> Int {
     let count = min(buffer.count, block.count)
     buffer.baseAddress!.copyMemory(from: block.bytes, byteCount: count)
@@ -312,9 +315,13 @@ public final class ArchiveReader {
   }
 
   private func recordWarning(_ path: [UInt8]?) {
-    let message = archive_error_string(handle).map { String(cString: $0) } ?? "libarchive warned without a reason"
-    warnings.append(ArchiveWarning(entryPath: path, message: message))
+    let message =
+      archive_error_string(handle).map { String(cString: $0) } ?? "libarchive warned without a reason"
     archive_clear_error(handle)
+    // A name that is not valid UTF-8 (GNU tar stores such names in pax records as they are):
+    // libarchive keeps its raw bytes, which is exactly what appbox wants. Not damage.
+    if message.hasSuffix("can't be converted from UTF-8 to current locale.") { return }
+    warnings.append(ArchiveWarning(entryPath: path, message: message))
   }
 
   private func stateError(_ operation: ArchiveError.Operation) -> ArchiveError {
@@ -397,4 +404,9 @@ public struct ArchiveWarning: Sendable, Equatable, CustomStringConvertible {
 public struct ArchiveChunk: Sendable, Equatable {
   public var offset: Int64
   public var count: Int
+
+  public init(offset: Int64, count: Int) {
+    self.offset = offset
+    self.count = count
+  }
 }

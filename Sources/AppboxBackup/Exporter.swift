@@ -5,7 +5,9 @@
 // every item (ContentReader on one thread, Archiver on this one). No manifest: the archive is
 // plain data that GNU tar extracts and `import` accepts. It is written to a temp file beside
 // the destination, fsynced and renamed over it, so the destination is either the old file or
-// the complete new one.
+// the complete new one. Files with holes become sparse members (their holes are not written
+// out). FIFOs and sockets cannot be carried by a standalone tar (backups keep FIFOs in their
+// trees; sockets nowhere): they are left out, counted, and named in one warning.
 
 import AppboxArchive
 import AppboxContainer
@@ -18,6 +20,8 @@ public struct ExportReport: Sendable {
   public var files: Int
   public var bytes: Int64
   public var warnings: [String]
+  /// FIFOs and sockets left out, by path.
+  public var skippedSpecialFiles: [String] = []
 }
 
 extension DeviceSession {
@@ -35,6 +39,11 @@ extension DeviceSession {
     let scanner = Scanner(
       home: home, rules: rules, catalogPath: nil, previousRoot: nil, trustedBefore: 0, observer: observer)
     let plan = ArchivePlan(directories: try scanner.scan(), full: true)
+    let special = plan.directories.filter { !$0.isExcluded }.flatMap { directory in
+      directory.entries.filter { $0.type == .fifo || $0.type == .socket }.map {
+        display(joinPath(directory.path, directory.name(of: $0)))
+      }
+    }
     observer.engine(
       .planned(
         entries: plan.directories.reduce(0) { $0 + $1.entries.count }, files: plan.fileCount,
@@ -70,12 +79,22 @@ extension DeviceSession {
       for warning in archiver.warnings {
         observer.engine(.warning(path: warning.path, message: warning.message))
       }
+      if !special.isEmpty {
+        let shown = special.prefix(5).map { "'\($0)'" }.joined(separator: ", ")
+        let noun = special.count == 1 ? "FIFO or socket" : "FIFOs and sockets"
+        observer.engine(
+          .warning(
+            path: nil,
+            message: "left out \(special.count) \(noun), which an archive cannot hold: \(shown)"
+              + (special.count > 5 ? ", ..." : "")))
+      }
       observer.engine(.finished(operation: "export", app: app.bundleIdentifier))
       let stored = archiver.results.compactMap { $0 }.filter { !$0.vanished && !$0.isExcluded }
       return ExportReport(
         files: stored.count
           + plan.items.filter { if case .symlink = $0 { return true } else { return false } }.count,
-        bytes: archiver.bytesAdded, warnings: archiver.warnings.map { "'\($0.path)' \($0.message)" })
+        bytes: archiver.bytesAdded, warnings: archiver.warnings.map { "'\($0.path)' \($0.message)" },
+        skippedSpecialFiles: special)
     } catch {
       file.close()
       try? directory.remove(temporary)

@@ -63,14 +63,17 @@ struct SparseArchiveTests {
       // Stored widened to 512-byte blocks, as GNU tar needs.
       #expect(
         entry.sparseRegions == [
-          ArchiveDataRegion(offset: 1 << 20, length: 5120), ArchiveDataRegion(offset: 3 << 20, length: 70_144),
+          ArchiveDataRegion(offset: 1 << 20, length: 5120),
+          ArchiveDataRegion(offset: 3 << 20, length: 70_144),
         ])
       let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 4096, alignment: 16)
       defer { buffer.deallocate() }
       var rebuilt = [UInt8](repeating: 0, count: Int(size))
       var delivered: Int64 = 0
       while let chunk = try reader.readChunk(into: buffer) {
-        let inRegion = (entry.sparseRegions ?? []).contains { chunk.offset >= $0.offset && chunk.offset + Int64(chunk.count) <= $0.end }
+        let inRegion = (entry.sparseRegions ?? []).contains {
+          chunk.offset >= $0.offset && chunk.offset + Int64(chunk.count) <= $0.end
+        }
         #expect(inRegion, "data outside the map at \(chunk.offset)")
         rebuilt.replaceSubrange(
           Int(chunk.offset)..<Int(chunk.offset) + chunk.count, with: buffer[0..<chunk.count])
@@ -173,7 +176,9 @@ struct SparseArchiveTests {
       try FileManager.default.createDirectory(atPath: source, withIntermediateDirectories: false)
       let file = b(source + "/tail-hole.db")
       try createFile(file, [UInt8](repeating: 0x5A, count: 10_000))
-      guard truncate(source + "/tail-hole.db", 5 << 20) == 0 else { throw POSIXFailure(call: "truncate", code: errno) }
+      guard truncate(source + "/tail-hole.db", 5 << 20) == 0 else {
+        throw POSIXFailure(call: "truncate", code: errno)
+      }
       let archive = dir + "/gnu.tar"
       var arguments = ["--sparse", "-C", source, "-cf", archive, "tail-hole.db"]
       if format == "gnu" {
