@@ -37,6 +37,7 @@ public final class ArchiveReader {
   private let baseOffset: Int64
   private let name: String
   private var state = State.beforeEntry
+  private var filter = CompressionFilter.none
   private var entriesRead = 0
   private var currentPath: [UInt8]?
   /// The current member's declared size, whether it is sparse, and how far its data has been
@@ -122,7 +123,7 @@ public final class ArchiveReader {
     if offset == nil {
       // One filter, chosen from the first bytes (see CompressionDetector.swift for why not
       // libarchive's recursive detection).
-      let filter = CompressionFilter.detect(try source.prefetch(minimum: 4096))
+      filter = CompressionFilter.detect(try source.prefetch(minimum: 4096))
       if !allowCompressed && filter != .none {
         throw ArchiveError(
           kind: .badData, operation: .open, archive: name,
@@ -349,6 +350,11 @@ public final class ArchiveReader {
       error.message =
         "it is compressed with a format that needs the program '\(program)', which could not be run "
         + "(install it, or decompress the archive first)"
+      return error
+    }
+    if error.message.hasPrefix("Child process exited") {
+      error.message =
+        "the program that decompresses \(filter.name) failed (\(error.message)): the data is damaged"
       return error
     }
     if operation == .open || (operation == .readHeader && entriesRead == 0 && archive_format(handle) == 0) {

@@ -61,12 +61,23 @@ enum CompressionFilter: String, Equatable {
     if starts([0x04, 0x22, 0x4D, 0x18]) || starts([0x02, 0x21, 0x4C, 0x18]) {
       return .lz4
     }
-    if head.count >= 8, head[0] & 0xF0 == 0x50, starts([0x2A, 0x4D, 0x18], at: 1) {
-      // A skippable frame (lz4 and zstd share them): the frame after it decides.
-      let length = Int(head[4]) | Int(head[5]) << 8 | Int(head[6]) << 16 | Int(head[7]) << 24
-      let next = 8 + length
-      if starts([0x28, 0xB5, 0x2F, 0xFD], at: next) { return .zstd }
-      return .lz4
+    // Skippable frames (lz4 and zstd share them): the first real frame after them decides.
+    var frame = 0
+    for _ in 0..<16 {
+      guard head.count >= frame + 8, head[frame] & 0xF0 == 0x50, starts([0x2A, 0x4D, 0x18], at: frame + 1)
+      else {
+        break
+      }
+      let length =
+        Int(head[frame + 4]) | Int(head[frame + 5]) << 8 | Int(head[frame + 6]) << 16 | Int(head[frame + 7])
+        << 24
+      frame += 8 + length
+    }
+    if frame > 0 {
+      if starts([0x28, 0xB5, 0x2F, 0xFD], at: frame) { return .zstd }
+      if starts([0x04, 0x22, 0x4D, 0x18], at: frame) || starts([0x02, 0x21, 0x4C, 0x18], at: frame) {
+        return .lz4
+      }
     }
     if starts([0x89, 0x4C, 0x5A, 0x4F, 0x00, 0x0D, 0x0A, 0x1A, 0x0A]) { return .lzop }
     if starts(Array("GRZipII".utf8) + [0x00, 0x02, 0x04, 0x3A, 0x29]) { return .grzip }
