@@ -6,6 +6,16 @@
 // with nesting and object counts limited by `PropertyListLimits`, and reports any defect as
 // one `PropertyListError`. It writes both formats deterministically (keys in Unicode scalar
 // order) so that the same value always yields the same bytes, which seals and backups rely on.
+//
+// Dialect choices, made to read what Apple's parser reads (see the README's Compatibility):
+// - a key repeated in a dictionary keeps its last value (Apple's parser and Python's plistlib
+//   do the same); keys are compared by Unicode scalars, so keys that differ only in
+//   normalization (NFC "é" and NFD "e\u{301}") are different keys, as in Foundation;
+// - integers run from Int64.min to UInt64.max: values above Int64.max are `.unsignedInteger`
+//   (binary plists store them as 128-bit integers, as Apple and plistlib write them);
+// - a date must be finite and within the years 1 through 9999, the range the XML format can
+//   write; NaN, infinite and farther dates (possible in binary plists) are refused as
+//   malformed, rather than printed as nonsense.
 
 import Foundation
 
@@ -13,12 +23,89 @@ import Foundation
 public indirect enum PropertyList: Equatable, Sendable {
   case string(String)
   case integer(Int64)
+  /// An integer above Int64.max; every smaller one is `.integer`.
+  case unsignedInteger(UInt64)
   case real(Double)
   case bool(Bool)
   case date(Date)
   case data(Data)
   case array([PropertyList])
-  case dictionary([String: PropertyList])
+  case dictionary(PropertyListDictionary)
+
+  /// A dictionary from Swift dictionary entries.
+  public static func dictionary(_ entries: [String: PropertyList]) -> PropertyList {
+    .dictionary(PropertyListDictionary(entries))
+  }
+}
+
+/// A property-list dictionary: keys are strings compared by their Unicode scalars (never by
+/// canonical equivalence, as Swift's `String ==` does), so NFC and NFD spellings of a key are
+/// two keys, as they are in Foundation and in the file.
+public struct PropertyListDictionary: Equatable, Sendable, Sequence, ExpressibleByDictionaryLiteral {
+  /// A key compared and hashed by its Unicode scalars.
+  public struct ScalarKey: Hashable, Sendable {
+    public let string: String
+    public init(_ string: String) { self.string = string }
+    public static func == (a: ScalarKey, b: ScalarKey) -> Bool {
+      a.string.unicodeScalars.elementsEqual(b.string.unicodeScalars)
+    }
+    public func hash(into hasher: inout Hasher) {
+      for scalar in string.unicodeScalars { hasher.combine(scalar.value) }
+    }
+  }
+
+  private var storage: [ScalarKey: PropertyList]
+
+  public init() { storage = [:] }
+
+  /// The entries of a Swift dictionary (whose keys are already distinct).
+  public init(_ entries: [String: PropertyList]) {
+    storage = Dictionary(uniqueKeysWithValues: entries.map { (ScalarKey($0.key), $0.value) })
+  }
+
+  /// A repeated key keeps its last value.
+  public init(dictionaryLiteral elements: (String, PropertyList)...) {
+    storage = [:]
+    for (key, value) in elements { storage[ScalarKey(key)] = value }
+  }
+
+  /// The value for exactly this key (same Unicode scalars).
+  public subscript(key: String) -> PropertyList? {
+    get { storage[ScalarKey(key)] }
+    set { storage[ScalarKey(key)] = newValue }
+  }
+
+  public var count: Int { storage.count }
+  public var isEmpty: Bool { storage.isEmpty }
+  /// The keys, in no particular order.
+  public var keys: [String] { storage.keys.map(\.string) }
+  /// The keys in Unicode scalar order: how both writers lay them out.
+  public var sortedKeys: [String] { keys.sorted(by: String.scalarOrder) }
+
+  @discardableResult
+  public mutating func removeValue(forKey key: String) -> PropertyList? {
+    storage.removeValue(forKey: ScalarKey(key))
+  }
+
+  /// The values transformed, keyed by Swift strings: keys that differ only in normalization
+  /// collapse there, so use this only where that cannot matter.
+  public func mapValues<T>(_ transform: (PropertyList) throws -> T) rethrows -> [String: T] {
+    var result: [String: T] = [:]
+    for (key, value) in storage { result[key.string] = try transform(value) }
+    return result
+  }
+
+  /// Like `mapValues`, leaving out the values `transform` maps to nil.
+  public func compactMapValues<T>(_ transform: (PropertyList) throws -> T?) rethrows -> [String: T] {
+    var result: [String: T] = [:]
+    for (key, value) in storage { result[key.string] = try transform(value) }
+    return result
+  }
+
+  public func makeIterator() -> AnyIterator<(key: String, value: PropertyList)> {
+    var iterator = storage.makeIterator()
+    return AnyIterator { iterator.next().map { (key: $0.key.string, value: $0.value) } }
+  }
 }
 
 /// Bounds on what `PropertyList.decode(_:limits:)` accepts.
@@ -140,6 +227,15 @@ extension PropertyList {
     return nil
   }
 
+  /// The value of an integer that is not negative, whether or not it fits Int64.
+  public var unsignedInteger: UInt64? {
+    switch self {
+    case .integer(let value) where value >= 0: return UInt64(value)
+    case .unsignedInteger(let value): return value
+    default: return nil
+    }
+  }
+
   public var real: Double? {
     if case .real(let value) = self { return value }
     return nil
@@ -165,7 +261,7 @@ extension PropertyList {
     return nil
   }
 
-  public var dictionary: [String: PropertyList]? {
+  public var dictionary: PropertyListDictionary? {
     if case .dictionary(let value) = self { return value }
     return nil
   }
