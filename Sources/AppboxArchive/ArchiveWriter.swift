@@ -205,8 +205,8 @@ public final class ArchiveWriter {
     while cursor < end {
       let holeEnd = index < regions.count ? min(regions[index].offset, end) : end
       if cursor < holeEnd {
-        let slice = buffer[Int(cursor - offset)..<Int(holeEnd - offset)]
-        if slice.contains(where: { $0 != 0 }) { return false }
+        let slice = UnsafeRawBufferPointer(rebasing: buffer[Int(cursor - offset)..<Int(holeEnd - offset)])
+        if !isAllZero(slice) { return false }
         cursor = holeEnd
       }
       guard index < regions.count, cursor < end else { break }

@@ -379,19 +379,6 @@ struct ImportBuild {
     }
   }
 
-  private func isAllZero(_ bytes: UnsafeRawBufferPointer) -> Bool {
-    var index = 0
-    while index + 8 <= bytes.count {
-      if bytes.loadUnaligned(fromByteOffset: index, as: UInt64.self) != 0 { return false }
-      index += 8
-    }
-    while index < bytes.count {
-      if bytes[index] != 0 { return false }
-      index += 1
-    }
-    return true
-  }
-
   private func treeEntry(_ entry: ArchiveEntry) -> TreeEntry {
     TreeEntry(
       name: [], type: .file, permissions: entry.permissions & 0o1777, size: entry.size,

@@ -92,3 +92,22 @@ extension FileStatus {
   /// Whether the file may have holes: fewer bytes allocated than its size. Cheap, no syscall.
   public var mayBeSparse: Bool { type == .regular && allocatedBytes < size }
 }
+
+/// Whether every byte of `bytes` is zero: `memcmp(3)` against a zeroed buffer, so it runs at
+/// memory speed (a file of zeros being written must not cost a loop per byte).
+public func isAllZero(_ bytes: UnsafeRawBufferPointer) -> Bool {
+  var start = 0
+  while start < bytes.count {
+    let count = min(bytes.count - start, ZeroBlock.bytes.count)
+    if memcmp(bytes.baseAddress! + start, ZeroBlock.bytes.baseAddress!, count) != 0 { return false }
+    start += count
+  }
+  return true
+}
+
+/// 1 MiB of zeros, allocated once, never written.
+private enum ZeroBlock {
+  nonisolated(unsafe) static let bytes: UnsafeRawBufferPointer = {
+    UnsafeRawBufferPointer(UnsafeMutableRawBufferPointer(start: calloc(1 << 20, 1), count: 1 << 20))
+  }()
+}

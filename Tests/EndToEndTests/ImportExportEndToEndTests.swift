@@ -115,11 +115,18 @@ struct ImportExportEndToEndTests {
     let device = Device()
     try device.install("Notes-1.0/Notes.app")
     try writeSampleData(home: device.home)
+    let socket = device.home + "/Documents/app.sock"
+    let bound = try runProcess(
+      "/usr/bin/python3",
+      ["-c", "import socket,sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])", socket])
+    #expect(bound.status == 0, "\(bound.err)")
     let exported = try device.run("--json", "export", "com.example.notes", device.dir.url("data.tar"))
     #expect(exported.status == 0, "\(exported.err)")
-    #expect(try device.json(exported)["skippedSpecialFiles"] as? Int == 1)
-    #expect(exported.err.contains("left out 1 FIFO or socket") && exported.err.contains("Documents/pipe"))
+    #expect(try device.json(exported)["skippedSpecialFiles"] as? Int == 2)
+    #expect(exported.err.contains("left out 2 FIFOs and sockets"), "\(exported.err)")
+    #expect(exported.err.contains("Documents/pipe") && exported.err.contains("Documents/app.sock"))
     try FileManager.default.removeItem(atPath: device.home + "/Documents/pipe")
+    try FileManager.default.removeItem(atPath: socket)
     let expected = try captureHomeData(device.home)
     #expect(try device.run("export", "com.example.notes", device.dir.url("data.tar")).status == 0)
     #expect(try device.run("export", "com.example.notes", device.dir.url("Notes.xcappdata")).status == 0)

@@ -72,6 +72,21 @@ struct SparseEndToEndTests {
     #expect(restored.status == 0, "\(restored.err)")
     try checkSparseCopy(image)
 
+    // Forget the first snapshot after a second one: its archive is repacked, holes and all.
+    FileManager.default.createFile(atPath: device.home + "/Documents/later.txt", contents: Data("later".utf8))
+    try device.trustSnapshots()
+    _ = try device.backup()
+    let forgot = try device.run("forget", "com.example.notes", "--keep-last", "1")
+    #expect(forgot.status == 0, "\(forgot.err)")
+    #expect(!device.archiveNames().contains(splitPath(archive).name), "the first archive was kept")
+    for name in device.archiveNames() {
+      #expect(try allocated(device.repository + "/archives/" + name) < 2 << 20, "\(name) stored the holes")
+    }
+    try FileManager.default.removeItem(atPath: image)
+    #expect(try device.run("restore", "com.example.notes").status == 0)
+    try checkSparseCopy(image)
+    #expect(try device.run("check", "--read-data").status == 0)
+
     // Export (tar and package) and import back.
     let tar = device.dir.url("data.tar")
     let package = device.dir.url("data.xcappdata")
