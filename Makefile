@@ -2,7 +2,8 @@
 # machine: each installs the missing system packages first.
 
 SWIFT ?= swift
-APT_PACKAGES := libarchive-dev libsqlite3-dev libssl-dev pkg-config libarchive-tools tar bubblewrap libseccomp-dev util-linux e2fsprogs
+APT_PACKAGES := libarchive-dev libsqlite3-dev libssl-dev pkg-config libarchive-tools tar bubblewrap \
+  libseccomp-dev util-linux e2fsprogs python3 gzip bzip2 xz-utils lzip lz4 zstd ncompress lzop lrzip
 BENCH_PACKAGES := libarchive-tools restic time
 # The demo renders `advise --html` in a real browser (a large package: not needed by make test).
 DEMO_PACKAGES := chromium

@@ -5,7 +5,8 @@
 # change, incremental backup, restore, update (with the keychain item surviving), revert,
 # file protection (as root: on a small encrypted ext4 image), hostile homes (escaped names,
 # a planted preferences link, a deep tree, backups in parallel), why and advise (with a
-# screenshot of the advice page), and the refusals.
+# screenshot of the advice page), export and import (an .xcappdata package, a whole-home tar,
+# holes kept), and the refusals.
 set -euo pipefail
 
 BIN_DIR=${1:?usage: demo.sh BIN_DIR}
@@ -256,6 +257,26 @@ if command -v chromium >/dev/null; then
 else
   printf '%s(chromium is not installed: no screenshot of the page; make demo installs it)%s\n' "$dim" "$reset"
 fi
+section "Export and import: an Xcode .xcappdata package, a whole-home tar, holes kept, damage refused"
+NOTES_HOME=$("$APPBOX" path com.example.notes)
+truncate -s 1G "$NOTES_HOME/Documents/disk.img"
+printf 'a 1 GB disk image with 20 bytes of data' | dd of="$NOTES_HOME/Documents/disk.img" conv=notrunc status=none
+step export com.example.notes "$DEMO_FILES/Notes.xcappdata"
+show find Notes.xcappdata -maxdepth 2
+(cd "$DEMO_FILES" && find Notes.xcappdata -maxdepth 2 | sort)
+printf 'edited after the export\n' > "$NOTES_HOME/Documents/from-2.0.txt"
+step import com.example.notes "$DEMO_FILES/Notes.xcappdata"
+show du -h --apparent-size Documents/disk.img
+du -h --apparent-size "$NOTES_HOME/Documents/disk.img" | cut -f1
+show du -h Documents/disk.img
+du -h "$NOTES_HOME/Documents/disk.img" | cut -f1
+show tar --sparse -C HOME -cf home.tar .
+tar --sparse -C "$NOTES_HOME" -cf "$DEMO_FILES/home.tar" .
+step import com.example.notes "$DEMO_FILES/home.tar"
+head -c 1500 "$DEMO_FILES/home.tar" > "$DEMO_FILES/cut.tar"
+refused import com.example.notes "$DEMO_FILES/cut.tar"
+head -c 10240 /dev/zero > "$DEMO_FILES/empty.tar"
+refused import com.example.notes "$DEMO_FILES/empty.tar"
 
 section "Refusals are one clear line with the spec's exit status"
 refused install "$FIXTURES/Notes-2.0/Notes.app"

@@ -35,7 +35,37 @@ extension ArchiveEntry {
     for attribute in extendedAttributes where attribute.name.isEmpty || attribute.name.utf8.contains(0) {
       return "an extended attribute name is empty or contains a NUL byte"
     }
+    if let sparseRegions {
+      if type != .regular { return "only a regular file can be sparse" }
+      var end: Int64 = 0
+      for region in sparseRegions {
+        guard region.offset >= end, region.length >= 0, region.offset <= size - region.length else {
+          return "the sparse regions overlap, are out of order or extend past the size"
+        }
+        end = region.end
+      }
+    }
     return nil
+  }
+
+  /// The sparse map as it is stored: each region widened to 512-byte boundaries (clipped to the
+  /// size), and regions that then touch merged. GNU tar reads each region's data from the start
+  /// of a tar block, while libarchive writes the regions back to back, so an unaligned region
+  /// would shift every later one for GNU tar; widened regions only carry some zeros as data.
+  /// nil for a dense member (or an empty file).
+  var storedSparseRegions: [ArchiveDataRegion]? {
+    guard let sparseRegions, type == .regular, size > 0 else { return nil }
+    var result: [ArchiveDataRegion] = []
+    for region in sparseRegions where region.length > 0 {
+      let start = region.offset & ~511
+      let end = min((region.end + 511) & ~511, size)
+      if let last = result.last, start <= last.end {
+        result[result.count - 1].length = max(last.end, end) - last.offset
+      } else {
+        result.append(ArchiveDataRegion(offset: start, length: end - start))
+      }
+    }
+    return result
   }
 
   /// The number of data bytes that follow this entry's header in the archive.
@@ -67,6 +97,14 @@ extension ArchiveEntry {
     if let userName { archive_entry_copy_uname(handle, userName) }
     if let groupName { archive_entry_copy_gname(handle, groupName) }
     archive_entry_set_size(handle, dataSize)
+    if let regions = storedSparseRegions {
+      for region in regions {
+        archive_entry_sparse_add_entry(handle, region.offset, region.length)
+      }
+      // libarchive treats a member with an empty map as dense: an all-hole file gets the one
+      // zero-length region at its end that GNU tar writes too.
+      if regions.isEmpty { archive_entry_sparse_add_entry(handle, size, 0) }
+    }
     archive_entry_set_mtime(handle, Int(modificationTime.seconds), Int(modificationTime.nanoseconds))
     for attribute in extendedAttributes {
       attribute.value.withUnsafeBytes { bytes in
@@ -108,6 +146,16 @@ extension ArchiveEntry {
         attributes.append(ArchiveExtendedAttribute(name: String(cString: name), value: bytes))
       }
     }
+    var sparseRegions: [ArchiveDataRegion]?
+    if type == .regular, archive_entry_sparse_reset(handle) > 0 {
+      var regions: [ArchiveDataRegion] = []
+      var offset: la_int64_t = 0
+      var length: la_int64_t = 0
+      while archive_entry_sparse_next(handle, &offset, &length) == ARCHIVE_OK {
+        if length > 0 { regions.append(ArchiveDataRegion(offset: offset, length: length)) }
+      }
+      sparseRegions = regions
+    }
     self.init(
       path: ArchiveEntry.normalized(rawPath), type: type, permissions: archive_entry_perm(handle) & 0o7777,
       uid: UInt32(truncatingIfNeeded: archive_entry_uid(handle)),
@@ -118,7 +166,7 @@ extension ArchiveEntry {
       modificationTime: ArchiveTimestamp(
         seconds: Int64(archive_entry_mtime(handle)),
         nanoseconds: Int32(truncatingIfNeeded: archive_entry_mtime_nsec(handle))),
-      linkTarget: linkTarget, extendedAttributes: attributes)
+      linkTarget: linkTarget, extendedAttributes: attributes, sparseRegions: sparseRegions)
   }
 
   /// Drops leading `./` components and trailing slashes; an empty result becomes `.`.

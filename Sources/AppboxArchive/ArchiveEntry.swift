@@ -55,6 +55,20 @@ public struct ArchiveExtendedAttribute: Sendable, Equatable, Hashable {
   }
 }
 
+/// A run of data bytes inside a sparse member: everything between runs is a hole (zeros that
+/// take no space in the archive, and none on disk when extracted).
+public struct ArchiveDataRegion: Sendable, Equatable, Hashable {
+  public var offset: Int64
+  public var length: Int64
+
+  public init(offset: Int64, length: Int64) {
+    self.offset = offset
+    self.length = length
+  }
+
+  public var end: Int64 { offset + length }
+}
+
 /// One archive member's metadata.
 ///
 /// The reader normalises `path` (see `ArchiveReader.nextEntry()`); the writer stores what it is given.
@@ -76,12 +90,19 @@ public struct ArchiveEntry: Sendable, Equatable, Hashable {
   /// link points to.
   public var linkTarget: [UInt8]?
   public var extendedAttributes: [ArchiveExtendedAttribute]
+  /// For a sparse regular file, its data regions in ascending order (possibly none: all hole);
+  /// nil for a dense file. `size` stays the file's apparent size. The writer stores such a
+  /// member in GNU's pax sparse format 1.0 (what GNU tar, bsdtar and Python read), with each
+  /// region widened to 512-byte boundaries (file systems report block-aligned regions anyway);
+  /// the reader reports the map libarchive found (GNU old, pax 0.0/0.1/1.0, Solaris).
+  public var sparseRegions: [ArchiveDataRegion]?
 
   public init(
     path: [UInt8], type: ArchiveEntryType, permissions: UInt32, uid: UInt32 = 0, gid: UInt32 = 0,
     userName: String? = nil, groupName: String? = nil, size: Int64 = 0,
     modificationTime: ArchiveTimestamp = ArchiveTimestamp(seconds: 0),
-    linkTarget: [UInt8]? = nil, extendedAttributes: [ArchiveExtendedAttribute] = []
+    linkTarget: [UInt8]? = nil, extendedAttributes: [ArchiveExtendedAttribute] = [],
+    sparseRegions: [ArchiveDataRegion]? = nil
   ) {
     self.path = path
     self.type = type
@@ -94,6 +115,7 @@ public struct ArchiveEntry: Sendable, Equatable, Hashable {
     self.modificationTime = modificationTime
     self.linkTarget = linkTarget
     self.extendedAttributes = extendedAttributes
+    self.sparseRegions = sparseRegions
   }
 
   /// A regular file of `size` bytes.

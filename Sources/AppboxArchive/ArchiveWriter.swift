@@ -38,6 +38,10 @@ public final class ArchiveWriter {
   private var state = State.idle
   private var currentPath: [UInt8]?
   private var remaining: Int64 = 0
+  /// The current member's logical position and, for a sparse member, its data regions: bytes
+  /// given for a hole are dropped by libarchive, so they must be zeros (checked).
+  private var position: Int64 = 0
+  private var sparseRegions: [ArchiveDataRegion]?
 
   /// Starts a pax archive on `fileDescriptor`.
   ///
@@ -137,6 +141,8 @@ public final class ArchiveWriter {
     }
     currentPath = entry.path
     remaining = entry.dataSize
+    position = 0
+    sparseRegions = entry.storedSparseRegions
     state = .inEntry
   }
 
@@ -152,12 +158,62 @@ public final class ArchiveWriter {
         kind: .invalidArgument, operation: .writeData, archive: name, entryPath: currentPath,
         message: "\(buffer.count) bytes exceed the \(remaining) bytes left of the declared size")
     }
+    if let sparseRegions, !Self.holesAreZero(buffer, at: position, regions: sparseRegions) {
+      throw ArchiveError(
+        kind: .invalidArgument, operation: .writeData, archive: name, entryPath: currentPath,
+        message: "data that is not zeros falls in a hole of the sparse map")
+    }
+    try feed(buffer)
+  }
+
+  /// Appends `count` zero bytes to the current entry: the holes of a sparse member (libarchive
+  /// stores nothing for them), or zeros in a dense one. Uses `archive_write_data`.
+  public func writeZeros(_ count: Int64) throws(ArchiveError) {
+    try require(.inEntry, .writeData, currentPath)
+    guard count <= remaining else {
+      throw ArchiveError(
+        kind: .invalidArgument, operation: .writeData, archive: name, entryPath: currentPath,
+        message: "\(count) bytes exceed the \(remaining) bytes left of the declared size")
+    }
+    var left = count
+    while left > 0 {
+      let chunk = Int(min(left, Int64(ZeroPages.bytes.count)))
+      try feed(UnsafeRawBufferPointer(rebasing: ZeroPages.bytes[0..<chunk]))
+      left -= Int64(chunk)
+    }
+  }
+
+  private func feed(_ buffer: UnsafeRawBufferPointer) throws(ArchiveError) {
     let written = archive_write_data(handle, buffer.baseAddress, buffer.count)
     if written != buffer.count {
       throw failure(
         written < 0 ? Int32(truncatingIfNeeded: written) : ArchiveStatus.fatal, .writeData, currentPath)
     }
     remaining -= Int64(written)
+    position += Int64(written)
+  }
+
+  /// Whether the bytes of `buffer` (starting at logical `offset`) that fall outside every data
+  /// region are all zero.
+  static func holesAreZero(
+    _ buffer: UnsafeRawBufferPointer, at offset: Int64, regions: [ArchiveDataRegion]
+  ) -> Bool {
+    var cursor = offset
+    let end = offset + Int64(buffer.count)
+    // Regions are few and sorted; find the first that ends after the cursor.
+    var index = regions.firstIndex { $0.end > cursor } ?? regions.count
+    while cursor < end {
+      let holeEnd = index < regions.count ? min(regions[index].offset, end) : end
+      if cursor < holeEnd {
+        let slice = UnsafeRawBufferPointer(rebasing: buffer[Int(cursor - offset)..<Int(holeEnd - offset)])
+        if !isAllZero(slice) { return false }
+        cursor = holeEnd
+      }
+      guard index < regions.count, cursor < end else { break }
+      cursor = min(regions[index].end, end)
+      index += 1
+    }
+    return true
   }
 
   /// Appends `bytes` to the current entry. Uses `archive_write_data`.
@@ -194,6 +250,9 @@ public final class ArchiveWriter {
   public func finishEntryPaddingWithZeros() throws(ArchiveError) -> Int64 {
     try require(.inEntry, .finishEntry, currentPath)
     let padded = remaining
+    // A sparse member's map goes out with its first data (libarchive writes it then): feed the
+    // missing bytes through the map, where holes cost nothing, rather than pad behind it.
+    if sparseRegions != nil && padded > 0 { try writeZeros(padded) }
     try finishCurrentEntry()
     return padded
   }
@@ -226,6 +285,8 @@ public final class ArchiveWriter {
       throw failure(status, .finishEntry, currentPath)
     }
     remaining = 0
+    position = 0
+    sparseRegions = nil
     currentPath = nil
     state = .idle
   }
@@ -268,4 +329,17 @@ public final class ArchiveWriter {
     if let code = sink.failure { error.errno = code }
     return error
   }
+}
+
+/// Read-only zero-filled memory to feed libarchive the holes of sparse members: mapped once,
+/// never written, so every page is the kernel's shared zero page (no memory is used).
+enum ZeroPages {
+  nonisolated(unsafe) static let bytes: UnsafeRawBufferPointer = {
+    let size = 64 << 20
+    let mapped = mmap(nil, size, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+    if let mapped, mapped != MAP_FAILED { return UnsafeRawBufferPointer(start: mapped, count: size) }
+    let fallback = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
+    fallback.initializeMemory(as: UInt8.self, repeating: 0)
+    return UnsafeRawBufferPointer(fallback)
+  }()
 }

@@ -69,8 +69,12 @@ final class DescriptorSource {
   let fd: Int32
   /// The errno of the first failed `read(2)` or `lseek(2)`, if any.
   fileprivate(set) var failure: Int32?
+  /// Whether a `read(2)` found the end of the input (to tell truncation from other damage).
+  fileprivate(set) var reachedEnd = false
   fileprivate let buffer: UnsafeMutableRawBufferPointer
   fileprivate let canSeek: Bool
+  /// Bytes read ahead by `prefetch` into `buffer`, handed to libarchive by the first read.
+  fileprivate var prefetched = 0
 
   /// Prepares reading `fd` from `offset` (nil: from where the descriptor is now).
   ///
@@ -92,6 +96,27 @@ final class DescriptorSource {
 
   deinit { buffer.deallocate() }
 
+  /// Reads the start of the input (up to `minimum` bytes, fewer at the end) without losing it:
+  /// libarchive's first read gets these bytes. Uses `read(2)`.
+  func prefetch(minimum: Int) throws(ArchiveError) -> [UInt8] {
+    while prefetched < min(minimum, buffer.count) {
+      let count = read(fd, buffer.baseAddress! + prefetched, buffer.count - prefetched)
+      if count < 0 {
+        if errno == EINTR { continue }
+        failure = errno
+        throw ArchiveError(
+          kind: .io, operation: .open, archive: "descriptor \(fd)", message: "reading the archive failed",
+          errno: errno)
+      }
+      if count == 0 {
+        reachedEnd = true
+        break
+      }
+      prefetched += count
+    }
+    return Array(UnsafeRawBufferPointer(rebasing: buffer[0..<prefetched]))
+  }
+
   /// Connects `handle` to this source; `self` must outlive the archive.
   ///
   /// Uses `archive_read_set_callback_data`, `archive_read_set_read_callback`,
@@ -111,8 +136,13 @@ private func readCallback(
 ) -> la_ssize_t {
   let source = Unmanaged<DescriptorSource>.fromOpaque(context!).takeUnretainedValue()
   output?.pointee = UnsafeRawPointer(source.buffer.baseAddress)
+  if source.prefetched > 0 {
+    defer { source.prefetched = 0 }
+    return la_ssize_t(source.prefetched)
+  }
   while true {
     let count = read(source.fd, source.buffer.baseAddress, source.buffer.count)
+    if count == 0 { source.reachedEnd = true }
     if count >= 0 { return la_ssize_t(count) }
     if errno == EINTR { continue }
     let code = errno
@@ -127,7 +157,7 @@ private func skipCallback(
 ) -> la_int64_t {
   let source = Unmanaged<DescriptorSource>.fromOpaque(context!).takeUnretainedValue()
   // Returning 0 tells libarchive to read and discard instead (pipes, or nothing to skip).
-  guard source.canSeek, request > 0 else { return 0 }
+  guard source.canSeek, request > 0, source.prefetched == 0 else { return 0 }
   if lseek(source.fd, off_t(request), SEEK_CUR) < 0 {
     let code = errno
     if source.failure == nil { source.failure = code }

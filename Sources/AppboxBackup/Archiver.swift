@@ -192,6 +192,10 @@ final class Archiver {
           try writer.writeData(data)
           if current?.hashing == true { hasher.update(data) }
           bytesDone += Int64(count)
+        case .hole(let count):
+          try writer.writeZeros(count)
+          if current?.hashing == true { ContentReader.hashZeros(count, into: hasher) }
+          bytesDone += count
         case .end(let item, let readerDigest, let short, let stable, let final):
           if short > 0 { try writer.finishEntryPaddingWithZeros() } else { try writer.finishEntry() }
           var digest = readerDigest
@@ -201,7 +205,7 @@ final class Archiver {
           }
           guard final, let started = current, let digest else { continue }
           let size = started.file.status.size
-          bytesAdded += size
+          bytesAdded += started.file.dataBytes
           addBlob(digest, offset: started.offset, item: item, size: size)
           writtenItems[item] = true
           record(
@@ -348,6 +352,9 @@ final class Archiver {
       size: status.size,
       modificationTime: ArchiveTimestamp(
         seconds: status.modificationTime.seconds, nanoseconds: status.modificationTime.nanoseconds),
-      extendedAttributes: file.attributes.map { ArchiveExtendedAttribute(name: $0.name, value: $0.value) })
+      extendedAttributes: file.attributes.map { ArchiveExtendedAttribute(name: $0.name, value: $0.value) },
+      sparseRegions: file.dataRegions?.map {
+        ArchiveDataRegion(offset: $0.lowerBound, length: Int64($0.count))
+      })
   }
 }

@@ -130,6 +130,7 @@ extension Repository {
             "Archive '\(record.name)': the content of '\(display(location.path))' does not match its SHA-256")
         }
       }
+      for warning in reader.warnings { problems.append("Archive '\(record.name)' is damaged: \(warning)") }
     } catch {
       problems.append("Archive '\(record.name)' cannot be read: \(error.message)")
     }

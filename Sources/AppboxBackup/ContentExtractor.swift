@@ -4,9 +4,12 @@
 // sequential reader (an uncompressed archive is entered directly at the first needed offset;
 // members in between are skipped by seeking). Each member must be a regular file with the
 // path and size the catalog recorded. Its data is written to every planned file with that
-// content, then each file gets its mode, attributes and times. Chunks go to the hashing
-// thread, which compares each member's digest with the tree's; `finish()` reports any
-// mismatch. Buffers are freed by whoever holds them last (the hasher, or `cancel` on error).
+// content, each run at its offset, so the holes of a sparse member stay holes (the file gets
+// its full length at the end); then each file gets its mode, attributes and times. Chunks, and
+// the holes between them as counts of zeros, go to the hashing thread, which compares each
+// member's digest with the tree's; `finish()` reports any mismatch. Buffers are freed by
+// whoever holds them last (the hasher, or `cancel` on error). Any warning libarchive gives
+// about an archive appbox wrote means damage, and fails the restore.
 
 import AppboxArchive
 import AppboxCore
@@ -16,6 +19,7 @@ import Glibc
 final class ContentExtractor {
   private enum HashMessage {
     case chunk(UnsafeMutableRawBufferPointer, Int)
+    case zeros(Int64)
     case end(expected: Digest, path: [UInt8])
   }
 
@@ -47,6 +51,8 @@ final class ContentExtractor {
         case .chunk(let buffer, let count):
           hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
           pool.give(buffer)
+        case .zeros(let count):
+          ContentReader.hashZeros(count, into: hasher)
         case .end(let expected, let path):
           if hasher.finalize() != expected { mismatches.add(path) }
         }
@@ -94,6 +100,7 @@ final class ContentExtractor {
       throw damaged(error.message)
     }
     if index < sorted.count { throw damaged("it ends before the member '\(display(sorted[index].path))'") }
+    if let warning = reader.warnings.first { throw damaged("libarchive warned: \(warning)") }
   }
 
   private func copy(from reader: ArchiveReader, location: BlobLocation) throws {
@@ -101,33 +108,39 @@ final class ContentExtractor {
     var descriptors: [FileDescriptor] = []
     defer { descriptors.forEach { $0.close() } }
     for target in targets { descriptors.append(try writer.createFile(plan.files[target])) }
-    var total: Int64 = 0
+    var position: Int64 = 0
     while true {
       let buffer = pool.take(beforeWaiting: queue.nudge)
-      let count: Int
+      let chunk: ArchiveChunk?
       do {
-        count = try reader.readData(into: buffer)
+        chunk = try reader.readChunk(into: buffer)
       } catch {
         pool.give(buffer)
         throw error
       }
-      if count == 0 {
+      guard let chunk else {
         pool.give(buffer)
         break
       }
-      let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
+      if chunk.offset > position { queue.push(.zeros(chunk.offset - position)) }
+      let data = UnsafeRawBufferPointer(rebasing: buffer[0..<chunk.count])
       do {
-        for descriptor in descriptors { try descriptor.writeAll(chunk) }
+        for descriptor in descriptors { try descriptor.writeAll(data, at: chunk.offset) }
       } catch {
         pool.give(buffer)
         throw error
       }
-      total += Int64(count)
-      queue.push(.chunk(buffer, count), cost: count)
+      position = chunk.offset + Int64(chunk.count)
+      queue.push(.chunk(buffer, chunk.count), cost: chunk.count)
     }
+    let total = reader.deliveredLength
+    if total > position { queue.push(.zeros(total - position)) }
     queue.push(.end(expected: location.digest, path: location.path))
     guard total == location.size else {
       throw BackupError(.corruptArchive, "The member '\(display(location.path))' is shorter than recorded")
+    }
+    if total > position {
+      for descriptor in descriptors { try descriptor.truncate(to: total) }
     }
     for (descriptor, target) in zip(descriptors, targets) {
       try TreeWriter.applyMetadata(plan.files[target], to: descriptor)

@@ -16,6 +16,11 @@
 // either way and flagged unstable, for a warning. A file that ended early is padded with
 // zeros to the size its header declared; the digest covers those zeros, so the digest always
 // describes the member's bytes. Buffers are handed to the archiver, which frees them.
+//
+// A large file with fewer blocks allocated than its size may have holes: its data regions are
+// found with SEEK_DATA/SEEK_HOLE, only they are read (pread at their offsets), and each hole is
+// handed over as a count of zeros, which the archiver stores as a hole of a sparse member. The
+// digest is still that of the whole content, holes hashed as zeros.
 
 import AppboxContainer
 import AppboxCore
@@ -26,7 +31,11 @@ import Glibc
 struct OpenedFile {
   var status: EntryStatus
   var attributes: [ExtendedAttribute]
+  /// For a file with holes, its data regions (the rest reads as zeros); nil when dense.
+  var dataRegions: [Range<Int64>]? = nil
   var isExcluded: Bool { attributes.contains { $0.name == excludeFromBackupAttribute } }
+  /// Bytes of data the archive stores for it (holes excluded).
+  var dataBytes: Int64 { dataRegions?.reduce(0) { $0 + Int64($1.count) } ?? status.size }
 }
 
 /// A message from the reader to the archiver, in item order.
@@ -42,6 +51,8 @@ enum ContentMessage {
   /// `archiverHashes`, the archiver hashes the chunks (and the `end` carries no digest).
   case begin(item: Int, file: OpenedFile, archiverHashes: Bool)
   case chunk(buffer: UnsafeMutableRawBufferPointer, count: Int)
+  /// `count` zero bytes of a hole, between chunks of a file with holes.
+  case hole(count: Int64)
   /// The attempt ended: `short` bytes were missing (to pad); `final` is false when another
   /// attempt follows.
   case end(item: Int, digest: Digest?, short: Int64, stable: Bool, final: Bool)
@@ -247,29 +258,50 @@ final class ContentReader: @unchecked Sendable {
       }
 
       let archiverHashes = archiverHasRoom
-      guard queue.push(.begin(item: item, file: file, archiverHashes: archiverHashes)) else { return false }
+      var opened = file
+      if before.mayBeSparse { opened.dataRegions = (try? fd.dataRegions(size: before.size)) ?? nil }
+      guard queue.push(.begin(item: item, file: opened, archiverHashes: archiverHashes)) else { return false }
       var remaining = before.size
-      while remaining > 0 {
-        let size = Int(min(Int64(pool.bufferSize), remaining))
-        let buffer = pool.take(beforeWaiting: queue.nudge)
-        let n: Int
-        do {
-          // Never more than the header declared: growth shows in the fstat after.
-          n = try fd.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<size]))
-        } catch let error as SystemError {
-          pool.give(buffer)
-          throw backupFailure(error, path: display(path))
+      var position: Int64 = 0
+      var endedEarly = false
+      runs: for run in opened.dataRegions ?? [0..<before.size] {
+        if run.lowerBound > position {
+          let gap = run.lowerBound - position
+          if !archiverHashes { Self.hashZeros(gap, into: hasher) }
+          guard queue.push(.hole(count: gap)) else { return false }
+          position = run.lowerBound
+          remaining -= gap
         }
-        if n == 0 {
-          pool.give(buffer)
-          break
+        while position < run.upperBound {
+          let size = Int(min(Int64(pool.bufferSize), run.upperBound - position))
+          let buffer = pool.take(beforeWaiting: queue.nudge)
+          let n: Int
+          do {
+            // Never more than the header declared: growth shows in the fstat after.
+            n = try fd.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<size]), at: position)
+          } catch let error as SystemError {
+            pool.give(buffer)
+            throw backupFailure(error, path: display(path))
+          }
+          if n == 0 {
+            pool.give(buffer)
+            endedEarly = true
+            break runs
+          }
+          if !archiverHashes { hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n])) }
+          remaining -= Int64(n)
+          position += Int64(n)
+          guard queue.push(.chunk(buffer: buffer, count: n), cost: n) else {
+            pool.give(buffer)
+            return false
+          }
         }
-        if !archiverHashes { hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n])) }
-        remaining -= Int64(n)
-        guard queue.push(.chunk(buffer: buffer, count: n), cost: n) else {
-          pool.give(buffer)
-          return false
-        }
+      }
+      if !endedEarly && remaining > 0 && opened.dataRegions != nil {
+        // The hole at the end of the file.
+        if !archiverHashes { Self.hashZeros(remaining, into: hasher) }
+        guard queue.push(.hole(count: remaining)) else { return false }
+        remaining = 0
       }
       if remaining > 0 && !archiverHashes { Self.hashZeros(remaining, into: hasher) }
       afterRead?(path, attempt)

@@ -5,7 +5,10 @@
 // every item (ContentReader on one thread, Archiver on this one). No manifest: the archive is
 // plain data that GNU tar extracts and `import` accepts. It is written as a `StagedFile` (a
 // temp file beside the destination, fsynced and renamed over it), so the destination is
-// either the old file or the complete new one.
+// either the old file or the complete new one. Files with holes become sparse members (their
+// holes are not written out). FIFOs and sockets cannot be carried by a standalone tar
+// (backups keep FIFOs in their trees; sockets nowhere): they are left out, counted, and
+// named in one warning.
 
 import AppboxArchive
 import AppboxContainer
@@ -22,6 +25,8 @@ public struct ExportReport: Sendable {
   /// paths (shortened), as for an incomplete snapshot.
   public var unreadable = 0
   public var unreadablePaths: [[UInt8]] = []
+  /// FIFOs and sockets left out, by path.
+  public var skippedSpecialFiles: [String] = []
 }
 
 extension DeviceSession {
@@ -40,6 +45,13 @@ extension DeviceSession {
       home: home.borrowed, rules: rules, catalogPath: nil, previousRoot: nil, trustedBefore: 0,
       observer: observer)
     let plan = ArchivePlan(directories: try scanner.scan(), full: true)
+    let special = plan.directories.indices.filter { !plan.directories[$0].isExcluded }.flatMap { index in
+      let directory = plan.directories[index]
+      let path = plan.directories.path(of: index)
+      return directory.entries.filter { $0.type == .fifo || $0.type == .socket }.map {
+        display(joinPath(path, directory.name(of: $0)))
+      }
+    }
     observer.engine(
       .planned(
         entries: plan.directories.reduce(0) { $0 + $1.entries.count }, files: plan.fileCount,
@@ -69,6 +81,15 @@ extension DeviceSession {
     for warning in scanner.warnings + archiver.warnings {
       observer.engine(.warning(path: warning.path, message: warning.message))
     }
+    if !special.isEmpty {
+      let shown = special.prefix(5).map { "'\($0)'" }.joined(separator: ", ")
+      let noun = special.count == 1 ? "FIFO or socket" : "FIFOs and sockets"
+      observer.engine(
+        .warning(
+          path: nil,
+          message: "left out \(special.count) \(noun), which an archive cannot hold: \(shown)"
+            + (special.count > 5 ? ", ..." : "")))
+    }
     observer.engine(.finished(operation: "export", app: app.bundleIdentifier))
     let stored = archiver.results.compactMap { $0 }.filter { !$0.vanished && !$0.isExcluded }
     let unreadable = (scanner.unreadable + archiver.unreadable).map(\.path).sorted {
@@ -80,6 +101,6 @@ extension DeviceSession {
       bytes: archiver.bytesAdded,
       warnings: (scanner.warnings + archiver.warnings).map { "'\($0.path)' \($0.message)" },
       unreadable: scanner.unreadableCount + archiver.unreadableCount,
-      unreadablePaths: Snapshot.keptPaths(unreadable))
+      unreadablePaths: Snapshot.keptPaths(unreadable), skippedSpecialFiles: special)
   }
 }

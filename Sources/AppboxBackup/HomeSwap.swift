@@ -90,7 +90,7 @@ public enum HomeSwap {
     CrashPoint.hit("swap.journaled")
     defer { staging.applicationRoot.close() }
     try finish(
-      journal: journal, applicationRoot: staging.applicationRoot, journal: Journal(root: session.root))
+      journal: PropertyListDictionary(journal), applicationRoot: staging.applicationRoot, journal: Journal(root: session.root))
   }
 
   /// Makes the staged contents durable and writes the journal that commits the swap; from
@@ -138,7 +138,7 @@ public enum HomeSwap {
 
   /// Rolls a journaled swap forward from wherever it stopped.
   static func finish(
-    journal: [String: PropertyList], applicationRoot: FileDescriptor, journal entries: Journal
+    journal: PropertyListDictionary, applicationRoot: FileDescriptor, journal entries: Journal
   )
     throws
   {

@@ -1,7 +1,7 @@
 // The rules an imported archive must follow. It is untrusted input: one bad member refuses
 // the whole archive (exit 65), before the home changes.
 //
-// Per member, in archive order:
+// Per member, in archive order (paths already placed in the home by ImportLayout):
 // - the path (after libarchive applied any pax `path` override, so overrides are judged by
 //   their effect) is relative, has no empty, `.` or `..` component, and starts with
 //   Documents or Library, which must themselves be directories;
@@ -11,22 +11,30 @@
 // - every parent is a directory seen or implied earlier: never a symlink (that would write
 //   through a link) nor a file;
 // - a hard link names an earlier regular file of the archive;
-// - a symlink's target is relative and non-empty;
-// - the entry count and the sum of declared sizes stay within the limits (a decompression
-//   bomb stops at the first member past them, before its data is read).
-// After the last member, every symlink is resolved over the archive's own tree, following
-// its other symlinks the way the kernel would: one that leads above the home is refused.
+// - a symlink's target is not empty. It is data, stored as it is and never followed by
+//   appbox (files are created through descriptors beneath the staging directory), so an
+//   absolute or climbing target is accepted: an app can make such a link itself, and its
+//   export must import back;
+// - the member count and the sum of apparent sizes (a sparse file counts its full size) stay
+//   within the limits, and the bytes of data (holes excluded) within the free space: a bomb
+//   stops at the first header past them, before anything is written.
 
 import AppboxCore
 import Foundation
 
 /// Bounds on what an import accepts.
 public struct ImportLimits: Sendable {
+  /// The most members an archive may have (skipped ones count too): `--max-members`.
   public var maxEntries: Int
-  /// The most bytes of file data an import may expand to (also capped by free space).
+  /// The most bytes the imported files may add up to, by apparent size (a sparse file counts
+  /// its full length, holes included): `--max-size`. Data actually written is also capped by
+  /// the free space.
   public var maxBytes: Int64
 
-  public init(maxEntries: Int = 1_000_000, maxBytes: Int64 = 64 << 30) {
+  public static let defaultMaxEntries = 1_000_000
+  public static let defaultMaxBytes: Int64 = 64 << 30
+
+  public init(maxEntries: Int = defaultMaxEntries, maxBytes: Int64 = defaultMaxBytes) {
     self.maxEntries = maxEntries
     self.maxBytes = maxBytes
   }
@@ -55,15 +63,19 @@ struct ImportValidator {
   }
 
   private(set) var known: [[UInt8]: Kind] = [:]
-  private(set) var symlinks: [(path: [UInt8], target: [UInt8])] = []
   private var entries = 0
-  private var bytes: Int64 = 0
+  /// Apparent bytes of the files admitted, and bytes of their data (holes excluded).
+  private(set) var bytes: Int64 = 0
+  private(set) var dataBytes: Int64 = 0
   let maxEntries: Int
   let maxBytes: Int64
+  /// The most data bytes that fit (free space less a reserve).
+  let maxDataBytes: Int64
 
-  init(maxEntries: Int, maxBytes: Int64) {
+  init(maxEntries: Int, maxBytes: Int64, maxDataBytes: Int64 = .max) {
     self.maxEntries = maxEntries
     self.maxBytes = maxBytes
+    self.maxDataBytes = maxDataBytes
   }
 
   static let topLevel: Set<[UInt8]> = [Array("Documents".utf8), Array("Library".utf8)]
@@ -72,14 +84,19 @@ struct ImportValidator {
     BackupError(.refusedArchive, "member '\(display(path))' \(reason)")
   }
 
+  /// Counts one member read from the archive, imported or skipped.
+  mutating func count() throws {
+    entries += 1
+    guard entries <= maxEntries else {
+      throw BackupError(
+        .refusedArchive, "it has more than \(maxEntries) members (--max-members raises the limit)")
+    }
+  }
+
   /// Checks one member; returns how to create it and the parent directories it implies
   /// (which the caller creates first, in order).
   mutating func admit(_ entry: ArchiveEntryFacts) throws -> (Admission, implied: [[UInt8]]) {
     let path = entry.path
-    entries += 1
-    guard entries <= maxEntries else {
-      throw BackupError(.refusedArchive, "it has more than \(maxEntries) entries (APPBOX_IMPORT_MAX_ENTRIES)")
-    }
     if path.first == UInt8(ascii: "/") { throw Self.refuse(path, "has an absolute path") }
     let components = path.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false).map(
       Array.init)
@@ -125,20 +142,24 @@ struct ImportValidator {
       guard entry.size >= 0, entry.size <= maxBytes - bytes else {
         throw BackupError(
           .refusedArchive,
-          "member '\(display(path))' would make it expand beyond \(maxBytes) bytes (free space or APPBOX_IMPORT_MAX_BYTES)"
-        )
+          "member '\(display(path))' would make the files add up to more than \(maxBytes) bytes "
+            + "(a disk bomb? --max-size raises the limit)")
+      }
+      let data = min(max(entry.dataSize, 0), entry.size)
+      guard data <= maxDataBytes - dataBytes else {
+        throw BackupError(
+          .refusedArchive,
+          "member '\(display(path))' would need more than the \(maxDataBytes) bytes of free space left")
       }
       bytes += entry.size
+      dataBytes += data
       kind = .file
       admission = .file
     case .symlink(let target):
       if target.isEmpty { throw Self.refuse(path, "is a symbolic link with an empty target") }
-      if target.first == UInt8(ascii: "/") {
-        throw Self.refuse(path, "is a symbolic link to an absolute path")
-      }
+      if target.contains(0) { throw Self.refuse(path, "is a symbolic link whose target holds a NUL byte") }
       kind = .symlink
       admission = .symlink
-      symlinks.append((path, target))
     case .hardlink(let target):
       guard known[target] == .file else {
         throw Self.refuse(
@@ -158,43 +179,6 @@ struct ImportValidator {
     return (admission, implied)
   }
 
-  /// Refuses symlinks that lead above the home, following the archive's other symlinks.
-  func checkSymlinks() throws {
-    let links = Dictionary(symlinks.map { ($0.path, $0.target) }, uniquingKeysWith: { first, _ in first })
-    for (path, target) in symlinks {
-      let directory = path.split(separator: UInt8(ascii: "/")).dropLast().map(Array.init)
-      guard Self.resolve(target, from: directory, links: links, budget: 40) != nil else {
-        throw Self.refuse(path, "is a symbolic link that leads outside the home ('\(display(target))')")
-      }
-    }
-  }
-
-  private static func resolve(
-    _ target: [UInt8], from directory: [[UInt8]], links: [[UInt8]: [UInt8]], budget: Int
-  )
-    -> [[UInt8]]?
-  {
-    if target.first == UInt8(ascii: "/") || budget <= 0 { return nil }
-    var current = directory
-    for part in target.split(separator: UInt8(ascii: "/")).map(Array.init) {
-      if part == [UInt8(ascii: ".")] { continue }
-      if part == Array("..".utf8) {
-        if current.isEmpty { return nil }
-        current.removeLast()
-        continue
-      }
-      current.append(part)
-      let joined = Array(current.joined(separator: [UInt8(ascii: "/")]))
-      if let next = links[joined] {
-        current.removeLast()
-        guard let resolved = resolve(next, from: current, links: links, budget: budget - 1) else {
-          return nil
-        }
-        current = resolved
-      }
-    }
-    return current
-  }
 }
 
 /// The facts about a member the validator judges, independent of libarchive's types.
@@ -209,5 +193,7 @@ struct ArchiveEntryFacts {
   var kind: Kind
   var permissions: UInt32
   var size: Int64
+  /// Bytes of data the archive holds for a regular file: its size, or less when sparse.
+  var dataSize: Int64
   var attributeNames: [String]
 }

@@ -1,14 +1,28 @@
-// `import`: replace an app's Documents and Library with an untrusted tar archive's contents.
+// `import`: replace an app's Documents and Library with an untrusted archive's contents (a tar
+// in any compression libarchive reads, or an Xcode `.xcappdata` package, as a directory or a
+// tar of one).
 //
-// Algorithm: read the archive once, member by member; each is judged by ImportValidator
-// before anything is created for it, then written into a staging directory beside the
-// homes through TreeWriter (descriptors only, O_EXCL | O_NOFOLLOW, nothing followed).
-// Symlinks are created only after the last member, when all of them have been checked
-// against the whole archive, so no member can be written through one. Directory modes and
-// times are applied last. The staging directory then replaces the home's contents through
-// the journaled swap, carrying over everything but Documents and Library (the bundle, tmp,
-// the metadata file). A refusal or error at any point discards the staging directory: the
-// home never changed, and nothing was written anywhere else.
+// Algorithm, in two passes over the source:
+// 1. Plan (ImportPlan): read every header, skipping data. Place each member in the home
+//    (ImportLayout: skip the bundle, tmp and Library/Caches of a whole-home tar; unwrap an
+//    xcappdata package), judge it (ImportValidator: paths, types, modes, links, and the caps
+//    on members, apparent size and free space), and keep a fingerprint of what libarchive
+//    reported. Then the rule for damaged data: any warning libarchive gave refuses the import
+//    unless the caller is lenient (then each is reported, and counted), and a source with
+//    nothing to import refuses unless empty imports are allowed. Nothing has been written yet:
+//    a disk bomb or a damaged archive stops here.
+// 2. Build (ImportBuild): read the source again into a staging directory beside the homes.
+//    Every member must be the one planned (same fingerprint, same order, same count), so what
+//    is built is what was judged; each is judged again and created through TreeWriter
+//    (descriptors only, O_EXCL | O_NOFOLLOW, nothing followed). File data is written at its
+//    offsets, so the holes of a sparse member stay holes, and whole 4 KiB blocks of zeros are
+//    not written either (a member of zeros, compressed to nothing, cannot fill the disk).
+//    Symlinks come after the last member
+//    (no member can be written through one); directory modes and times are applied last.
+// 3. The staging directory replaces the home's contents through the journaled swap, carrying
+//    over everything but Documents and Library (the bundle, tmp, the metadata file).
+// A refusal or error at any point discards the staging directory: the home never changed, and
+// nothing was written anywhere else.
 
 import AppboxArchive
 import AppboxContainer
@@ -16,149 +30,199 @@ import AppboxCore
 import Foundation
 import Glibc
 
+/// How an import treats what it reads.
+public struct ImportOptions: Sendable {
+  /// Caps on members and apparent size; nil uses the defaults (or APPBOX_IMPORT_MAX_*).
+  public var limits: ImportLimits?
+  /// Import even when libarchive warned about the archive (each warning is reported).
+  public var lenient: Bool
+  /// Accept a source with nothing to import: the app's Documents and Library become empty.
+  public var allowEmpty: Bool
+
+  public init(limits: ImportLimits? = nil, lenient: Bool = false, allowEmpty: Bool = false) {
+    self.limits = limits
+    self.lenient = lenient
+    self.allowEmpty = allowEmpty
+  }
+}
+
+/// What kind of source an import read.
+public enum ImportFormat: String, Sendable {
+  /// A tar of Documents and Library, or of a whole home.
+  case archive
+  /// An Xcode app-data package, as a directory or as a tar.
+  case xcappdata
+}
+
 /// What an import wrote.
 public struct ImportReport: Sendable {
   public var files: Int
   public var directories: Int
+  /// Bytes of file data written (holes of sparse files excluded).
   public var bytes: Int64
+  public var format: ImportFormat
+  /// Parts of a home that were in the source but are never imported, with member counts.
+  public var skipped: [ImportSkip]
+  /// What libarchive warned about (imported anyway, because the import was lenient).
+  public var warnings: [String]
+}
+
+/// Members of one part of a home that import skipped.
+public struct ImportSkip: Sendable, Equatable {
+  public var path: String
+  public var members: Int
 }
 
 extension DeviceSession {
-  /// Replaces `app`'s Documents and Library with the archive at `path`, all or nothing.
+  /// Replaces `app`'s Documents and Library with the archive or package at `path`, all or
+  /// nothing.
   public func importData(
-    into app: AppRecord, from path: String, limits: ImportLimits? = nil,
+    into app: AppRecord, from path: String, options: ImportOptions = ImportOptions(),
     observer: EngineObserver = SilentObserver()
   ) throws -> ImportReport {
     let running = try holdNotRunning(app, session: self)
     defer { withExtendedLifetime(running) {} }
     observer.engine(.started(operation: "import", app: app.bundleIdentifier))
-    let limits = limits ?? ImportLimits.from(environment: environment)
-    let reader: ArchiveReader
-    do {
-      reader = try ArchiveReader(path: path)
-    } catch {
-      throw refusal(error, path: path)
+    let source = try ImportSource.at(path)
+    let limits = options.limits ?? ImportLimits.from(environment: environment)
+    let room = try freeSpaceForImport()
+
+    observer.engine(.stage("plan"))
+    let plan = try refusing(path) { try ImportPlan.make(source, limits: limits, room: room) }
+    try plan.check(options, path: path)
+    for warning in plan.warnings {
+      observer.engine(.warning(path: nil, message: "imported despite a damaged archive: \(warning)"))
     }
+    if !plan.skipped.isEmpty {
+      observer.engine(
+        .warning(path: nil, message: "skipped what import does not replace: \(plan.skipped.summary)"))
+    }
+    observer.engine(.planned(entries: plan.fingerprints.count, files: plan.files, bytes: plan.dataBytes))
+
     let staging = try HomeStagingArea.create(in: self)
-    let report: ImportReport
+    var report: ImportReport
     do {
-      let reserve: Int64 = 64 << 20
-      let room = max(0, try staging.descriptor.availableSpace() - reserve)
-      var build = ImportBuild(
-        staging: staging.descriptor,
-        validator: ImportValidator(maxEntries: limits.maxEntries, maxBytes: min(limits.maxBytes, room)))
-      do {
-        try build.run(reader)
-      } catch {
-        throw refusal(error, path: path)
-      }
+      observer.engine(.stage("extract"))
+      var build = ImportBuild(staging: staging.descriptor, limits: limits, room: room, observer: observer)
+      try refusing(path) { try build.run(source, plan: plan) }
       report = build.report
     } catch {
       staging.discard()
       throw error
     }
+    report.format = plan.format
+    report.skipped = plan.skipped.groups.map { ImportSkip(path: $0.name, members: $0.count) }
+    report.warnings = plan.warnings.map(\.description)
+    observer.engine(.stage("swap"))
     try HomeSwap.swap(staging, into: app, carrying: .allButData, session: self)
     observer.engine(.finished(operation: "import", app: app.bundleIdentifier))
     return report
   }
+
+  /// Free space beside the homes, less a reserve for everything else the device needs.
+  private func freeSpaceForImport() throws -> Int64 {
+    let applicationRoot = try FileDescriptor.open(root.applicationRoot, O_RDONLY | O_DIRECTORY)
+    defer { applicationRoot.close() }
+    return max(0, try applicationRoot.availableSpace() - (64 << 20))
+  }
 }
 
-/// Names the archive in a refusal; other errors (I/O, no space) pass unchanged.
-private func refusal(_ error: Error, path: String) -> Error {
-  if let failure = error as? BackupError, failure.code == .refusedArchive {
-    return BackupError(.refusedArchive, "Refused to import '\(path)': \(failure.message)")
-  }
-  if let failure = error as? ArchiveError {
+/// Runs `body`, naming the source in refusals; other errors (I/O, no space) pass unchanged.
+private func refusing<T>(_ path: String, _ body: () throws -> T) throws -> T {
+  do {
+    return try body()
+  } catch let failure as BackupError where failure.code == .refusedArchive {
+    throw BackupError(.refusedArchive, "Refused to import '\(path)': \(failure.message)")
+  } catch let failure as ArchiveError {
     switch failure.kind {
-    case .notFound: return BackupError(.snapshotNotFound, "No archive at '\(path)'")
-    case .badData: return BackupError(.refusedArchive, "Refused to import '\(path)': \(failure.message)")
-    default: return failure
+    case .notFound: throw BackupError(.snapshotNotFound, "No archive at '\(path)'")
+    case .badData: throw BackupError(.refusedArchive, "Refused to import '\(path)': \(failure.message)")
+    default: throw failure
     }
   }
-  return error
 }
 
-/// Builds the imported tree in the staging directory.
-private struct ImportBuild {
-  let writer: TreeWriter
-  var validator: ImportValidator
-  /// Directory metadata to apply at the end (the latest member's, for a repeated directory).
-  var directories: [[UInt8]: TreeEntry] = [:]
-  var report = ImportReport(files: 0, directories: 0, bytes: 0)
+/// Pass 1: what the source holds, judged before anything is written.
+struct ImportPlan {
+  /// One per member read, in order: what the build pass must read again.
+  var fingerprints: [Int] = []
+  var warnings: [ArchiveWarning] = []
+  var skipped = SkippedMembers()
+  /// Members that go into the home, regular files among them, and their data bytes.
+  var imported = 0
+  var files = 0
+  var dataBytes: Int64 = 0
+  var format = ImportFormat.archive
 
-  init(staging: FileDescriptor, validator: ImportValidator) {
-    writer = TreeWriter(target: staging)
-    self.validator = validator
+  static func make(_ source: ImportSource, limits: ImportLimits, room: Int64) throws -> ImportPlan {
+    let reader = try source.open()
+    var layout = ImportLayout()
+    var validator = ImportValidator(
+      maxEntries: limits.maxEntries, maxBytes: limits.maxBytes, maxDataBytes: room)
+    var plan = ImportPlan()
+    while let entry = try reader.nextMember() {
+      try validator.count()
+      plan.fingerprints.append(entry.hashValue)
+      guard let member = try placed(entry, layout: &layout, skipped: &plan.skipped) else { continue }
+      _ = try validator.admit(ArchiveEntryFacts(member))
+      plan.imported += 1
+      if member.type == .regular { plan.files += 1 }
+    }
+    plan.dataBytes = validator.dataBytes
+    plan.warnings = reader.warnings
+    if case .package = layout.kind { plan.format = .xcappdata }
+    return plan
   }
 
-  mutating func run(_ reader: ArchiveReader) throws {
-    defer { writer.closeAll() }
-    var links: [(path: [UInt8], target: [UInt8], time: Int64)] = []
-    let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
-    defer { buffer.deallocate() }
-    while let entry = try reader.nextEntry() {
-      if entry.path == [UInt8(ascii: ".")] && entry.type == .directory { continue }
-      let (admission, implied) = try validator.admit(facts(entry))
-      for directory in implied {
-        try writer.makeDirectory(directory)
-        directories[directory] = TreeEntry(
-          name: [], type: .directory, permissions: 0o755,
-          modificationTime: Int64(Date().timeIntervalSince1970 * 1e9))
-      }
-      let metadata = treeEntry(entry)
-      switch admission {
-      case .directory:
-        if directories[entry.path] == nil {
-          try writer.makeDirectory(entry.path)
-          report.directories += 1
-        }
-        directories[entry.path] = metadata
-      case .file:
-        let fd = try writer.createFile(entry.path)
-        try fd.closeAfter { fd in
-          var written: Int64 = 0
-          while true {
-            let count = try reader.readData(into: buffer)
-            if count == 0 { break }
-            try fd.writeAll(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
-            written += Int64(count)
-          }
-          guard written == entry.size else {
-            throw BackupError(.refusedArchive, "member '\(entry.displayPath)' has less data than it declares")
-          }
-          try TreeWriter.applyMetadata(RestoreItem(path: entry.path, entry: metadata), to: fd)
-        }
-        report.files += 1
-        report.bytes += entry.size
-      case .hardlink(let target):
-        try writer.link(
-          RestoreItem(path: entry.path, entry: metadata), to: RestoreItem(path: target, entry: metadata))
-        report.files += 1
-      case .symlink:
-        links.append((entry.path, entry.linkTarget ?? [], metadata.modificationTime))
-      }
+  /// The rule for damaged data, and for empty sources.
+  func check(_ options: ImportOptions, path: String) throws {
+    if let first = warnings.first, !options.lenient {
+      let more = warnings.count > 1 ? " (and \(warnings.count - 1) more)" : ""
+      throw BackupError(
+        .refusedArchive,
+        "Refused to import '\(path)': the archive is damaged: \(first)\(more); --lenient imports what can be read"
+      )
     }
-    try validator.checkSymlinks()
-    for link in links {
-      var entry = TreeEntry(name: [], type: .symlink, permissions: 0o777, modificationTime: link.time)
-      entry.linkTarget = link.target
-      try writer.makeSymlink(RestoreItem(path: link.path, entry: entry))
-      report.files += 1
-    }
-    writer.closeAll()
-    let staging = writer.target
-    for path in ["Documents", "Library", "Library/Preferences", "Library/Caches"]
-    where try staging.status(ofRawName: Array(path.utf8)) == nil {
-      try staging.makeDirectory(path, mode: 0o755)
-    }
-    // Deepest first, so setting a directory's time is not undone by work inside it.
-    for (path, entry) in directories.sorted(by: { $0.key.count > $1.key.count }) {
-      try writer.finishDirectory(RestoreItem(path: path, entry: entry))
+    if imported == 0 && !options.allowEmpty {
+      let what =
+        fingerprints.isEmpty
+        ? "it has no members" : "none of its \(fingerprints.count) members goes into Documents or Library"
+      throw BackupError(
+        .refusedArchive,
+        "Refused to import '\(path)': \(what), so the app's data would be erased; --allow-empty does that")
     }
   }
+}
 
-  private func facts(_ entry: ArchiveEntry) -> ArchiveEntryFacts {
-    let kind: ArchiveEntryFacts.Kind
+/// Places `entry` in the home: nil for a member skipped (counted) or ignored; otherwise the
+/// entry with its home path, and a hard link's target placed the same way.
+func placed(
+  _ entry: ArchiveEntry, layout: inout ImportLayout, skipped: inout SkippedMembers
+) throws -> ArchiveEntry? {
+  var member = entry
+  switch layout.place(entry.path, isDirectory: entry.type == .directory) {
+  case .home(let path): member.path = path
+  case .skipped(let group):
+    skipped.add(group)
+    return nil
+  case .ignored: return nil
+  case .outside:
+    throw ImportValidator.refuse(entry.path, "is outside Documents and Library")
+  }
+  if entry.type == .hardlink, let target = entry.linkTarget {
+    var targetLayout = layout
+    guard case .home(let placedTarget) = targetLayout.place(target) else {
+      throw ImportValidator.refuse(
+        entry.path, "is a hard link to '\(display(target))', which is not imported")
+    }
+    member.linkTarget = placedTarget
+  }
+  return member
+}
+
+extension ArchiveEntryFacts {
+  init(_ entry: ArchiveEntry) {
+    let kind: Kind
     switch entry.type {
     case .directory: kind = .directory
     case .regular: kind = .regular
@@ -166,17 +230,9 @@ private struct ImportBuild {
     case .hardlink: kind = .hardlink(entry.linkTarget ?? [])
     case .other: kind = .other
     }
-    return ArchiveEntryFacts(
-      path: entry.path, kind: kind, permissions: entry.permissions, size: entry.size,
+    let data = entry.sparseRegions.map { $0.reduce(Int64(0)) { $0 + max($1.length, 0) } } ?? entry.size
+    self.init(
+      path: entry.path, kind: kind, permissions: entry.permissions, size: entry.size, dataSize: data,
       attributeNames: entry.extendedAttributes.map(\.name))
-  }
-
-  private func treeEntry(_ entry: ArchiveEntry) -> TreeEntry {
-    TreeEntry(
-      name: [], type: .file, permissions: entry.permissions & 0o1777, size: entry.size,
-      modificationTime: entry.modificationTime.seconds &* 1_000_000_000
-        &+ Int64(entry.modificationTime.nanoseconds),
-      extendedAttributes: entry.extendedAttributes.map { ExtendedAttribute(name: $0.name, value: $0.value) }
-        .sorted { $0.name < $1.name })
   }
 }

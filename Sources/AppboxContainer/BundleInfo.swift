@@ -182,14 +182,15 @@ public struct BundleInfo: Sendable {
 
   /// Refuses the bundle when the device lacks a required capability or has a prohibited one.
   public func checkCapabilities(of device: DeviceIdentity, bundle: String) throws {
-    let missing = requiredCapabilities.filter { !device.capabilities.contains($0) }
+    let capabilities = device.effectiveCapabilities
+    let missing = requiredCapabilities.filter { !capabilities.contains($0) }
     if !missing.isEmpty {
       throw ContainerError(
         .missingCapability,
         "Cannot install '\(bundle)': the device lacks required capabilit\(missing.count == 1 ? "y" : "ies") "
           + missing.joined(separator: ", "))
     }
-    let present = prohibitedCapabilities.filter { device.capabilities.contains($0) }
+    let present = prohibitedCapabilities.filter { capabilities.contains($0) }
     if !present.isEmpty {
       throw ContainerError(
         .missingCapability,

@@ -122,7 +122,9 @@ struct BundleWalker {
 
   /// Copies (or only reads) one regular file, hashing what is read; returns its digest,
   /// size and mode (the copy's, normalized, or the source's). Uses `openat(2)` with
-  /// `O_NOFOLLOW`, and checks that what was opened is the file that was listed.
+  /// `O_NOFOLLOW`, and checks that what was opened is the file that was listed. A file with
+  /// holes is read region by region (SEEK_DATA/SEEK_HOLE) and its copy keeps the holes; the
+  /// digest covers the whole content, holes as zeros.
   private func copyFile(
     _ name: String, path: String, from source: FileDescriptor, to mirror: FileDescriptor?,
     buffer: UnsafeMutableRawBufferPointer
@@ -135,22 +137,48 @@ struct BundleWalker {
       name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o600, displayPath: path)
     defer { output?.close() }
     let hasher = SHA256Hasher()
-    var size: Int64 = 0
-    while true {
-      let n = try input.read(into: buffer)
-      if n == 0 { break }
-      let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<n])
-      hasher.update(chunk)
-      try output?.writeAll(chunk)
-      size += Int64(n)
+    let regions = status.mayBeSparse ? try input.dataRegions(size: status.size) : nil
+    var position: Int64 = 0
+    copying: for region in regions ?? [0..<Int64.max] {
+      if region.lowerBound > position {
+        hashZeros(region.lowerBound - position, into: hasher)
+        position = region.lowerBound
+      }
+      while position < region.upperBound {
+        let wanted = Int(min(Int64(buffer.count), region.upperBound - position))
+        let n = try input.read(
+          into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<wanted]), at: position)
+        if n == 0 { break copying }
+        let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<n])
+        hasher.update(chunk)
+        try output?.writeAll(chunk, at: position)
+        position += Int64(n)
+      }
+    }
+    if regions != nil && position < status.size {
+      hashZeros(status.size - position, into: hasher)
+      position = status.size
     }
     var mode = status.permissions
     if let output {
+      try output.truncate(to: position)
       mode = BundleModes.fileMode(executable: status.permissions & 0o111 != 0)
       try output.setPermissions(mode)
       try output.setTimes(access: status.modificationTime, modification: status.modificationTime)
     }
-    return (hasher.finalize(), size, mode)
+    return (hasher.finalize(), position, mode)
+  }
+
+  private func hashZeros(_ count: Int64, into hasher: SHA256Hasher) {
+    let zeros = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
+    defer { zeros.deallocate() }
+    zeros.initializeMemory(as: UInt8.self, repeating: 0)
+    var left = count
+    while left > 0 {
+      let n = Int(min(left, Int64(zeros.count)))
+      hasher.update(UnsafeRawBufferPointer(rebasing: zeros[0..<n]))
+      left -= Int64(n)
+    }
   }
 
   /// Refuses symlinks that resolve outside the bundle: absolute targets, or relative ones

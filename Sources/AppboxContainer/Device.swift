@@ -10,10 +10,35 @@ public struct DeviceIdentity: Sendable, Equatable {
   public var capabilities: [String]
   public var created: Date
 
-  public static let defaultCapabilities = [
-    "arm64", "wifi", "gps", "still-camera", "microphone", "accelerometer", "gyroscope", "bluetooth-le",
-    "metal",
+  /// The UIRequiredDeviceCapabilities keys the platform documents (Apple's "Required Device
+  /// Capabilities" page, which lists each model's): a `device init --capabilities` key outside
+  /// this list is accepted, with a warning.
+  public static let documentedCapabilities: Set<String> = [
+    "accelerometer", "arkit", "armv6", "armv7", "arm64", "arm64e", "auto-focus-camera", "bluetooth-le",
+    "camera-flash", "driverkit", "front-facing-camera", "gamekit", "gps", "gyroscope", "healthkit",
+    "ipad-minimum-performance-m1", "iphone-ipad-minimum-performance-a12", "iphone-performance-gaming-tier",
+    "location-services", "magnetometer", "metal", "microphone", "nfc", "opengles-1", "opengles-2",
+    "opengles-3", "peer-peer", "sms", "still-camera", "telephony", "video-camera", "wifi",
   ]
+
+  /// A current iPhone's (an iPhone 15 Pro): every documented key but the iPad-only ones
+  /// (`driverkit`, `ipad-minimum-performance-m1`) and `armv6`, whose code no 64-bit device runs.
+  public static let defaultCapabilities = [
+    "accelerometer", "arkit", "armv7", "arm64", "arm64e", "auto-focus-camera", "bluetooth-le", "camera-flash",
+    "front-facing-camera", "gamekit", "gps", "gyroscope", "healthkit", "iphone-ipad-minimum-performance-a12",
+    "iphone-performance-gaming-tier", "location-services", "magnetometer", "metal", "microphone", "nfc",
+    "opengles-1", "opengles-2", "opengles-3", "peer-peer", "sms", "still-camera", "telephony", "video-camera",
+    "wifi",
+  ]
+
+  /// What the device satisfies: its capabilities and what they imply. As on the platform, an
+  /// arm64 device satisfies `armv7` (apps built for both list it).
+  public var effectiveCapabilities: Set<String> {
+    var result = Set(capabilities)
+    if result.contains("arm64") || result.contains("arm64e") { result.insert("armv7") }
+    if result.contains("arm64e") { result.insert("arm64") }
+    return result
+  }
 
   public init(udid: String = UUID().uuidString, name: String, capabilities: [String], created: Date = Date())
   {

@@ -51,7 +51,7 @@ public struct Journal: Sendable {
 
   /// Entries whose names start with `prefix`, in name order, with their records (temp files
   /// are not entries). A damaged entry is an error (see the type's rule).
-  public func records(prefix: String) throws -> [(name: String, record: [String: PropertyList])] {
+  public func records(prefix: String) throws -> [(name: String, record: PropertyListDictionary)] {
     let folder = try OwnedFileDescriptor.open(directory, O_RDONLY | O_DIRECTORY)
     let names = try folder.borrowed.entries().map(\.nameString)
     return try names.filter { $0.hasPrefix(prefix) && $0.hasSuffix(".plist") }.sorted().map { file in

@@ -18,7 +18,7 @@ import Glibc
 public enum PreferenceType: String, CaseIterable, Sendable {
   case string, int, float, bool, date, data
 
-  /// Parses `text` as a value of this type: int as a decimal Int64, float as a finite
+  /// Parses `text` as a value of this type: int as a decimal from Int64.min to UInt64.max, float as a finite
   /// decimal, bool as true/false/yes/no/1/0, date as ISO 8601 (2024-01-02T03:04:05Z,
   /// fractional seconds allowed), data as base64. Malformed text is a usage error (64).
   public func value(parsing text: String) throws -> PropertyList {
@@ -28,8 +28,10 @@ public enum PreferenceType: String, CaseIterable, Sendable {
     switch self {
     case .string: return .string(text)
     case .int:
-      guard let value = Int64(text) else { throw invalid("a whole number (for --type int)") }
-      return .integer(value)
+      if let value = Int64(text) { return .integer(value) }
+      // Above Int64.max: stored as the 128-bit integer Apple's binary format uses for it.
+      guard let value = UInt64(text) else { throw invalid("a whole number (for --type int)") }
+      return .unsignedInteger(value)
     case .float:
       guard let value = Double(text), value.isFinite else {
         throw invalid("a finite number (for --type float)")
@@ -77,7 +79,7 @@ public struct Preferences: Sendable {
   public var relativePath: String { "Library/Preferences/\(app.bundleIdentifier).plist" }
 
   /// The whole dictionary; empty when the app has no preferences yet.
-  public func dictionary() throws -> [String: PropertyList] {
+  public func dictionary() throws -> PropertyListDictionary {
     try withFolder { folder in try read(from: folder) ?? [:] }
   }
 
@@ -142,7 +144,7 @@ public struct Preferences: Sendable {
   /// Replaces the file atomically. A protected preferences file stays protected: the new
   /// one is created under the same class, with the same owner and mode (protection is never
   /// lowered).
-  private func write(_ dictionary: [String: PropertyList], to folder: FileDescriptor) throws {
+  private func write(_ dictionary: PropertyListDictionary, to folder: FileDescriptor) throws {
     let bytes = PropertyList.dictionary(dictionary).binaryData()
     let protection = DeviceProtection(root: home.root)
     var existing: (identifier: FscryptKeyIdentifier, status: FileStatus)?
@@ -183,7 +185,7 @@ public struct Preferences: Sendable {
 
   /// The dictionary in the preferences file, nil when there is none. Never follows a
   /// symlink and never blocks on a FIFO.
-  private func read(from folder: FileDescriptor?) throws -> [String: PropertyList]? {
+  private func read(from folder: FileDescriptor?) throws -> PropertyListDictionary? {
     guard let folder else { return nil }
     let file: FileDescriptor
     do {

@@ -6,6 +6,16 @@
 // with nesting and object counts limited by `PropertyListLimits`, and reports any defect as
 // one `PropertyListError`. It writes both formats deterministically (keys in Unicode scalar
 // order) so that the same value always yields the same bytes, which seals and backups rely on.
+//
+// Dialect choices, made to read what Apple's parser reads (see the README's Compatibility):
+// - a key repeated in a dictionary keeps its last value (Apple's parser and Python's plistlib
+//   do the same); keys are compared by Unicode scalars, so keys that differ only in
+//   normalization (NFC "é" and NFD "e\u{301}") are different keys, as in Foundation;
+// - integers run from Int64.min to UInt64.max: values above Int64.max are `.unsignedInteger`
+//   (binary plists store them as 128-bit integers, as Apple and plistlib write them);
+// - a date must be finite and within the years 1 through 9999, the range the XML format can
+//   write; NaN, infinite and farther dates (possible in binary plists) are refused as
+//   malformed, rather than printed as nonsense.
 
 import Foundation
 
@@ -13,12 +23,19 @@ import Foundation
 public indirect enum PropertyList: Equatable, Sendable {
   case string(String)
   case integer(Int64)
+  /// An integer above Int64.max; every smaller one is `.integer`.
+  case unsignedInteger(UInt64)
   case real(Double)
   case bool(Bool)
   case date(Date)
   case data(Data)
   case array([PropertyList])
-  case dictionary([String: PropertyList])
+  case dictionary(PropertyListDictionary)
+
+  /// A dictionary from Swift dictionary entries.
+  public static func dictionary(_ entries: [String: PropertyList]) -> PropertyList {
+    .dictionary(PropertyListDictionary(entries))
+  }
 }
 
 /// Bounds on what `PropertyList.decode(_:limits:)` accepts.
@@ -140,6 +157,15 @@ extension PropertyList {
     return nil
   }
 
+  /// The value of an integer that is not negative, whether or not it fits Int64.
+  public var unsignedInteger: UInt64? {
+    switch self {
+    case .integer(let value) where value >= 0: return UInt64(value)
+    case .unsignedInteger(let value): return value
+    default: return nil
+    }
+  }
+
   public var real: Double? {
     if case .real(let value) = self { return value }
     return nil
@@ -165,7 +191,7 @@ extension PropertyList {
     return nil
   }
 
-  public var dictionary: [String: PropertyList]? {
+  public var dictionary: PropertyListDictionary? {
     if case .dictionary(let value) = self { return value }
     return nil
   }

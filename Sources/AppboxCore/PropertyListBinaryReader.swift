@@ -95,7 +95,7 @@ struct BinaryPropertyListReader {
       default: throw Self.failure("unknown object marker 0x\(String(marker, radix: 16))")
       }
     case 0x1:
-      return .integer(try integer(at: start))
+      return try integer(at: start)
     case 0x2:
       guard low == 2 || low == 3 else { throw Self.failure("invalid real width") }
       let bits = try read(at: start + 1, width: 1 << low)
@@ -103,8 +103,16 @@ struct BinaryPropertyListReader {
         low == 2 ? Double(Float(bitPattern: UInt32(truncatingIfNeeded: bits))) : Double(bitPattern: bits))
     case 0x3:
       guard marker == 0x33 else { throw Self.failure("invalid date marker") }
-      return .date(
-        Date(timeIntervalSinceReferenceDate: Double(bitPattern: try read(at: start + 1, width: 8))))
+      let seconds = Double(bitPattern: try read(at: start + 1, width: 8))
+      let date = Date(timeIntervalSinceReferenceDate: seconds)
+      // NaN, infinity and dates before year 1 or after 9999 have no meaning a property list
+      // can carry (the XML format cannot even write them): refused, not printed as nonsense.
+      guard seconds.isFinite, date.timeIntervalSince1970 >= Double(PropertyListDate.earliest),
+        date.timeIntervalSince1970 < Double(PropertyListDate.latest) + 1
+      else {
+        throw Self.failure("date \(seconds) seconds from 2001 is not a date between the years 1 and 9999")
+      }
+      return .date(date)
     case 0x4, 0x5, 0x6:
       let leaf = try stringOrData(at: start)
       leaves[index] = leaf
@@ -127,14 +135,12 @@ struct BinaryPropertyListReader {
       let (body, length) = try counted(at: start, unitWidth: 2 * referenceWidth)
       onPath.insert(index)
       defer { onPath.remove(index) }
-      var result: [String: PropertyList] = [:]
+      // A repeated key keeps its last value, as Apple's parser and plistlib do.
+      var result = PropertyListDictionary()
       let valuesStart = body + length / 2
       for position in stride(from: body, to: valuesStart, by: referenceWidth) {
         guard case .string(let key) = try object(try reference(at: position), depth: depth + 1) else {
           throw Self.failure("dictionary key is not a string")
-        }
-        guard result[key] == nil else {
-          throw Self.failure("duplicate dictionary key \(PropertyListError.quoted(key))")
         }
         let valueReference = try reference(at: position - body + valuesStart)
         result[key] = try object(valueReference, depth: depth + 1)
@@ -214,21 +220,23 @@ struct BinaryPropertyListReader {
     return (body, Int(length))
   }
 
-  private func integer(at start: Int) throws -> Int64 {
+  private func integer(at start: Int) throws -> PropertyList {
     let width = 1 << Int(bytes[start] & 0x0F)
     switch width {
     case 1, 2, 4:
-      return Int64(try read(at: start + 1, width: width))
+      return .integer(Int64(try read(at: start + 1, width: width)))
     case 8:
-      return Int64(bitPattern: try read(at: start + 1, width: 8))
+      return .integer(Int64(bitPattern: try read(at: start + 1, width: 8)))
     case 16:
-      // 128-bit integers appear for values beyond Int64; accept those that fit.
+      // 128-bit integers are how Apple and plistlib store values beyond Int64 (unsigned ones
+      // up to UInt64.max, mostly); accept those that fit Int64 or UInt64.
       let high = try read(at: start + 1, width: 8)
-      let low = Int64(bitPattern: try read(at: start + 9, width: 8))
-      guard (high == 0 && low >= 0) || (high == UInt64.max && low < 0) else {
+      let low = try read(at: start + 9, width: 8)
+      if high == 0 { return low <= UInt64(Int64.max) ? .integer(Int64(low)) : .unsignedInteger(low) }
+      guard high == UInt64.max, Int64(bitPattern: low) < 0 else {
         throw PropertyListError(.unsupported, "binary property list: integer out of the 64-bit range")
       }
-      return low
+      return .integer(Int64(bitPattern: low))
     default:
       throw Self.failure("invalid integer width")
     }

@@ -62,7 +62,7 @@ struct BinaryPropertyListWriter {
     case .dictionary(let entries):
       let index = objects.count
       objects.append(.array([]))
-      let keys = entries.keys.sorted(by: String.scalarOrder)
+      let keys = entries.sortedKeys
       let keyReferences = keys.map { addScalar(Self.encodedString($0)) }
       let valueReferences = keys.map { key in entries[key].map { add($0) } ?? 0 }
       objects[index] = .dictionary(keys: keyReferences, values: valueReferences)
@@ -71,6 +71,12 @@ struct BinaryPropertyListWriter {
       return addScalar(Self.encodedString(text))
     case .integer(let number):
       return addScalar(Self.encodedInteger(number))
+    case .unsignedInteger(let number):
+      // Beyond Int64: a 128-bit integer, as Apple writes it.
+      var encoded: [UInt8] = [0x14]
+      Self.appendBigEndian(0, width: 8, to: &encoded)
+      Self.appendBigEndian(number, width: 8, to: &encoded)
+      return addScalar(encoded)
     case .real(let number):
       var encoded: [UInt8] = [0x23]
       Self.appendBigEndian(number.bitPattern, width: 8, to: &encoded)

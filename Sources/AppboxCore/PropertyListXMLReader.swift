@@ -75,6 +75,7 @@ struct XMLPropertyListReader {
       let value = isEmpty ? "" : try text(closing: name)
       switch XMLScalars.integer(value) {
       case .value(let number): return .integer(number)
+      case .unsigned(let number): return .unsignedInteger(number)
       case .outOfRange: throw failure("integer out of range")
       case .invalid: throw failure("invalid integer \(PropertyListError.quoted(value))")
       }
@@ -106,15 +107,13 @@ struct XMLPropertyListReader {
     }
   }
 
-  private mutating func dictionaryBody(depth: Int) throws -> [String: PropertyList] {
-    var result: [String: PropertyList] = [:]
+  /// A repeated key keeps its last value, as Apple's parser and plistlib do.
+  private mutating func dictionaryBody(depth: Int) throws -> PropertyListDictionary {
+    var result = PropertyListDictionary()
     while let keyTag = try nextChild(of: "dict") {
       guard keyTag.name == "key" else { throw failure("expected <key> in <dict>, found <\(keyTag.name)>") }
       let key = keyTag.isEmpty ? "" : try text(closing: "key")
       try spendObject()
-      guard result[key] == nil else {
-        throw failure("duplicate key \(PropertyListError.quoted(key)) in <dict>")
-      }
       guard let valueTag = try nextChild(of: "dict"), valueTag.name != "key" else {
         throw failure("key \(PropertyListError.quoted(key)) has no value")
       }

@@ -7,11 +7,14 @@ import Foundation
 enum XMLScalars {
   enum ParsedInteger: Equatable {
     case value(Int64)
+    /// Above Int64.max, up to UInt64.max.
+    case unsigned(UInt64)
     case outOfRange
     case invalid
   }
 
-  /// Decimal or `0x` hexadecimal, with an optional sign, surrounded by optional whitespace.
+  /// Decimal or `0x` hexadecimal, with an optional sign, surrounded by optional whitespace;
+  /// from Int64.min to UInt64.max.
   static func integer(_ text: String) -> ParsedInteger {
     var digits = Substring(trimmed(text))
     let isNegative = digits.first == "-"
@@ -32,7 +35,7 @@ enum XMLScalars {
       guard magnitude <= limit + 1 else { return .outOfRange }
       return .value(magnitude == limit + 1 ? Int64.min : -Int64(magnitude))
     }
-    guard magnitude <= limit else { return .outOfRange }
+    guard magnitude <= limit else { return .unsigned(magnitude) }
     return .value(Int64(magnitude))
   }
 

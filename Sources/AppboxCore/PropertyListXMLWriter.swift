@@ -32,6 +32,8 @@ struct XMLPropertyListWriter {
       element("string", escaped: text)
     case .integer(let number):
       append("<integer>\(number)</integer>\n")
+    case .unsignedInteger(let number):
+      append("<integer>\(number)</integer>\n")
     case .real(let number):
       append("<real>\(Self.realText(number))</real>\n")
     case .bool(let flag):
@@ -58,7 +60,7 @@ struct XMLPropertyListWriter {
     case .dictionary(let entries):
       guard !entries.isEmpty else { return append("<dict/>\n") }
       append("<dict>\n")
-      for key in entries.keys.sorted(by: String.scalarOrder) {
+      for key in entries.sortedKeys {
         tabs(indent + 1)
         element("key", escaped: key)
         if let entry = entries[key] { write(entry, indent: indent + 1) }

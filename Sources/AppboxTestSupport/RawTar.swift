@@ -59,6 +59,32 @@ public struct RawTar: Sendable {
     data(body)
   }
 
+  /// A pax extended header ("x") whose body is `body` exactly, well-formed or not.
+  public mutating func paxRaw(_ body: [UInt8]) {
+    header("PaxHeaders/x", type: "x", size: body.count)
+    data(body)
+  }
+
+  /// An old GNU header ("ustar  " magic) for a regular file, with the `realsize` field (meant
+  /// for sparse files only) set to `realSize`.
+  public mutating func gnuHeader(_ name: String, size: Int, realSize: Int) {
+    header(name, size: size)
+    var block = Array(bytes[(bytes.count - 512)...])
+    for index in 257..<265 { block[index] = 0 }
+    for (index, byte) in "ustar  ".utf8.enumerated() { block[257 + index] = byte }
+    let digits = String(realSize, radix: 8)
+    let field = String(repeating: "0", count: 11 - digits.count) + digits
+    for (index, byte) in field.utf8.enumerated() { block[483 + index] = byte }
+    for index in 148..<156 { block[index] = UInt8(ascii: " ") }
+    let sum = block.reduce(0) { $0 + Int($1) }
+    let checksum = String(sum, radix: 8)
+    for (index, byte) in (String(repeating: "0", count: 6 - checksum.count) + checksum).utf8.enumerated() {
+      block[148 + index] = byte
+    }
+    block[154] = 0
+    bytes.replaceSubrange((bytes.count - 512)..., with: block)
+  }
+
   /// The end-of-archive marker: two zero blocks.
   public mutating func end() { bytes += [UInt8](repeating: 0, count: 1024) }
 }

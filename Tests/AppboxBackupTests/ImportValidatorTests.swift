@@ -4,12 +4,14 @@ import Testing
 
 struct ImportValidatorTests {
   func facts(
-    _ path: String, _ kind: ArchiveEntryFacts.Kind = .regular, size: Int64 = 1, permissions: UInt32 = 0o644
+    _ path: String, _ kind: ArchiveEntryFacts.Kind = .regular, size: Int64 = 1, data: Int64? = nil,
+    permissions: UInt32 = 0o644
   )
     -> ArchiveEntryFacts
   {
     ArchiveEntryFacts(
-      path: Array(path.utf8), kind: kind, permissions: permissions, size: size, attributeNames: [])
+      path: Array(path.utf8), kind: kind, permissions: permissions, size: size, dataSize: data ?? size,
+      attributeNames: [])
   }
 
   @Test func impliesMissingParentsOnce() throws {
@@ -31,19 +33,30 @@ struct ImportValidatorTests {
     #expect(throws: BackupError.self) { try validator.admit(facts("Documents/c", size: 1)) }
   }
 
-  @Test func symlinksInsideTheHomeAreAccepted() throws {
+  /// A link is data: its target is kept as it is and never followed, wherever it points.
+  @Test func symlinkTargetsAreData() throws {
     var validator = ImportValidator(maxEntries: 10, maxBytes: 100)
     _ = try validator.admit(facts("Documents/up", .symlink(Array("../Library/Preferences".utf8))))
-    _ = try validator.admit(facts("Library/self", .symlink(Array("./.././Library".utf8))))
-    _ = try validator.admit(facts("Documents/via", .symlink(Array("up/../../Documents".utf8))))
-    try validator.checkSymlinks()
+    _ = try validator.admit(facts("Documents/etc", .symlink(Array("/etc/passwd".utf8))))
+    _ = try validator.admit(facts("Documents/out", .symlink(Array("../../../..".utf8))))
+    #expect(throws: BackupError.self) { try validator.admit(facts("Documents/empty", .symlink([]))) }
+    // Writing through one is still refused.
+    #expect(throws: BackupError.self) { try validator.admit(facts("Documents/etc/shadow")) }
   }
 
-  @Test func aLinkResolvedThroughAnotherLinkMustStayInside() throws {
-    var validator = ImportValidator(maxEntries: 10, maxBytes: 100)
-    _ = try validator.admit(facts("Documents/deep", .symlink(Array("../Library/Preferences".utf8))))
-    _ = try validator.admit(facts("Documents/out", .symlink(Array("deep/../../..".utf8))))
-    #expect(throws: BackupError.self) { try validator.checkSymlinks() }
+  @Test func apparentSizeAndDataAreCappedApart() throws {
+    var validator = ImportValidator(maxEntries: 10, maxBytes: 1 << 40, maxDataBytes: 1000)
+    // A terabyte of holes around 10 bytes of data fits; 2000 bytes of data do not.
+    _ = try validator.admit(facts("Documents/sparse", size: 1 << 39, data: 10))
+    #expect(throws: BackupError.self) { try validator.admit(facts("Documents/dense", size: 2000)) }
+    #expect(throws: BackupError.self) { try validator.admit(facts("Documents/huge", size: 1 << 40, data: 0)) }
+  }
+
+  @Test func everyMemberCountsAgainstTheMemberCap() throws {
+    var validator = ImportValidator(maxEntries: 2, maxBytes: 100)
+    try validator.count()
+    try validator.count()
+    #expect(throws: BackupError.self) { try validator.count() }
   }
 
   @Test func aHardLinkMayNameAFileThatIsItselfAHardLink() throws {

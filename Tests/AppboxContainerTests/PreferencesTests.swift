@@ -19,8 +19,12 @@ struct PreferencesTests {
       try PreferenceType.date.value(parsing: "2024-01-02T04:04:05+01:00")
         == .date(Date(timeIntervalSince1970: 1_704_164_645)))
     #expect(try PreferenceType.data.value(parsing: "") == .data(Data()))
+    // Above Int64.max, up to UInt64.max (CPython's plistlib data has such integers).
+    #expect(try PreferenceType.int.value(parsing: "9223372036854775808") == .unsignedInteger(1 << 63))
+    #expect(try PreferenceType.int.value(parsing: "18446744073709551615") == .unsignedInteger(.max))
     let bad: [(PreferenceType, String)] = [
-      (.int, "9223372036854775808"), (.int, "0x10"), (.int, ""), (.float, "inf"), (.float, "1,5"),
+      (.int, "18446744073709551616"), (.int, "-9223372036854775809"), (.int, "0x10"), (.int, ""),
+      (.float, "inf"), (.float, "1,5"),
       (.bool, "y"),
       (.date, "2024-01-02"), (.date, "yesterday"), (.data, "AAE"), (.data, "not base64!"),
     ]

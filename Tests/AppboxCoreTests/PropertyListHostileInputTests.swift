@@ -166,8 +166,6 @@ struct PropertyListHostileInputTests {
       refusal(binaryPlist(objects: [[0x61, 0xD8, 0x00]]))?.description
         == "binary property list: invalid UTF-16 in a string")
     #expect(refusal(binaryPlist(objects: [[0x51, 0xE9]])) != nil)
-    let duplicateKeys = binaryPlist(objects: [[0xD2, 1, 1, 2, 2], [0x51, 0x6B], [0x09]])
-    #expect(refusal(duplicateKeys)?.description == "binary property list: duplicate dictionary key 'k'")
   }
 
   @Test func invalidUTF8IsRefused() {
@@ -182,7 +180,6 @@ struct PropertyListHostileInputTests {
   @Test(arguments: [
     ("<string>x</key>", "expected </string> at line 3"),
     ("<array><dict></array></dict>", "</array> does not close <dict> at line 3"),
-    ("<dict><key>a</key><true/><key>a</key><false/></dict>", "duplicate key 'a' in <dict> at line 3"),
     ("<dict><key>a</key></dict>", "key 'a' has no value at line 3"),
     ("<dict><key>a</key><key>b</key><true/></dict>", "key 'a' has no value at line 3"),
     ("<dict><string>a</string></dict>", "expected <key> in <dict>, found <string> at line 3"),
@@ -193,7 +190,8 @@ struct PropertyListHostileInputTests {
     ("<string>&bogus;</string>", "unknown entity reference '&bogus;' at line 3"),
     ("<string>&#xD800;</string>", "unknown entity reference '&#xD800;' at line 3"),
     ("<string>a & b</string>", "unterminated entity reference at line 3"),
-    ("<integer>9223372036854775808</integer>", "integer out of range at line 3"),
+    ("<integer>18446744073709551616</integer>", "integer out of range at line 3"),
+    ("<integer>-9223372036854775809</integer>", "integer out of range at line 3"),
     ("<integer>12abc</integer>", "invalid integer '12abc' at line 3"),
     ("<real>1.2.3</real>", "invalid real '1.2.3' at line 3"),
     ("<date>2024-02-30T00:00:00Z</date>", "invalid date '2024-02-30T00:00:00Z' at line 3"),

@@ -1,3 +1,4 @@
+import AppboxTestSupport
 import Foundation
 import Testing
 
@@ -300,12 +301,112 @@ struct PropertyListInteroperabilityTests {
     #expect(String(decoding: value.xmlData(), as: UTF8.self) == String(decoding: foundation, as: UTF8.self))
   }
 
-  @Test func foundationsUnsignedSixtyFourBitIntegersAreRejected() throws {
+  @Test func foundationsUnsignedSixtyFourBitIntegersAreRead() throws {
     let bytes = try PropertyListSerialization.data(
-      fromPropertyList: ["n": UInt64.max] as [String: Any], format: .binary, options: 0)
+      fromPropertyList: ["n": UInt64.max, "m": UInt64(1) << 63] as [String: Any], format: .binary, options: 0)
+    let value = try PropertyList.decode(bytes)
+    #expect(value == .dictionary(["n": .unsignedInteger(.max), "m": .unsignedInteger(1 << 63)]))
+    // And Foundation reads ours back.
+    let object = try PropertyListSerialization.propertyList(
+      from: value.binaryData(), options: [], format: nil)
+    #expect((object as? [String: Any])?["n"] as? UInt64 == UInt64.max)
+  }
+}
+
+/// Dialect cases from outside: libplist's and CPython's test data, and shipping Info.plists.
+@Suite("Property lists: what Apple's parser reads")
+struct PropertyListDialectTests {
+  func document(_ body: String) -> Data {
+    Data(
+      """
+      <?xml version="1.0" encoding="UTF-8"?>
+      <!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
+      <plist version="1.0">
+      \(body)
+      </plist>
+      """.utf8)
+  }
+
+  /// DuckDuckGo's shipping Info.plist and libplist's `empty_keys.plist` repeat keys: the last
+  /// value wins, in both formats, as in Apple's parser and plistlib.
+  @Test func aRepeatedKeyKeepsItsLastValue() throws {
+    let xml = try PropertyList.decode(
+      document(
+        "<dict><key>a</key><true/><key></key><string>1</string><key>a</key><false/><key></key><string>2</string></dict>"
+      ))
+    #expect(xml == .dictionary(["a": .bool(false), "": .string("2")]))
+    // A binary dictionary whose key object appears twice: {k: true, k: false}.
+    let binary = binaryPlist(objects: [[0xD2, 1, 1, 2, 3], [0x51, 0x6B], [0x09], [0x08]])
+    #expect(try PropertyList.decode(binary) == .dictionary(["k": .bool(false)]))
+  }
+
+  /// Keys that differ only in Unicode normalization are two keys (Swift's String == would
+  /// merge them), and both come back out of both writers.
+  @Test func keysInNFCAndNFDAreDifferentKeys() throws {
+    let composed = "caf\u{E9}"
+    let decomposed = "cafe\u{301}"
+    let value = try PropertyList.decode(
+      document(
+        "<dict><key>\(composed)</key><integer>1</integer><key>\(decomposed)</key><integer>2</integer></dict>")
+    )
+    let dictionary = try #require(value.dictionary)
+    #expect(dictionary.count == 2)
+    #expect(dictionary[composed] == .integer(1) && dictionary[decomposed] == .integer(2))
+    for bytes in [value.xmlData(), value.binaryData()] {
+      let again = try #require(try PropertyList.decode(bytes).dictionary)
+      #expect(again.count == 2 && again[decomposed] == .integer(2))
+    }
+    // Python's plistlib, as an oracle, sees the same two keys in our binary output.
+    let dump = try runProcess(
+      "/usr/bin/python3",
+      ["-c", "import plistlib,sys; d=plistlib.loads(sys.stdin.buffer.read()); print(sorted(d.values()))"],
+      input: Array(value.binaryData()))
+    #expect(dump.out == "[1, 2]\n", "\(dump.err)")
+  }
+
+  /// CPython's plistlib data holds integers up to UInt64.max; binary plists store them as
+  /// 128-bit integers. Read, written back the same, and read by plistlib.
+  @Test func unsignedSixtyFourBitIntegersRoundTrip() throws {
+    let xml = try PropertyList.decode(
+      document("<array><integer>18446744073709551615</integer><integer>9223372036854775808</integer></array>")
+    )
+    #expect(xml == .array([.unsignedInteger(.max), .unsignedInteger(1 << 63)]))
+    #expect(try PropertyList.decode(xml.binaryData()) == xml)
+    #expect(try PropertyList.decode(xml.xmlData()) == xml)
+    let python = try runProcess(
+      "/usr/bin/python3",
+      [
+        "-c",
+        "import plistlib,sys; sys.stdout.buffer.write(plistlib.dumps([2**64-1, -2**63, 2**63], fmt=plistlib.FMT_BINARY))",
+      ])
+    #expect(
+      try PropertyList.decode(Data(python.stdout))
+        == .array([.unsignedInteger(.max), .integer(.min), .unsignedInteger(1 << 63)]))
+    let back = try runProcess(
+      "/usr/bin/python3", ["-c", "import plistlib,sys; print(plistlib.loads(sys.stdin.buffer.read()))"],
+      input: Array(xml.binaryData()))
+    #expect(back.out == "[18446744073709551615, 9223372036854775808]\n", "\(back.err)")
+  }
+
+  /// NaN, infinite and beyond-9999 dates (binary plists can hold them; libplist's fuzzers make
+  /// them): refused as malformed rather than printed as "" or an absurd year.
+  @Test(arguments: [
+    Double.nan, .infinity, -.infinity, 1e300, 253_402_300_800.0 - 978_307_200,
+    -63_200_000_000.0 - 978_307_200,
+  ])
+  func datesOutsideYearsOneTo9999AreRefused(_ seconds: Double) throws {
+    let bytes = binaryPlist(objects: [[0x33] + bigEndian(seconds.bitPattern, width: 8)])
     let error = #expect(throws: PropertyListError.self) { try PropertyList.decode(bytes) }
-    #expect(error?.reason == .unsupported)
-    #expect(error?.description == "binary property list: integer out of the 64-bit range")
+    #expect(error?.reason == .malformed)
+    #expect(error?.description.contains("between the years 1 and 9999") == true)
+  }
+
+  @Test func datesAtTheEdgesOfTheRangeAreRead() throws {
+    for seconds: Double in [-63_113_904_000, 253_402_300_799 - 978_307_200] {
+      let bytes = binaryPlist(objects: [[0x33] + bigEndian(seconds.bitPattern, width: 8)])
+      let value = try PropertyList.decode(bytes)
+      #expect(try PropertyList.decode(value.xmlData()) == value)
+    }
   }
 }
 
@@ -314,6 +415,7 @@ func foundationObject(_ value: PropertyList) -> Any {
   switch value {
   case .string(let text): return text
   case .integer(let number): return Int(number)
+  case .unsignedInteger(let number): return number
   case .real(let number): return number
   case .bool(let flag): return flag
   case .date(let date): return date
@@ -339,6 +441,7 @@ func propertyList(fromFoundation object: Any) -> PropertyList? {
   }
   if let number = object as? NSNumber {
     let type = String(cString: number.objCType)
+    if type == "Q", number.uint64Value > UInt64(Int64.max) { return .unsignedInteger(number.uint64Value) }
     return type == "d" || type == "f" ? .real(number.doubleValue) : .integer(number.int64Value)
   }
   return nil

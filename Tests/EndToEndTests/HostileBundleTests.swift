@@ -153,9 +153,14 @@ struct HostileBundleTests {
     let bundle = try hostileBundle {
       try writeInfo(
         $0,
-        ["UIRequiredDeviceCapabilities": .array([.string("arm64"), .string("nfc"), .string("telephony")])])
+        [
+          "UIRequiredDeviceCapabilities": .array([
+            .string("arm64"), .string("driverkit"), .string("ipad-minimum-performance-m1"),
+          ])
+        ])
     }
-    try expectRefused(bundle, mentioning: "lacks required capabilities nfc, telephony")
+    try expectRefused(
+      bundle, mentioning: "lacks required capabilities driverkit, ipad-minimum-performance-m1")
     let dictionary = try hostileBundle {
       try writeInfo($0, ["UIRequiredDeviceCapabilities": .dictionary(["wifi": .bool(false)])])
     }

@@ -103,7 +103,7 @@ struct DefaultsDelete: ParsableCommand {
 private func typeName(_ value: PropertyList) -> String {
   switch value {
   case .string: return "string"
-  case .integer: return "int"
+  case .integer, .unsignedInteger: return "int"
   case .real: return "float"
   case .bool: return "bool"
   case .date: return "date"
@@ -124,6 +124,7 @@ private func render(_ value: PropertyList, nested: Bool) -> String {
     }
     return !nested || (plain && !text.isEmpty) ? text : Terminal.sanitize(JSONValue.string(text).serialized())
   case .integer(let number): return String(number)
+  case .unsignedInteger(let number): return String(number)
   case .real(let number): return String(number)
   case .bool(let flag): return flag ? "true" : "false"
   case .date(let date): return timestamp(date)
@@ -142,6 +143,7 @@ private func json(_ value: PropertyList) -> JSONValue {
   switch value {
   case .string(let text): return .string(text)
   case .integer(let number): return .integer(number)
+  case .unsignedInteger(let number): return .unsignedInteger(number)
   case .real(let number): return .number(number)
   case .bool(let flag): return .bool(flag)
   case .date(let date): return .string(timestamp(date))

@@ -55,7 +55,9 @@ struct DeviceInit: ParsableCommand {
       .init("name", value: "N", help: "The device's name."),
       .init(
         "capabilities", value: "a,b,...",
-        help: "The device's capabilities, comma-separated (replaces the list)."),
+        help:
+          "The device's capabilities, comma-separated (replaces the list; default: a current iPhone's; arm64 implies armv7)."
+      ),
     ])
   let name: String?
   let capabilities: [String]?
@@ -76,7 +78,12 @@ struct DeviceInit: ParsableCommand {
     let session = try context.openDevice(mutating: true)
     var identity = session.identity
     if let name { identity.name = name }
-    if let capabilities { identity.capabilities = capabilities }
+    if let capabilities {
+      identity.capabilities = capabilities
+      for unknown in capabilities where !DeviceIdentity.documentedCapabilities.contains(unknown) {
+        context.warn("'\(unknown)' is not a capability the platform documents; kept as given")
+      }
+    }
     if identity != session.identity { try root.saveIdentity(identity) }
     let verb =
       existed ? (identity != session.identity ? "Updated device" : "Device exists") : "Created device"

@@ -141,19 +141,39 @@ struct ForgetCommand: ParsableCommand {
 struct ExportCommand: ParsableCommand {
   static let description = CommandDescription(
     name: "export",
-    abstract: "Write an app's data (Documents and Library, as a backup stores them) to one tar file.",
-    positionals: [appArgument, .init("FILE.tar", help: "The archive to write (replaced atomically).")])
+    abstract:
+      "Write an app's data (Documents and Library, as a backup stores them) to a tar file or an .xcappdata package.",
+    discussion: """
+      A tar (pax, as GNU tar reads it) is replaced atomically; an .xcappdata package is Xcode's
+      app-data directory (AppDataInfo.plist, AppData/Documents, AppData/Library, AppData/tmp), and
+      replaces only an existing package. Files with holes stay sparse. FIFOs and sockets cannot be
+      exported: they are left out and counted (a warning, and skippedSpecialFiles in JSON).
+      """,
+    positionals: [
+      appArgument,
+      .init("FILE", help: "The tar file or .xcappdata directory to write."),
+    ],
+    options: [
+      .init(
+        "format", help: "tar (the default) or xcappdata (the default when FILE ends in .xcappdata).",
+        choices: ["tar", "xcappdata"])
+    ])
   let app: String
   let file: String
+  let packageFormat: Bool
   init(_ arguments: ParsedArguments) throws {
     app = arguments.positional(0)!
     file = arguments.positional(1)!
+    packageFormat = arguments.value("format").map { $0 == "xcappdata" } ?? file.hasSuffix(".xcappdata")
   }
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: true)
     let record = try session.lockApp(app)
-    let report = try session.exportData(of: record, to: file, observer: ProgressBar(context))
+    let report =
+      packageFormat
+      ? try session.exportAppData(of: record, to: file, observer: ProgressBar(context))
+      : try session.exportData(of: record, to: file, observer: ProgressBar(context))
     if report.unreadable > 0 {
       context.warn(
         "the export is incomplete: " + unreadableSummary(report.unreadable, report.unreadablePaths))
@@ -164,8 +184,8 @@ struct ExportCommand: ParsableCommand {
       json: .object(
         [
           ("app", .string(record.bundleIdentifier)), ("archive", .string(file)),
-          ("files", .int(report.files)),
-          ("bytes", .int(report.bytes)),
+          ("format", .string(packageFormat ? "xcappdata" : "tar")), ("files", .int(report.files)),
+          ("bytes", .int(report.bytes)), ("skippedSpecialFiles", .int(report.skippedSpecialFiles.count)),
         ] + incompleteMembers(report.unreadable, report.unreadablePaths)))
   }
 }
@@ -173,32 +193,103 @@ struct ExportCommand: ParsableCommand {
 struct ImportCommand: ParsableCommand {
   static let description = CommandDescription(
     name: "import",
-    abstract: "Replace an app's Documents and Library with a tar archive's contents, all or nothing.",
+    abstract:
+      "Replace an app's Documents and Library with an archive's or .xcappdata package's contents, all or nothing.",
     discussion: """
-      The archive is untrusted: any member outside Documents and Library, link leaving the home,
-      device file, setuid bit or oversized content refuses the whole archive (exit 65) and leaves
-      the home unchanged. Limits: APPBOX_IMPORT_MAX_BYTES (and free space), APPBOX_IMPORT_MAX_ENTRIES.
+      Accepts a tar in any compression libarchive reads (gzip, bzip2, xz, lzma, lzip, lz4, zstd,
+      compress, lzop, lrzip, grzip), of Documents and Library or of a whole home (the bundle, tmp
+      and Library/Caches are skipped, in one warning line), and Xcode .xcappdata packages, as a
+      directory or a tar. The source is untrusted and read twice: first every member is checked,
+      then what is built must match what was checked. Any member outside Documents and Library,
+      hard link leaving the archive, write through a symlink, device file, setuid bit or oversized
+      content refuses it (exit 65) and leaves the home unchanged; symlinks are kept as they are,
+      never followed. An archive libarchive warns about is refused unless --lenient; a source with
+      nothing to import is refused unless --allow-empty.
       """,
     positionals: [
-      appArgument, .init("FILE.tar", help: "The archive to import (tar, optionally compressed)."),
+      appArgument, .init("FILE", help: "The archive (tar, optionally compressed) or .xcappdata directory."),
+    ],
+    options: [
+      .init(
+        "lenient", help: "Import an archive libarchive warns about (damaged headers), printing each warning."),
+      .init(
+        "allow-empty", help: "Accept a source with nothing to import: Documents and Library end up empty."),
+      .init(
+        "max-members", value: "N",
+        help: "Refuse sources with more members (default 1000000, or APPBOX_IMPORT_MAX_ENTRIES)."),
+      .init(
+        "max-size", value: "BYTES",
+        help:
+          "Refuse files adding up to more, holes included (K/M/G/T suffixes; default 64G, or APPBOX_IMPORT_MAX_BYTES)."
+      ),
     ])
   let app: String
   let file: String
+  let lenient: Bool
+  let allowEmpty: Bool
+  let maxMembers: Int?
+  let maxSize: Int64?
   init(_ arguments: ParsedArguments) throws {
     app = arguments.positional(0)!
     file = arguments.positional(1)!
+    lenient = arguments.flag("lenient")
+    allowEmpty = arguments.flag("allow-empty")
+    maxMembers = try arguments.integer("max-members", range: 1...Int.max)
+    maxSize = try arguments.value("max-size").map { text in
+      guard let bytes = parseByteCount(text), bytes > 0 else {
+        throw arguments.usage("--max-size needs a size such as 500M or 20G, not '\(text)'")
+      }
+      return bytes
+    }
   }
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: true)
     let record = try session.lockApp(app)
-    let report = try session.importData(into: record, from: file, observer: ProgressBar(context))
+    var limits = ImportLimits.from(environment: context.environment)
+    if let maxMembers { limits.maxEntries = maxMembers }
+    if let maxSize { limits.maxBytes = maxSize }
+    let report = try session.importData(
+      into: record, from: file,
+      options: ImportOptions(limits: limits, lenient: lenient, allowEmpty: allowEmpty),
+      observer: ProgressBar(context))
+    var text =
+      "Imported \(file) into \(record.bundleIdentifier): \(report.files) files, \(report.directories) "
+      + "directories, \(byteCount(report.bytes))"
+    if !report.warnings.isEmpty {
+      text +=
+        " (\(report.warnings.count) archive warning\(report.warnings.count == 1 ? "" : "s") accepted with --lenient)"
+    }
     return CommandOutput(
-      text: "Imported \(file) into \(record.bundleIdentifier): \(report.files) files, \(report.directories) "
-        + "directories, \(byteCount(report.bytes))",
+      text: text,
       json: .object([
-        ("app", .string(record.bundleIdentifier)), ("archive", .string(file)), ("files", .int(report.files)),
+        ("app", .string(record.bundleIdentifier)), ("archive", .string(file)),
+        ("format", .string(report.format.rawValue)), ("files", .int(report.files)),
         ("directories", .int(report.directories)), ("bytes", .int(report.bytes)),
+        ("warnings", .int(report.warnings.count)),
+        (
+          "skipped",
+          .array(report.skipped.map { .object([("path", .string($0.path)), ("members", .int($0.members))]) })
+        ),
       ]))
   }
+}
+
+/// "500M", "20G", "1048576": bytes, with binary K/M/G/T suffixes; nil when malformed.
+func parseByteCount(_ text: String) -> Int64? {
+  let units: [Character: Int64] = ["K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40]
+  var digits = Substring(text.uppercased())
+  if digits.hasSuffix("IB")
+    || digits.hasSuffix("B") && digits.count > 1 && units[digits.dropLast().last!] != nil
+  {
+    digits = digits.dropLast(digits.hasSuffix("IB") ? 2 : 1)
+  }
+  var scale: Int64 = 1
+  if let last = digits.last, let unit = units[last] {
+    scale = unit
+    digits = digits.dropLast()
+  }
+  guard let value = Int64(digits), value >= 0 else { return nil }
+  let (bytes, overflow) = value.multipliedReportingOverflow(by: scale)
+  return overflow ? nil : bytes
 }

@@ -6,6 +6,7 @@ public indirect enum JSONValue: Sendable, Equatable {
   case null
   case bool(Bool)
   case integer(Int64)
+  case unsignedInteger(UInt64)
   case number(Double)
   case string(String)
   case array([JSONValue])
@@ -24,6 +25,7 @@ public indirect enum JSONValue: Sendable, Equatable {
     case .null: return "null"
     case .bool(let value): return value ? "true" : "false"
     case .integer(let value): return String(value)
+    case .unsignedInteger(let value): return String(value)
     case .number(let value):
       guard value.isFinite else { return "null" }
       if value == value.rounded(), abs(value) < 1e15 { return String(Int64(value)) }
