@@ -12,11 +12,10 @@ public final class EncryptedVolume: @unchecked Sendable {
   /// Where it is mounted.
   public var path: String { directory.url("mnt") }
 
-  /// Whether loop mounts can be made here: root, mkfs.ext4, a loop control device.
-  public static let isAvailable: Bool = {
-    getuid() == 0 && access("/sbin/mkfs.ext4", X_OK) == 0 && access("/dev/loop-control", F_OK) == 0
-      && access("/bin/mount", X_OK) == 0
-  }()
+  /// Whether the suites that need a loop mount run here: as root (CI runs as root). A root
+  /// run without mkfs.ext4 (e2fsprogs, which `make deps` installs) or loop devices fails
+  /// loudly when a volume is made, rather than skipping those suites.
+  public static let isAvailable: Bool = getuid() == 0
 
   /// Makes and mounts a `megabytes` file system, with file encryption unless `encrypt` is false.
   public init(megabytes: Int = 64, encrypt: Bool = true, options: String? = nil) throws {
