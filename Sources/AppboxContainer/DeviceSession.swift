@@ -7,7 +7,10 @@ public enum RecoveryScope: Sendable, Equatable {
   /// caller holds the root lock exclusively), since work in progress looks the same.
   case everything
   /// Only what concerns this app: the caller holds the app's lock, so no live appbox is
-  /// working on it and whatever concerns it was left by a killed one.
+  /// working on it and whatever concerns it was left by a killed one. App groups share the
+  /// namespace (`group.…`, which no bundle identifier starts with) and their locks: for a
+  /// group's identifier, only what concerns that group (steps that know no such app do
+  /// nothing).
   case app(bundleIdentifier: String)
 }
 
@@ -139,7 +142,10 @@ public final class DeviceSession {
   }
 
   /// Releases app `app`'s lock before the session ends (`backup --all`, app after app).
-  public func unlockApp(_ app: AppRecord) { appLocks[app.bundleIdentifier] = nil }
+  public func unlockApp(_ app: AppRecord) { unlock(app.bundleIdentifier) }
+
+  /// Releases the lock of app or app group `identifier` before the session ends.
+  func unlock(_ identifier: String) { appLocks[identifier] = nil }
 
   /// Runs every recovery step for app `identifier` (its lock is held).
   private func recover(_ identifier: String) throws {
