@@ -152,6 +152,7 @@ extension DeviceSession {
         }
         change.joined.append(identifier)
       }
+      if !change.created.isEmpty { CrashPoint.hit("groups.staged") }
     } catch {
       change.discard(root: root)
       throw error
