@@ -208,7 +208,8 @@ private struct BackupRun {
     let content = try archiveContent(
       writer: writer, home: home, scanner: scanner, name: name, kind: kind, bundleEntry: bundleEntry)
     var keychainOffset: Int64?
-    if let keychain = options.keychain, let app = subject.app, let items = try keychain.exportItems(for: app) {
+    if let keychain = options.keychain, let app = subject.app, let items = try keychain.exportItems(for: app)
+    {
       keychainOffset = writer.uncompressedOffset
       try writer.writeHeader(metadataMember(Manifest.keychainMemberPath, size: items.count, time: start))
       try writer.writeData(items)
@@ -218,7 +219,8 @@ private struct BackupRun {
     let trees = content.trees
     let snapshot = Snapshot(
       id: id, app: subject.name, device: session.identity.udid, containerID: subject.containerID,
-      version: subject.version, bundleDirectoryName: subject.bundleDirectoryName, seal: subject.seal, time: start,
+      version: subject.version, bundleDirectoryName: subject.bundleDirectoryName, seal: subject.seal,
+      time: start,
       kind: kind,
       tag: options.tag, parent: parent?.id, rootTree: trees.root, files: trees.files, bytes: trees.bytes,
       bytesAdded: content.bytesAdded, archive: name, keychainOffset: keychainOffset,

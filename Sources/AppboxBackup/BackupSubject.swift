@@ -61,7 +61,8 @@ public struct BackupSubject: Sendable {
 
   /// What the scan leaves out; `includeBundle`: the bundle changed since it was last stored.
   func scanRules(includeBundle: Bool) -> ScanRules {
-    var rules = ScanRules(bundleDirectoryName: bundleDirectoryName, includeBundle: includeBundle || !hasBundle)
+    var rules = ScanRules(
+      bundleDirectoryName: bundleDirectoryName, includeBundle: includeBundle || !hasBundle)
     if case .group = kind { rules.skipsTemporaryDirectory = false }
     return rules
   }

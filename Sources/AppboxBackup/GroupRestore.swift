@@ -37,7 +37,9 @@ extension Repository {
     let snapshot = try self.snapshot(id, app: group.identifier)
     var running: [AnyObject] = []
     for member in group.members {
-      if let app = try session.registry.appIfPresent(member) { running.append(try session.ensureNotRunning(app)) }
+      if let app = try session.registry.appIfPresent(member) {
+        running.append(try session.ensureNotRunning(app))
+      }
     }
     defer { withExtendedLifetime(running) {} }
     observer.engine(.started(operation: "restore", app: group.identifier))

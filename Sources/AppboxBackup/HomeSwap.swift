@@ -239,7 +239,8 @@ public struct HomeSwapRecovery: RecoveryStep {
     var journaled: Set<String> = []
     for (_, record) in try journal.records(prefix: prefix) {
       if let staging = record["staging"]?.string { journaled.insert(staging) }
-      let parent = record["parent"]?.string == HomeSwap.groupParent ? groupRoot.borrowed : applicationRoot.borrowed
+      let parent =
+        record["parent"]?.string == HomeSwap.groupParent ? groupRoot.borrowed : applicationRoot.borrowed
       try HomeSwap.finish(journal: record, applicationRoot: parent, journal: journal)
     }
     guard scope == .everything else { return }

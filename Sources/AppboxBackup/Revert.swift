@@ -62,7 +62,8 @@ extension Repository {
           if let other = try session.registry.appIfPresent(member), try session.isRunning(other) {
             throw ContainerError(
               .appRunning,
-              "Cannot roll back the app group \(group): its member \(member) is running; quit it and try again")
+              "Cannot roll back the app group \(group): its member \(member) is running; quit it and try again"
+            )
           }
         }
       }

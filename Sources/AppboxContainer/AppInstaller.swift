@@ -114,7 +114,8 @@ extension DeviceSession {
       try FileTree.remove(trash, in: applicationRoot)
       return warnings
     } catch {
-      return ["the old home could not be deleted yet (\(error)); the next appbox command finishes it"] + warnings
+      return ["the old home could not be deleted yet (\(error)); the next appbox command finishes it"]
+        + warnings
     }
   }
 }

@@ -93,7 +93,8 @@ public struct BundleInfo: Sendable {
     }
     guard !AppGroupIdentifier.hasGroupPrefix(identifier) else {
       throw invalid(
-        "CFBundleIdentifier '\(identifier.prefix(60))' starts with 'group.', which names app groups, not apps")
+        "CFBundleIdentifier '\(identifier.prefix(60))' starts with 'group.', which names app groups, not apps"
+      )
     }
     guard let versionText = plist["CFBundleVersion"]?.string else {
       throw invalid("CFBundleVersion is missing or not a string")
@@ -183,7 +184,8 @@ public struct BundleInfo: Sendable {
         applicationGroups.append(group)
       }
       guard applicationGroups.count <= AppGroupIdentifier.maximumPerApp else {
-        throw invalid("more than \(AppGroupIdentifier.maximumPerApp) app groups in \(AppGroupIdentifier.entitlement)")
+        throw invalid(
+          "more than \(AppGroupIdentifier.maximumPerApp) app groups in \(AppGroupIdentifier.entitlement)")
       }
       if team == nil && !applicationGroups.isEmpty {
         throw invalid("\(AppGroupIdentifier.entitlement) needs com.apple.developer.team-identifier")

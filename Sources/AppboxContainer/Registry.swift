@@ -255,7 +255,9 @@ public final class Registry {
       .real(event.time.timeIntervalSince1970),
       event.groupSnapshots.isEmpty
         ? .null
-        : .text(event.groupSnapshots.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: "\n")),
+        : .text(
+          event.groupSnapshots.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(
+            separator: "\n")),
     ])
     _ = try statement.step()
   }

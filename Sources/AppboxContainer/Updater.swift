@@ -102,7 +102,8 @@ extension DeviceSession {
       let migrationStart = DispatchTime.now().uptimeNanoseconds
       journaled = true  // from here on, failures are left to recovery (it may have to roll forward)
       let record = try replaceHome(
-        of: app, with: staged, event: "update", snapshot: snapshotID, groupSnapshots: preUpdate?.groups ?? [:],
+        of: app, with: staged, event: "update", snapshot: snapshotID,
+        groupSnapshots: preUpdate?.groups ?? [:],
         groups: groups
       ) { staging, old in
         try HomeStaging.moveData(from: old, into: staging)

@@ -31,7 +31,8 @@ struct AppGroupTests {
     }
     for bad in [
       "com.example.shared", "group.shared", "group.", "group..com.x", "group.com..x", "group.com.x.",
-      "group.com/x", "group.com x", "Group.com.x", "group.com.é", "group." + String(repeating: "a.", count: 130),
+      "group.com/x", "group.com x", "Group.com.x", "group.com.é",
+      "group." + String(repeating: "a.", count: 130),
     ] {
       #expect(!AppGroupIdentifier.isValid(bad), "\(bad)")
     }
@@ -51,7 +52,10 @@ struct AppGroupTests {
       (Self.entitlements(.array([.string("group.shared")])), "is not 'group.' followed by"),
       (Self.entitlements(.string("group.com.example.shared")), "is not an array of strings"),
       (Self.entitlements(.array([.integer(1)])), "is not an array of strings"),
-      (Self.entitlements(.array([.string("group.com.example.shared")]), team: nil), "needs com.apple.developer"),
+      (
+        Self.entitlements(.array([.string("group.com.example.shared")]), team: nil),
+        "needs com.apple.developer"
+      ),
       (
         Self.entitlements(.array((0...16).map { .string("group.com.example.g\($0)") })),
         "more than 16 app groups"
@@ -81,17 +85,22 @@ struct AppGroupTests {
     let uid = try registry.groupUID(for: "group.com.example.shared")
     #expect(AppUser.range.contains(uid))
     let group = GroupRecord(
-      identifier: "group.com.example.shared", containerID: UUID().uuidString, teamIdentifier: "TEAM1", uid: uid)
+      identifier: "group.com.example.shared", containerID: UUID().uuidString, teamIdentifier: "TEAM1",
+      uid: uid)
     try registry.database.inTransaction {
       try registry.insert(group: group)
       try registry.setMembership(of: "com.example.notes", in: group.identifier, active: true)
       try registry.setMembership(of: "com.example.journal", in: group.identifier, active: true)
     }
-    #expect(try registry.groupIfPresent(group.containerID)?.members == ["com.example.journal", "com.example.notes"])
+    #expect(
+      try registry.groupIfPresent(group.containerID)?.members == ["com.example.journal", "com.example.notes"])
     // A former member keeps the group but is not a member.
     try registry.setMembership(of: "com.example.journal", in: group.identifier, active: false)
     #expect(try registry.groups(of: "com.example.journal").isEmpty)
-    #expect(try registry.groups(of: "com.example.journal", includingFormer: true).map(\.identifier) == [group.identifier])
+    #expect(
+      try registry.groups(of: "com.example.journal", includingFormer: true).map(\.identifier) == [
+        group.identifier
+      ])
     try registry.remove(bundleIdentifier: "com.example.notes")
     #expect(try registry.groupIfPresent(group.identifier)?.formerMembers == ["com.example.journal"])
     try registry.remove(bundleIdentifier: "com.example.journal")
@@ -119,8 +128,11 @@ struct AppGroupTests {
     #expect(try registry.history(of: "com.example.notes").first?.groupSnapshots == [:])
     #expect(try registry.groups().isEmpty)
     try registry.record(
-      .init(bundleIdentifier: "com.example.notes", event: "update", groupSnapshots: ["group.com.a.b": "1a2b3c4d"]))
-    #expect(try registry.history(of: "com.example.notes").first?.groupSnapshots == ["group.com.a.b": "1a2b3c4d"])
+      .init(
+        bundleIdentifier: "com.example.notes", event: "update", groupSnapshots: ["group.com.a.b": "1a2b3c4d"])
+    )
+    #expect(
+      try registry.history(of: "com.example.notes").first?.groupSnapshots == ["group.com.a.b": "1a2b3c4d"])
   }
 
   @Test func aSharedDirectoryIsStagedIdmappedOnlyAsRoot() throws {
@@ -129,8 +141,10 @@ struct AppGroupTests {
     jail.addDataDirectory("/srv/group", at: "/var/mobile/Containers/Shared/AppGroup/G", owner: 1_879_048_999)
     func command(privileged: Bool) -> [String] {
       jail.commandLine(
-        helper: "/h", bubblewrap: "/usr/bin/bwrap", command: ["x"], options: SandboxOptions(), keptDescriptors: [],
-        descriptors: .init(status: 3, passwd: 4, group: 5), cgroup: nil, landlock: true, privileged: privileged)
+        helper: "/h", bubblewrap: "/usr/bin/bwrap", command: ["x"], options: SandboxOptions(),
+        keptDescriptors: [],
+        descriptors: .init(status: 3, passwd: 4, group: 5), cgroup: nil, landlock: true,
+        privileged: privileged)
     }
     #expect(command(privileged: true).contains("shared=1879048999:/srv/group"))
     // Unprivileged, every app's files are the caller's already: a plain read-write stage.

@@ -29,7 +29,8 @@ struct AppGroupEndToEndTests {
       #expect(isDirectory.boolValue, "\(directory)")
     }
     let metadata = try PropertyList.decode(
-      try Data(contentsOf: URL(fileURLWithPath: container + "/.com.apple.mobile_container_manager.metadata.plist")))
+      try Data(
+        contentsOf: URL(fileURLWithPath: container + "/.com.apple.mobile_container_manager.metadata.plist")))
     #expect(metadata["MCMMetadataIdentifier"]?.string == sharedGroup)
     #expect(metadata["MCMMetadataUUID"]?.string == containerID)
     #expect(metadata["MCMMetadataContentClass"]?.integer == 7)
@@ -96,7 +97,8 @@ struct AppGroupEndToEndTests {
     let lines = read.out.split(separator: "\n")
     #expect(lines.first == "private")
     #expect(lines.last != write.out.split(separator: "\n").last)  // two apps, two uids
-    let container = try #require(device.appGroupEntries().first.map { device.root + "/Shared/AppGroup/" + $0 })
+    let container = try #require(
+      device.appGroupEntries().first.map { device.root + "/Shared/AppGroup/" + $0 })
     #expect(contents(container + "/p.txt") == Array("private\nmore\n".utf8))
     #expect(Set(owners(below: container).values) == [65534])
   }
@@ -104,7 +106,8 @@ struct AppGroupEndToEndTests {
   @Test func nonMembersSeeNothingOfTheGroup() throws {
     let (device, _, _, container) = try sharingDevice()
     try device.install("Other-1.0/Other.app")  // another team
-    try device.install(path: try device.makeBundle(identifier: "com.example.lite", groupsXML: nil))  // same team
+    // The same team, no member.
+    try device.install(path: try device.makeBundle(identifier: "com.example.lite", groupsXML: nil))
     let marker = try device.sh("com.example.notes", inGroup("echo mine > \"$G/marker\""))
     #expect(marker.status == 0, "\(marker.err)")
     let before = treeSnapshot(container)
@@ -123,7 +126,8 @@ struct AppGroupEndToEndTests {
         let refused = try appbox(arguments, root: device.root)
         #expect(refused.status == 77, "\(arguments): \(refused.err)")
         #expect(
-          refused.err == "Error: \(app) is not a member of the app group '\(sharedGroup)' (its entitlements do "
+          refused.err
+            == "Error: \(app) is not a member of the app group '\(sharedGroup)' (its entitlements do "
             + "not list it in com.apple.security.application-groups)\n")
       }
     }
@@ -138,11 +142,15 @@ struct AppGroupEndToEndTests {
     let refused = try device.run("install", intruder)
     #expect(refused.status == 77)
     #expect(
-      refused.err == "Error: Cannot give org.other.intruder the app group '\(sharedGroup)': on this device it "
+      refused.err
+        == "Error: Cannot give org.other.intruder the app group '\(sharedGroup)': on this device it "
         + "belongs to team ABCDE12345, and org.other.intruder is of team ZZZZZ99999\n")
     #expect(device.applicationRootEntries().count == 2)
     #expect(device.appGroupEntries() == [String(container.split(separator: "/").last!)])
-    #expect(try device.groups()[sharedGroup]?["members"] as? [String] == ["com.example.journal", "com.example.notes"])
+    #expect(
+      try device.groups()[sharedGroup]?["members"] as? [String] == [
+        "com.example.journal", "com.example.notes",
+      ])
 
     // The group belongs to the team that brought it: where the other team came first, Notes
     // is the one refused.
@@ -162,7 +170,9 @@ struct AppGroupEndToEndTests {
       let bundle = try device.makeBundle(identifier: "com.example.bad", groupsXML: xml)
       let result = try device.run("install", bundle)
       #expect(result.status == 65, "\(xml): \(result.err)")
-      #expect(result.err.hasPrefix("Error: Invalid bundle 'Notes.app': ") && result.err.split(separator: "\n").count == 1)
+      #expect(
+        result.err.hasPrefix("Error: Invalid bundle 'Notes.app': ")
+          && result.err.split(separator: "\n").count == 1)
     }
     let groupLike = try device.makeBundle(identifier: "group.com.example.app", groupsXML: nil)
     let result = try device.run("install", groupLike)
@@ -201,11 +211,15 @@ struct AppGroupEndToEndTests {
         "echo v1 > \"$G/shared.txt\" && mkdir \"$G/tmp\" && echo t > \"$G/tmp/kept\" && "
           + "echo cache > \"$G/Library/Caches/cache.bin\""))
     #expect(write.status == 0, "\(write.err)")
-    #expect(try device.run("defaults", "com.example.notes", "write", "k", "v", "--suite", sharedGroup).status == 0)
+    #expect(
+      try device.run("defaults", "com.example.notes", "write", "k", "v", "--suite", sharedGroup).status == 0)
 
     // backup --all backs up every app, then every group, and reports each.
     let all = try #require(try device.json("backup", "--all") as? [[String: Any]])
-    #expect(all.map { $0["app"] as? String } == ["com.example.journal", "com.example.notes", "org.other.app", sharedGroup])
+    #expect(
+      all.map { $0["app"] as? String } == [
+        "com.example.journal", "com.example.notes", "org.other.app", sharedGroup,
+      ])
     let entry = all[3]
     #expect(entry["kind"] as? String == "full")
     let snapshot = try #require(entry["snapshot"] as? String)
@@ -233,7 +247,8 @@ struct AppGroupEndToEndTests {
     #expect(!exists(container + "/later.txt"))
     #expect(try FileManager.default.contentsOfDirectory(atPath: container + "/Library/Caches").isEmpty)
     #expect(try device.groupContainer() == container)  // same container id
-    #expect(try device.run("defaults", "com.example.journal", "read", "k", "--suite", sharedGroup).out == "v\n")
+    #expect(
+      try device.run("defaults", "com.example.journal", "read", "k", "--suite", sharedGroup).out == "v\n")
     if getuid() == 0 { #expect(Set(owners(below: container).values) == [owner(container)!]) }
 
     // A running member: the container is in its jail; busy.
@@ -245,7 +260,9 @@ struct AppGroupEndToEndTests {
     // No such group here.
     for command in ["backup", "restore"] {
       let missing = try device.run(command, "group.com.example.none")
-      #expect(missing.status == 66 && missing.err.contains("No app group 'group.com.example.none'"), "\(missing.err)")
+      #expect(
+        missing.status == 66 && missing.err.contains("No app group 'group.com.example.none'"),
+        "\(missing.err)")
     }
   }
 
@@ -280,7 +297,8 @@ struct AppGroupEndToEndTests {
       "defaults", "com.example.notes", "write", "count", "3", "--type", "int", "--suite", sharedGroup)
     #expect(write.status == 0, "\(write.err)")
     #expect(write.out == "Set count = 3 in Library/Preferences/\(sharedGroup).plist\n")
-    #expect(try device.run("defaults", "com.example.journal", "read", "count", "--suite", sharedGroup).out == "3\n")
+    #expect(
+      try device.run("defaults", "com.example.journal", "read", "count", "--suite", sharedGroup).out == "3\n")
     let all = try #require(
       try device.json("defaults", "com.example.journal", "read", "--suite", sharedGroup) as? [String: Any])
     #expect(all["count"] as? Int == 3 && all.count == 1)
@@ -293,7 +311,9 @@ struct AppGroupEndToEndTests {
     let seen = try device.sh(
       "com.example.journal", inGroup("head -c 8 \"$G/Library/Preferences/\(sharedGroup).plist\""))
     #expect(seen.status == 0 && seen.out == "bplist00", "\(seen.err)")
-    #expect(try device.run("defaults", "com.example.journal", "delete", "count", "--suite", sharedGroup).status == 0)
+    #expect(
+      try device.run("defaults", "com.example.journal", "delete", "count", "--suite", sharedGroup).status == 0
+    )
     let gone = try device.run("defaults", "com.example.notes", "read", "count", "--suite", sharedGroup)
     #expect(gone.status == 66 && gone.err.contains("of the app group \(sharedGroup)"), "\(gone.err)")
     let malformed = try device.run("defaults", "com.example.notes", "read", "--suite", "com.example.shared")
@@ -308,14 +328,18 @@ struct AppGroupEndToEndTests {
     }
     func update() throws -> [String: Any] {
       try #require(
-        try device.json("update", "com.example.notes", fixturePath("bundles/Notes-2.0/Notes.app")) as? [String: Any])
+        try device.json("update", "com.example.notes", fixturePath("bundles/Notes-2.0/Notes.app"))
+          as? [String: Any])
     }
     try setState("v1")
     let first = try update()
     #expect(first["groups"] as? [String] == [sharedGroup])
     let v1 = try #require((first["preUpdateGroupSnapshots"] as? [String: String])?[sharedGroup])
     #expect(try device.groupContainer() == container && state() == "v1")
-    #expect(try device.groups()[sharedGroup]?["members"] as? [String] == ["com.example.journal", "com.example.notes"])
+    #expect(
+      try device.groups()[sharedGroup]?["members"] as? [String] == [
+        "com.example.journal", "com.example.notes",
+      ])
     let tagged = try device.run("snapshots", sharedGroup)
     #expect(tagged.out.contains(v1) && tagged.out.contains("pre-update"))
 
@@ -388,7 +412,8 @@ struct AppGroupEndToEndTests {
     #expect(device.appGroupEntries() == [id])
     #expect(try device.sh("com.example.notes", inGroup("echo ok > \"$G/ok\"")).status == 0)
     // Killed while uninstalling the last member: the group goes with it.
-    killed = try device.run("uninstall", "com.example.notes", environment: ["APPBOX_CRASH_AT": "uninstall.trashed"])
+    killed = try device.run(
+      "uninstall", "com.example.notes", environment: ["APPBOX_CRASH_AT": "uninstall.trashed"])
     #expect(killed.status == 128 + SIGKILL)
     #expect(device.appGroupEntries() == [".trash-" + id])
     try device.run("device", "init")

@@ -76,4 +76,6 @@ func owners(below directory: String) -> [String: uid_t] {
 }
 
 /// A script for a confined app: `$G` is its first group container.
-func inGroup(_ script: String) -> String { "G=\"${APPBOX_APP_GROUP_CONTAINERS#*=}\"; G=\"${G%%:*}\"; " + script }
+func inGroup(_ script: String) -> String {
+  "G=\"${APPBOX_APP_GROUP_CONTAINERS#*=}\"; G=\"${G%%:*}\"; " + script
+}

@@ -184,7 +184,8 @@ struct PathCommand: ParsableCommand {
     let record = try session.app(app)
     if let group {
       let path = session.root.groupContainer(try session.group(group, usedBy: record).containerID)
-      return CommandOutput(text: path, json: .object([("path", .string(path)), ("location", .string(group))]))
+      return CommandOutput(
+        text: path, json: .object([("path", .string(path)), ("location", .string(group))]))
     }
     let path = session.home(of: record).path(of: location)
     return CommandOutput(

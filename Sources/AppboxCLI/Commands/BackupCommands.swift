@@ -35,7 +35,8 @@ struct BackupCommand: ParsableCommand {
       """,
     positionals: [
       .init(
-        "APP", help: "Bundle identifiers or container ids, or app group identifiers (group.<id>).", optional: true,
+        "APP", help: "Bundle identifiers or container ids, or app group identifiers (group.<id>).",
+        optional: true,
         repeating: true)
     ],
     options: [
@@ -77,7 +78,8 @@ struct BackupCommand: ParsableCommand {
     let session = try context.openDevice(mutating: true)
     let names =
       all
-      ? try session.registry.apps().map(\.bundleIdentifier) + session.registry.groups().map(\.identifier) : apps
+      ? try session.registry.apps().map(\.bundleIdentifier) + session.registry.groups().map(\.identifier)
+      : apps
     let repository = try context.repository(arguments, create: true)
     var options = self.options
     options.keychain = context.keychainSnapshotter
@@ -169,7 +171,9 @@ struct SnapshotsCommand: ParsableCommand {
   static let description = CommandDescription(
     name: "snapshots", abstract: "List snapshots: id, app, time, kind, files, bytes.",
     positionals: [
-      .init("APP", help: "Only this app's (or app group's) snapshots: a bundle or group identifier.", optional: true)
+      .init(
+        "APP", help: "Only this app's (or app group's) snapshots: a bundle or group identifier.",
+        optional: true)
     ],
     options: [repositoryOption])
   let app: String?
@@ -182,7 +186,8 @@ struct SnapshotsCommand: ParsableCommand {
   func run(_ context: CommandContext) throws -> CommandOutput {
     let repository = try context.repository(arguments, create: false)
     var name = app
-    if let app, UUID(uuidString: app) != nil, let registry = try? context.openDevice(mutating: false).registry {
+    if let app, UUID(uuidString: app) != nil, let registry = try? context.openDevice(mutating: false).registry
+    {
       name =
         (try? registry.appIfPresent(app)?.bundleIdentifier) ?? (try? registry.groupIfPresent(app)?.identifier)
         ?? app

@@ -77,7 +77,8 @@ struct DefaultsWrite: ParsableCommand {
   func run(_ context: CommandContext) throws -> CommandOutput {
     let value = try type.value(parsing: text)
     let session = try context.openDevice(mutating: true)
-    let preferences = try session.defaultsPreferences(of: try session.lockApp(app), suite: suite, locking: true)
+    let preferences = try session.defaultsPreferences(
+      of: try session.lockApp(app), suite: suite, locking: true)
     try preferences.set(value, forKey: key)
     return CommandOutput(
       text: "Set \(Terminal.escape(key)) = \(render(value, nested: true)) in \(preferences.relativePath)",
@@ -100,7 +101,8 @@ struct DefaultsDelete: ParsableCommand {
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: true)
-    let preferences = try session.defaultsPreferences(of: try session.lockApp(app), suite: suite, locking: true)
+    let preferences = try session.defaultsPreferences(
+      of: try session.lockApp(app), suite: suite, locking: true)
     try preferences.removeValue(forKey: key)
     return CommandOutput(
       text: "Deleted \(Terminal.escape(key)) from \(preferences.relativePath)",

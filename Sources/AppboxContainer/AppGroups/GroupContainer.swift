@@ -130,6 +130,8 @@ extension DeviceSession {
       jail.addDataDirectory(root.groupContainer(group.containerID), at: inside, owner: group.uid)
       entries.append(group.identifier + "=" + inside)
     }
-    if !entries.isEmpty { jail.environment[GroupContainer.environmentVariable] = entries.joined(separator: ":") }
+    if !entries.isEmpty {
+      jail.environment[GroupContainer.environmentVariable] = entries.joined(separator: ":")
+    }
   }
 }

@@ -84,7 +84,8 @@ extension DeviceSession {
   /// appbox left work on it, that is finished first (under its lock).
   public func group(_ name: String) throws -> GroupRecord {
     func missing() -> ContainerError {
-      ContainerError(.appNotFound, "No app group '\(name)' on this device (give a group identifier or container id)")
+      ContainerError(
+        .appNotFound, "No app group '\(name)' on this device (give a group identifier or container id)")
     }
     guard let record = try registry.groupIfPresent(name) else { throw missing() }
     if !isLocked(record.identifier), root.hasPendingRecovery(),
@@ -195,7 +196,8 @@ extension DeviceSession {
         try FileTree.remove(atPath: root.appGroupRoot + "/" + name)
         return nil
       } catch {
-        return "an app group's old container could not be deleted yet (\(error)); the next appbox command finishes it"
+        return
+          "an app group's old container could not be deleted yet (\(error)); the next appbox command finishes it"
       }
     }
   }
@@ -244,10 +246,13 @@ public struct GroupRecovery: RecoveryStep {
       let known = Set(groups.map(\.containerID))
       for name in entries(session) {
         var id = name
-        for prefix in [GroupContainer.stagingPrefix, GroupContainer.trashPrefix] where name.hasPrefix(prefix) {
+        for prefix in [GroupContainer.stagingPrefix, GroupContainer.trashPrefix] where name.hasPrefix(prefix)
+        {
           id = String(name.dropFirst(prefix.count))
         }
-        if !known.contains(id) && UUID(uuidString: id) != nil { try FileTree.remove(name, in: parent.borrowed) }
+        if !known.contains(id) && UUID(uuidString: id) != nil {
+          try FileTree.remove(name, in: parent.borrowed)
+        }
       }
     case .app(let identifier):
       for group in try groups(session, named: identifier) where debris(of: group, in: names) {
