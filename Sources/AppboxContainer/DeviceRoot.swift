@@ -192,6 +192,6 @@ public struct DeviceRoot: Sendable {
     }
     return try FileLock.acquire(
       file, exclusive: true, timeout: DeviceRoot.lockTimeout(environment: environment),
-      what: "App \(bundleIdentifier)")
+      what: (AppGroupIdentifier.hasGroupPrefix(bundleIdentifier) ? "App group " : "App ") + bundleIdentifier)
   }
 }

@@ -393,6 +393,28 @@ struct AppGroupEndToEndTests {
     #expect(!exists(container) && device.appGroupEntries().isEmpty)
   }
 
+  @Test func membersOfOneGroupTakeTurnsOnItsLock() throws {
+    let device = Device()
+    #expect(try device.run("device", "init").status == 0)
+    // Notes' install stops holding the group's lock, its container staged.
+    let notes = try device.startPausing(
+      at: "groups.staged", "install", fixturePath("bundles/Notes-1.0/Notes.app"))
+    #expect(notes.waitUntilPaused())
+    let journal = fixturePath("bundles/Journal-1.0/Journal.app")
+    let busy = try device.run("install", journal)
+    #expect(busy.status == 75)
+    #expect(busy.err.hasPrefix("Error: App group \(sharedGroup) is busy"), "\(busy.err)")
+    // With --wait, Journal waits for Notes and then joins the group Notes created.
+    let waiting = try device.start("--wait", "30", "install", journal)
+    let finished = notes.finish()
+    #expect(finished.status == 0, "\(finished.err)")
+    waiting.waitUntilExit()
+    #expect(waiting.terminationStatus == 0)
+    let groups = try device.groups()
+    #expect(groups.count == 1 && device.appGroupEntries().count == 1)
+    #expect(groups[sharedGroup]?["members"] as? [String] == ["com.example.journal", "com.example.notes"])
+  }
+
   @Test func killedGroupWorkIsFinishedByTheNextCommand() throws {
     let device = Device()
     #expect(try device.run("device", "init").status == 0)
