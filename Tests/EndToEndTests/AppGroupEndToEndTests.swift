@@ -250,6 +250,12 @@ struct AppGroupEndToEndTests {
     #expect(
       try device.run("defaults", "com.example.journal", "read", "k", "--suite", sharedGroup).out == "v\n")
     if getuid() == 0 { #expect(Set(owners(below: container).values) == [owner(container)!]) }
+    // The repository's other commands take a group's snapshots like an app's.
+    let check = try device.run("check", "--rebuild-catalog", "--read-data")
+    #expect(check.status == 0, "\(check.err)")
+    #expect((try device.json("snapshots", sharedGroup) as? [Any])?.count == 2)
+    #expect(try device.run("forget", sharedGroup, "--keep-last", "1").status == 0)
+    #expect((try device.json("snapshots", sharedGroup) as? [[String: Any]])?.first?["kind"] as? String == "incremental")
 
     // A running member: the container is in its jail; busy.
     let running = try device.startSleepingApp("com.example.journal", home: device.home(journalID))
