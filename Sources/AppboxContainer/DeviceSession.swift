@@ -87,11 +87,25 @@ public final class DeviceSession {
     if mutating && session.lock == nil {
       session.lock = try root.lock(exclusive: false, environment: environment)
     }
+    try session.adoptGroupsOfEarlierInstalls()
     return session
   }
 
   /// Whether this session holds the root lock (it is a mutating session).
   public var isLocked: Bool { lock != nil }
+
+  /// Runs `body` as a mutating session would: holding the root lock shared (taken for the
+  /// moment in a read-only session), and releasing every app lock `body` takes.
+  func asMutatingSession<R>(_ body: () throws -> R) throws -> R {
+    let held = Set(appLocks.keys)
+    let wasLocked = isLocked
+    if !wasLocked { lock = try root.lock(exclusive: false, environment: environment) }
+    defer {
+      for identifier in appLocks.keys where !held.contains(identifier) { appLocks[identifier] = nil }
+      if !wasLocked { lock = nil }
+    }
+    return try body()
+  }
 
   /// Whether this session holds app `bundleIdentifier`'s lock.
   public func isLocked(_ bundleIdentifier: String) -> Bool { appLocks[bundleIdentifier] != nil }

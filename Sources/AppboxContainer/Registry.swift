@@ -82,8 +82,9 @@ public final class Registry {
     """,
     // App groups (see AppGroups/GroupRegistry.swift): the containers, their members (an
     // update that drops a group leaves a former member, `active` 0, which keeps the group),
-    // each group's uid (kept after the group goes, as app_users keeps apps'), and the
-    // snapshots an update took of the app's groups.
+    // each group's uid (kept after the group goes, as app_users keeps apps'), the snapshots
+    // an update took of the app's groups, and the apps installed before, whose bundles'
+    // groups the next command gives them (GroupAdoption.swift).
     """
     CREATE TABLE app_groups(
       group_id TEXT PRIMARY KEY NOT NULL,
@@ -101,6 +102,8 @@ public final class Registry {
     CREATE INDEX group_members_by_app ON group_members(bundle_id);
     CREATE TABLE group_users(group_id TEXT PRIMARY KEY NOT NULL, uid INTEGER NOT NULL UNIQUE);
     ALTER TABLE history ADD COLUMN group_snapshots TEXT;
+    CREATE TABLE group_adoption(bundle_id TEXT PRIMARY KEY NOT NULL);
+    INSERT INTO group_adoption(bundle_id) SELECT bundle_id FROM apps;
     """,
   ]
 

@@ -135,6 +135,26 @@ struct AppGroupTests {
       try registry.history(of: "com.example.notes").first?.groupSnapshots == ["group.com.a.b": "1a2b3c4d"])
   }
 
+  @Test func appsInstalledBeforeGroupsJoinTheirGroupsAtTheNextCommand() throws {
+    let device = try TestDevice()
+    let session = try device.session(mutating: true)
+    let group = try #require(try session.registry.groupIfPresent("group.com.example.shared"))
+    let container = device.root.groupContainer(group.containerID)
+    // As on a device whose registry migration 3 just ran: no group yet, the app listed.
+    try FileTree.remove(atPath: container)
+    try session.registry.database.execute("DELETE FROM group_members")
+    try session.registry.database.execute("DELETE FROM app_groups")
+    try session.registry.database.execute("INSERT INTO group_adoption(bundle_id) VALUES ('com.example.notes')")
+    // The next command, even one that changes nothing, gives Notes its group.
+    let next = try device.session()
+    let adopted = try #require(try next.registry.groupIfPresent("group.com.example.shared"))
+    #expect(adopted.members == ["com.example.notes"] && adopted.teamIdentifier == "ABCDE12345")
+    var status = stat()
+    #expect(lstat(device.root.groupContainer(adopted.containerID) + "/Library/Preferences", &status) == 0)
+    #expect(try next.registry.appsAwaitingGroups().isEmpty)
+    #expect(!next.isLocked && !next.isLocked("com.example.notes"))
+  }
+
   @Test func aSharedDirectoryIsStagedIdmappedOnlyAsRoot() throws {
     let device = try TestDevice()
     var jail = Jail(home: device.home)
