@@ -144,7 +144,8 @@ struct AppGroupTests {
     try FileTree.remove(atPath: container)
     try session.registry.database.execute("DELETE FROM group_members")
     try session.registry.database.execute("DELETE FROM app_groups")
-    try session.registry.database.execute("INSERT INTO group_adoption(bundle_id) VALUES ('com.example.notes')")
+    try session.registry.database.execute(
+      "INSERT INTO group_adoption(bundle_id) VALUES ('com.example.notes')")
     // The next command, even one that changes nothing, gives Notes its group.
     let next = try device.session()
     let adopted = try #require(try next.registry.groupIfPresent("group.com.example.shared"))

@@ -255,7 +255,9 @@ struct AppGroupEndToEndTests {
     #expect(check.status == 0, "\(check.err)")
     #expect((try device.json("snapshots", sharedGroup) as? [Any])?.count == 2)
     #expect(try device.run("forget", sharedGroup, "--keep-last", "1").status == 0)
-    #expect((try device.json("snapshots", sharedGroup) as? [[String: Any]])?.first?["kind"] as? String == "incremental")
+    #expect(
+      (try device.json("snapshots", sharedGroup) as? [[String: Any]])?.first?["kind"] as? String
+        == "incremental")
 
     // A running member: the container is in its jail; busy.
     let running = try device.startSleepingApp("com.example.journal", home: device.home(journalID))
