@@ -30,34 +30,38 @@ extension DeviceSession {
   func adoptGroupsOfEarlierInstalls() throws {
     let pending = try registry.appsAwaitingGroups()
     guard !pending.isEmpty else { return }
-    try asMutatingSession {
-      for bundleIdentifier in pending {
-        do {
-          try lockApp(bundleIdentifier: bundleIdentifier)
-        } catch is LockBusyError {
-          continue  // another appbox is at work on it: the next command adopts it
-        }
-        guard let app = try registry.appIfPresent(bundleIdentifier),
-          let info = try? bundleInfo(of: app), let groups = info.entitlements?.applicationGroups,
-          !groups.isEmpty,
-          let change = try? prepareMembershipChange(
-            bundleIdentifier: bundleIdentifier, team: info.entitlements?.teamIdentifier, groups: groups)
-        else {
-          try registry.markGroupsAdopted(bundleIdentifier)
-          continue
-        }
-        do {
-          try registry.database.inTransaction {
-            try change.commit(to: registry)
-            try registry.markGroupsAdopted(bundleIdentifier)
-          }
-        } catch {
-          change.discard(root: root)
-          throw error
-        }
-        try change.finish(root: root)
+    do {
+      try asMutatingSession {
+        for bundleIdentifier in pending { try adoptGroups(of: bundleIdentifier) }
       }
+    } catch is LockBusyError {
+      // Another appbox holds the device's lock (or an app's, or a group's): a later command
+      // adopts what is left.
     }
+  }
+
+  private func adoptGroups(of bundleIdentifier: String) throws {
+    try lockApp(bundleIdentifier: bundleIdentifier)
+    guard let app = try registry.appIfPresent(bundleIdentifier), let info = try? bundleInfo(of: app),
+      let groups = info.entitlements?.applicationGroups, !groups.isEmpty
+    else { return try registry.markGroupsAdopted(bundleIdentifier) }
+    let change: GroupMembershipChange
+    do {
+      change = try prepareMembershipChange(
+        bundleIdentifier: bundleIdentifier, team: info.entitlements?.teamIdentifier, groups: groups)
+    } catch let error as ContainerError where error.code == .denied || error.code == .invalidBundle {
+      return try registry.markGroupsAdopted(bundleIdentifier)  // another team's group: none
+    }
+    do {
+      try registry.database.inTransaction {
+        try change.commit(to: registry)
+        try registry.markGroupsAdopted(bundleIdentifier)
+      }
+    } catch {
+      change.discard(root: root)
+      throw error
+    }
+    try change.finish(root: root)
   }
 
   /// The installed bundle's Info.plist and entitlements, validated as install does.
