@@ -3,7 +3,7 @@
 # release build. Each step prints the command, then its output. The tour: a device,
 # install, inspect, confined run (the sandbox v2 jail), preferences and file sharing, the keychain, backup,
 # change, incremental backup, restore, update (with the keychain item surviving), revert,
-# file protection (as root: on a small encrypted ext4 image), hostile homes (escaped names,
+# an app group shared by Notes and Journal, file protection (as root: on a small encrypted ext4 image), hostile homes (escaped names,
 # a planted preferences link, a deep tree, backups in parallel), why and advise (with a
 # screenshot of the advice page), export and import (an .xcappdata package, a whole-home tar,
 # holes kept), and the refusals.
@@ -167,6 +167,32 @@ section "Revert to 1.0 and its data (the 2.0 data is snapshotted first)"
 printf 'written by 2.0\n' > "$NOTES_HOME/Documents/from-2.0.txt"
 step revert com.example.notes
 step list
+
+section "App groups: a container Notes and Journal (one team) share, which Other (another team) cannot see"
+step list --groups
+GROUP=$("$APPBOX" path com.example.notes group.com.example.shared)
+step path com.example.journal group.com.example.shared
+# Each app runs as its own uid; each sees the group's files as its own (an idmapped mount as root).
+step run com.example.notes -- /bin/sh -c 'echo "$APPBOX_APP_GROUP_CONTAINERS"; G=${APPBOX_APP_GROUP_CONTAINERS#*=}; umask 077; echo "from Notes (uid $(id -u)), for Journal" > "$G/inbox.txt"; ls -ln "$G"'
+step run com.example.journal -- /bin/sh -c 'G=${APPBOX_APP_GROUP_CONTAINERS#*=}; cat "$G/inbox.txt"; echo "read by Journal (uid $(id -u))" >> "$G/inbox.txt"; ls -ln "$G"'
+printf '%s$ ls -ln %s   # on the host: the group'"'"'s own uid%s\n' "$dim" "$GROUP" "$reset"
+ls -ln "$GROUP"
+refused run org.other.app -- /bin/sh -c 'ls /var/mobile/Containers/Shared/AppGroup'
+refused path org.other.app group.com.example.shared
+step defaults com.example.notes write theme dark --suite group.com.example.shared
+step defaults com.example.journal read --suite group.com.example.shared
+refused defaults org.other.app read --suite group.com.example.shared
+GROUP_SNAPSHOT=$(capture backup group.com.example.shared)
+echo "$GROUP_SNAPSHOT"
+printf 'overwritten\n' > "$GROUP/inbox.txt"
+step restore group.com.example.shared --snapshot "$GROUP_SNAPSHOT"
+show cat inbox.txt
+cat "$GROUP/inbox.txt"
+printf '%s(uninstalling one member keeps the container; a reinstalled member joins it again:)%s\n' "$dim" "$reset"
+step uninstall com.example.journal
+step list --groups
+step install "$FIXTURES/Journal-1.0/Journal.app"
+step path com.example.journal group.com.example.shared
 
 section "File protection: a passcode, the kernel's per-file encryption, the lock and a prewarmed launch"
 if [ "$(id -u)" != 0 ]; then

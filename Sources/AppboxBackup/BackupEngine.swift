@@ -1,12 +1,12 @@
 // The backup pipeline: scan → change detection → archive → trees → catalog commit.
 //
-// Algorithm for one app:
-// 1. Take the app's writer lock and the repository lock (shared), removing debris first
+// Algorithm for one subject (an app's home or an app group's container: BackupSubject.swift):
+// 1. Take the subject's writer lock and the repository lock (shared), removing debris first
 //    when no one else writes.
-// 2. Pick the parent: the app's latest snapshot from this device (change detection trusts
+// 2. Pick the parent: the subject's latest snapshot from this device (change detection trusts
 //    inode numbers and ctimes only there), else its latest from anywhere (for the bundle).
-// 3. Scan the home with two workers, comparing with the parent's trees (Scanner).
-//    The bundle is not scanned when the parent recorded the same seal: its entry is reused.
+// 3. Scan the directory with two workers, comparing with the parent's trees (Scanner).
+//    An app's bundle is not scanned when a snapshot recorded the same seal: its entry is reused.
 // 4. Archive what changed into `archives/.tmp-<id>.tar`: one thread reads and hashes
 //    (ContentReader), this one writes (Archiver) and checksums the archive stream.
 // 5. Build the trees bottom-up (TreeBuilder); add the keychain member if any, then the
@@ -68,15 +68,24 @@ extension Repository {
     _ app: AppRecord, in session: DeviceSession, options: BackupOptions = BackupOptions(),
     observer: EngineObserver = SilentObserver()
   ) throws -> BackupResult {
-    let appLock = try lockApp(app.bundleIdentifier)
+    try backup(.app(app, in: session), in: session, options: options, observer: observer)
+  }
+
+  /// Takes a snapshot of `subject` (an app's home, or an app group's container: the caller
+  /// holds the group's lock) on the device of `session`.
+  public func backup(
+    _ subject: BackupSubject, in session: DeviceSession, options: BackupOptions = BackupOptions(),
+    observer: EngineObserver = SilentObserver()
+  ) throws -> BackupResult {
+    let subjectLock = try lockApp(subject.name)
     let repositoryLock = try lockForWriting()
-    defer { withExtendedLifetime((appLock, repositoryLock)) {} }
-    observer.engine(.started(operation: "backup", app: app.bundleIdentifier))
+    defer { withExtendedLifetime((subjectLock, repositoryLock)) {} }
+    observer.engine(.started(operation: "backup", app: subject.name))
     let result = try BackupRun(
-      repository: self, app: app, session: session, options: options, observer: observer
+      repository: self, subject: subject, session: session, options: options, observer: observer
     )
     .run()
-    observer.engine(.finished(operation: "backup", app: app.bundleIdentifier))
+    observer.engine(.finished(operation: "backup", app: subject.name))
     return result
   }
 }
@@ -84,45 +93,46 @@ extension Repository {
 /// One backup, start to finish.
 private struct BackupRun {
   let repository: Repository
-  let app: AppRecord
+  let subject: BackupSubject
   let session: DeviceSession
   let options: BackupOptions
   let observer: EngineObserver
 
   init(
-    repository: Repository, app: AppRecord, session: DeviceSession, options: BackupOptions,
+    repository: Repository, subject: BackupSubject, session: DeviceSession, options: BackupOptions,
     observer: EngineObserver
   ) {
     self.repository = repository
-    self.app = app
+    self.subject = subject
     self.session = session
     self.options = options
     self.observer = observer
   }
 
   func run() throws -> BackupResult {
-    try session.requireProtectedDataAvailable(of: app, for: "back up")
+    if let app = subject.app { try session.requireProtectedDataAvailable(of: app, for: "back up") }
     let catalog = repository.catalog
     let device = session.identity.udid
-    let history = try catalog.snapshots(app: app.bundleIdentifier)
+    let history = try catalog.snapshots(app: subject.name)
     let parent = options.full ? nil : (history.last { $0.device == device } ?? history.last)
     let detectChanges = parent?.device == device
-    let bundleName = Array(app.bundleDirectoryName.utf8)
+    let bundleName = Array(subject.bundleDirectoryName.utf8)
     // The platform's rule: the bundle is stored on the app's first snapshot and again only
     // when its seal changes, not on every backup (not on a --full one either, which re-reads
     // and stores all the data).
     var bundleEntry: TreeEntry?
-    if let holder = history.last(where: {
-      $0.seal == app.seal && $0.bundleDirectoryName == app.bundleDirectoryName
-    }),
+    if subject.hasBundle,
+      let holder = history.last(where: {
+        $0.seal == subject.seal && $0.bundleDirectoryName == subject.bundleDirectoryName
+      }),
       let entry = try catalog.tree(holder.rootTree).entry(named: bundleName), entry.type == .directory
     {
       bundleEntry = entry
     }
     let start = Date()
-    let home = try OwnedFileDescriptor.open(session.home(of: app).path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+    let home = try OwnedFileDescriptor.open(subject.path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
 
-    let rules = ScanRules(bundleDirectoryName: app.bundleDirectoryName, includeBundle: bundleEntry == nil)
+    let rules = subject.scanRules(includeBundle: bundleEntry == nil)
     let scanner = Scanner(
       home: home.borrowed, rules: rules, catalogPath: repository.catalogPath,
       previousRoot: detectChanges ? parent?.rootTree : nil,
@@ -198,7 +208,8 @@ private struct BackupRun {
     let content = try archiveContent(
       writer: writer, home: home, scanner: scanner, name: name, kind: kind, bundleEntry: bundleEntry)
     var keychainOffset: Int64?
-    if let keychain = options.keychain, let items = try keychain.exportItems(for: app) {
+    if let keychain = options.keychain, let app = subject.app, let items = try keychain.exportItems(for: app)
+    {
       keychainOffset = writer.uncompressedOffset
       try writer.writeHeader(metadataMember(Manifest.keychainMemberPath, size: items.count, time: start))
       try writer.writeData(items)
@@ -207,8 +218,9 @@ private struct BackupRun {
     let blobs = content.blobs
     let trees = content.trees
     let snapshot = Snapshot(
-      id: id, app: app.bundleIdentifier, device: session.identity.udid, containerID: app.containerID,
-      version: app.version, bundleDirectoryName: app.bundleDirectoryName, seal: app.seal, time: start,
+      id: id, app: subject.name, device: session.identity.udid, containerID: subject.containerID,
+      version: subject.version, bundleDirectoryName: subject.bundleDirectoryName, seal: subject.seal,
+      time: start,
       kind: kind,
       tag: options.tag, parent: parent?.id, rootTree: trees.root, files: trees.files, bytes: trees.bytes,
       bytesAdded: content.bytesAdded, archive: name, keychainOffset: keychainOffset,

@@ -1,5 +1,6 @@
 // Replacing a home's contents all-or-nothing: restore and import build the new contents in a
-// staging directory beside the home, then swap.
+// staging directory beside the home, then swap. An app group's container is swapped the same
+// way, beside it in Shared/AppGroup (the journal says `parent: AppGroup`; nothing is carried).
 //
 // Algorithm:
 // 1. `HomeStagingArea.create` makes `ApplicationRoot/.incoming-<random>` (same file system as
@@ -38,9 +39,11 @@ public final class HomeStagingArea {
     self.applicationRoot = applicationRoot
   }
 
-  /// Makes a new, empty staging directory (mode 0700).
-  public static func create(in session: DeviceSession) throws -> HomeStagingArea {
-    let applicationRoot = try FileDescriptor.open(session.root.applicationRoot, O_RDONLY | O_DIRECTORY)
+  /// Makes a new, empty staging directory (mode 0700) beside the homes, or with
+  /// `forGroups`, beside the app group containers.
+  public static func create(in session: DeviceSession, forGroups: Bool = false) throws -> HomeStagingArea {
+    let applicationRoot = try FileDescriptor.open(
+      forGroups ? session.root.appGroupRoot : session.root.applicationRoot, O_RDONLY | O_DIRECTORY)
     do {
       let name = prefix + UUID().uuidString
       try applicationRoot.makeDirectory(name, mode: 0o700)
@@ -78,6 +81,39 @@ public enum HomeSwap {
 
   /// The journal entry of a swap into container `containerID` (`swap-<ID>.plist`).
   static func journalName(_ containerID: String) -> String { "swap-\(containerID)" }
+
+  /// The journal's `parent` of a swap in Shared/AppGroup (absent: ApplicationRoot).
+  static let groupParent = "AppGroup"
+
+  /// Makes `staging` (made `forGroups`) the contents of app group `group`'s container.
+  /// Consumes `staging` (closes it).
+  public static func swap(_ staging: HomeStagingArea, intoGroup group: GroupRecord, session: DeviceSession)
+    throws
+  {
+    precondition(session.isLocked(group.identifier), "swapping a group's container needs its lock")
+    let journal: [String: PropertyList]
+    do {
+      try staging.descriptor.setPermissions(0o700)
+      if let owner = GroupOwnership.dataOwner(of: group) {
+        try DataOwnership.handOverTree(of: staging.descriptor, to: owner)
+      }
+      try staging.descriptor.syncFileSystem()
+      journal = [
+        "containerID": .string(group.containerID), "staging": .string(staging.name),
+        "stagingInode": .integer(Int64(bitPattern: try staging.descriptor.status().inode)),
+        "carry": .array([]), "parent": .string(groupParent),
+      ]
+      try Journal(root: session.root).write(journalName(group.containerID), journal)
+      staging.descriptor.close()
+    } catch {
+      staging.discard()
+      throw error
+    }
+    CrashPoint.hit("swap.journaled")
+    defer { staging.applicationRoot.close() }
+    try finish(
+      journal: journal, applicationRoot: staging.applicationRoot, journal: Journal(root: session.root))
+  }
 
   /// Makes `staging` the contents of `app`'s home, carrying items over from the old ones.
   /// Consumes `staging` (closes it).
@@ -177,32 +213,43 @@ public struct HomeSwapRecovery: RecoveryStep {
   public func recover(_ session: DeviceSession) throws { try recover(session, scope: .everything) }
 
   public func hasPendingWork(_ session: DeviceSession, bundleIdentifier: String) throws -> Bool {
-    guard let app = try session.registry.appIfPresent(bundleIdentifier) else { return false }
-    return try !Journal(root: session.root).records(prefix: HomeSwap.journalName(app.containerID)).isEmpty
+    guard
+      let containerID = try session.registry.appIfPresent(bundleIdentifier)?.containerID
+        ?? session.registry.groupIfPresent(bundleIdentifier)?.containerID
+    else { return false }
+    return try !Journal(root: session.root).records(prefix: HomeSwap.journalName(containerID)).isEmpty
   }
 
-  /// For one app, finishes the swap into its home, if one was journaled. For everything,
-  /// also removes staging directories no journal names (never swapped in, so the homes
-  /// never changed) and bundles extracted for restores.
+  /// For one app (or app group), finishes the swap into its home (or container), if one was
+  /// journaled. For everything, also removes staging directories no journal names (never
+  /// swapped in, so the homes never changed) and bundles extracted for restores.
   public func recover(_ session: DeviceSession, scope: RecoveryScope) throws {
     let applicationRoot = try OwnedFileDescriptor.open(session.root.applicationRoot, O_RDONLY | O_DIRECTORY)
     let journal = Journal(root: session.root)
+    let groupRoot = try OwnedFileDescriptor.open(session.root.appGroupRoot, O_RDONLY | O_DIRECTORY)
     var prefix = "swap-"
     if scope == .everything { try journal.removeInterruptedWrites() }
-    if case .app(let bundleIdentifier) = scope {
-      guard let app = try session.registry.appIfPresent(bundleIdentifier) else { return }
-      prefix = HomeSwap.journalName(app.containerID)
+    if case .app(let identifier) = scope {
+      guard
+        let containerID = try session.registry.appIfPresent(identifier)?.containerID
+          ?? session.registry.groupIfPresent(identifier)?.containerID
+      else { return }
+      prefix = HomeSwap.journalName(containerID)
     }
     var journaled: Set<String> = []
     for (_, record) in try journal.records(prefix: prefix) {
       if let staging = record["staging"]?.string { journaled.insert(staging) }
-      try HomeSwap.finish(journal: record, applicationRoot: applicationRoot.borrowed, journal: journal)
+      let parent =
+        record["parent"]?.string == HomeSwap.groupParent ? groupRoot.borrowed : applicationRoot.borrowed
+      try HomeSwap.finish(journal: record, applicationRoot: parent, journal: journal)
     }
     guard scope == .everything else { return }
-    for entry in try applicationRoot.borrowed.entries() {
-      let name = entry.nameString
-      if name.hasPrefix(HomeStagingArea.prefix) && !journaled.contains(name) {
-        try FileTree.remove(name, in: applicationRoot.borrowed)
+    for directory in [applicationRoot.borrowed, groupRoot.borrowed] {
+      for entry in try directory.entries() {
+        let name = entry.nameString
+        if name.hasPrefix(HomeStagingArea.prefix) && !journaled.contains(name) {
+          try FileTree.remove(name, in: directory)
+        }
       }
     }
     let state = try OwnedFileDescriptor.open(session.root.stateDirectory, O_RDONLY | O_DIRECTORY)

@@ -11,6 +11,8 @@
 //    install it like any bundle (validated and sealed: the backup is untrusted input).
 // 4. Swap the staged data with the home, carrying the live bundle over (HomeSwap, journaled).
 // 5. Import the snapshot's keychain items, when it has some and a keychain is given.
+// 6. If step 3 installed the app and so created app groups the device lacked, restore each
+//    such group's latest snapshot (GroupRestore.swift).
 
 import AppboxArchive
 import AppboxContainer
@@ -30,6 +32,8 @@ public struct RestoreResult: Sendable {
   /// nil when the snapshot holds no keychain items or no keychain was given.
   public var keychain: KeychainRestoreOutcome?
   public var warnings: [String]
+  /// The app groups restored with the app (its install created their containers).
+  public var groups: [GroupRestoreResult] = []
 }
 
 /// Holds the app's running lock exclusively (a running app is refused, exit 75) until the
@@ -56,12 +60,15 @@ extension Repository {
     let staging = try HomeStagingArea.create(in: session)
     let report: MaterializeReport
     var installed = false
+    var createdGroups: [String] = []
     do {
       report = try materialize(
         snapshot, part: .data, into: staging.descriptor, standardDirectories: true, protectingOn: session,
         observer: observer)
       if app == nil {
-        app = try installBundle(of: snapshot, in: session)
+        let install = try installBundle(of: snapshot, in: session)
+        app = install.app
+        createdGroups = install.createdGroups
         installed = true
       }
     } catch {
@@ -78,10 +85,11 @@ extension Repository {
     if let keychain, let offset = snapshot.keychainOffset {
       outcome = try keychain.importItems(try keychainItems(of: snapshot, at: offset), for: app)
     }
+    let groups = try restoreGroupsCreated(createdGroups, in: session, observer: observer)
     observer.engine(.finished(operation: "restore", app: bundleIdentifier))
     return RestoreResult(
       snapshot: snapshot, app: app, installedBundle: installed, files: report.files, bytes: report.bytes,
-      keychain: outcome, warnings: report.warnings)
+      keychain: outcome, warnings: report.warnings, groups: groups)
   }
 
   /// Writes the bundle of `snapshot` as `<directory>/<Name>.app` (the directory must exist;
@@ -99,8 +107,8 @@ extension Repository {
   }
 
   /// Installs the snapshot's bundle on the device of `session`.
-  private func installBundle(of snapshot: Snapshot, in session: DeviceSession) throws -> AppRecord {
-    try withExtractedBundle(of: snapshot, in: session) { try session.install(bundleAt: $0).app }
+  private func installBundle(of snapshot: Snapshot, in session: DeviceSession) throws -> InstallResult {
+    try withExtractedBundle(of: snapshot, in: session) { try session.install(bundleAt: $0) }
   }
 
   /// Extracts the snapshot's bundle into a temporary directory of the device's state

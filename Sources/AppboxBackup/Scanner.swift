@@ -19,8 +19,8 @@
 //
 // Invariants: nothing is followed (every open and stat uses O_NOFOLLOW/AT_SYMLINK_NOFOLLOW);
 // a directory's own metadata comes from fstat on the descriptor that was listed; an
-// excluded directory is recorded but not listed; `tmp`, `Library/Caches` and (unless asked)
-// the bundle are skipped by name at their fixed places; an entry that vanishes between
+// excluded directory is recorded but not listed; `tmp` (in a home), `Library/Caches` and
+// (unless asked) the bundle are skipped by name at their fixed places; an entry that vanishes between
 // listing and stat never existed as far as the snapshot is concerned. What the app made
 // unreadable (permission denied) or too deep to store (a path over 64 KiB) does not stop the
 // scan: a directory that cannot be listed is recorded empty, an entry that cannot be read is
@@ -140,6 +140,9 @@ struct ScanRules: Sendable {
   var includeBundle: Bool
   /// For export: scan only these top-level names (nil: everything not skipped).
   var onlyTopLevel: Set<[UInt8]>? = nil
+  /// Whether a top-level `tmp` is left out (a home's; an app group's container has none, so
+  /// a `tmp` there is data).
+  var skipsTemporaryDirectory = true
 
   /// The longest path (bytes, relative to the home) a snapshot stores: deeper entries are
   /// left out and reported. PATH_MAX is no limit (the walk uses descriptors), but every tar
@@ -150,7 +153,7 @@ struct ScanRules: Sendable {
   func skips(_ name: UnsafeRawBufferPointer, inRoot isRoot: Bool, inTopLibrary isTopLibrary: Bool) -> Bool {
     if isRoot {
       if let onlyTopLevel { return !onlyTopLevel.contains(Array(name)) }
-      if name.elementsEqual("tmp".utf8) { return true }
+      if skipsTemporaryDirectory && name.elementsEqual("tmp".utf8) { return true }
       if !includeBundle && name.elementsEqual(bundleDirectoryName.utf8) { return true }
       return false
     }

@@ -41,7 +41,7 @@ extension CommandContext {
   }
 
   var recoverySteps: [any RecoveryStep] {
-    [UpdateRecovery(), HomeSwapRecovery(), ContainerRecovery(), ProtectionRecovery()]
+    [UpdateRecovery(), HomeSwapRecovery(), ContainerRecovery(), GroupRecovery(), ProtectionRecovery()]
   }
 }
 

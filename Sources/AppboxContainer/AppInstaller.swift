@@ -6,6 +6,8 @@ import Glibc
 public struct InstallResult: Sendable {
   public var app: AppRecord
   public var home: String
+  /// The app groups this install created (the device had none of their containers).
+  public var createdGroups: [String] = []
 }
 
 extension DeviceSession {
@@ -17,6 +19,7 @@ extension DeviceSession {
     let staged = try HomeStaging.stage(bundleAt: bundlePath, root: root, device: identity)
     let applicationRoot = try FileDescriptor.open(root.applicationRoot, O_RDONLY | O_DIRECTORY)
     defer { applicationRoot.close() }
+    var groups: GroupMembershipChange?
     do {
       // The identifier is known once the bundle is staged: from here on the app is ours.
       if let existing = try lockApp(bundleIdentifier: staged.info.identifier) {
@@ -27,6 +30,10 @@ extension DeviceSession {
         )
       }
       let app = staged.record(uid: try registry.uid(for: staged.info.identifier))
+      let change = try prepareMembershipChange(
+        bundleIdentifier: app.bundleIdentifier, team: app.teamIdentifier,
+        groups: staged.info.entitlements?.applicationGroups ?? [])
+      groups = change
       if let owner = AppUser.dataOwner(of: app) {
         let staging = try applicationRoot.open(staged.stagingName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
         try staging.closeAfter { try DataOwnership.handOverStandardDirectories(in: $0, to: owner) }
@@ -37,14 +44,17 @@ extension DeviceSession {
           .init(
             bundleIdentifier: app.bundleIdentifier, event: "install",
             containerID: app.containerID, version: app.version))
+        try change.commit(to: registry)
       }
       CrashPoint.hit("install.committed")
+      try change.finish(root: root)
       try applicationRoot.rename(staged.stagingName, to: staged.containerID, flags: .noReplace)
       try applicationRoot.sync()
-      return InstallResult(app: app, home: root.home(app.containerID))
+      return InstallResult(app: app, home: root.home(app.containerID), createdGroups: change.createdGroups)
     } catch {
       if (try? registry.appIfPresent(staged.info.identifier))??.containerID != staged.containerID {
         try? FileTree.remove(staged.stagingName, in: applicationRoot)
+        groups?.discard(root: root)
       }
       throw error
     }
@@ -62,7 +72,8 @@ extension DeviceSession {
   }
 
   /// Removes the app: its home (renamed to trash first, so a crash finishes the job on
-  /// the next run), its registry row, the keychain items no other installed app can reach,
+  /// the next run), its registry row, the containers of app groups no other app keeps (see
+  /// AppGroups/GroupLifecycle.swift), the keychain items no other installed app can reach,
   /// and whatever `alsoRemove` does, inside the registry transaction. The keychain is a
   /// separate database: if its deletion commits and the registry's does not, the trash and
   /// the row are still there and recovery finishes the uninstall (deletion is idempotent).
@@ -77,6 +88,7 @@ extension DeviceSession {
     // Opened first: a keychain that cannot open (say, its device key is gone) refuses the
     // uninstall before anything moves, rather than leaving trash every later command trips on.
     let keychain = try openKeychain()
+    try lockGroups(of: app)
     let applicationRoot = try FileDescriptor.open(root.applicationRoot, O_RDONLY | O_DIRECTORY)
     defer { applicationRoot.close() }
     let trash = HomeStaging.trashPrefix + app.containerID
@@ -84,6 +96,7 @@ extension DeviceSession {
       try applicationRoot.rename(app.containerID, to: trash, flags: .noReplace)
       try applicationRoot.sync()
     }
+    let groupTrash = try trashGroupsLeftBehind(by: app)
     CrashPoint.hit("uninstall.trashed")
     try registry.database.inTransaction {
       try registry.remove(bundleIdentifier: app.bundleIdentifier)
@@ -96,11 +109,13 @@ extension DeviceSession {
     }
     CrashPoint.hit("uninstall.committed")
     removeRunningLock(of: app)
+    let warnings = removeGroupTrash(groupTrash)
     do {
       try FileTree.remove(trash, in: applicationRoot)
-      return []
+      return warnings
     } catch {
       return ["the old home could not be deleted yet (\(error)); the next appbox command finishes it"]
+        + warnings
     }
   }
 }

@@ -105,6 +105,15 @@ public enum DataOwnership {
     }
   }
 
+  /// Gives the directory open at `directory` and everything below it to `owner` (an app
+  /// group's container, which is all data); `directory` stays open.
+  public static func handOverTree(of directory: FileDescriptor, to owner: UInt32) throws {
+    guard fchown(directory.rawValue, owner, owner) == 0 else {
+      throw SystemError("change the owner of", path: "a shared container")
+    }
+    try handOverTree(startingAt: try directory.duplicate(), to: owner)
+  }
+
   /// Whether the data directories of the home open at `home` all belong to `owner`.
   public static func dataBelongs(in home: FileDescriptor, to owner: UInt32) throws -> Bool {
     for name in dataDirectories {
@@ -171,5 +180,6 @@ extension DeviceSession {
         "Cannot run \(app.bundleIdentifier) as uid \(geteuid()): its data belongs to another user (a root "
           + "appbox gave it to the app's uid \(app.uid)); run appbox as root for this device")
     }
+    try prepareGroupDataOwnership(of: app)
   }
 }

@@ -35,6 +35,8 @@ public struct Entitlements: Sendable, Equatable {
   public var applicationIdentifier: String?
   public var teamIdentifier: String?
   public var keychainAccessGroups: [String]
+  /// App groups (`com.apple.security.application-groups`), in order, without repeats.
+  public var applicationGroups: [String] = []
 }
 
 /// A bundle's validated `Info.plist` (and entitlements).
@@ -88,6 +90,11 @@ public struct BundleInfo: Sendable {
       throw invalid(
         "CFBundleIdentifier '\(shown.replacingOccurrences(of: "\0", with: "\\0"))' is not a reverse-DNS identifier "
           + "(1-255 letters, digits, '-' and '.')")
+    }
+    guard !AppGroupIdentifier.hasGroupPrefix(identifier) else {
+      throw invalid(
+        "CFBundleIdentifier '\(identifier.prefix(60))' starts with 'group.', which names app groups, not apps"
+      )
     }
     guard let versionText = plist["CFBundleVersion"]?.string else {
       throw invalid("CFBundleVersion is missing or not a string")
@@ -163,6 +170,27 @@ public struct BundleInfo: Sendable {
       }
       groups = array.compactMap(\.string)
     }
+    var applicationGroups: [String] = []
+    if let value = plist[AppGroupIdentifier.entitlement] {
+      guard let array = value.array, array.allSatisfy({ $0.string != nil }) else {
+        throw invalid("\(AppGroupIdentifier.entitlement) is not an array of strings")
+      }
+      for group in array.compactMap(\.string) where !applicationGroups.contains(group) {
+        guard AppGroupIdentifier.isValid(group) else {
+          throw invalid(
+            "app group '\(group.prefix(80))' is not 'group.' followed by a reverse-DNS name (such as "
+              + "group.com.example.shared: letters, digits, '-' and '.', 255 bytes at most)")
+        }
+        applicationGroups.append(group)
+      }
+      guard applicationGroups.count <= AppGroupIdentifier.maximumPerApp else {
+        throw invalid(
+          "more than \(AppGroupIdentifier.maximumPerApp) app groups in \(AppGroupIdentifier.entitlement)")
+      }
+      if team == nil && !applicationGroups.isEmpty {
+        throw invalid("\(AppGroupIdentifier.entitlement) needs com.apple.developer.team-identifier")
+      }
+    }
     if let team {
       guard !team.isEmpty, team.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber) }) else {
         throw invalid("team identifier '\(team.prefix(40))' is not alphanumeric")
@@ -177,7 +205,8 @@ public struct BundleInfo: Sendable {
       throw invalid("keychain-access-groups needs com.apple.developer.team-identifier")
     }
     return Entitlements(
-      applicationIdentifier: applicationID, teamIdentifier: team, keychainAccessGroups: groups)
+      applicationIdentifier: applicationID, teamIdentifier: team, keychainAccessGroups: groups,
+      applicationGroups: applicationGroups)
   }
 
   /// Refuses the bundle when the device lacks a required capability or has a prohibited one.

@@ -8,6 +8,7 @@ import Glibc
 ///     <root>/device.plist            identity
 ///     <root>/registry.db             installed apps
 ///     <root>/ApplicationRoot/<ID>/   homes
+///     <root>/Shared/AppGroup/<ID>/   app group containers (AppGroups/)
 ///     <root>/Keychains/              keychain store and device key (0700)
 ///     <root>/Backups/                default backup repository
 ///     <root>/.appbox/                locks, journals, running-app locks
@@ -20,6 +21,9 @@ import Glibc
 ///     .appbox/locks/<bundle-id>.lock one per app: held exclusive by whatever changes the app
 ///                                    (its home, registry row, preferences, keychain items,
 ///                                    backups), so commands on different apps run in parallel
+///     .appbox/locks/<group-id>.lock  one per app group (`group.…`; no bundle identifier starts
+///                                    so), taken after the app's lock by whatever changes the
+///                                    group: its container, members, shared defaults, backups
 ///     registry.db, keychain.db       SQLite's own write lock, for each short transaction
 public struct DeviceRoot: Sendable {
   /// The root's absolute, canonical path: no ".", "..", repeated or trailing slashes, and
@@ -77,6 +81,8 @@ public struct DeviceRoot: Sendable {
   public var deviceFile: String { path + "/device.plist" }
   public var registryFile: String { path + "/registry.db" }
   public var applicationRoot: String { path + "/ApplicationRoot" }
+  /// Where app group containers live: `Shared/AppGroup/<CONTAINER-ID>`.
+  public var appGroupRoot: String { path + "/Shared/AppGroup" }
   public var keychains: String { path + "/Keychains" }
   public var backups: String { path + "/Backups" }
   public var stateDirectory: String { path + "/.appbox" }
@@ -105,6 +111,8 @@ public struct DeviceRoot: Sendable {
       fd.markAsTopDirectory()
       fd.close()
     }
+    try makeDirectory(path + "/Shared", mode: 0o755)
+    try makeDirectory(appGroupRoot, mode: 0o755)
     try makeDirectory(keychains, mode: 0o700)
     try makeDirectory(backups, mode: 0o700)
     try makeDirectory(stateDirectory, mode: 0o700)
@@ -133,8 +141,8 @@ public struct DeviceRoot: Sendable {
   public static let temporaryBundlePrefix = "restore-bundle-"
 
   /// Whether a killed appbox left work behind (or a live one is at work): journal entries,
-  /// staging and trash directories in ApplicationRoot, extracted bundles. Three directory
-  /// reads.
+  /// staging and trash directories in ApplicationRoot and Shared/AppGroup, extracted
+  /// bundles. Four directory reads.
   public func hasPendingRecovery() -> Bool {
     let fileManager = FileManager.default
     if let journal = try? fileManager.contentsOfDirectory(atPath: journalDirectory), !journal.isEmpty {
@@ -142,6 +150,8 @@ public struct DeviceRoot: Sendable {
     }
     let homes = (try? fileManager.contentsOfDirectory(atPath: applicationRoot)) ?? []
     if homes.contains(where: { $0.hasPrefix(".") }) { return true }
+    let groups = (try? fileManager.contentsOfDirectory(atPath: appGroupRoot)) ?? []
+    if groups.contains(where: { $0.hasPrefix(".") }) { return true }
     let state = (try? fileManager.contentsOfDirectory(atPath: stateDirectory)) ?? []
     return state.contains { $0.hasPrefix(DeviceRoot.temporaryBundlePrefix) }
   }
@@ -182,6 +192,6 @@ public struct DeviceRoot: Sendable {
     }
     return try FileLock.acquire(
       file, exclusive: true, timeout: DeviceRoot.lockTimeout(environment: environment),
-      what: "App \(bundleIdentifier)")
+      what: (AppGroupIdentifier.hasGroupPrefix(bundleIdentifier) ? "App group " : "App ") + bundleIdentifier)
   }
 }

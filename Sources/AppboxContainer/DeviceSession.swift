@@ -7,7 +7,10 @@ public enum RecoveryScope: Sendable, Equatable {
   /// caller holds the root lock exclusively), since work in progress looks the same.
   case everything
   /// Only what concerns this app: the caller holds the app's lock, so no live appbox is
-  /// working on it and whatever concerns it was left by a killed one.
+  /// working on it and whatever concerns it was left by a killed one. App groups share the
+  /// namespace (`group.…`, which no bundle identifier starts with) and their locks: for a
+  /// group's identifier, only what concerns that group (steps that know no such app do
+  /// nothing).
   case app(bundleIdentifier: String)
 }
 
@@ -84,11 +87,25 @@ public final class DeviceSession {
     if mutating && session.lock == nil {
       session.lock = try root.lock(exclusive: false, environment: environment)
     }
+    try session.adoptGroupsOfEarlierInstalls()
     return session
   }
 
   /// Whether this session holds the root lock (it is a mutating session).
   public var isLocked: Bool { lock != nil }
+
+  /// Runs `body` as a mutating session would: holding the root lock shared (taken for the
+  /// moment in a read-only session), and releasing every app lock `body` takes.
+  func asMutatingSession<R>(_ body: () throws -> R) throws -> R {
+    let held = Set(appLocks.keys)
+    let wasLocked = isLocked
+    if !wasLocked { lock = try root.lock(exclusive: false, environment: environment) }
+    defer {
+      for identifier in appLocks.keys where !held.contains(identifier) { appLocks[identifier] = nil }
+      if !wasLocked { lock = nil }
+    }
+    return try body()
+  }
 
   /// Whether this session holds app `bundleIdentifier`'s lock.
   public func isLocked(_ bundleIdentifier: String) -> Bool { appLocks[bundleIdentifier] != nil }
@@ -139,7 +156,10 @@ public final class DeviceSession {
   }
 
   /// Releases app `app`'s lock before the session ends (`backup --all`, app after app).
-  public func unlockApp(_ app: AppRecord) { appLocks[app.bundleIdentifier] = nil }
+  public func unlockApp(_ app: AppRecord) { unlock(app.bundleIdentifier) }
+
+  /// Releases the lock of app or app group `identifier` before the session ends.
+  func unlock(_ identifier: String) { appLocks[identifier] = nil }
 
   /// Runs every recovery step for app `identifier` (its lock is held).
   private func recover(_ identifier: String) throws {

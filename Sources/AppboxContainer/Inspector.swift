@@ -14,12 +14,25 @@ public struct LocationReport: Sendable {
   public var excludedItems: Int
 }
 
+/// What `inspect` reports about one of the app's groups: its container and how much it holds.
+public struct GroupUsage: Sendable {
+  public var group: GroupRecord
+  public var path: String
+  /// Everything in the container.
+  public var files: Int
+  public var bytes: Int64
+  /// What a backup of the group stores (all but Library/Caches).
+  public var backedUpBytes: Int64
+}
+
 /// What `inspect` reports about an app.
 public struct InspectReport: Sendable {
   public var app: AppRecord
   public var home: String
   public var seal: SealState
   public var locations: [LocationReport]
+  /// The app groups it is a member of.
+  public var groups: [GroupUsage] = []
 }
 
 extension DeviceSession {
@@ -41,6 +54,13 @@ extension DeviceSession {
         name: name, files: measure.files, bytes: measure.bytes, backedUp: backedUp, policy: policy,
         excludedItems: measure.excluded)
     }
+    let groups = try self.groups(of: app).map { group in
+      let path = root.groupContainer(group.containerID)
+      let all = TreeMeasure.measure(path)
+      let caches = TreeMeasure.measure(path + "/Library/Caches")
+      return GroupUsage(
+        group: group, path: path, files: all.files, bytes: all.bytes, backedUpBytes: all.bytes - caches.bytes)
+    }
     return InspectReport(
       app: app, home: home.path, seal: seal,
       locations: [
@@ -52,6 +72,6 @@ extension DeviceSession {
         report("Library/Preferences", preferences, true, "included: preferences are backed up"),
         report("Library/Caches", caches, false, "excluded: Library/Caches is never backed up"),
         report("tmp", tmp, false, "excluded: tmp is never backed up"),
-      ])
+      ], groups: groups)
   }
 }

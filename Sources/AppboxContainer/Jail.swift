@@ -15,6 +15,8 @@
 //       <Name>.app   the bundle, read-only (may execute)
 //       Documents, Library, tmp   read-write, nosuid, nodev, noexec
 //   /tmp           the home's tmp again
+//   /var/mobile/Containers/Shared/AppGroup/<CONTAINER-ID>/   each of its app groups'
+//                  containers, read-write, nosuid, nodev, noexec (see AppGroups/)
 //   /run/appbox/   the helper; /run/appbox/bin/ the jail's tools, first on PATH
 // Nothing of the device root (other homes, registry, keychain, backups, state) and
 // nothing of the user's files exists in that view.
@@ -68,11 +70,21 @@ public struct JailMount: Sendable, Equatable {
   /// Where the jail shows it.
   public var destination: String
   public var access: Access
+  /// For data several apps share (read-write only): the uid (and gid) owning it on disk,
+  /// shown to the app as its own through an idmapped mount when appbox runs as root.
+  public var owner: UInt32?
 
-  public init(source: String, destination: String, access: Access) {
+  public init(source: String, destination: String, access: Access, owner: UInt32? = nil) {
     self.source = source
     self.destination = destination
     self.access = access
+    self.owner = owner
+  }
+
+  /// How `enter` stages it: `rw`, `ro`, `rx`, or `shared=OWNER` (as root, for shared data).
+  func stagingKind(privileged: Bool) -> String {
+    if privileged, access == .readWrite, let owner { return "shared=\(owner)" }
+    return access.rawValue
   }
 }
 
@@ -132,9 +144,12 @@ public struct Jail: Sendable {
   }
 
   /// Shows the host directory `source` read-write at `destination` (an absolute path
-  /// outside the home's own locations), say an app group's shared container.
-  public mutating func addDataDirectory(_ source: String, at destination: String) {
-    mounts.append(JailMount(source: source, destination: destination, access: .readWrite))
+  /// outside the home's own locations), say an app group's shared container. With `owner`
+  /// (data other apps share, belonging on disk to that uid and gid), the app sees what
+  /// belongs to `owner` as its own and creates files as `owner` (an idmapped mount, as root;
+  /// unprivileged, every app's files already belong to the caller).
+  public mutating func addDataDirectory(_ source: String, at destination: String, owner: UInt32? = nil) {
+    mounts.append(JailMount(source: source, destination: destination, access: .readWrite, owner: owner))
   }
 
   /// Puts the executable at `source` on the app's PATH as `toolsDirectory/name`.
@@ -217,7 +232,9 @@ public struct Jail: Sendable {
       }
     }
     if let cgroup { enter += ["--cgroup", cgroup] }
-    for item in Jail.stagedSources(staged) { enter += ["--stage", item.access.rawValue + ":" + item.source] }
+    for item in Jail.stagedSources(staged) {
+      enter += ["--stage", item.stagingKind(privileged: privileged) + ":" + item.source]
+    }
     return enter + ["--", bubblewrap]
       + bubblewrapArguments(staged: staged, network: options.network, descriptors: descriptors)
       + confineArguments(

@@ -1,4 +1,6 @@
-// An app's preferences: `Library/Preferences/<bundle-id>.plist`, a dictionary.
+// An app's preferences: `Library/Preferences/<bundle-id>.plist`, a dictionary; and an app
+// group's shared defaults, `Library/Preferences/<group-id>.plist` in its container, on the
+// same rules (the group's members own its Library as the app owns its own).
 //
 // The app owns Library, so the file and the folders above it are hostile ground: the
 // path is resolved beneath the home's descriptor with no symlink followed anywhere (a
@@ -65,18 +67,42 @@ public enum PreferenceType: String, CaseIterable, Sendable {
   }
 }
 
-/// An app's preferences file, resolved beneath its home.
+/// A preferences file, resolved beneath its container: an app's own
+/// (`Library/Preferences/<bundle-id>.plist` in its home) or an app group's shared defaults
+/// (`Library/Preferences/<group-id>.plist` in the group's container, `defaults --suite`).
 public struct Preferences: Sendable {
-  public let app: AppRecord
-  private let home: Home
+  /// The domain: the bundle identifier, or the group identifier for a suite.
+  public let domain: String
+  /// The directory the file lives beneath (the home, or the group's container).
+  private let container: String
+  /// Who the files written here belong to (nil: whoever runs appbox).
+  private let owner: UInt32?
+  /// Whose preferences, for messages ("com.example.notes", "group.com.example.shared").
+  private let subject: String
+  /// What `container` is, for messages ("the home").
+  private let containerName: String
+  private let root: DeviceRoot
 
   init(home: Home) {
-    self.home = home
-    app = home.app
+    domain = home.app.bundleIdentifier
+    container = home.path
+    owner = AppUser.dataOwner(of: home.app)
+    subject = home.app.bundleIdentifier
+    containerName = "the home"
+    root = home.root
   }
 
-  /// The file's path relative to the home, as messages show it.
-  public var relativePath: String { "Library/Preferences/\(app.bundleIdentifier).plist" }
+  init(group: GroupRecord, root: DeviceRoot) {
+    domain = group.identifier
+    container = root.groupContainer(group.containerID)
+    owner = GroupOwnership.dataOwner(of: group)
+    subject = "the app group \(group.identifier)"
+    containerName = "the group container"
+    self.root = root
+  }
+
+  /// The file's path relative to its container, as messages show it.
+  public var relativePath: String { "Library/Preferences/\(domain).plist" }
 
   /// The whole dictionary; empty when the app has no preferences yet.
   public func dictionary() throws -> PropertyListDictionary {
@@ -111,15 +137,15 @@ public struct Preferences: Sendable {
   }
 
   private func missing(_ key: String) -> ContainerError {
-    ContainerError(.keyNotFound, "No preference '\(key)' in \(relativePath) of \(app.bundleIdentifier)")
+    ContainerError(.keyNotFound, "No preference '\(key)' in \(relativePath) of \(subject)")
   }
 
-  private var fileName: String { "\(app.bundleIdentifier).plist" }
+  private var fileName: String { "\(domain).plist" }
 
   /// Runs `body` with Library/Preferences open beneath the home, or with nil when it is
   /// missing (unless `creating`, which makes it).
   private func withFolder<R>(creating: Bool = false, _ body: (FileDescriptor?) throws -> R) throws -> R {
-    let contained = try ContainedDirectory.open(home.path, container: "the home", symlinks: .refuse)
+    let contained = try ContainedDirectory.open(container, container: containerName, symlinks: .refuse)
     defer { contained.close() }
     let path = try RelativePath(validating: "Library/Preferences")
     let folder: FileDescriptor
@@ -131,7 +157,7 @@ public struct Preferences: Sendable {
       try library.closeAfter { library in
         do {
           try library.makeDirectory("Preferences")
-          if let owner = AppUser.dataOwner(of: app) {
+          if let owner {
             try DataOwnership.handOver("Preferences", in: library, to: owner)
           }
         } catch let error as SystemError where error.errno == .exists {}
@@ -146,7 +172,7 @@ public struct Preferences: Sendable {
   /// lowered).
   private func write(_ dictionary: PropertyListDictionary, to folder: FileDescriptor) throws {
     let bytes = PropertyList.dictionary(dictionary).binaryData()
-    let protection = DeviceProtection(root: home.root)
+    let protection = DeviceProtection(root: root)
     var existing: (identifier: FscryptKeyIdentifier, status: FileStatus)?
     if let fd = try? folder.open(fileName, O_RDONLY | O_NOFOLLOW | O_NONBLOCK) {
       defer { fd.close() }
@@ -157,7 +183,7 @@ public struct Preferences: Sendable {
         .key
     else {
       try AtomicFile.write(bytes, to: fileName, in: folder)
-      if let owner = AppUser.dataOwner(of: app) { try DataOwnership.handOver(fileName, in: folder, to: owner) }
+      if let owner { try DataOwnership.handOver(fileName, in: folder, to: owner) }
       return
     }
     let writer = try ProtectedFileWriter(protection: protection)
@@ -193,17 +219,17 @@ public struct Preferences: Sendable {
     } catch let error as SystemError where error.errno == .noEntry {
       return nil
     } catch let error as SystemError where error.errno == .tooManyLinks {
-      throw ContainmentError(path: relativePath, reason: .symlink, container: "the home")
+      throw ContainmentError(path: relativePath, reason: .symlink, container: containerName)
     } catch let error as SystemError where error.errno == .keyNotAvailable {
       throw ContainerError(
         .unavailable,
-        "Cannot read the preferences '\(relativePath)' of \(app.bundleIdentifier): they are protected and the "
+        "Cannot read the preferences '\(relativePath)' of \(subject): they are protected and the "
           + "device is locked; unlock it first")
     }
     let bytes: [UInt8] = try file.closeAfter { file in
       guard try file.status().type == .regular else {
         throw ContainerError(
-          .invalidData, "Preferences '\(relativePath)' of \(app.bundleIdentifier) is not a file")
+          .invalidData, "Preferences '\(relativePath)' of \(subject) is not a file")
       }
       return try file.readAll(limit: 64 << 20)
     }
@@ -213,11 +239,11 @@ public struct Preferences: Sendable {
     } catch {
       throw ContainerError(
         .invalidData,
-        "Preferences '\(relativePath)' of \(app.bundleIdentifier) are not a valid property list: \(error)")
+        "Preferences '\(relativePath)' of \(subject) are not a valid property list: \(error)")
     }
     guard let dictionary = plist.dictionary else {
       throw ContainerError(
-        .invalidData, "Preferences '\(relativePath)' of \(app.bundleIdentifier) are not a dictionary")
+        .invalidData, "Preferences '\(relativePath)' of \(subject) are not a dictionary")
     }
     return dictionary
   }
@@ -226,4 +252,7 @@ public struct Preferences: Sendable {
 extension DeviceSession {
   /// `app`'s preferences.
   public func preferences(of app: AppRecord) -> Preferences { Preferences(home: home(of: app)) }
+
+  /// The shared defaults of app group `group` (`UserDefaults(suiteName:)` on the platform).
+  public func preferences(ofGroup group: GroupRecord) -> Preferences { Preferences(group: group, root: root) }
 }

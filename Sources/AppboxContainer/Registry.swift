@@ -80,6 +80,31 @@ public final class Registry {
     CREATE TABLE app_users(bundle_id TEXT PRIMARY KEY NOT NULL, uid INTEGER NOT NULL UNIQUE);
     INSERT INTO app_users(bundle_id, uid) SELECT bundle_id, uid FROM apps;
     """,
+    // App groups (see AppGroups/GroupRegistry.swift): the containers, their members (an
+    // update that drops a group leaves a former member, `active` 0, which keeps the group),
+    // each group's uid (kept after the group goes, as app_users keeps apps'), the snapshots
+    // an update took of the app's groups, and the apps installed before, whose bundles'
+    // groups the next command gives them (GroupAdoption.swift).
+    """
+    CREATE TABLE app_groups(
+      group_id TEXT PRIMARY KEY NOT NULL,
+      container_id TEXT NOT NULL UNIQUE,
+      team_id TEXT NOT NULL,
+      uid INTEGER NOT NULL,
+      created_at REAL NOT NULL
+    );
+    CREATE TABLE group_members(
+      group_id TEXT NOT NULL,
+      bundle_id TEXT NOT NULL,
+      active INTEGER NOT NULL,
+      PRIMARY KEY(group_id, bundle_id)
+    );
+    CREATE INDEX group_members_by_app ON group_members(bundle_id);
+    CREATE TABLE group_users(group_id TEXT PRIMARY KEY NOT NULL, uid INTEGER NOT NULL UNIQUE);
+    ALTER TABLE history ADD COLUMN group_snapshots TEXT;
+    CREATE TABLE group_adoption(bundle_id TEXT PRIMARY KEY NOT NULL);
+    INSERT INTO group_adoption(bundle_id) SELECT bundle_id FROM apps;
+    """,
   ]
 
   public init(root: DeviceRoot) throws {
@@ -164,7 +189,12 @@ public final class Registry {
     let statement = try database.prepare("SELECT uid FROM app_users WHERE bundle_id = ?1")
     try statement.bind([.text(bundleIdentifier)])
     if let known = try statement.rows({ $0.int64(0) }).first { return UInt32(truncatingIfNeeded: known) }
-    let used = try database.prepare("SELECT uid FROM app_users").rows {
+    return try unusedUID()
+  }
+
+  /// A uid from the app range that no app or app group of this device ever had.
+  func unusedUID() throws -> UInt32 {
+    let used = try database.prepare("SELECT uid FROM app_users UNION SELECT uid FROM group_users").rows {
       UInt32(truncatingIfNeeded: $0.int64(0))
     }
     return AppUser.randomUID(avoiding: Set(used))
@@ -178,9 +208,11 @@ public final class Registry {
       .text(containerID))
   }
 
-  /// Removes the app's row.
+  /// Removes the app's row, its group memberships, and the rows of groups left with no
+  /// member (whose containers the caller removes: see AppGroups/GroupLifecycle.swift).
   public func remove(bundleIdentifier: String) throws {
     try database.execute("DELETE FROM apps WHERE bundle_id = ?1", .text(bundleIdentifier))
+    try removeMemberships(of: bundleIdentifier)
   }
 
   /// One line of the app's history.
@@ -193,11 +225,15 @@ public final class Registry {
     public var previousVersion: String?
     public var snapshot: String?
     public var time: Date
+    /// The snapshots an update took of the app's groups, by group identifier.
+    public var groupSnapshots: [String: String] = [:]
 
     public init(
       bundleIdentifier: String, event: String, containerID: String? = nil, previousContainerID: String? = nil,
-      version: String? = nil, previousVersion: String? = nil, snapshot: String? = nil, time: Date = Date()
+      version: String? = nil, previousVersion: String? = nil, snapshot: String? = nil, time: Date = Date(),
+      groupSnapshots: [String: String] = [:]
     ) {
+      self.groupSnapshots = groupSnapshots
       self.bundleIdentifier = bundleIdentifier
       self.event = event
       self.containerID = containerID
@@ -213,13 +249,18 @@ public final class Registry {
     let statement = try database.prepare(
       """
       INSERT INTO history(bundle_id, event, container_id, previous_container_id, version, previous_version,
-        snapshot, time) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+        snapshot, time, group_snapshots) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
       """)
     try statement.bind([
       .text(event.bundleIdentifier), .text(event.event), event.containerID.map(SQLValue.text) ?? .null,
       event.previousContainerID.map(SQLValue.text) ?? .null, event.version.map(SQLValue.text) ?? .null,
       event.previousVersion.map(SQLValue.text) ?? .null, event.snapshot.map(SQLValue.text) ?? .null,
       .real(event.time.timeIntervalSince1970),
+      event.groupSnapshots.isEmpty
+        ? .null
+        : .text(
+          event.groupSnapshots.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(
+            separator: "\n")),
     ])
     _ = try statement.step()
   }
@@ -228,7 +269,8 @@ public final class Registry {
   public func history(of bundleIdentifier: String) throws -> [Event] {
     let statement = try database.prepare(
       """
-      SELECT bundle_id, event, container_id, previous_container_id, version, previous_version, snapshot, time
+      SELECT bundle_id, event, container_id, previous_container_id, version, previous_version, snapshot, time,
+        group_snapshots
       FROM history WHERE bundle_id = ?1 ORDER BY id DESC
       """)
     try statement.bind([.text(bundleIdentifier)])
@@ -236,7 +278,12 @@ public final class Registry {
       Event(
         bundleIdentifier: row.text(0) ?? "", event: row.text(1) ?? "", containerID: row.text(2),
         previousContainerID: row.text(3), version: row.text(4), previousVersion: row.text(5),
-        snapshot: row.text(6), time: Date(timeIntervalSince1970: row.double(7)))
+        snapshot: row.text(6), time: Date(timeIntervalSince1970: row.double(7)),
+        groupSnapshots: Dictionary(
+          (row.text(8) ?? "").split(separator: "\n").compactMap { line -> (String, String)? in
+            guard let equals = line.firstIndex(of: "=") else { return nil }
+            return (String(line[..<equals]), String(line[line.index(after: equals)...]))
+          }, uniquingKeysWith: { first, _ in first }))
     }
   }
 }

@@ -56,8 +56,9 @@ extension DeviceSession {
     -> Int32
   {
     guard !command.isEmpty else { throw ContainerError(.invalidRequest, "No command given to run") }
-    let confined = try ConfinedCommand(
+    var confined = try ConfinedCommand(
       home: home(of: app), command: command, options: options, environment: environment)
+    try addGroupContainers(of: app, to: &confined.jail)
     let lock = try holdRunningLock(of: app, purgingTemporaryFiles: false)
     try prepareDataOwnership(of: app)
     return try withExtendedLifetime(lock) { try confined.run() }
@@ -81,9 +82,10 @@ extension DeviceSession {
       try registry.recordBundleModes(modes.text, containerID: app.containerID)
     }
     let executable = try executablePath(in: home)
-    let confined = try ConfinedCommand(
+    var confined = try ConfinedCommand(
       home: home, command: [Jail(home: home).path(of: .bundle) + "/" + executable] + arguments,
       options: options, environment: environment)
+    try addGroupContainers(of: app, to: &confined.jail)
     let lock = try holdRunningLock(of: app, purgingTemporaryFiles: true)
     try prepareDataOwnership(of: app)
     return try withExtendedLifetime(lock) { try confined.run() }
@@ -151,7 +153,7 @@ extension DeviceSession {
 /// anything is locked or purged. Anything missing is exit 69: there is no weaker sandbox
 /// to fall back to.
 private struct ConfinedCommand {
-  let jail: Jail
+  var jail: Jail
   let command: [String]
   let helper: String
   let bubblewrap: String

@@ -28,6 +28,11 @@ public struct UpdateReport: Sendable {
   /// The migration itself: moving the data, committing, switching homes.
   public var migrationSeconds: Double
   public var totalSeconds: Double
+  /// The snapshots taken of the app's groups before the update, by group identifier (their
+  /// containers are kept as they are; `revert --with-groups` restores these).
+  public var preUpdateGroupSnapshots: [String: String] = [:]
+  /// The app groups the app is a member of after the update.
+  public var groups: [String] = []
 }
 
 /// What the snapshot an update takes first recorded.
@@ -36,17 +41,24 @@ public struct PreUpdateSnapshot: Sendable {
   /// Entries it could not read (0: complete), and the first of their paths, shortened.
   public var unreadable: Int
   public var unreadablePaths: [[UInt8]]
+  /// The snapshots taken of the app's groups, by group identifier.
+  public var groups: [String: String]
 
-  public init(id: String, unreadable: Int = 0, unreadablePaths: [[UInt8]] = []) {
+  public init(
+    id: String, unreadable: Int = 0, unreadablePaths: [[UInt8]] = [], groups: [String: String] = [:]
+  ) {
     self.id = id
     self.unreadable = unreadable
     self.unreadablePaths = unreadablePaths
+    self.groups = groups
   }
 }
 
 /// App update, the platform's way: the new bundle gets a NEW home; Documents and Library
 /// are moved there with rename(2) (cost independent of the data's size); the registry
-/// commits the switch; the old home is deleted. Keychain items are not touched.
+/// commits the switch; the old home is deleted. Keychain items are not touched, nor are app
+/// group containers (the snapshot step may take snapshots of the app's groups, whose locks
+/// are held by then; memberships follow the new bundle's entitlements).
 ///
 /// Crash safety: a journal entry `update-<NEW-ID>` is written before the first move.
 /// Until the registry commit the update rolls back (data moved back to the old home,
@@ -65,8 +77,14 @@ extension DeviceSession {
     let applicationRoot = try FileDescriptor.open(root.applicationRoot, O_RDONLY | O_DIRECTORY)
     defer { applicationRoot.close() }
     var journaled = false
+    var groups: GroupMembershipChange?
     do {
       try checkUpdate(app, staged: staged, allowDowngrade: allowDowngrade)
+      // Memberships before the snapshots: the groups' locks are held by then, and a group of
+      // another team is refused before any work.
+      groups = try prepareMembershipChange(
+        bundleIdentifier: app.bundleIdentifier, team: staged.info.entitlements?.teamIdentifier,
+        groups: staged.info.entitlements?.applicationGroups ?? [])
       let snapshotStart = DispatchTime.now().uptimeNanoseconds
       let preUpdate = try snapshot(app)
       let snapshotID = preUpdate?.id
@@ -83,8 +101,11 @@ extension DeviceSession {
 
       let migrationStart = DispatchTime.now().uptimeNanoseconds
       journaled = true  // from here on, failures are left to recovery (it may have to roll forward)
-      let record = try replaceHome(of: app, with: staged, event: "update", snapshot: snapshotID) {
-        staging, old in
+      let record = try replaceHome(
+        of: app, with: staged, event: "update", snapshot: snapshotID,
+        groupSnapshots: preUpdate?.groups ?? [:],
+        groups: groups
+      ) { staging, old in
         try HomeStaging.moveData(from: old, into: staging)
       }
       let migrationSeconds = seconds(since: migrationStart)
@@ -103,13 +124,15 @@ extension DeviceSession {
         preUpdateUnreadablePaths: preUpdate?.unreadablePaths ?? [],
         staleAbsolutePaths: survey.stale,
         snapshotSeconds: snapshotSeconds, migrationSeconds: migrationSeconds,
-        totalSeconds: seconds(since: started))
+        totalSeconds: seconds(since: started), preUpdateGroupSnapshots: preUpdate?.groups ?? [:],
+        groups: try registry.groups(of: app.bundleIdentifier).map(\.identifier))
     } catch {
       if journaled {
         // Finish or roll back now rather than at the next command.
         try? UpdateRecovery().recover(self, scope: .app(bundleIdentifier: app.bundleIdentifier))
       } else {
         try? FileTree.remove(staged.stagingName, in: applicationRoot)
+        groups?.discard(root: root)
       }
       throw error
     }
@@ -117,16 +140,25 @@ extension DeviceSession {
 
   /// Switches `app` to the staged home, journaled: `migrate` puts the data into the
   /// staging home (moving it from the old home, or from elsewhere), then the registry
-  /// commits the new record (event `event`, with `snapshot`), the staging home takes its
-  /// final name and the old home goes. Until the commit a crash rolls back (data that left
-  /// the old home goes back, the staging home is removed); after it, recovery rolls forward.
-  /// Returns the new record.
+  /// commits the new record (event `event`, with `snapshot` and `groupSnapshots`) and the
+  /// app's group memberships as the staged bundle lists them (`groups` when prepared
+  /// already), the staging home takes its final name and the old home goes. Until the commit
+  /// a crash rolls back (data that left the old home goes back, the staging home is
+  /// removed); after it, recovery rolls forward. Returns the new record.
   public func replaceHome(
     of app: AppRecord, with staged: StagedHome, event: String, snapshot: String?,
+    groupSnapshots: [String: String] = [:], groups prepared: GroupMembershipChange? = nil,
     migrate: (_ staging: FileDescriptor, _ old: FileDescriptor) throws -> Void
   ) throws -> AppRecord {
     let applicationRoot = try FileDescriptor.open(root.applicationRoot, O_RDONLY | O_DIRECTORY)
     defer { applicationRoot.close() }
+    let groups =
+      try prepared
+      ?? prepareMembershipChange(
+        bundleIdentifier: app.bundleIdentifier, team: staged.info.entitlements?.teamIdentifier,
+        groups: staged.info.entitlements?.applicationGroups ?? [])
+    var committed = false
+    defer { if !committed { groups.discard(root: root) } }
     let journal = Journal(root: root)
     let entry = "update-" + staged.containerID
     try journal.write(
@@ -162,9 +194,12 @@ extension DeviceSession {
         .init(
           bundleIdentifier: app.bundleIdentifier, event: event, containerID: record.containerID,
           previousContainerID: app.containerID, version: record.version, previousVersion: app.version,
-          snapshot: snapshot))
+          snapshot: snapshot, groupSnapshots: groupSnapshots))
+      try groups.commit(to: registry)
     }
+    committed = true
     CrashPoint.hit("update.committed")
+    try groups.finish(root: root)
     try finishUpdate(oldContainerID: app.containerID, newContainerID: staged.containerID, in: applicationRoot)
     try journal.remove(entry)
     removeRunningLock(of: app)

@@ -1,7 +1,7 @@
 /* `appbox-sandbox enter`: the host-side step between appbox and bubblewrap.
  *
  *   appbox-sandbox enter [--user UID:GID] [--groups GID,...] [--cgroup DIR]
- *                        [--stage rw|ro|rx:PATH]... -- BWRAP [BWRAP-ARGS...]
+ *                        [--stage rw|ro|rx|shared=OWNER:PATH]... -- BWRAP [BWRAP-ARGS...]
  *
  * bubblewrap always runs unprivileged here (as the app's uid when appbox is root, as
  * the caller otherwise), and it resolves every bind source by path as that user. The
@@ -18,7 +18,13 @@
  *       rw  nosuid, nodev, noexec          (the app's data: what it writes never runs)
  *       ro  read-only, nosuid, nodev, noexec
  *       rx  read-only, nosuid, nodev       (the bundle, this helper, tools on PATH)
- *     bubblewrap keeps these flags when it binds the staged paths into the jail;
+ *       shared=OWNER  like rw, through an idmapped mount (Linux 5.12+): what belongs to
+ *           OWNER (uid and gid) on disk appears as --user's own, and what --user creates
+ *           is written as OWNER's. Several apps (each with a uid of its own) so share one
+ *           container as if each were its only user: an app group's container, whose
+ *           files belong to the group's own uid. Needs --user (as root only);
+ *     bubblewrap keeps these flags (and the idmapping) when it binds the staged paths
+ *     into the jail;
  *  4. with --user (given when appbox runs as root), keeps only GID and the --groups as its
  *     groups (say the group owning a container several apps share) and becomes UID:GID
  *     (all capabilities go with it);
@@ -35,6 +41,9 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <signal.h>
+#include <stdint.h>
 #include <unistd.h>
 
 #include "sandbox.h"
@@ -48,6 +57,14 @@ struct staged {
   const char *path;
   enum access access;
   int fd;
+  /* For `shared=OWNER`: the on-disk owner shown as --user's own (0: not idmapped). */
+  unsigned long owner;
+};
+
+/* The --user identity, parsed before staging (an idmapped stage maps to it). */
+struct identity {
+  uid_t uid;
+  gid_t gid;
 };
 
 static void write_file(const char *path, const char *text) {
@@ -107,7 +124,74 @@ static unsigned long kept_flags(const char *path) {
   return flags;
 }
 
-static void stage(struct staged *items, int count) {
+/* A user namespace mapping `owner` (as uid and gid) to `user`, for an idmapped mount:
+ * an on-disk id is read as an id inside the namespace and shown as the outside one.
+ * A child enters a new user namespace; we (root) write its maps, keep a descriptor of
+ * it, and let it go. Returns the namespace's descriptor. */
+static int idmap_namespace(unsigned long owner, const struct identity *user) {
+  int ready[2];
+  if (pipe2(ready, O_CLOEXEC) != 0) fail(71, "cannot make a pipe: %s", reason(errno));
+  pid_t child = fork();
+  if (child < 0) fail(71, "cannot fork: %s", reason(errno));
+  if (child == 0) {
+    char byte = 0;
+    close(ready[0]);
+    if (unshare(CLONE_NEWUSER) != 0) _exit(1);
+    if (write(ready[1], &byte, 1) != 1) _exit(1);
+    pause();  /* until killed below */
+    _exit(0);
+  }
+  close(ready[1]);
+  char byte;
+  ssize_t got = read(ready[0], &byte, 1);
+  close(ready[0]);
+  if (got != 1) {
+    waitpid(child, NULL, 0);
+    fail(71, "cannot create a user namespace for an idmapped mount");
+  }
+  char path[64], map[64];
+  snprintf(map, sizeof map, "%lu %u 1", owner, (unsigned)user->uid);
+  snprintf(path, sizeof path, "/proc/%d/uid_map", (int)child);
+  write_file(path, map);
+  snprintf(path, sizeof path, "/proc/%d/setgroups", (int)child);
+  write_file(path, "deny");
+  snprintf(map, sizeof map, "%lu %u 1", owner, (unsigned)user->gid);
+  snprintf(path, sizeof path, "/proc/%d/gid_map", (int)child);
+  write_file(path, map);
+  snprintf(path, sizeof path, "/proc/%d/ns/user", (int)child);
+  int namespace = open(path, O_RDONLY | O_CLOEXEC);
+  int error = errno;
+  kill(child, SIGKILL);
+  waitpid(child, NULL, 0);
+  if (namespace < 0) fail(71, "cannot open the user namespace of an idmapped mount: %s", reason(error));
+  return namespace;
+}
+
+/* Mounts the directory open at `fd` on `target`, read-write, nosuid, nodev, noexec, with
+ * its `owner` shown as `user`. A file system that cannot be idmapped is exit 69. */
+static void stage_shared(const struct staged *item, const char *target, const struct identity *user) {
+  int namespace = idmap_namespace(item->owner, user);
+  int tree = open_tree(item->fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
+  if (tree < 0) fail(71, "cannot stage '%s': %s", item->path, reason(errno));
+  struct mount_attr attributes = {
+      .attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+      .userns_fd = (uint64_t)namespace,
+  };
+  if (mount_setattr(tree, "", AT_EMPTY_PATH, &attributes, sizeof attributes) != 0) {
+    int error = errno;
+    fail(error == EINVAL || error == EPERM || error == ENOSYS ? 69 : 71,
+         "cannot share '%s' between apps: its file system cannot be idmapped (%s; idmapped mounts need "
+         "Linux 5.12 or later and ext4, xfs, btrfs or, from Linux 6.3, tmpfs)",
+         item->path, reason(error));
+  }
+  close(namespace);
+  if (move_mount(tree, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) != 0) {
+    fail(71, "cannot stage '%s': %s", item->path, reason(errno));
+  }
+  close(tree);
+}
+
+static void stage(struct staged *items, int count, const struct identity *user) {
   for (int i = 0; i < count; i++) {
     items[i].fd = open(items[i].path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
     if (items[i].fd < 0) fail(71, "cannot open '%s' to show it to the app: %s", items[i].path, reason(errno));
@@ -126,6 +210,12 @@ static void stage(struct staged *items, int count) {
     if (fstat(items[i].fd, &st) != 0) fail(71, "cannot stat '%s': %s", items[i].path, reason(errno));
     int made = S_ISDIR(st.st_mode) ? mkdir(target, 0755) : mknod(target, S_IFREG | 0644, 0);
     if (made != 0) fail(71, "cannot create the mount point '%s': %s", target, reason(errno));
+    if (items[i].owner != 0) {
+      if (!S_ISDIR(st.st_mode)) fail(64, "a shared stage must be a directory, not '%s'", items[i].path);
+      stage_shared(&items[i], target, user);
+      close(items[i].fd);
+      continue;
+    }
     if (mount(source, target, NULL, MS_BIND, NULL) != 0) {
       fail(71, "cannot stage '%s': %s", items[i].path, reason(errno));
     }
@@ -157,7 +247,8 @@ static int parse_groups(const char *text, gid_t *groups) {
   return count;
 }
 
-static void become(const char *user, const gid_t *extra, int extra_count) {
+/* Parses --user's "UID:GID" (both above 0). */
+static struct identity parse_user(const char *user) {
   char *end = NULL;
   errno = 0;
   unsigned long uid = strtoul(user, &end, 10);
@@ -170,6 +261,11 @@ static void become(const char *user, const gid_t *extra, int extra_count) {
   if (errno != 0 || *end != '\0' || uid == 0 || gid == 0 || uid >= 0xFFFFFFFFUL || gid >= 0xFFFFFFFFUL) {
     fail(64, "--user takes UID:GID (both above 0), not '%s'", user);
   }
+  return (struct identity){(uid_t)uid, (gid_t)gid};
+}
+
+static void become(const struct identity *user, const gid_t *extra, int extra_count) {
+  unsigned long uid = user->uid, gid = user->gid;
   gid_t groups[MAX_GROUPS + 1];
   groups[0] = (gid_t)gid;
   for (int i = 0; i < extra_count; i++) groups[i + 1] = extra[i];
@@ -210,23 +306,40 @@ int enter_main(int argc, char **argv) {
         access = READ_ONLY;
       } else if (strncmp(value, "rx:", 3) == 0) {
         access = READ_EXECUTE;
+      } else if (strncmp(value, "shared=", 7) == 0) {
+        char *end = NULL;
+        errno = 0;
+        unsigned long owner = strtoul(value + 7, &end, 10);
+        if (errno != 0 || end == value + 7 || *end != ':' || owner == 0 || owner >= 0xFFFFFFFFUL) {
+          fail(64, "--stage shared= takes an owner above 0: shared=OWNER:PATH, not '%s'", value);
+        }
+        if (end[1] != '/') fail(64, "--stage needs an absolute path, not '%s'", end + 1);
+        items[count++] = (struct staged){end + 1, READ_WRITE, -1, owner};
+        continue;
       } else {
-        fail(64, "--stage takes rw:PATH, ro:PATH or rx:PATH, not '%s'", value);
+        fail(64, "--stage takes rw:PATH, ro:PATH, rx:PATH or shared=OWNER:PATH, not '%s'", value);
       }
       if (value[3] != '/') fail(64, "--stage needs an absolute path, not '%s'", value + 3);
-      items[count++] = (struct staged){value + 3, access, -1};
+      items[count++] = (struct staged){value + 3, access, -1, 0};
     } else {
       fail(64, "unknown option '%s'", option);
     }
   }
   if (index >= argc) fail(64, "no bubblewrap command given after '--'");
 
+  struct identity identity = {0, 0};
+  if (user != NULL) identity = parse_user(user);
+  for (int i = 0; i < count; i++) {
+    if (items[i].owner != 0 && (user == NULL || geteuid() != 0)) {
+      fail(64, "--stage shared= needs --user, as root: '%s'", items[i].path);
+    }
+  }
   if (cgroup != NULL) join_cgroup(cgroup);
   if (count > 0) {
     unshare_mounts();
-    stage(items, count);
+    stage(items, count, &identity);
   }
-  if (user != NULL) become(user, groups, group_count);
+  if (user != NULL) become(&identity, groups, group_count);
   execv(argv[index], &argv[index]);
   int error = errno;
   fail(error == ENOENT ? 69 : 126, "cannot run bubblewrap '%s': %s", argv[index], reason(error));

@@ -121,7 +121,9 @@ struct UnreadableEntriesTests {
     let reports = try #require(
       try JSONSerialization.jsonObject(with: Data(result.stdout)) as? [[String: Any]])
     #expect(
-      reports.map { $0["app"] as? String } == ["com.example.journal", "com.example.notes", "org.other.app"])
+      reports.map { $0["app"] as? String } == [
+        "com.example.journal", "com.example.notes", "org.other.app", "group.com.example.shared",
+      ])
     let failed = try #require(reports.first?["error"] as? [String: Any])
     #expect(failed["status"] as? Int == 77)
     #expect(reports[1]["snapshot"] is String && reports[1]["incomplete"] == nil)

@@ -120,9 +120,12 @@ struct SandboxRunTests {
     #expect(variables["PATH"] == "/usr/bin:/bin")
     #expect(variables["LANG"] == "C.UTF-8" && variables["LC_TIME"] == "C" && variables["TZ"] == "UTC")
     #expect(variables["APPBOX_PROTECTED_DATA_AVAILABLE"] == "1")
+    // Notes is a member of an app group: its container is named too.
+    #expect(
+      variables["APPBOX_APP_GROUP_CONTAINERS"]?.hasPrefix("group.com.example.shared=/var/mobile/") == true)
     let expected: Set<String> = [
       "HOME", "CFFIXED_USER_HOME", "TMPDIR", "PATH", "LANG", "LC_TIME", "TZ",
-      "APPBOX_PROTECTED_DATA_AVAILABLE",
+      "APPBOX_PROTECTED_DATA_AVAILABLE", "APPBOX_APP_GROUP_CONTAINERS",
     ]
     // TERM, LANGUAGE and other LC_* pass through too when the test runner has them.
     let names = Set(variables.keys).filter {

@@ -13,12 +13,15 @@ struct InstallCommand: ParsableCommand {
     let session = try context.openDevice(mutating: true)
     let result = try session.install(bundleAt: bundle)
     let app = result.app
+    let groups = try session.groups(of: app).map {
+      "\($0.identifier) (\(result.createdGroups.contains($0.identifier) ? "created" : "joined"))"
+    }
     return CommandOutput(
       text: """
         Installed \(app.bundleIdentifier) \(app.version) (\(app.bundleDirectoryName))
           container  \(app.containerID)
           home       \(result.home)
-        """,
+        """ + (groups.isEmpty ? "" : "\n  groups     " + groups.joined(separator: ", ")),
       json: .object([
         ("bundleIdentifier", .string(app.bundleIdentifier)), ("containerID", .string(app.containerID)),
         ("home", .string(result.home)), ("version", .string(app.version)),
@@ -27,11 +30,16 @@ struct InstallCommand: ParsableCommand {
 }
 
 struct ListCommand: ParsableCommand {
-  static let description = CommandDescription(name: "list", abstract: "List installed apps.")
-  init(_ arguments: ParsedArguments) throws {}
+  static let description = CommandDescription(
+    name: "list", abstract: "List installed apps.",
+    options: [.init("groups", help: "List app group containers with their team and members instead.")])
+  let groups: Bool
+  init(_ arguments: ParsedArguments) throws { groups = arguments.flag("groups") }
 
   func run(_ context: CommandContext) throws -> CommandOutput {
-    let apps = try context.openDevice(mutating: false).registry.apps()
+    let session = try context.openDevice(mutating: false)
+    if groups { return groupList(try session.registry.groups(), root: session.root) }
+    let apps = try session.registry.apps()
     let text =
       apps.isEmpty
       ? "No apps installed."
@@ -78,6 +86,12 @@ struct InspectCommand: ParsableCommand {
     if !record.keychainAccessGroups.isEmpty {
       lines.append("  keychain      \(record.keychainAccessGroups.joined(separator: ", "))")
     }
+    for (index, usage) in report.groups.enumerated() {
+      lines.append(
+        (index == 0 ? "  app groups    " : "                ")
+          + "\(usage.group.identifier)  \(usage.files) files, \(byteCount(usage.bytes)) "
+          + "(\(byteCount(usage.backedUpBytes)) backed up)  \(usage.path)")
+    }
     let advice = context.topAdvice(for: record)
     lines.append("  advice        \(advice.line)")
     lines.append("")
@@ -103,6 +117,18 @@ struct InspectCommand: ParsableCommand {
         ("fileSharingEnabled", .bool(record.fileSharingEnabled)),
         ("teamIdentifier", .optional(record.teamIdentifier)),
         ("keychainAccessGroups", .array(record.keychainAccessGroups.map(JSONValue.string))),
+        (
+          "groups",
+          .array(
+            report.groups.map { usage in
+              .object([
+                ("groupIdentifier", .string(usage.group.identifier)),
+                ("containerID", .string(usage.group.containerID)), ("path", .string(usage.path)),
+                ("files", .int(usage.files)), ("bytes", .int(usage.bytes)),
+                ("backedUpBytes", .int(usage.backedUpBytes)),
+              ])
+            })
+        ),
         ("seal", .object(seal)),
         ("advice", advice.finding.map(findingJSON) ?? .null),
         (
@@ -128,15 +154,23 @@ struct PathCommand: ParsableCommand {
       appArgument,
       .init(
         "LOCATION",
-        help: "bundle, data (the home; the default), documents, library, preferences, caches or tmp.",
+        help:
+          "bundle, data (the home; the default), documents, library, preferences, caches or tmp; or "
+          + "group.<id>: the container of an app group the app is a member of (else exit 77).",
         optional: true),
     ])
   let app: String
   let location: HomeLocation
+  let group: String?
 
   init(_ arguments: ParsedArguments) throws {
     app = arguments.positional(0)!
     let name = arguments.positional(1) ?? "data"
+    group = namesGroup(name) ? name : nil
+    if group != nil {
+      location = .data
+      return
+    }
     guard let location = HomeLocation(rawValue: name) else {
       throw arguments.usage(
         "unknown location '\(name)' (expected one of: \(HomeLocation.allCases.map(\.rawValue).joined(separator: ", ")))"
@@ -147,7 +181,13 @@ struct PathCommand: ParsableCommand {
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: false)
-    let path = session.home(of: try session.app(app)).path(of: location)
+    let record = try session.app(app)
+    if let group {
+      let path = session.root.groupContainer(try session.group(group, usedBy: record).containerID)
+      return CommandOutput(
+        text: path, json: .object([("path", .string(path)), ("location", .string(group))]))
+    }
+    let path = session.home(of: record).path(of: location)
     return CommandOutput(
       text: path, json: .object([("path", .string(path)), ("location", .string(location.rawValue))]))
   }

@@ -26,17 +26,21 @@ struct BackupCommand: ParsableCommand {
     discussion: """
       Everything in the home is stored except the bundle (stored on an app's first snapshot and
       again only after it changes), Library/Caches, tmp, and files marked 'exclude from backup'.
-      Prints one snapshot id per app. What the app made unreadable (permission denied) or nested
+      An app group's container (name it group.<id>) is a snapshot subject of its own: all of it
+      but Library/Caches. Prints one snapshot id per app or group. What the app made unreadable (permission denied) or nested
       deeper than a 64 KiB path is left out: the snapshot is recorded as incomplete, with a warning
       naming the paths, and the exit status stays 0 unless --strict is given (then 74). With --all,
       every app is backed up even when one fails; the exit status is 0 only if all succeeded, else
       that of the first failure.
       """,
     positionals: [
-      .init("APP", help: "Bundle identifiers or container ids.", optional: true, repeating: true)
+      .init(
+        "APP", help: "Bundle identifiers or container ids, or app group identifiers (group.<id>).",
+        optional: true,
+        repeating: true)
     ],
     options: [
-      .init("all", help: "Back up every installed app."), repositoryOption,
+      .init("all", help: "Back up every installed app, then every app group."), repositoryOption,
       .init(
         "full",
         help:
@@ -72,7 +76,10 @@ struct BackupCommand: ParsableCommand {
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: true)
-    let names = all ? try session.registry.apps().map(\.bundleIdentifier) : apps
+    let names =
+      all
+      ? try session.registry.apps().map(\.bundleIdentifier) + session.registry.groups().map(\.identifier)
+      : apps
     let repository = try context.repository(arguments, create: true)
     var options = self.options
     options.keychain = context.keychainSnapshotter
@@ -81,17 +88,25 @@ struct BackupCommand: ParsableCommand {
     var firstFailure: Int32?
     for name in names {
       do {
-        // Each app under its own lock, taken in turn and released after its snapshot.
-        let app = try session.lockApp(name)
-        defer { session.unlockApp(app) }
-        let result = try repository.backup(app, in: session, options: options, observer: progress)
+        // Each app (or group) under its own lock, taken in turn and released after its snapshot.
+        let result: BackupResult
+        if namesGroup(name) {
+          let group = try lockedGroup(name, in: session)
+          defer { session.unlockGroup(group.identifier) }
+          result = try repository.backup(
+            .group(group, in: session), in: session, options: options, observer: progress)
+        } else {
+          let app = try session.lockApp(name)
+          defer { session.unlockApp(app) }
+          result = try repository.backup(app, in: session, options: options, observer: progress)
+        }
         let snapshot = result.snapshot
         context.note(
-          "\(app.bundleIdentifier): snapshot \(snapshot.id) (\(snapshot.kind.rawValue)), \(snapshot.files) files, "
+          "\(snapshot.app): snapshot \(snapshot.id) (\(snapshot.kind.rawValue)), \(snapshot.files) files, "
             + "\(byteCount(snapshot.bytes)); \(byteCount(snapshot.bytesAdded)) added")
         if snapshot.isIncomplete {
           context.warn(
-            "snapshot \(snapshot.id) of \(app.bundleIdentifier) is incomplete: "
+            "snapshot \(snapshot.id) of \(snapshot.app) is incomplete: "
               + unreadableSummary(snapshot.unreadable, snapshot.unreadablePaths))
           if strict { firstFailure = firstFailure ?? ExitStatus.ioError }
         }
@@ -155,7 +170,11 @@ func incompleteMembers(_ count: Int, _ paths: [[UInt8]], prefix: String = "") ->
 struct SnapshotsCommand: ParsableCommand {
   static let description = CommandDescription(
     name: "snapshots", abstract: "List snapshots: id, app, time, kind, files, bytes.",
-    positionals: [.init("APP", help: "Only this app's snapshots (a bundle identifier).", optional: true)],
+    positionals: [
+      .init(
+        "APP", help: "Only this app's (or app group's) snapshots: a bundle or group identifier.",
+        optional: true)
+    ],
     options: [repositoryOption])
   let app: String?
   let arguments: ParsedArguments
@@ -167,10 +186,11 @@ struct SnapshotsCommand: ParsableCommand {
   func run(_ context: CommandContext) throws -> CommandOutput {
     let repository = try context.repository(arguments, create: false)
     var name = app
-    if let app, UUID(uuidString: app) != nil,
-      let record = try? context.openDevice(mutating: false).registry.appIfPresent(app)
+    if let app, UUID(uuidString: app) != nil, let registry = try? context.openDevice(mutating: false).registry
     {
-      name = record.bundleIdentifier
+      name =
+        (try? registry.appIfPresent(app)?.bundleIdentifier) ?? (try? registry.groupIfPresent(app)?.identifier)
+        ?? app
     }
     let snapshots = try repository.catalog.snapshots(app: name)
     let tagged = snapshots.contains { $0.tag != nil }

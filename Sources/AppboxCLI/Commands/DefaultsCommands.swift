@@ -7,7 +7,8 @@ struct DefaultsCommand: CommandGroup {
     name: "defaults",
     abstract: "Read and change an app's preferences (Library/Preferences/<bundle-id>.plist).",
     discussion: """
-      Keys are case-sensitive. Dates are ISO 8601 in UTC (2024-01-02T03:04:05Z); data is base64, in and
+      With --suite group.<id>, the app group's shared defaults instead: Library/Preferences/<group-id>.plist
+      in the group's container, which every member app reads and writes. Keys are case-sensitive. Dates are ISO 8601 in UTC (2024-01-02T03:04:05Z); data is base64, in and
       out. The file is written as a binary property list, atomically. A preferences file that is not a
       property-list dictionary is bad data (exit 65); one the app replaced by a symbolic link is refused
       (exit 77).
@@ -19,17 +20,20 @@ struct DefaultsCommand: CommandGroup {
 struct DefaultsRead: ParsableCommand {
   static let description = CommandDescription(
     name: "read", abstract: "Print one preference, or all of them as 'key = value' lines.",
-    positionals: [.init("KEY", help: "The preference to print (missing: exit 66).", optional: true)])
+    positionals: [.init("KEY", help: "The preference to print (missing: exit 66).", optional: true)],
+    options: [suiteOption])
   let app: String
   let key: String?
+  let suite: String?
   init(_ arguments: ParsedArguments) throws {
     app = arguments.groupPositionals[0]
     key = arguments.positional(0)
+    suite = try suiteName(arguments)
   }
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: false)
-    let preferences = session.preferences(of: try session.app(app))
+    let preferences = try session.defaultsPreferences(of: try session.app(app), suite: suite, locking: false)
     if let key {
       let value = try preferences.value(forKey: key)
       return CommandOutput(
@@ -54,23 +58,27 @@ struct DefaultsWrite: ParsableCommand {
     options: [
       .init(
         "type", help: "How to read VALUE (default: string).", choices: PreferenceType.allCases.map(\.rawValue)
-      )
+      ),
+      suiteOption,
     ])
   let app: String
   let key: String
   let text: String
   let type: PreferenceType
+  let suite: String?
   init(_ arguments: ParsedArguments) throws {
     app = arguments.groupPositionals[0]
     key = arguments.positional(0)!
     text = arguments.positional(1)!
     type = arguments.value("type").flatMap(PreferenceType.init(rawValue:)) ?? .string
+    suite = try suiteName(arguments)
   }
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     let value = try type.value(parsing: text)
     let session = try context.openDevice(mutating: true)
-    let preferences = session.preferences(of: try session.lockApp(app))
+    let preferences = try session.defaultsPreferences(
+      of: try session.lockApp(app), suite: suite, locking: true)
     try preferences.set(value, forKey: key)
     return CommandOutput(
       text: "Set \(Terminal.escape(key)) = \(render(value, nested: true)) in \(preferences.relativePath)",
@@ -81,22 +89,34 @@ struct DefaultsWrite: ParsableCommand {
 struct DefaultsDelete: ParsableCommand {
   static let description = CommandDescription(
     name: "delete", abstract: "Remove a preference (missing: exit 66).",
-    positionals: [.init("KEY", help: "The preference to remove.")])
+    positionals: [.init("KEY", help: "The preference to remove.")], options: [suiteOption])
   let app: String
   let key: String
+  let suite: String?
   init(_ arguments: ParsedArguments) throws {
     app = arguments.groupPositionals[0]
     key = arguments.positional(0)!
+    suite = try suiteName(arguments)
   }
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: true)
-    let preferences = session.preferences(of: try session.lockApp(app))
+    let preferences = try session.defaultsPreferences(
+      of: try session.lockApp(app), suite: suite, locking: true)
     try preferences.removeValue(forKey: key)
     return CommandOutput(
       text: "Deleted \(Terminal.escape(key)) from \(preferences.relativePath)",
       json: .object([("key", .string(key)), ("deleted", .bool(true))]))
   }
+}
+
+/// The `--suite` value, checked to be a group identifier (usage error otherwise).
+private func suiteName(_ arguments: ParsedArguments) throws -> String? {
+  guard let suite = arguments.value("suite") else { return nil }
+  guard AppGroupIdentifier.isValid(suite) else {
+    throw arguments.usage("--suite takes an app group identifier (group.<reverse-DNS name>), not '\(suite)'")
+  }
+  return suite
 }
 
 /// The `--type` name of a value ("array" and "dictionary" for containers).

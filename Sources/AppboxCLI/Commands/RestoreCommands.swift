@@ -10,9 +10,14 @@ struct RestoreCommand: ParsableCommand {
     discussion: """
       Documents, Library and the other data of the snapshot replace the home's, all or nothing;
       Library/Caches and tmp end up empty. Every archive and file is verified before the home is
-      touched.
+      touched. An app group (group.<id>) is restored the same way into its container, which must
+      exist (it comes with its first member app); its running members: exit 75. When the restore
+      installs the app and so creates an app group the device lacked, that group's latest
+      snapshot is restored too.
       """,
-    positionals: [appArgument],
+    positionals: [
+      .init("APP", help: "A bundle identifier or container id, or an app group identifier (group.<id>).")
+    ],
     options: [
       .init("snapshot", value: "ID", help: "The snapshot to restore (default: latest)."), repositoryOption,
     ])
@@ -29,6 +34,7 @@ struct RestoreCommand: ParsableCommand {
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: true)
     let repository = try context.repository(arguments, create: false)
+    if namesGroup(app) { return try restoreGroup(session: session, repository: repository, context: context) }
     // The app may be missing (the restore installs it): its lock is taken by identifier.
     let identifier = try session.registry.appIfPresent(app)?.bundleIdentifier ?? app
     try session.lockApp(bundleIdentifier: identifier)
@@ -62,6 +68,12 @@ struct RestoreCommand: ParsableCommand {
         "Installed \(result.app.bundleDirectoryName) \(result.app.version) from the backup "
           + "(container \(result.app.containerID))")
     }
+    for group in result.groups {
+      for warning in group.warnings { context.warn(warning) }
+      lines.append(
+        "Restored the app group \(group.group.identifier) from snapshot \(group.snapshot.id) "
+          + "(\(timestamp(group.snapshot.time))): \(group.files) files, \(byteCount(group.bytes))")
+    }
     return CommandOutput(
       text: lines.joined(separator: "\n"),
       json: .object([
@@ -69,6 +81,39 @@ struct RestoreCommand: ParsableCommand {
         ("containerID", .string(result.app.containerID)), ("files", .int(result.files)),
         ("bytes", .int(result.bytes)), ("installedBundle", .bool(result.installedBundle)),
         ("keychainRestored", .bool(keychainRestored)), ("keychainReason", .optional(keychainReason)),
+        (
+          "groups",
+          .array(
+            result.groups.map {
+              .object([
+                ("group", .string($0.group.identifier)), ("snapshot", .string($0.snapshot.id)),
+                ("files", .int($0.files)), ("bytes", .int($0.bytes)),
+              ])
+            })
+        ),
+      ]))
+  }
+
+  /// `restore group.<id>`: the group's container from one of its snapshots.
+  private func restoreGroup(session: DeviceSession, repository: Repository, context: CommandContext) throws
+    -> CommandOutput
+  {
+    let group = try lockedGroup(app, in: session)
+    let result = try repository.restore(
+      group: group, snapshot: snapshot, in: session, observer: ProgressBar(context))
+    for warning in result.warnings { context.warn(warning) }
+    if result.snapshot.isIncomplete {
+      context.warn(
+        "snapshot \(result.snapshot.id) is incomplete: when it was taken, "
+          + unreadableSummary(result.snapshot.unreadable, result.snapshot.unreadablePaths))
+    }
+    return CommandOutput(
+      text: "Restored the app group \(group.identifier) from snapshot \(result.snapshot.id) "
+        + "(\(timestamp(result.snapshot.time))): \(result.files) files, \(byteCount(result.bytes))",
+      json: .object([
+        ("app", .string(group.identifier)), ("snapshot", .string(result.snapshot.id)),
+        ("containerID", .string(group.containerID)), ("files", .int(result.files)),
+        ("bytes", .int(result.bytes)),
       ]))
   }
 }

@@ -9,8 +9,10 @@ struct UpdateCommand: ParsableCommand {
     abstract: "Update an app to a new bundle: a new home, the data moved over, a migration report.",
     discussion: """
       The new bundle must have the same CFBundleIdentifier and a higher CFBundleVersion. A pre-update \
-      snapshot is taken first; Documents and Library (Caches included) are moved into the new home with \
-      rename(2); tmp and anything else in the old home are dropped. Keychain items are not touched.
+      snapshot is taken first, and one of each app group the app is a member of; Documents and Library \
+      (Caches included) are moved into the new home with rename(2); tmp and anything else in the old home \
+      are dropped. Keychain items and app group containers are not touched; the app's groups become those \
+      the new bundle lists (a group it no longer lists is kept, hidden from it, until it is uninstalled).
       """,
     positionals: [appArgument, .init("BUNDLE.app", help: "The new version of the app's bundle.")],
     options: [
@@ -66,6 +68,12 @@ func updateText(_ report: UpdateReport, verb: String = "Updated") -> String {
           ? "; incomplete: \(report.preUpdateUnreadable) unreadable entr"
             + (report.preUpdateUnreadable == 1 ? "y" : "ies") + " left out)" : ")"))
   }
+  if !report.groups.isEmpty || !report.preUpdateGroupSnapshots.isEmpty {
+    lines.append(
+      "  groups     \(report.groups.isEmpty ? "none" : report.groups.joined(separator: ", ")), kept as they are"
+        + (report.preUpdateGroupSnapshots.isEmpty
+          ? "" : "; snapshots before the update: " + groupSnapshotList(report.preUpdateGroupSnapshots)))
+  }
   lines.append(
     String(
       format: "  took       %.3f s (snapshot %.3f s, migration %.1f ms)", report.totalSeconds,
@@ -103,6 +111,8 @@ func updateJSON(_ report: UpdateReport) -> JSONValue {
       ("preUpdateSnapshot", .optional(report.preUpdateSnapshot)),
     ] + incompleteMembers(report.preUpdateUnreadable, report.preUpdateUnreadablePaths, prefix: "preUpdate")
       + [
+        ("groups", .array(report.groups.map(JSONValue.string))),
+        ("preUpdateGroupSnapshots", groupSnapshotJSON(report.preUpdateGroupSnapshots)),
         ("staleAbsolutePaths", .array(report.staleAbsolutePaths.map(JSONValue.string))),
         (
           "durations",
@@ -116,13 +126,14 @@ func updateJSON(_ report: UpdateReport) -> JSONValue {
 
 extension CommandContext {
   /// The snapshot an update takes first (incremental, tagged "pre-update"), in the
-  /// device's default repository, keychain items included.
+  /// device's default repository, keychain items included; and one of each of its groups.
   func preUpdateSnapshot(of app: AppRecord, in session: DeviceSession) throws -> PreUpdateSnapshot? {
     let repository = try Repository(path: session.root.backups, environment: environment)
     let options = BackupOptions(tag: "pre-update", keychain: keychainSnapshotter)
     let snapshot = try repository.backup(app, in: session, options: options).snapshot
     return PreUpdateSnapshot(
-      id: snapshot.id, unreadable: snapshot.unreadable, unreadablePaths: snapshot.unreadablePaths)
+      id: snapshot.id, unreadable: snapshot.unreadable, unreadablePaths: snapshot.unreadablePaths,
+      groups: try preUpdateGroupSnapshots(of: app, in: session, repository: repository))
   }
 }
 
@@ -134,18 +145,38 @@ struct RevertCommand: ParsableCommand {
     discussion: """
       The previous bundle is reinstalled from the pre-update snapshot into a new home, and the data from \
       that snapshot is restored there. The data being replaced is snapshotted first (tag pre-revert), so \
-      nothing is lost. A second revert without a new update is refused.
+      nothing is lost. A second revert without a new update is refused. App group containers keep their \
+      data unless --with-groups is given: then each group the update snapshotted is snapshotted again \
+      (pre-revert) and restored to its pre-update snapshot (its running members: exit 75).
       """,
-    positionals: [appArgument])
+    positionals: [appArgument],
+    options: [
+      .init("with-groups", help: "Also roll the app's groups back to the snapshots the update took of them.")
+    ])
   let app: String
-  init(_ arguments: ParsedArguments) throws { app = arguments.positional(0)! }
+  let withGroups: Bool
+  init(_ arguments: ParsedArguments) throws {
+    app = arguments.positional(0)!
+    withGroups = arguments.flag("with-groups")
+  }
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: true)
     let record = try session.lockApp(app)
     let repository = try Repository(path: session.root.backups, environment: context.environment)
     let report = try repository.revert(
-      record, in: session, keychain: context.keychainSnapshotter, observer: ProgressBar(context))
+      record, in: session, keychain: context.keychainSnapshotter, withGroups: withGroups,
+      observer: ProgressBar(context))
+    var groupLines: [String] = []
+    if !report.restoredGroups.isEmpty {
+      groupLines.append("  groups     restored " + groupSnapshotList(report.restoredGroups))
+      groupLines.append(
+        "  saved      the replaced group data as " + groupSnapshotList(report.preRevertGroupSnapshots))
+    } else if !report.preUpdateGroupSnapshots.isEmpty {
+      groupLines.append(
+        "  groups     kept as they are (--with-groups restores "
+          + groupSnapshotList(report.preUpdateGroupSnapshots) + ")")
+    }
     return CommandOutput(
       text: """
         Reverted \(report.bundleIdentifier) \(report.fromVersion) → \(report.toVersion)
@@ -154,7 +185,7 @@ struct RevertCommand: ParsableCommand {
           restored   snapshot \(report.restoredSnapshot) (taken before the update): \(report.files) files, \
         \(byteCount(report.bytes))
           saved      the replaced data as snapshot \(report.preRevertSnapshot)
-        """,
+        """ + groupLines.map { "\n" + $0 }.joined(),
       json: .object([
         ("bundleIdentifier", .string(report.bundleIdentifier)),
         ("oldContainerID", .string(report.oldContainerID)),
@@ -162,7 +193,8 @@ struct RevertCommand: ParsableCommand {
         ("fromVersion", .string(report.fromVersion)), ("toVersion", .string(report.toVersion)),
         ("home", .string(report.home)), ("restoredSnapshot", .string(report.restoredSnapshot)),
         ("preRevertSnapshot", .string(report.preRevertSnapshot)), ("files", .int(report.files)),
-        ("bytes", .int(report.bytes)),
+        ("bytes", .int(report.bytes)), ("restoredGroups", groupSnapshotJSON(report.restoredGroups)),
+        ("preRevertGroupSnapshots", groupSnapshotJSON(report.preRevertGroupSnapshots)),
       ]))
   }
 }
