@@ -28,6 +28,8 @@ public final class SecItemService {
   public let client: KeychainClient
   private let keychainDirectory: String
   private var keychain: Keychain?
+  /// The largest reply sent (`SecItemWire.maximumReplySize`; smaller in tests).
+  var maximumReplySize = SecItemWire.maximumReplySize
 
   /// Serves `client` with the keychain in `keychainDirectory`, opened on the first request
   /// (an app that never uses the keychain costs nothing).
@@ -52,11 +54,11 @@ public final class SecItemService {
       response = SecItemResponse(status: errSecInternalComponent, message: "\(error)")
     }
     let reply = SecItemWire.reply(status: response.status, result: response.result, message: response.message)
-    guard reply.count <= SecItemWire.maximumReplySize else {
+    guard reply.count <= maximumReplySize else {
       return SecItemWire.reply(
         status: errSecAllocate,
-        message: "The result is \(reply.count) bytes, more than the \(SecItemWire.maximumReplySize >> 20) MiB a "
-          + "reply may hold; narrow the query or set kSecMatchLimit")
+        message: "The result is \(reply.count) bytes, more than the \(maximumReplySize) bytes a reply may hold; "
+          + "narrow the query or set kSecMatchLimit")
     }
     return reply
   }

@@ -117,12 +117,13 @@ struct SandboxRunTests {
     #expect(variables["HOME"] == inside)
     #expect(variables["CFFIXED_USER_HOME"] == inside)
     #expect(variables["TMPDIR"] == inside + "/tmp")
-    #expect(variables["PATH"] == "/usr/bin:/bin")
+    #expect(variables["PATH"] == "/run/appbox/bin:/usr/bin:/bin")  // appbox-secitem first
+    #expect(variables["APPBOX_SECITEM_FD"] == "3")
     #expect(variables["LANG"] == "C.UTF-8" && variables["LC_TIME"] == "C" && variables["TZ"] == "UTC")
     #expect(variables["APPBOX_PROTECTED_DATA_AVAILABLE"] == "1")
     let expected: Set<String> = [
       "HOME", "CFFIXED_USER_HOME", "TMPDIR", "PATH", "LANG", "LC_TIME", "TZ",
-      "APPBOX_PROTECTED_DATA_AVAILABLE",
+      "APPBOX_PROTECTED_DATA_AVAILABLE", "APPBOX_SECITEM_FD",
     ]
     // TERM, LANGUAGE and other LC_* pass through too when the test runner has them.
     let names = Set(variables.keys).filter {
