@@ -104,7 +104,9 @@ let package = Package(
     .testTarget(name: "AppboxKeychainTests", dependencies: ["AppboxKeychain", "AppboxTestSupport"]),
     .testTarget(
       name: "AppboxSecItemTests",
-      dependencies: ["AppboxSecItem", "AppboxSecItemBroker", "AppboxKeychain", "CSecItem", "AppboxTestSupport"]),
+      dependencies: [
+        "AppboxSecItem", "AppboxSecItemBroker", "AppboxKeychain", "CSecItem", "AppboxTestSupport",
+      ]),
     .testTarget(name: "AppboxContainerTests", dependencies: ["AppboxContainer", "AppboxTestSupport"]),
     .testTarget(
       name: "AppboxBackupTests",

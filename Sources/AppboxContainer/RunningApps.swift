@@ -202,7 +202,8 @@ private struct ConfinedCommand {
     if options.passedDescriptors.contains(where: { $0.number == SecItemWire.descriptorNumber }) {
       throw ContainerError(
         .invalidRequest,
-        "Descriptor number \(SecItemWire.descriptorNumber) is the app's keychain broker; pass others above it")
+        "Descriptor number \(SecItemWire.descriptorNumber) is the app's keychain broker; pass others above it"
+      )
     }
     let broker = try SecItemBroker(client: jail.app.keychainClient, keychainDirectory: keychainDirectory)
     defer { broker.stop() }

@@ -64,7 +64,8 @@ public enum Sandbox {
   /// The helper: `$APPBOX_SANDBOX_HELPER` when set, else `appbox-sandbox` in the
   /// directory of the running executable. Missing is exit 69.
   public static func helperPath(environment: [String: String]) throws -> String {
-    try installedExecutable(helperName, variable: "APPBOX_SANDBOX_HELPER", what: "sandbox helper", environment)
+    try installedExecutable(
+      helperName, variable: "APPBOX_SANDBOX_HELPER", what: "sandbox helper", environment)
   }
 
   /// The in-app keychain command (`appbox-secitem`), shown on the app's PATH.

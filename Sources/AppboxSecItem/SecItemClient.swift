@@ -84,7 +84,8 @@ public final class SecItemClient: Sendable {
   ) -> SecItemResponse {
     let request = SecItemWire.request(operation, query: query, attributesToUpdate: attributesToUpdate)
     guard request.count <= SecItemWire.maximumRequestSize else {
-      return SecItemResponse(status: errSecParam, message: "The request is larger than the broker accepts (4 MiB)")
+      return SecItemResponse(
+        status: errSecParam, message: "The request is larger than the broker accepts (4 MiB)")
     }
     let reply: [UInt8]
     do {
@@ -92,7 +93,8 @@ public final class SecItemClient: Sendable {
     } catch let error as SystemError where error.errno == .badDescriptor && door == nil {
       return SecItemResponse(
         status: errSecNotAvailable,
-        message: "No keychain broker: \(SecItemWire.descriptorVariable) is not set (run this inside 'appbox run' "
+        message:
+          "No keychain broker: \(SecItemWire.descriptorVariable) is not set (run this inside 'appbox run' "
           + "or 'appbox launch')")
     } catch {
       return SecItemResponse(status: errSecIO, message: "The keychain broker could not be reached: \(error)")
@@ -173,9 +175,13 @@ public final class SecItemClient: Sendable {
     var bytes = [UInt8](repeating: 0, count: count)
     var offset = 0
     while offset < count {
-      let read = bytes.withUnsafeMutableBytes { Glibc.recv(descriptor, $0.baseAddress! + offset, count - offset, 0) }
+      let read = bytes.withUnsafeMutableBytes {
+        Glibc.recv(descriptor, $0.baseAddress! + offset, count - offset, 0)
+      }
       if read < 0 && errno == EINTR { continue }
-      if read == 0 { throw SystemError("read the keychain broker's reply", errno: Errno(rawValue: ECONNRESET)) }
+      if read == 0 {
+        throw SystemError("read the keychain broker's reply", errno: Errno(rawValue: ECONNRESET))
+      }
       guard read > 0 else { throw SystemError("read the keychain broker's reply") }
       offset += read
     }
@@ -196,7 +202,9 @@ public func SecItemAdd(_ attributes: [String: PropertyList], _ result: UnsafeMut
 }
 
 /// SecItemCopyMatching over `SecItemClient.shared`.
-public func SecItemCopyMatching(_ query: [String: PropertyList], _ result: UnsafeMutablePointer<PropertyList?>?)
+public func SecItemCopyMatching(
+  _ query: [String: PropertyList], _ result: UnsafeMutablePointer<PropertyList?>?
+)
   -> OSStatus
 {
   let response = SecItemClient.shared.copyMatching(query)

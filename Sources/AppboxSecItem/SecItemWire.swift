@@ -49,7 +49,9 @@ public enum SecItemWire {
   /// A frame: `magic`, the length of `body`, then `body`.
   public static func frame(_ body: [UInt8], magic: [UInt8]) -> [UInt8] {
     let length = UInt32(clamping: body.count)
-    return magic + [UInt8(length >> 24), UInt8((length >> 16) & 0xFF), UInt8((length >> 8) & 0xFF), UInt8(length & 0xFF)]
+    return magic + [
+      UInt8(length >> 24), UInt8((length >> 16) & 0xFF), UInt8((length >> 8) & 0xFF), UInt8(length & 0xFF),
+    ]
       + body
   }
 

@@ -211,7 +211,7 @@ private final class BrokerLoop: @unchecked Sendable {
       recv(session.descriptor, $0.baseAddress, wanted, Int32(MSG_DONTWAIT))
     }
     if count < 0 { return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR }
-    if count == 0 { return wanted == 0 }  // end of file: a truncated frame, or the client left
+    if count == 0 { return false }  // end of file: a truncated frame, or the client left
     switch session.stage {
     case .discard(let left):
       session.stage = left - count == 0 ? .header : .discard(left - count)
@@ -226,11 +226,12 @@ private final class BrokerLoop: @unchecked Sendable {
       }
       session.input = []
       if length > SecItemWire.maximumRequestSize {
-        session.stage = length == 0 ? .header : .discard(length)
+        session.stage = .discard(length)
         return reply(
           SecItemWire.reply(
             status: errSecParam,
-            message: "The request is \(length) bytes, more than the \(SecItemWire.maximumRequestSize >> 20) MiB "
+            message:
+              "The request is \(length) bytes, more than the \(SecItemWire.maximumRequestSize >> 20) MiB "
               + "the broker accepts"), on: &session)
       }
       session.stage = .body(length)

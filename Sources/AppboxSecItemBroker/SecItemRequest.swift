@@ -28,7 +28,9 @@ struct SecItemRequest {
     } catch let error as PropertyListError {
       throw SecItemFailure.parameter("The request is not a valid property list: \(error.description)")
     }
-    guard let top = decoded.dictionary else { throw SecItemFailure.parameter("The request is not a dictionary") }
+    guard let top = decoded.dictionary else {
+      throw SecItemFailure.parameter("The request is not a dictionary")
+    }
     for key in top.keys where !["operation", "query", "attributesToUpdate"].contains(key) {
       throw SecItemFailure.parameter("Unknown key \(quoted(key)) in the request")
     }
@@ -112,7 +114,8 @@ struct SecItemQuery {
   init(_ query: [String: PropertyList], for operation: SecItemWire.Operation) throws {
     let name = operation.rawValue
     guard let itemClass = query[kSecClass] else {
-      throw SecItemFailure.parameter("\(name) needs kSecClass (kSecClassGenericPassword or kSecClassInternetPassword)")
+      throw SecItemFailure.parameter(
+        "\(name) needs kSecClass (kSecClassGenericPassword or kSecClassInternetPassword)")
     }
     switch itemClass.string {
     case kSecClassGenericPassword: self.itemClass = .generic
@@ -153,7 +156,8 @@ struct SecItemQuery {
   /// The item SecItemAdd adds.
   func item() -> KeychainItem {
     KeychainItem(
-      itemClass: itemClass, service: service ?? "", account: account ?? "", accessGroup: accessGroup, label: label,
+      itemClass: itemClass, service: service ?? "", account: account ?? "", accessGroup: accessGroup,
+      label: label,
       comment: comment, data: data, accessibility: accessibility ?? .whenUnlocked)
   }
 
@@ -225,7 +229,8 @@ struct SecItemQuery {
     case (kSecMatchLimitAll?, _): return .all
     case (nil, let count?) where count >= 1: return count == 1 ? .one : .count(Int(clamping: count))
     default:
-      throw SecItemFailure.parameter("kSecMatchLimit must be kSecMatchLimitOne, kSecMatchLimitAll or a positive number")
+      throw SecItemFailure.parameter(
+        "kSecMatchLimit must be kSecMatchLimitOne, kSecMatchLimitAll or a positive number")
     }
   }
 }

@@ -57,7 +57,8 @@ public final class SecItemService {
     guard reply.count <= maximumReplySize else {
       return SecItemWire.reply(
         status: errSecAllocate,
-        message: "The result is \(reply.count) bytes, more than the \(maximumReplySize) bytes a reply may hold; "
+        message:
+          "The result is \(reply.count) bytes, more than the \(maximumReplySize) bytes a reply may hold; "
           + "narrow the query or set kSecMatchLimit")
     }
     return reply
@@ -120,5 +121,7 @@ struct SecItemFailure: Error {
   var status: OSStatus
   var message: String
 
-  static func parameter(_ message: String) -> SecItemFailure { SecItemFailure(status: errSecParam, message: message) }
+  static func parameter(_ message: String) -> SecItemFailure {
+    SecItemFailure(status: errSecParam, message: message)
+  }
 }

@@ -99,7 +99,10 @@ struct CSecItemTests {
     #expect(bombBytes.count < 500)
     #expect(appbox_plist_decode(bombBytes, bombBytes.count) == nil)
     #expect(appbox_string_new("\u{FF}") != nil)
-    #expect([UInt8]([0xC3, 0x28, 0]).withUnsafeBufferPointer { appbox_string_new($0.baseAddress.map { UnsafeRawPointer($0).assumingMemoryBound(to: CChar.self) }) } == nil)
+    #expect(
+      [UInt8]([0xC3, 0x28, 0]).withUnsafeBufferPointer {
+        appbox_string_new($0.baseAddress.map { UnsafeRawPointer($0).assumingMemoryBound(to: CChar.self) })
+      } == nil)
   }
 
   @Test func theCClientMakesTheFourCallsThroughABroker() throws {
@@ -145,7 +148,8 @@ struct CSecItemTests {
     #expect(String(cString: appbox_secitem_message()).isEmpty)
     #expect(appbox_secitem_delete(match) == AppboxSecItem.errSecSuccess)
     #expect(appbox_secitem_delete(match) == AppboxSecItem.errSecItemNotFound)
-    #expect(String(cString: appbox_secitem_status_name(AppboxSecItem.errSecItemNotFound)) == "errSecItemNotFound")
+    #expect(
+      String(cString: appbox_secitem_status_name(AppboxSecItem.errSecItemNotFound)) == "errSecItemNotFound")
     // Once the broker is gone, calls fail as I/O errors instead of hanging.
     broker.stop()
     #expect(appbox_secitem_copy_matching(query, nil) == AppboxSecItem.errSecIO)

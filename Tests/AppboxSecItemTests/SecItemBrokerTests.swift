@@ -52,7 +52,8 @@ struct SecItemBrokerTests {
     DispatchQueue.concurrentPerform(iterations: 8) { thread in
       for index in 0..<15 {
         let account = "t\(thread)-\(index)"
-        var failed = client.add(query("threads", account, [kSecValueData: data(account)])).status != errSecSuccess
+        var failed =
+          client.add(query("threads", account, [kSecValueData: data(account)])).status != errSecSuccess
         let read = client.copyMatching(query("threads", account, [kSecReturnData: .bool(true)]))
         failed = failed || read.result != data(account)
         failed = failed || client.delete(query("threads", account)).status != errSecSuccess
@@ -114,7 +115,8 @@ struct SecItemBrokerTests {
     let garbage = try RawSession(door: door)
     try garbage.send(SecItemWire.frame(Array("garbage".utf8), magic: SecItemWire.requestMagic))
     #expect(try Reply(try garbage.receiveReply()).status == errSecParam)
-    try garbage.send(SecItemWire.frame(SecItemWire.request(.copyMatching, query: query()), magic: SecItemWire.requestMagic))
+    try garbage.send(
+      SecItemWire.frame(SecItemWire.request(.copyMatching, query: query()), magic: SecItemWire.requestMagic))
     #expect(try Reply(try garbage.receiveReply()).status == errSecItemNotFound, "the session still answers")
 
     #expect(client.copyMatching(query()).status == errSecItemNotFound, "the broker still answers")

@@ -24,7 +24,8 @@ struct SecItemServiceTests {
       #expect(missing.status == errSecItemNotFound, "\(operation)")
       #expect(missing.message?.hasPrefix("No keychain item with generic password, service 'svc'") == true)
     }
-    #expect(try notes.call(.update, query(), changes: [kSecValueData: data("x")]).status == errSecItemNotFound)
+    #expect(
+      try notes.call(.update, query(), changes: [kSecValueData: data("x")]).status == errSecItemNotFound)
     // The item went into the app's first group.
     let keychain = try Keychain(directory: fixture.keychainPath)
     #expect(try keychain.items(for: Apps.notes).isEmpty)
@@ -36,11 +37,15 @@ struct SecItemServiceTests {
     let journal = fixture.service(Apps.journal)
     let other = fixture.service(Apps.other)
     #expect(
-      try notes.call(.add, query(extra: [kSecValueData: data("shared"), kSecAttrAccessGroup: .string(Apps.shared)]))
-        .status == errSecSuccess)
-    #expect(try notes.call(.add, query("private", "acct", [kSecValueData: data("mine")])).status == errSecSuccess)
+      try notes.call(
+        .add, query(extra: [kSecValueData: data("shared"), kSecAttrAccessGroup: .string(Apps.shared)])
+      )
+      .status == errSecSuccess)
+    #expect(
+      try notes.call(.add, query("private", "acct", [kSecValueData: data("mine")])).status == errSecSuccess)
     // Journal (same team) sees the shared item, not Notes' own; Other sees nothing.
-    #expect(try journal.call(.copyMatching, query(extra: [kSecReturnData: .bool(true)])).result == data("shared"))
+    #expect(
+      try journal.call(.copyMatching, query(extra: [kSecReturnData: .bool(true)])).result == data("shared"))
     #expect(try journal.call(.copyMatching, query("private", "acct")).status == errSecItemNotFound)
     #expect(try other.call(.copyMatching, query()).status == errSecItemNotFound)
     for operation in SecItemWire.Operation.allCases {
@@ -54,8 +59,10 @@ struct SecItemServiceTests {
     // Other's own items stay its own.
     #expect(try other.call(.add, query(extra: [kSecValueData: data("z")])).status == errSecSuccess)
     let attributes = try other.call(
-      .copyMatching, query(nil, nil, [kSecReturnAttributes: .bool(true), kSecMatchLimit: .string(kSecMatchLimitAll)]))
-    #expect(attributes.result?.array?.map { $0[kSecAttrAccessGroup] } == [.string("ZZZZZ99999.org.other.app")])
+      .copyMatching,
+      query(nil, nil, [kSecReturnAttributes: .bool(true), kSecMatchLimit: .string(kSecMatchLimitAll)]))
+    #expect(
+      attributes.result?.array?.map { $0[kSecAttrAccessGroup] } == [.string("ZZZZZ99999.org.other.app")])
   }
 
   @Test func everyReturnCombinationHasThePlatformsShape() throws {
@@ -63,11 +70,13 @@ struct SecItemServiceTests {
     let notes = fixture.service()
     for (account, secret) in [("a", "secret-a"), ("b", "secret-b")] {
       let added = try notes.call(
-        .add, query("combo", account, [kSecValueData: data(secret), kSecAttrComment: .string("c-" + account)]))
+        .add,
+        query("combo", account, [kSecValueData: data(secret), kSecAttrComment: .string("c-" + account)]))
       #expect(added.status == errSecSuccess && added.result == nil)
     }
     let limits: [(PropertyList?, Bool)] = [
-      (nil, false), (.string(kSecMatchLimitOne), false), (.string(kSecMatchLimitAll), true), (.integer(1), false),
+      (nil, false), (.string(kSecMatchLimitOne), false), (.string(kSecMatchLimitAll), true),
+      (.integer(1), false),
       (.integer(2), true), (.integer(5), true),
     ]
     for returnsData in [nil, false, true] as [Bool?] {
@@ -78,7 +87,8 @@ struct SecItemServiceTests {
           if let returnsAttributes { request[kSecReturnAttributes] = .bool(returnsAttributes) }
           if let limit { request[kSecMatchLimit] = limit }
           let reply = try notes.call(.copyMatching, request)
-          let label = "data \(String(describing: returnsData)) attributes \(String(describing: returnsAttributes)) \(String(describing: limit))"
+          let label =
+            "data \(String(describing: returnsData)) attributes \(String(describing: returnsAttributes)) \(String(describing: limit))"
           #expect(reply.status == errSecSuccess, "\(label)")
           let wantsData = returnsData == true
           let wantsAttributes = returnsAttributes == true
@@ -93,12 +103,14 @@ struct SecItemServiceTests {
             if wantsAttributes {
               let keys = Set(item.dictionary?.keys.map { $0 } ?? [])
               var expected: Set<String> = [
-                kSecClass, kSecAttrService, kSecAttrAccount, kSecAttrAccessGroup, kSecAttrAccessible, kSecAttrComment,
+                kSecClass, kSecAttrService, kSecAttrAccount, kSecAttrAccessGroup, kSecAttrAccessible,
+                kSecAttrComment,
                 kSecAttrCreationDate, kSecAttrModificationDate,
               ]
               if wantsData { expected.insert(kSecValueData) }
               #expect(keys == expected, "\(label)")
-              #expect(item[kSecAttrAccount] == .string(account) && item[kSecAttrComment] == .string("c-" + account))
+              #expect(
+                item[kSecAttrAccount] == .string(account) && item[kSecAttrComment] == .string("c-" + account))
               #expect(item[kSecClass] == .string(kSecClassGenericPassword))
               #expect(item[kSecAttrAccessible] == .string(kSecAttrAccessibleWhenUnlocked))
               #expect(item[kSecAttrAccessGroup] == .string("ABCDE12345.com.example.notes"))
@@ -114,19 +126,25 @@ struct SecItemServiceTests {
     // SecItemAdd returns what was asked for too.
     let added = try notes.call(
       .add,
-      query("combo", "c", [kSecValueData: data("c"), kSecReturnAttributes: .bool(true), kSecReturnData: .bool(true)]))
+      query(
+        "combo", "c",
+        [kSecValueData: data("c"), kSecReturnAttributes: .bool(true), kSecReturnData: .bool(true)]))
     #expect(added.result?[kSecAttrAccount] == .string("c") && added.result?[kSecValueData] == data("c"))
-    let dataOnly = try notes.call(.add, query("combo", "d", [kSecValueData: data("d"), kSecReturnData: .bool(true)]))
+    let dataOnly = try notes.call(
+      .add, query("combo", "d", [kSecValueData: data("d"), kSecReturnData: .bool(true)]))
     #expect(dataOnly.result == data("d"))
   }
 
   @Test func accessibilityIsStoredReturnedAndMatched() throws {
     let fixture = Fixture()
     let notes = fixture.service()
-    for (account, code) in [("u", kSecAttrAccessibleWhenUnlocked), ("f", kSecAttrAccessibleAfterFirstUnlock)] {
+    for (account, code) in [("u", kSecAttrAccessibleWhenUnlocked), ("f", kSecAttrAccessibleAfterFirstUnlock)]
+    {
       #expect(
-        try notes.call(.add, query("svc", account, [kSecValueData: data(account), kSecAttrAccessible: .string(code)]))
-          .status == errSecSuccess)
+        try notes.call(
+          .add, query("svc", account, [kSecValueData: data(account), kSecAttrAccessible: .string(code)])
+        )
+        .status == errSecSuccess)
     }
     let afterFirstUnlock = try notes.call(
       .copyMatching,
@@ -143,7 +161,9 @@ struct SecItemServiceTests {
         == .afterFirstUnlock)
     // Deleting by accessibility deletes only that class's items.
     #expect(
-      try notes.call(.delete, query("svc", nil, [kSecAttrAccessible: .string(kSecAttrAccessibleWhenUnlocked)])).status
+      try notes.call(
+        .delete, query("svc", nil, [kSecAttrAccessible: .string(kSecAttrAccessibleWhenUnlocked)])
+      ).status
         == errSecSuccess)
     #expect(try keychain.items(for: Apps.notes).map(\.account) == ["f"])
     // when-passcode-set needs a passcode: the platform's errSecAuthFailed.
@@ -151,9 +171,13 @@ struct SecItemServiceTests {
       .add,
       query(
         "svc", "p",
-        [kSecValueData: data("p"), kSecAttrAccessible: .string(kSecAttrAccessibleWhenPasscodeSetThisDeviceOnly)]))
+        [
+          kSecValueData: data("p"),
+          kSecAttrAccessible: .string(kSecAttrAccessibleWhenPasscodeSetThisDeviceOnly),
+        ]))
     #expect(passcode.status == errSecAuthFailed && passcode.message?.contains("passcode") == true)
-    let always = try notes.call(.add, query("svc", "a", [kSecValueData: data("a"), kSecAttrAccessible: .string("dk")]))
+    let always = try notes.call(
+      .add, query("svc", "a", [kSecValueData: data("a"), kSecAttrAccessible: .string("dk")]))
     #expect(always.status == errSecParam && always.message?.contains("kSecAttrAccessibleAlways") == true)
   }
 
@@ -163,13 +187,20 @@ struct SecItemServiceTests {
     let notes = fixture.service()
     let cases: [([UInt8], String)] = [
       (Array("not a plist".utf8), "not a binary property list"),
-      (Array(PropertyList.dictionary(["operation": .string("SecItemAdd")]).xmlData()), "not a binary property list"),
+      (
+        Array(PropertyList.dictionary(["operation": .string("SecItemAdd")]).xmlData()),
+        "not a binary property list"
+      ),
       (Array(PropertyList.array([]).binaryData()), "not a dictionary"),
       (Array(SecItemWire.request(.add, query: query()).prefix(20)), "not a valid property list"),
-      (Array(PropertyList.dictionary(["query": .dictionary(query())]).binaryData()), "operation must be one of"),
+      (
+        Array(PropertyList.dictionary(["query": .dictionary(query())]).binaryData()),
+        "operation must be one of"
+      ),
       (
         Array(
-          PropertyList.dictionary(["operation": .string("SecItemCopyMatching"), "query": .string("x")]).binaryData()),
+          PropertyList.dictionary(["operation": .string("SecItemCopyMatching"), "query": .string("x")])
+            .binaryData()),
         "needs a query dictionary"
       ),
       (
@@ -179,29 +210,60 @@ struct SecItemServiceTests {
           ]).binaryData()), "Unknown key 'app' in the request"
       ),
       (SecItemWire.request(.copyMatching, query: [kSecAttrService: .string("svc")]), "needs kSecClass"),
-      (SecItemWire.request(.copyMatching, query: query(extra: [kSecClass: .string("keys")])), "kSecClass must be"),
-      (SecItemWire.request(.copyMatching, query: query(extra: ["bogus\u{1b}[2J": .bool(true)])), "Unknown key 'bogus\\u{1b}[2J'"),
-      (SecItemWire.request(.copyMatching, query: query(extra: [kSecAttrService: .integer(1)])), "svce must be a string"),
-      (SecItemWire.request(.copyMatching, query: query(extra: [kSecReturnData: .integer(1)])), "r_Data must be a boolean"),
-      (SecItemWire.request(.copyMatching, query: query(extra: [kSecMatchLimit: .integer(0)])), "kSecMatchLimit must be"),
-      (SecItemWire.request(.copyMatching, query: query(extra: [kSecValueData: data("x")])), "does not take v_Data"),
-      (SecItemWire.request(.delete, query: query(extra: [kSecMatchLimit: .string(kSecMatchLimitAll)])), "does not take m_Limit"),
+      (
+        SecItemWire.request(.copyMatching, query: query(extra: [kSecClass: .string("keys")])),
+        "kSecClass must be"
+      ),
+      (
+        SecItemWire.request(.copyMatching, query: query(extra: ["bogus\u{1b}[2J": .bool(true)])),
+        "Unknown key 'bogus\\u{1b}[2J'"
+      ),
+      (
+        SecItemWire.request(.copyMatching, query: query(extra: [kSecAttrService: .integer(1)])),
+        "svce must be a string"
+      ),
+      (
+        SecItemWire.request(.copyMatching, query: query(extra: [kSecReturnData: .integer(1)])),
+        "r_Data must be a boolean"
+      ),
+      (
+        SecItemWire.request(.copyMatching, query: query(extra: [kSecMatchLimit: .integer(0)])),
+        "kSecMatchLimit must be"
+      ),
+      (
+        SecItemWire.request(.copyMatching, query: query(extra: [kSecValueData: data("x")])),
+        "does not take v_Data"
+      ),
+      (
+        SecItemWire.request(.delete, query: query(extra: [kSecMatchLimit: .string(kSecMatchLimitAll)])),
+        "does not take m_Limit"
+      ),
       (SecItemWire.request(.add, query: query()), "SecItemAdd needs kSecValueData"),
-      (SecItemWire.request(.add, query: query(nil, "a", [kSecValueData: data("x")])), "needs kSecAttrService"),
+      (
+        SecItemWire.request(.add, query: query(nil, "a", [kSecValueData: data("x")])), "needs kSecAttrService"
+      ),
       (SecItemWire.request(.add, query: query(extra: [kSecValueData: .string("x")])), "v_Data must be data"),
       (SecItemWire.request(.update, query: query()), "SecItemUpdate needs attributesToUpdate"),
       (
         SecItemWire.request(.update, query: query(), attributesToUpdate: [kSecAttrService: .string("y")]),
         "SecItemUpdate cannot change svce"
       ),
-      (SecItemWire.request(.update, query: query(), attributesToUpdate: ["x": .bool(true)]), "Unknown key 'x'"),
+      (
+        SecItemWire.request(.update, query: query(), attributesToUpdate: ["x": .bool(true)]),
+        "Unknown key 'x'"
+      ),
       (SecItemWire.request(.update, query: query(), attributesToUpdate: [:]), "Nothing to update"),
-      (SecItemWire.request(.delete, query: query(), attributesToUpdate: [:]), "belongs to SecItemUpdate only"),
+      (
+        SecItemWire.request(.delete, query: query(), attributesToUpdate: [:]), "belongs to SecItemUpdate only"
+      ),
       (
         SecItemWire.request(.add, query: query(extra: [kSecValueData: .data(Data(count: (1 << 20) + 1))])),
         "the most an item holds is 1048576"
       ),
-      (SecItemWire.request(.add, query: query("", "a", [kSecValueData: data("x")])), "service must not be empty"),
+      (
+        SecItemWire.request(.add, query: query("", "a", [kSecValueData: data("x")])),
+        "service must not be empty"
+      ),
     ]
     for (request, expected) in cases {
       let reply = try Reply(notes.answer(request))
@@ -233,8 +295,10 @@ struct SecItemServiceTests {
     let one = try notes.call(.copyMatching, query("big", "0", [kSecReturnData: .bool(true)]))
     #expect(one.status == errSecSuccess)
     let all = try notes.call(
-      .copyMatching, query("big", nil, [kSecReturnData: .bool(true), kSecMatchLimit: .string(kSecMatchLimitAll)]))
-    #expect(all.status == errSecAllocate && all.result == nil && all.message?.contains("kSecMatchLimit") == true)
+      .copyMatching,
+      query("big", nil, [kSecReturnData: .bool(true), kSecMatchLimit: .string(kSecMatchLimitAll)]))
+    #expect(
+      all.status == errSecAllocate && all.result == nil && all.message?.contains("kSecMatchLimit") == true)
   }
 
   @Test func internetPasswordsAreTheirOwnClass() throws {
@@ -245,9 +309,10 @@ struct SecItemServiceTests {
       try notes.call(.add, query(extra: internet.merging([kSecValueData: data("web")]) { $1 })).status
         == errSecSuccess)
     #expect(try notes.call(.add, query(extra: [kSecValueData: data("generic")])).status == errSecSuccess)
-    let web = try notes.call(.copyMatching, query(extra: internet.merging([kSecReturnAttributes: .bool(true)]) { $1 }))
+    let web = try notes.call(
+      .copyMatching, query(extra: internet.merging([kSecReturnAttributes: .bool(true)]) { $1 }))
     #expect(web.result?[kSecClass] == .string(kSecClassInternetPassword))
-    #expect(try notes.call(.copyMatching, query(extra: [kSecReturnData: .bool(true)])).result == data("generic"))
+    #expect(
+      try notes.call(.copyMatching, query(extra: [kSecReturnData: .bool(true)])).result == data("generic"))
   }
 }
-

@@ -44,7 +44,10 @@ struct SecItemEndToEndTests {
     #expect(result.status == 0, "\(result.err)")
     let out = result.out.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
     let statuses = out.filter { $0.hasPrefix("status ") }.map { String($0.dropFirst(7)) }
-    #expect(statuses == ["0", "73", "0", "0", "0", "0", "0", "0", "0", "66", "66", "66", "0", "0", "64", "64", "64", "64"])
+    #expect(
+      statuses == [
+        "0", "73", "0", "0", "0", "0", "0", "0", "0", "66", "66", "66", "0", "0", "64", "64", "64", "64",
+      ])
     #expect(out[3] == "data:pw1", "raw data, as stored")
     let attributes = try #require(
       try JSONSerialization.jsonObject(with: Data(out[5].utf8)) as? [String: Any], "\(out)")
@@ -61,7 +64,8 @@ struct SecItemEndToEndTests {
     let errors = result.err.split(separator: "\n").map(String.init)
     #expect(
       errors.contains {
-        $0.hasPrefix("appbox-secitem: The keychain already holds a generic password service 'mail' account 'bob'")
+        $0.hasPrefix(
+          "appbox-secitem: The keychain already holds a generic password service 'mail' account 'bob'")
           && $0.hasSuffix("(errSecDuplicateItem, -25299)")
       }, "\(errors)")
     #expect(errors.contains { $0.hasSuffix("(errSecItemNotFound, -25300)") })
@@ -71,8 +75,12 @@ struct SecItemEndToEndTests {
     // What the app left, as the host sees it: its own group, its accessibility.
     let items = try #require(try device.json("keychain", SecItemApps.notes, "list") as? [[String: Any]])
     #expect(items.count == 1)
-    #expect(items.first?["service"] as? String == "kept" && items.first?["accessible"] as? String == "after-first-unlock")
-    #expect(try device.run("keychain", SecItemApps.notes, "get", "--service", "kept", "--account", "k").out == "kept")
+    #expect(
+      items.first?["service"] as? String == "kept"
+        && items.first?["accessible"] as? String == "after-first-unlock")
+    #expect(
+      try device.run("keychain", SecItemApps.notes, "get", "--service", "kept", "--account", "k").out
+        == "kept")
   }
 
   @Test func appsOfATeamShareThroughItsGroupAndOtherTeamsAreRefused() throws {
@@ -94,7 +102,8 @@ struct SecItemEndToEndTests {
         == "appbox-secitem: org.other.app is not entitled to keychain access group 'ABCDE12345.shared' (its "
         + "groups: ZZZZZ99999.org.other.app) (errSecMissingEntitlement, -34018)\n")
     let unseen = try device.sh(
-      SecItemApps.other, "appbox-secitem get --service sync --account ada; echo \"status $?\"; appbox-secitem list")
+      SecItemApps.other,
+      "appbox-secitem get --service sync --account ada; echo \"status $?\"; appbox-secitem list")
     #expect(unseen.out == "status 66\nNo keychain items.\n", "\(unseen.err)")
   }
 
@@ -111,8 +120,10 @@ struct SecItemEndToEndTests {
     let token = try device.run(
       "keychain", SecItemApps.notes, "get", "--service", "com.example.notes.sync", "--account", "default")
     #expect(token.status == 0 && token.stdout.count == 32, "16 random bytes in hex")
-    #expect(try device.run("launch", SecItemApps.notes).err == "Notes 1.0: keychain: the sync token is there\n")
-    #expect(try device.run("update", SecItemApps.notes, fixturePath("bundles/Notes-2.0/Notes.app")).status == 0)
+    #expect(
+      try device.run("launch", SecItemApps.notes).err == "Notes 1.0: keychain: the sync token is there\n")
+    #expect(
+      try device.run("update", SecItemApps.notes, fixturePath("bundles/Notes-2.0/Notes.app")).status == 0)
     let fingerprint = String(SHA256Hex(token.stdout).prefix(12))
     let second = try device.run("launch", SecItemApps.notes)
     #expect(second.out == "Notes 2.0: 3 note(s) in Documents/Notes\n")
@@ -151,7 +162,9 @@ struct SecItemEndToEndTests {
       #expect(report.passed("hostile " + label), "\(label)")
     }
     // The same app's session goes on: the keychain still works for it afterwards.
-    let after = try device.sh("com.example.probe", "appbox-secitem add --service s --account a --data d && appbox-secitem get --service s --account a")
+    let after = try device.sh(
+      "com.example.probe",
+      "appbox-secitem add --service s --account a --data d && appbox-secitem get --service s --account a")
     #expect(after.out == "d", "\(after.err)")
   }
 
@@ -194,7 +207,8 @@ struct SecItemEndToEndTests {
     for (account, accessible) in [("u", "when-unlocked"), ("f", "after-first-unlock")] {
       try expectSuccess(
         device.run(
-          "keychain", SecItemApps.notes, "add", "--service", "s", "--account", account, "--data", "v" + account,
+          "keychain", SecItemApps.notes, "add", "--service", "s", "--account", account, "--data",
+          "v" + account,
           "--accessible", accessible))
     }
     // The app reads both each time a "go" file appears, and writes what it got.
@@ -217,14 +231,19 @@ struct SecItemEndToEndTests {
     }
     func round(_ number: Int) -> String? {
       FileManager.default.createFile(atPath: home + "/tmp/go\(number)", contents: nil)
-      guard eventually({ FileManager.default.fileExists(atPath: home + "/tmp/out\(number)") }) else { return nil }
+      guard eventually({ FileManager.default.fileExists(atPath: home + "/tmp/out\(number)") }) else {
+        return nil
+      }
       return try? String(contentsOfFile: home + "/tmp/out\(number)", encoding: .utf8)
     }
     #expect(round(1) == "1 u 0 vu\n1 f 0 vf\n")
     try device.lock()
     let locked = try #require(round(2))
-    #expect(locked.hasPrefix("2 u 69 appbox-secitem: Keychain items that are when-unlocked cannot be read"), "\(locked)")
-    #expect(locked.contains("(errSecInteractionNotAllowed, -25308)") && locked.hasSuffix("2 f 0 vf\n"), "\(locked)")
+    #expect(
+      locked.hasPrefix("2 u 69 appbox-secitem: Keychain items that are when-unlocked cannot be read"),
+      "\(locked)")
+    #expect(
+      locked.contains("(errSecInteractionNotAllowed, -25308)") && locked.hasSuffix("2 f 0 vf\n"), "\(locked)")
     try device.unlock()
     #expect(round(3) == "3 u 0 vu\n3 f 0 vf\n")
   }

@@ -83,7 +83,8 @@ struct SecItemSecurityTests {
       let line = lines.first { $0.hasPrefix("reach \(pid) ") } ?? ""
       #expect(line.hasPrefix("reach \(pid) refused"), "\(line)")
     }
-    let visible = ProbeReport(try device.probe("com.example.probe", "descriptors")).value("visible-processes") ?? ""
+    let visible =
+      ProbeReport(try device.probe("com.example.probe", "descriptors")).value("visible-processes") ?? ""
     #expect(!visible.contains(":\(journalUID)"), "\(visible)")
     // And Journal's keychain still works.
     #expect(try device.sh(SecItemApps.journal, "appbox-secitem list").out == "No keychain items.\n")
