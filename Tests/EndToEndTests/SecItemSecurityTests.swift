@@ -43,7 +43,7 @@ struct SecItemSecurityTests {
     let device = try HostileDevice(privilege)
     let bundle = try SecItemApps.probeBundle(
       in: device.dir, identifier: "com.example.probe", team: "ABCDE12345", groups: ["shared"])
-    try device.install(bundle)
+    let home = device.home(try device.install(bundle))
     let result = try device.appbox(["launch", "com.example.probe", "--", "descriptors"])
     let report = ProbeReport(result)
     #expect(result.status == 0, "\(result.out) \(result.err)")
@@ -52,6 +52,10 @@ struct SecItemSecurityTests {
     let processes = try #require(report.value("visible-processes")).split(separator: " ")
     let uids = Set(processes.map { $0.split(separator: ":")[1] })
     #expect(processes.count == 2 && uids.count == 1, "\(processes)")  // the jail's reaper and the probe
+    if privilege == .root {  // the app's own uid, which owns its data
+      var st = stat()
+      #expect(stat(home + "/Documents", &st) == 0 && uids == ["\(st.st_uid)"], "\(uids)")
+    }
     // The broker works for this user too.
     let roundTrip = try device.appbox([
       "run", "com.example.probe", "--", "/bin/sh", "-c",

@@ -483,6 +483,34 @@ static uint8_t *bomb_plist(size_t *length) {
   return p;
 }
 
+static int interleave_fd = -1;
+
+/* Sends 20 requests of 300 KiB each on the shared session, ignoring every error. */
+static void *interleave(void *unused) {
+  (void)unused;
+  size_t size = 300u << 10;
+  char *blob = calloc(1, size);
+  appbox_value *query = query_for("interleave", "x");
+  appbox_dictionary_set_data(query, kSecValueData, blob, size);
+  size_t length;
+  uint8_t *bytes = encode_request("SecItemAdd", query, &length);
+  for (int i = 0; i < 20; i++) {
+    if (send_frame(interleave_fd, "ASQ1", bytes, length) != 0) break;
+  }
+  free(bytes);
+  free(blob);
+  return NULL;
+}
+
+/* Reads the shared session until the broker ends it. */
+static void *drain(void *unused) {
+  (void)unused;
+  char buffer[65536];
+  while (recv(interleave_fd, buffer, sizeof buffer, 0) > 0) {
+  }
+  return NULL;
+}
+
 static void hostile(void) {
   const char *garbage = "hello, this is not a property list";
   expect_refusal("garbage", garbage, strlen(garbage), errSecParam, "not a binary property list");
@@ -639,6 +667,26 @@ static void hostile(void) {
     close(pipe_fds[0]);
     close(pipe_fds[1]);
     report("hostile door-junk", ok && refused && broker_answers(), "sent=%d refused=%d", ok, refused);
+  }
+
+  /* Two threads writing whole frames on one session without a lock (what the library's mutex
+   * prevents): their bytes interleave, so the broker sees misframed requests and ends that
+   * session, or answers garbled ones with errSecParam. Either way it keeps answering others. */
+  {
+    interleave_fd = open_session();
+    struct timeval timeout = {10, 0};
+    setsockopt(interleave_fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
+    pthread_t writers[2], reader;
+    pthread_create(&reader, NULL, drain, NULL); /* replies must be read, or the broker waits */
+    for (int i = 0; i < 2; i++) pthread_create(&writers[i], NULL, interleave, NULL);
+    for (int i = 0; i < 2; i++) pthread_join(writers[i], NULL);
+    shutdown(interleave_fd, SHUT_WR);
+    pthread_join(reader, NULL);
+    close(interleave_fd);
+    appbox_value *leftover = query_for("interleave", NULL);
+    appbox_secitem_delete(leftover);
+    appbox_value_free(leftover);
+    report("hostile interleaved-writers", broker_answers(), "the broker stopped answering");
   }
 
   /* A stalled session (half a header) does not hold up others. */
