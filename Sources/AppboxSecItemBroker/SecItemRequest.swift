@@ -28,7 +28,7 @@ struct SecItemRequest {
     } catch let error as PropertyListError {
       throw SecItemFailure.parameter("The request is not a valid property list: \(error.description)")
     }
-    guard let top = decoded.dictionary else {
+    guard let top = decoded.dictionary.map(entries) else {
       throw SecItemFailure.parameter("The request is not a dictionary")
     }
     for key in top.keys where !["operation", "query", "attributesToUpdate"].contains(key) {
@@ -39,14 +39,14 @@ struct SecItemRequest {
         "The request's operation must be one of "
           + SecItemWire.Operation.allCases.map(\.rawValue).joined(separator: ", "))
     }
-    guard let query = top["query"]?.dictionary else {
+    guard let query = top["query"]?.dictionary.map(entries) else {
       throw SecItemFailure.parameter("\(name) needs a query dictionary")
     }
     self.operation = operation
     self.query = try SecItemQuery(query, for: operation)
     switch (operation, top["attributesToUpdate"]) {
     case (.update, let attributes?):
-      guard let attributes = attributes.dictionary else {
+      guard let attributes = attributes.dictionary.map(entries) else {
         throw SecItemFailure.parameter("SecItemUpdate's attributesToUpdate must be a dictionary")
       }
       changes = try Self.changes(attributes)
@@ -233,6 +233,15 @@ struct SecItemQuery {
         "kSecMatchLimit must be kSecMatchLimitOne, kSecMatchLimitAll or a positive number")
     }
   }
+}
+
+/// A decoded dictionary's entries as a Swift dictionary. Keys Swift considers equal (NFC and NFD
+/// spellings of one text, which a property list may hold as two keys) keep the first value
+/// instead of trapping: none of the protocol's keys is affected (they are ASCII), and any other
+/// key is refused as unknown anyway.
+func entries<Entries: Sequence>(_ dictionary: Entries) -> [String: PropertyList]
+where Entries.Element == (key: String, value: PropertyList) {
+  Dictionary(dictionary.map { ($0.key, $0.value) }, uniquingKeysWith: { first, _ in first })
 }
 
 /// `text` for a one-line message: quoted, at most 60 characters, control characters escaped.

@@ -105,6 +105,32 @@ struct CSecItemTests {
       } == nil)
   }
 
+  /// Keys Swift considers equal but the bytes do not (NFC and NFD "é"), as the C encoder
+  /// writes them: refused as unknown, never a trap in the broker.
+  @Test func keysThatDifferOnlyInNormalizationAreRefusedNotATrap() throws {
+    let request = appbox_dictionary_new()!
+    defer { appbox_value_free(request) }
+    appbox_dictionary_set_string(request, "operation", "SecItemCopyMatching")
+    let query = appbox_dictionary_new()!
+    appbox_dictionary_set_string(query, "class", "genp")
+    appbox_dictionary_set_bool(query, "caf\u{e9}", 1)
+    appbox_dictionary_set_bool(query, "cafe\u{301}", 1)
+    #expect(appbox_value_count(query) == 3)
+    appbox_dictionary_set(request, "query", query)
+    var bytes: UnsafeMutablePointer<UInt8>?
+    var length = 0
+    #expect(appbox_plist_encode(request, &bytes, &length) == 0)
+    defer { free(bytes) }
+    let fixture = Fixture()
+    let reply = try Reply(fixture.service().answer(Array(UnsafeBufferPointer(start: bytes, count: length))))
+    // A codec that keeps both keys leaves them to the unknown-key check; one that refuses
+    // duplicate keys refuses the list. Either way: errSecParam.
+    let message = reply.message ?? ""
+    #expect(reply.status == AppboxSecItem.errSecParam, "\(message)")
+    #expect(
+      message.contains("Unknown key 'caf") || message.contains("not a valid property list"), "\(message)")
+  }
+
   @Test func theCClientMakesTheFourCallsThroughABroker() throws {
     let fixture = Fixture()
     let broker = try fixture.broker()
