@@ -55,8 +55,16 @@ static const char *usage_text =
     "                          [--data D | --data-file F] [--label L] [--comment C]\n"
     "       appbox-secitem delete --service S --account A [--class C] [--group G]\n"
     "       appbox-secitem list [--class C] [--group G] [--json]\n"
-    "A is when-unlocked (default), after-first-unlock, when-passcode-set-this-device-only,\n"
-    "when-unlocked-this-device-only or after-first-unlock-this-device-only.\n";
+    "\n"
+    "The app's keychain, from inside its sandbox: each command is one SecItem call through the\n"
+    "broker of the supervising 'appbox run' or 'appbox launch' (descriptor $APPBOX_SECITEM_FD),\n"
+    "with the app's own access groups. get prints the data as stored for one item, JSON otherwise\n"
+    "(or with --json); list prints attributes, never data. --data-file - reads the secret from\n"
+    "standard input (--data shows in the process list). A (--accessible) is when-unlocked (the\n"
+    "default), after-first-unlock, when-passcode-set-this-device-only, when-unlocked-this-device-only\n"
+    "or after-first-unlock-this-device-only.\n"
+    "Exit status: 0 ok, 64 usage or errSecParam, 65 errSecDecode, 66 errSecItemNotFound, 69 device\n"
+    "locked, no passcode or no broker, 73 errSecDuplicateItem, 74 I/O, 77 errSecMissingEntitlement.\n";
 
 static void fail(int status, const char *format, ...) {
   char line[1024];
@@ -453,9 +461,11 @@ static int list(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-  if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-    fputs(usage_text, stdout);
-    return 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      fputs(usage_text, stdout);
+      return 0;
+    }
   }
   if (argc < 2) usage("missing command");
   const char *command = argv[1];

@@ -83,6 +83,28 @@ struct SecItemEndToEndTests {
         == "kept")
   }
 
+  /// `appbox-secitem --help` (anywhere on its command line) matches the golden file; outside
+  /// appbox there is no broker (exit 69, one line).
+  @Test func theCommandsHelpAndItsAbsenceOfABroker() throws {
+    let tool = productsDirectory + "/appbox-secitem"
+    let help = try runProcess(tool, ["--help"])
+    #expect(help.status == 0 && help.err.isEmpty)
+    #expect(try runProcess(tool, ["get", "--service", "s", "--help"]).out == help.out)
+    let file = fixturePath("golden/help/appbox-secitem.txt")
+    if ProcessInfo.processInfo.environment["APPBOX_UPDATE_GOLDEN"] != nil {
+      try help.out.write(toFile: file, atomically: true, encoding: .utf8)
+    }
+    #expect(help.out == (try String(contentsOfFile: file, encoding: .utf8)))
+    var environment = ProcessInfo.processInfo.environment
+    environment.removeValue(forKey: "APPBOX_SECITEM_FD")
+    let outside = try runProcess(tool, ["get", "--service", "s", "--account", "a"], environment: environment)
+    #expect(outside.status == 69)
+    #expect(
+      outside.err
+        == "appbox-secitem: no keychain broker: APPBOX_SECITEM_FD is not set (run this inside 'appbox run' or "
+        + "'appbox launch') (errSecNotAvailable, -25291)\n")
+  }
+
   @Test func appsOfATeamShareThroughItsGroupAndOtherTeamsAreRefused() throws {
     let device = try threeApps()
     let add = try device.sh(
