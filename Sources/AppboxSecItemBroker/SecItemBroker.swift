@@ -162,7 +162,8 @@ private final class BrokerLoop: @unchecked Sendable {
   /// Reads the door's pending messages, opening a session for each valid one.
   private func acceptSessions() {
     var buffer = [UInt8](repeating: 0, count: 16)
-    while sessions.count < SecItemBroker.maximumSessions {
+    // A bounded number per round, so a flood of junk messages cannot keep the loop here.
+    for _ in 0..<SecItemBroker.maximumSessions where sessions.count < SecItemBroker.maximumSessions {
       var received: Int32 = -1
       var truncated: Int32 = 0
       let count = buffer.withUnsafeMutableBytes {
@@ -203,8 +204,8 @@ private final class BrokerLoop: @unchecked Sendable {
     let wanted: Int
     switch session.stage {
     case .header: wanted = SecItemWire.headerSize - session.input.count
-    case .body(let length): wanted = length - session.input.count
-    case .discard(let left): wanted = min(left, 1 << 16)
+    case .body(let length): wanted = min(length - session.input.count, 1 << 18)
+    case .discard(let left): wanted = min(left, 1 << 18)
     }
     var chunk = [UInt8](repeating: 0, count: max(wanted, 1))
     let count = chunk.withUnsafeMutableBytes {
