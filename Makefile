@@ -9,7 +9,7 @@ BENCH_PACKAGES := libarchive-tools restic time
 DEMO_PACKAGES := chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build release test demo demo-deps bench bench-large bench-startup bench-deps format lint clean
+.PHONY: all deps build release test demo demo-deps bench bench-large bench-startup bench-secitem bench-deps format lint clean
 
 all: build
 
@@ -60,6 +60,11 @@ bench-deps: deps
 bench: release bench-deps
 	@bash Benchmarks/run.sh small "$$($(SWIFT) build -c release --show-bin-path)"
 	@bash Benchmarks/startup.sh "$$($(SWIFT) build -c release --show-bin-path)"
+	@bash Benchmarks/secitem.sh "$$($(SWIFT) build -c release --show-bin-path)"
+
+# The keychain from inside the sandbox: broker round trips beside the host command's per-call cost.
+bench-secitem: release
+	@bash Benchmarks/secitem.sh "$$($(SWIFT) build -c release --show-bin-path)"
 
 # What starting a confined app costs, beside bare bwrap and unshare + Landlock.
 bench-startup: release

@@ -8,9 +8,12 @@ let package = Package(
   products: [
     .executable(name: "appbox", targets: ["appbox"]),
     .executable(name: "appbox-sandbox", targets: ["appbox-sandbox"]),
+    .executable(name: "appbox-secitem", targets: ["appbox-secitem"]),
     .library(
       name: "AppboxKit",
       targets: ["AppboxCore", "AppboxKeychain", "AppboxContainer", "AppboxBackup"]),
+    // For Swift apps inside the sandbox: the SecItem-like keychain client.
+    .library(name: "AppboxSecItem", targets: ["AppboxSecItem"]),
   ],
   targets: [
     // C libraries, one door each: only the module named in the comment imports it.
@@ -31,6 +34,15 @@ let package = Package(
         .unsafeFlags(["-static-executable", "-Xlinker", "--gc-sections"])
       ]),
 
+    // The in-app keychain client in C (library and header) and the command built on it,
+    // static like the helper: both run inside the jail.
+    .target(name: "CSecItem"),
+    .executableTarget(
+      name: "appbox-secitem", dependencies: ["CSecItem"],
+      linkerSettings: [
+        .unsafeFlags(["-static-executable", "-Xlinker", "--gc-sections"])
+      ]),
+
     // Errno, descriptors, contained paths, xattrs, locks, property lists.
     .target(name: "AppboxCore", dependencies: ["CSystem"]),
     // SQLite connection, statements, transactions, migrations.
@@ -41,10 +53,17 @@ let package = Package(
     .target(name: "AppboxArchive", dependencies: ["AppboxCore", "CArchive"]),
     // The device-bound encrypted item store: access groups, device key, backup hooks.
     .target(name: "AppboxKeychain", dependencies: ["AppboxCore", "AppboxStore", "AppboxCrypto"]),
+    // The in-app keychain protocol and a SecItem-like client for Swift apps.
+    .target(name: "AppboxSecItem", dependencies: ["AppboxCore", "CSystem"]),
+    // The keychain broker a running app talks to: requests to keychain calls, the server.
+    .target(
+      name: "AppboxSecItemBroker", dependencies: ["AppboxCore", "AppboxKeychain", "AppboxSecItem", "CSystem"]),
     // Device root, registry, bundles, seals, homes, install, sandbox.
     .target(
       name: "AppboxContainer",
-      dependencies: ["AppboxCore", "AppboxStore", "AppboxCrypto", "AppboxKeychain"]),
+      dependencies: [
+        "AppboxCore", "AppboxStore", "AppboxCrypto", "AppboxKeychain", "AppboxSecItem", "AppboxSecItemBroker",
+      ]),
     // Incremental tar snapshots: scan, change detection, archive, catalog; restore, check, forget.
     .target(
       name: "AppboxBackup",
@@ -64,6 +83,13 @@ let package = Package(
         .unsafeFlags(["-static-stdlib", "-Xlinker", "--gc-sections", "-Xlinker", "--as-needed"])
       ]),
 
+    // A keychain client for the broker tests and benchmark (plain C, static: runs in the jail).
+    .executableTarget(
+      name: "appbox-secitem-probe", dependencies: ["CSecItem"], path: "Tests/SecItemProbe",
+      linkerSettings: [
+        .unsafeFlags(["-static-executable", "-Xlinker", "--gc-sections"])
+      ]),
+
     // Helpers shared by the tests and the benchmark: temp directories, fixtures, running programs.
     .target(name: "AppboxTestSupport", dependencies: ["AppboxCore"]),
     // The benchmark: a seeded home generator and the side-by-side runner (`make bench`).
@@ -76,6 +102,11 @@ let package = Package(
     .testTarget(name: "AppboxCryptoTests", dependencies: ["AppboxCrypto", "AppboxTestSupport"]),
     .testTarget(name: "AppboxArchiveTests", dependencies: ["AppboxArchive", "AppboxTestSupport"]),
     .testTarget(name: "AppboxKeychainTests", dependencies: ["AppboxKeychain", "AppboxTestSupport"]),
+    .testTarget(
+      name: "AppboxSecItemTests",
+      dependencies: [
+        "AppboxSecItem", "AppboxSecItemBroker", "AppboxKeychain", "CSecItem", "AppboxTestSupport",
+      ]),
     .testTarget(name: "AppboxContainerTests", dependencies: ["AppboxContainer", "AppboxTestSupport"]),
     .testTarget(
       name: "AppboxBackupTests",

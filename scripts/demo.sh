@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job end to end on a throwaway device root: `make demo` runs this with the
 # release build. Each step prints the command, then its output. The tour: a device,
-# install, inspect, confined run (the sandbox v2 jail), preferences and file sharing, the keychain, backup,
+# install, inspect, confined run (the sandbox v2 jail), preferences and file sharing, the keychain
+# (from the host, then from inside the sandbox through the broker), backup,
 # change, incremental backup, restore, update (with the keychain item surviving), revert,
 # an app group shared by Notes and Journal, file protection (as root: on a small encrypted ext4 image), hostile homes (escaped names,
 # a planted preferences link, a deep tree, backups in parallel), why and advise (with a
@@ -128,6 +129,31 @@ if grep -rqF "correct horse battery staple" "$APPBOX_ROOT"; then
 fi
 printf '%s(the secret appears nowhere under %s in plain text)%s\n' "$dim" "$APPBOX_ROOT" "$reset"
 
+section "The keychain inside the sandbox: each running app asks its own broker (SecItem over descriptor 3)"
+# Notes stored a sync token at its first launch above, from inside its jail (stderr said so).
+# Journal, of the same team, reads it through the team's group; Other is refused (-34018).
+step launch com.example.journal
+step launch org.other.app
+# A shell script inside the sandbox: the descriptor, the command on PATH, add, read, list.
+step run com.example.notes -- /bin/sh -c 'echo "APPBOX_SECITEM_FD=$APPBOX_SECITEM_FD $(command -v appbox-secitem)"
+  printf %s "s3cret" | appbox-secitem add --service demo --account me --data-file - --label Demo
+  appbox-secitem get --service demo --account me --return both --json
+  appbox-secitem list'
+refused run com.example.notes -- appbox-secitem add --service demo --account me --data again
+refused run com.example.notes -- appbox-secitem get --service demo --account me --group ZZZZZ99999.org.other.app
+# A C client (the tests' probe, as an app of the same team) sends the broker malformed, huge,
+# truncated and misframed messages and junk through the door: each is refused, nothing stops it.
+PROBE="$DEMO_FILES/Probe.app"
+mkdir -p "$PROBE"
+cp "$BIN_DIR/appbox-secitem-probe" "$PROBE/probe"
+printf '%s\n' '<?xml version="1.0" encoding="UTF-8"?>' '<plist version="1.0"><dict>' \
+  '<key>CFBundleIdentifier</key><string>com.example.probe</string>' \
+  '<key>CFBundleExecutable</key><string>probe</string><key>CFBundleVersion</key><string>1.0</string>' \
+  '</dict></plist>' > "$PROBE/Info.plist"
+"$APPBOX" install "$PROBE" > /dev/null
+step launch com.example.probe -- hostile
+step keychain com.example.notes list
+
 section "Back up: the first snapshot stores the data and the bundle"
 mkdir -p "$NOTES_HOME/Documents/Drafts"
 printf 'Dear Ada,\nthe first draft.\n' > "$NOTES_HOME/Documents/Drafts/letter.txt"
@@ -162,6 +188,8 @@ cat "$NOTES_HOME/Documents/Drafts/letter.txt"
 printf '%s(the keychain item survives the update:)%s\n' "$dim" "$reset"
 step keychain com.example.notes get --service sync --account ada
 printf '\n'
+printf '%s(and Notes 2.0 reads back, from inside, the sync token 1.0 stored at its first launch:)%s\n' "$dim" "$reset"
+step launch com.example.notes
 
 section "Revert to 1.0 and its data (the 2.0 data is snapshotted first)"
 printf 'written by 2.0\n' > "$NOTES_HOME/Documents/from-2.0.txt"

@@ -17,6 +17,8 @@
 // device without it, and recheck the registry once they hold the running lock.
 
 import AppboxCore
+import AppboxSecItem
+import AppboxSecItemBroker
 import Foundation
 import Glibc
 
@@ -57,7 +59,8 @@ extension DeviceSession {
   {
     guard !command.isEmpty else { throw ContainerError(.invalidRequest, "No command given to run") }
     var confined = try ConfinedCommand(
-      home: home(of: app), command: command, options: options, environment: environment)
+      home: home(of: app), command: command, options: options, environment: environment,
+      keychainDirectory: root.keychains)
     try addGroupContainers(of: app, to: &confined.jail)
     let lock = try holdRunningLock(of: app, purgingTemporaryFiles: false)
     try prepareDataOwnership(of: app)
@@ -84,7 +87,7 @@ extension DeviceSession {
     let executable = try executablePath(in: home)
     var confined = try ConfinedCommand(
       home: home, command: [Jail(home: home).path(of: .bundle) + "/" + executable] + arguments,
-      options: options, environment: environment)
+      options: options, environment: environment, keychainDirectory: root.keychains)
     try addGroupContainers(of: app, to: &confined.jail)
     let lock = try holdRunningLock(of: app, purgingTemporaryFiles: true)
     try prepareDataOwnership(of: app)
@@ -161,9 +164,15 @@ private struct ConfinedCommand {
   let cgroup: DelegatedCgroup?
   let environment: [String: String]
   let options: SandboxOptions
+  let keychainDirectory: String
 
-  init(home: Home, command: [String], options: SandboxOptions, environment: [String: String]) throws {
+  init(
+    home: Home, command: [String], options: SandboxOptions, environment: [String: String],
+    keychainDirectory: String
+  ) throws {
     helper = try Sandbox.helperPath(environment: environment)
+    let secItemTool = try Sandbox.secItemToolPath(environment: environment)
+    self.keychainDirectory = keychainDirectory
     bubblewrap = try Sandbox.bubblewrapPath(environment: environment, for: home.app)
     if let missing = Sandbox.userNamespacesUnavailable() {
       throw ContainerError(
@@ -179,6 +188,8 @@ private struct ConfinedCommand {
     var jail = Jail(home: home)
     jail.environment = Sandbox.protectionEnvironment(for: home)
     if options.prewarm { jail.environment[Sandbox.prewarmVariable] = "1" }
+    jail.addTool(secItemTool, named: Sandbox.secItemToolName)
+    jail.environment[SecItemWire.descriptorVariable] = String(SecItemWire.descriptorNumber)
     self.jail = jail
     cgroup = DelegatedCgroup.locate(environment: environment)
     self.command = command
@@ -186,9 +197,22 @@ private struct ConfinedCommand {
     self.options = options
   }
 
-  /// Starts the jail and waits until no process of the app is left.
+  /// Starts the jail with the app's keychain broker and waits until no process of the app
+  /// is left; then the broker stops.
   func run() throws -> Int32 {
-    try JailProcess.run(
+    var options = self.options
+    if options.passedDescriptors.contains(where: { $0.number == SecItemWire.descriptorNumber }) {
+      throw ContainerError(
+        .invalidRequest,
+        "Descriptor number \(SecItemWire.descriptorNumber) is the app's keychain broker; pass others above it"
+      )
+    }
+    let broker = try SecItemBroker(client: jail.app.keychainClient, keychainDirectory: keychainDirectory)
+    defer { broker.stop() }
+    if let door = broker.appDescriptor {
+      options.passedDescriptors.append((door, SecItemWire.descriptorNumber))
+    }
+    return try JailProcess.run(
       jail, command: command, options: options, helper: helper, bubblewrap: bubblewrap,
       environment: environment, cgroup: cgroup, landlock: landlock)
   }

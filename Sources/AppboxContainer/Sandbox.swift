@@ -64,18 +64,37 @@ public enum Sandbox {
   /// The helper: `$APPBOX_SANDBOX_HELPER` when set, else `appbox-sandbox` in the
   /// directory of the running executable. Missing is exit 69.
   public static func helperPath(environment: [String: String]) throws -> String {
+    try installedExecutable(
+      helperName, variable: "APPBOX_SANDBOX_HELPER", what: "sandbox helper", environment)
+  }
+
+  /// The in-app keychain command (`appbox-secitem`), shown on the app's PATH.
+  public static let secItemToolName = "appbox-secitem"
+
+  /// The keychain command: `$APPBOX_SECITEM_TOOL` when set, else `appbox-secitem` in the
+  /// directory of the running executable. Missing is exit 69.
+  public static func secItemToolPath(environment: [String: String]) throws -> String {
+    try installedExecutable(
+      secItemToolName, variable: "APPBOX_SECITEM_TOOL", what: "in-app keychain command", environment)
+  }
+
+  /// `environment[variable]` when set, else `name` beside the running executable; it must be
+  /// executable (exit 69 otherwise).
+  private static func installedExecutable(
+    _ name: String, variable: String, what: String, _ environment: [String: String]
+  ) throws -> String {
     let path: String
-    if let explicit = environment["APPBOX_SANDBOX_HELPER"], !explicit.isEmpty {
+    if let explicit = environment[variable], !explicit.isEmpty {
       path = explicit
     } else {
       let executable = readLinkTarget("/proc/self/exe") ?? ""
-      path = splitPath(executable).directory + "/" + helperName
+      path = splitPath(executable).directory + "/" + name
     }
     guard access(path, X_OK) == 0 else {
       throw ContainerError(
         .unavailable,
-        "The sandbox helper '\(path)' is missing or not executable (\(Errno.current)); install it beside "
-          + "appbox or set APPBOX_SANDBOX_HELPER")
+        "The \(what) '\(path)' is missing or not executable (\(Errno.current)); install it beside "
+          + "appbox or set \(variable)")
     }
     return path
   }

@@ -209,6 +209,13 @@ extension Keychain {
     return nil
   }
 
+  /// Forgets the class secrets read so far, so the next call reads them again: a long-lived
+  /// keychain (the broker serving a running app) calls it before each request, so that a
+  /// device locked meanwhile makes its items unavailable (the kernel refuses the read).
+  public func forgetClassSecrets() {
+    classSecrets.removeAll()
+  }
+
   /// The key that seals items of `accessibility`: HKDF of the device's item key and the
   /// class secret. Reading the secret fails as `.interactionNotAllowed` while the device is
   /// locked (the kernel answers ENOKEY), and as `.passcodeRequired` for the passcode class

@@ -231,6 +231,7 @@ public final class Keychain {
     if let account = query.account { parts.append("account '\(account)'") }
     if let label = query.label { parts.append("label '\(label)'") }
     if let comment = query.comment { parts.append("comment '\(comment)'") }
+    if let accessibility = query.accessibility { parts.append("accessibility \(accessibility.rawValue)") }
     let groups = query.accessGroup.map { "group '\($0)'" } ?? "the groups of \(client.name)"
     let what = parts.isEmpty ? "No keychain item" : "No keychain item with " + parts.joined(separator: ", ")
     return KeychainError(.itemNotFound, "\(what) in \(groups)")
@@ -266,6 +267,7 @@ public final class Keychain {
       """
     for (column, value) in [
       ("class", query.itemClass?.rawValue), ("service", query.service), ("account", query.account),
+      ("accessible", query.accessibility?.rawValue),
     ] {
       if let value {
         values.append(.text(value))

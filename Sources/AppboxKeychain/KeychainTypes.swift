@@ -76,6 +76,8 @@ public struct KeychainQuery: Sendable, Equatable {
   public var accessGroup: String?
   public var label: String?
   public var comment: String?
+  /// Only items of this accessibility class (SecItem's `kSecAttrAccessible` in a query).
+  public var accessibility: KeychainAccessibility?
   /// For `find` only.
   public var limit: Limit
   /// For `find` only: whether results carry `data` (SecItem's `kSecReturnData`); attributes
@@ -84,9 +86,10 @@ public struct KeychainQuery: Sendable, Equatable {
 
   public init(
     itemClass: KeychainItemClass? = nil, service: String? = nil, account: String? = nil,
-    accessGroup: String? = nil, label: String? = nil, comment: String? = nil, limit: Limit = .all,
-    returnsData: Bool = false
+    accessGroup: String? = nil, label: String? = nil, comment: String? = nil,
+    accessibility: KeychainAccessibility? = nil, limit: Limit = .all, returnsData: Bool = false
   ) {
+    self.accessibility = accessibility
     self.itemClass = itemClass
     self.service = service
     self.account = account

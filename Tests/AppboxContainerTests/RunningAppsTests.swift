@@ -40,8 +40,9 @@ struct RunningAppsTests {
     let lines = try out.text().split(separator: "\n").map(String.init)
     let inside = Jail(home: device.home).home
     #expect(lines.prefix(2) == [inside, inside])
-    // The shell holds stdin, stdout and stderr: nothing else leaked in, not even the running lock.
-    #expect(Array(lines.dropFirst(2)) == ["0", "1", "2"])
+    // The shell holds stdin, stdout, stderr and the keychain broker's door (3): nothing else
+    // leaked in, not even the running lock.
+    #expect(Array(lines.dropFirst(2)) == ["0", "1", "2", "3"])
     #expect(try err.text().contains("/etc/appbox-test-escape: Read-only file system"))
     #expect(access("/etc/appbox-test-escape", F_OK) != 0)
   }
@@ -57,7 +58,7 @@ struct RunningAppsTests {
       options: SandboxOptions(standardOutput: out.write, passedDescriptors: [(channel.write, 5)]))
     #expect(status == 0)
     #expect(try channel.text() == "through-the-channel\n")
-    #expect(try out.text() == "0\n1\n2\n5\n")
+    #expect(try out.text() == "0\n1\n2\n3\n5\n")  // 3: the keychain broker's door
   }
 
   @Test func aRunningAppCannotBeUninstalledAndBlocksNothingElse() throws {

@@ -50,7 +50,7 @@ final class HostileDevice: @unchecked Sendable {
     if everyoneCanReach(productsDirectory + "/appbox") { return productsDirectory }
     let copy = TemporaryDirectory("hostile-products")
     chmod(copy.path, 0o755)
-    for name in ["appbox", "appbox-sandbox", "appbox-hostile"] {
+    for name in ["appbox", "appbox-sandbox", "appbox-secitem", "appbox-hostile"] {
       let data = FileManager.default.contents(atPath: productsDirectory + "/" + name) ?? Data()
       _ = try? copy.write(name, bytes: Array(data), mode: 0o755)
     }

@@ -117,7 +117,8 @@ struct SandboxRunTests {
     #expect(variables["HOME"] == inside)
     #expect(variables["CFFIXED_USER_HOME"] == inside)
     #expect(variables["TMPDIR"] == inside + "/tmp")
-    #expect(variables["PATH"] == "/usr/bin:/bin")
+    #expect(variables["PATH"] == "/run/appbox/bin:/usr/bin:/bin")  // appbox-secitem first
+    #expect(variables["APPBOX_SECITEM_FD"] == "3")
     #expect(variables["LANG"] == "C.UTF-8" && variables["LC_TIME"] == "C" && variables["TZ"] == "UTC")
     #expect(variables["APPBOX_PROTECTED_DATA_AVAILABLE"] == "1")
     // Notes is a member of an app group: its container is named too.
@@ -125,7 +126,7 @@ struct SandboxRunTests {
       variables["APPBOX_APP_GROUP_CONTAINERS"]?.hasPrefix("group.com.example.shared=/var/mobile/") == true)
     let expected: Set<String> = [
       "HOME", "CFFIXED_USER_HOME", "TMPDIR", "PATH", "LANG", "LC_TIME", "TZ",
-      "APPBOX_PROTECTED_DATA_AVAILABLE", "APPBOX_APP_GROUP_CONTAINERS",
+      "APPBOX_PROTECTED_DATA_AVAILABLE", "APPBOX_APP_GROUP_CONTAINERS", "APPBOX_SECITEM_FD",
     ]
     // TERM, LANGUAGE and other LC_* pass through too when the test runner has them.
     let names = Set(variables.keys).filter {

@@ -21,7 +21,9 @@ private let sandboxDiscussion = """
   services included) unless --network none. stdin, stdout and stderr are passed as they are.
   The environment is HOME and CFFIXED_USER_HOME = the home, TMPDIR = its tmp, plus PATH, LANG,
   LANGUAGE, LC_*, TERM and TZ from appbox's own; nothing else is passed. The working directory is
-  the home. appbox waits until every process of the app is gone (a daemonised child dies with
+  the home. The keychain: while the app runs, this appbox process serves its SecItem requests
+  (its own access groups, as 'appbox keychain' applies them) over descriptor 3, named by
+  APPBOX_SECITEM_FD; appbox-secitem (add, get, update, delete, list) is on its PATH. appbox waits until every process of the app is gone (a daemonised child dies with
   it); meanwhile uninstall, update, restore and import of the app exit 75. SIGTERM, SIGINT,
   SIGHUP and SIGQUIT sent to appbox are passed on to the app.
   """
