@@ -25,8 +25,12 @@ public struct UpdateReport: Sendable {
   /// Files (relative to the new home) that still mention the old home's absolute path.
   public var staleAbsolutePaths: [String]
   public var snapshotSeconds: Double
-  /// The migration itself: moving the data, committing, switching homes.
+  /// The migration itself: moving the data, committing, switching homes (the old home is
+  /// only renamed to trash here; it is deleted once the command has reported).
   public var migrationSeconds: Double
+  /// Measuring what was dropped and what moved, and the stale-path survey (bounded: at most
+  /// 5,000 files are read), after the migration.
+  public var surveySeconds: Double = 0
   public var totalSeconds: Double
 }
 
@@ -46,12 +50,16 @@ public struct PreUpdateSnapshot: Sendable {
 
 /// App update, the platform's way: the new bundle gets a NEW home; Documents and Library
 /// are moved there with rename(2) (cost independent of the data's size); the registry
-/// commits the switch; the old home is deleted. Keychain items are not touched.
+/// commits the switch; the old home is renamed to trash (`.trash-<OLD-ID>`, one rename) and
+/// deleted after the command has reported (`finishDeferredWork`), so what tmp, Caches and the
+/// old bundle hold never lengthens the migration. Keychain items are not touched.
 ///
 /// Crash safety: a journal entry `update-<NEW-ID>` is written before the first move.
 /// Until the registry commit the update rolls back (data moved back to the old home,
 /// staging removed); after it, it rolls forward (staging renamed into place, old home
-/// removed). `UpdateRecovery` does this on the next mutating command.
+/// removed). `UpdateRecovery` does this on the next mutating command. Trash left by a
+/// process killed before it could delete it belongs to no registry row: `ContainerRecovery`
+/// removes it.
 extension DeviceSession {
   public func update(
     _ app: AppRecord, toBundleAt bundlePath: String, allowDowngrade: Bool,
@@ -74,7 +82,9 @@ extension DeviceSession {
 
       // What will be dropped: measured before anything moves.
       let oldHome = root.home(app.containerID)
-      let tmp = TreeMeasure.measure(oldHome + "/tmp")
+      let measureStart = DispatchTime.now().uptimeNanoseconds
+      let tmpMeasure = TreeMeasure.measure(oldHome + "/tmp")
+      let tmp = (files: tmpMeasure.files, bytes: tmpMeasure.bytes, seconds: seconds(since: measureStart))
       let keep: Set<String> = ["Documents", "Library", "tmp", app.bundleDirectoryName, Home.metadataFile]
       let strays = ((try? FileManager.default.contentsOfDirectory(atPath: oldHome)) ?? []).filter {
         !keep.contains($0)
@@ -89,9 +99,11 @@ extension DeviceSession {
       }
       let migrationSeconds = seconds(since: migrationStart)
 
+      let surveyStart = DispatchTime.now().uptimeNanoseconds
       let newHome = root.home(staged.containerID)
       let survey = StalePathScanner.survey(
         home: newHome, oldHomes: [root.home(app.containerID), Jail.homesDirectory + "/" + app.containerID])
+      let surveySeconds = seconds(since: surveyStart) + tmp.seconds
       return UpdateReport(
         bundleIdentifier: app.bundleIdentifier, oldContainerID: app.containerID,
         newContainerID: staged.containerID,
@@ -102,7 +114,7 @@ extension DeviceSession {
         preUpdateUnreadable: preUpdate?.unreadable ?? 0,
         preUpdateUnreadablePaths: preUpdate?.unreadablePaths ?? [],
         staleAbsolutePaths: survey.stale,
-        snapshotSeconds: snapshotSeconds, migrationSeconds: migrationSeconds,
+        snapshotSeconds: snapshotSeconds, migrationSeconds: migrationSeconds, surveySeconds: surveySeconds,
         totalSeconds: seconds(since: started))
     } catch {
       if journaled {
@@ -118,8 +130,9 @@ extension DeviceSession {
   /// Switches `app` to the staged home, journaled: `migrate` puts the data into the
   /// staging home (moving it from the old home, or from elsewhere), then the registry
   /// commits the new record (event `event`, with `snapshot`), the staging home takes its
-  /// final name and the old home goes. Until the commit a crash rolls back (data that left
-  /// the old home goes back, the staging home is removed); after it, recovery rolls forward.
+  /// final name and the old home is renamed to trash, to be deleted by `finishDeferredWork`
+  /// once the command has reported. Until the commit a crash rolls back (data that left the
+  /// old home goes back, the staging home is removed); after it, recovery rolls forward.
   /// Returns the new record.
   public func replaceHome(
     of app: AppRecord, with staged: StagedHome, event: String, snapshot: String?,
@@ -165,8 +178,12 @@ extension DeviceSession {
           snapshot: snapshot))
     }
     CrashPoint.hit("update.committed")
-    try finishUpdate(oldContainerID: app.containerID, newContainerID: staged.containerID, in: applicationRoot)
+    let trash = try finishUpdate(
+      oldContainerID: app.containerID, newContainerID: staged.containerID, in: applicationRoot,
+      removingTrash: false)
     try journal.remove(entry)
+    CrashPoint.hit("update.finished")
+    deferRemoval(ofTrash: trash)
     removeRunningLock(of: app)
     return record
   }
@@ -194,10 +211,13 @@ extension DeviceSession {
     }
   }
 
-  /// After the registry commit: the staging home takes its final name and the old home
-  /// goes (first renamed to trash, so a crash leaves no ambiguity). Idempotent.
-  func finishUpdate(oldContainerID: String, newContainerID: String, in applicationRoot: FileDescriptor) throws
-  {
+  /// After the registry commit: the staging home takes its final name and the old home is
+  /// renamed to trash (so a crash leaves no ambiguity), then removed unless `removingTrash`
+  /// is false (the caller removes it later). Idempotent. Returns the trash's name.
+  @discardableResult
+  func finishUpdate(
+    oldContainerID: String, newContainerID: String, in applicationRoot: FileDescriptor, removingTrash: Bool = true
+  ) throws -> String {
     let stagingName = HomeStaging.prefix + newContainerID
     if try applicationRoot.statusIfPresent(of: stagingName) != nil {
       try applicationRoot.rename(stagingName, to: newContainerID, flags: .noReplace)
@@ -208,7 +228,8 @@ extension DeviceSession {
     }
     try applicationRoot.sync()
     CrashPoint.hit("update.switched")
-    try FileTree.remove(trash, in: applicationRoot)
+    if removingTrash { try FileTree.remove(trash, in: applicationRoot) }
+    return trash
   }
 }
 
