@@ -144,10 +144,10 @@ private struct BackupRun {
       observer.engine(.stage("commit"))
       try catalog.database.inTransaction {
         try catalog.insert(written.record)
-        for tree in written.trees {
-          try catalog.insertTree(tree.digest, data: tree.data, archive: archiveName)
-        }
+        for tree in written.trees { try catalog.insertTree(tree, archive: archiveName) }
         try catalog.insertBlobs(written.blobs)
+        try catalog.insertChunks(written.chunks)
+        for (digest, list) in written.chunkLists { try catalog.insertChunkList(digest, list, archive: archiveName) }
         try catalog.insert(written.snapshot)
       }
     } catch {
@@ -168,8 +168,10 @@ private struct BackupRun {
   private struct Written {
     var snapshot: Snapshot
     var record: ArchiveRecord
-    var trees: [(digest: Digest, data: [UInt8])]
+    var trees: [StoredTree]
     var blobs: [BlobLocation]
+    var chunks: [ChunkLocation]
+    var chunkLists: [(digest: Digest, list: ChunkList)]
     var warnings: [(path: String, message: String)]
   }
 
@@ -196,7 +198,7 @@ private struct BackupRun {
       })
     let kind: SnapshotKind = parent == nil ? .full : .incremental
     let content = try archiveContent(
-      writer: writer, home: home, scanner: scanner, name: name, kind: kind, bundleEntry: bundleEntry)
+      writer: writer, home: home, scanner: scanner, name: name, kind: kind, bundleEntry: bundleEntry, start: start)
     var keychainOffset: Int64?
     if let keychain = options.keychain, let items = try keychain.exportItems(for: app) {
       keychainOffset = writer.uncompressedOffset
@@ -215,7 +217,8 @@ private struct BackupRun {
       warnings: content.warnings.count, unreadable: content.unreadableCount,
       unreadablePaths: Snapshot.keptPaths(content.unreadable.map(\.path)))
     observer.engine(.stage("manifest"))
-    let manifest = Manifest(snapshot: snapshot, trees: trees.newTrees, blobs: blobs)
+    let manifest = Manifest(
+      snapshot: snapshot, trees: trees.newTrees, blobs: blobs, chunks: content.chunks, chunkLists: content.chunkLists)
     try writer.writeHeader(metadataMember(Manifest.memberPath, size: manifest.encodedSize, time: start))
     try manifest.encode { try writer.writeData($0) }
     try writer.finishEntry()
@@ -223,7 +226,8 @@ private struct BackupRun {
     let record = ArchiveRecord(
       name: name, size: size, checksum: checksum.value, compression: options.compression, created: start)
     return Written(
-      snapshot: snapshot, record: record, trees: trees.newTrees, blobs: blobs, warnings: content.warnings)
+      snapshot: snapshot, record: record, trees: trees.newTrees, blobs: blobs, chunks: content.chunks,
+      chunkLists: content.chunkLists, warnings: content.warnings)
   }
 
   /// What scanning and archiving produced, without the scan itself (which is large and
@@ -231,6 +235,9 @@ private struct BackupRun {
   private struct ArchivedContent {
     var trees: TreeBuildResult
     var blobs: [BlobLocation]
+    var chunks: [ChunkLocation]
+    /// In digest order, so the manifest's bytes do not depend on hashing order.
+    var chunkLists: [(digest: Digest, list: ChunkList)]
     var bytesAdded: Int64
     var warnings: [(path: String, message: String)]
     /// What could not be read, sorted by path (the first ones), and how many in all.
@@ -241,7 +248,7 @@ private struct BackupRun {
   /// Scans the home, writes the new and changed content, and builds the trees.
   private func archiveContent(
     writer: ArchiveWriter, home: FileDescriptor, scanner: Scanner, name: String, kind: SnapshotKind,
-    bundleEntry: TreeEntry?
+    bundleEntry: TreeEntry?, start: Date
   ) throws -> ArchivedContent {
     let plan = ArchivePlan(directories: try scanner.scan(), full: kind == .full)
     observer.engine(
@@ -252,11 +259,12 @@ private struct BackupRun {
     let archiver = Archiver(
       plan: plan, writer: writer, catalog: repository.catalog, archiveName: name,
       deduplicate: kind == .incremental,
-      pool: pool, observer: observer)
+      pool: pool, observer: observer, time: start)
     let queue = HandoffQueue<ContentMessage>(capacity: 16 << 20)
     let reader = ContentReader(
       home: home, plan: plan, queue: queue, pool: pool, afterRead: options.afterRead,
-      hashOnReader: options.hashOnReader, protectionClasses: try session.protectionClassesByKey())
+      hashOnReader: options.hashOnReader, protectionClasses: try session.protectionClassesByKey(),
+      chunking: (options.compression == .none, kind == .incremental))
     let readerThread = WorkerThread(name: "appbox-read") { try reader.run() }
     do {
       try archiver.run(queue)
@@ -270,7 +278,9 @@ private struct BackupRun {
       plan: plan, results: archiver.results, catalog: repository.catalog, bundleEntry: bundleEntry
     ).build()
     return ArchivedContent(
-      trees: trees, blobs: archiver.blobLocations(), bytesAdded: archiver.bytesAdded,
+      trees: trees, blobs: archiver.blobLocations(), chunks: archiver.chunkLocations,
+      chunkLists: archiver.chunkLists.sorted { $0.key < $1.key }.map { ($0.key, $0.value) },
+      bytesAdded: archiver.bytesAdded,
       warnings: scanner.warnings + archiver.warnings,
       unreadable: (scanner.unreadable + archiver.unreadable).sorted {
         $0.path.lexicographicallyPrecedes($1.path)

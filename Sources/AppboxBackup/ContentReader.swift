@@ -48,8 +48,9 @@ enum ContentMessage {
     item: Int, file: OpenedFile, buffer: UnsafeMutableRawBufferPointer, count: Int, digest: Digest?,
     stable: Bool)
   /// A large file's attempt begins: the header declares `file.status.size` bytes; with
-  /// `archiverHashes`, the archiver hashes the chunks (and the `end` carries no digest).
-  case begin(item: Int, file: OpenedFile, archiverHashes: Bool)
+  /// `archiverHashes`, the archiver hashes the chunks (and the `end` carries no digest);
+  /// `mode` says how the archiver stores it.
+  case begin(item: Int, file: OpenedFile, archiverHashes: Bool, mode: StreamMode)
   case chunk(buffer: UnsafeMutableRawBufferPointer, count: Int)
   /// `count` zero bytes of a hole, between chunks of a file with holes.
   case hole(count: Int64)
@@ -66,6 +67,21 @@ enum ContentMessage {
   case unreadable(item: Int, reason: String)
   /// Another path of a file (same inode) read earlier in this run as `first`.
   case hardlink(item: Int, first: Int)
+}
+
+/// How the archiver stores a file it streams (larger than `ContentReader.wholeReadLimit`).
+enum StreamMode {
+  /// A member of its own, as it is: below the chunking threshold, sparse, or going into a
+  /// compressed archive (chunks need direct reads).
+  case whole
+  /// A member of its own, with its content-defined chunks indexed, so that a later edit of
+  /// the file stores only the chunks it changed: a large file new at its path, or in a full
+  /// backup (whose archive stands alone).
+  case wholeIndexed
+  /// Only the chunks the repository lacks, each a member `.appbox/chunks/<hex>`: a large file
+  /// of an incremental backup that was a file at the same path before (edited in place, or
+  /// saved anew), most of whose chunks the repository probably holds.
+  case chunks
 }
 
 /// Reads the changed files of an archive plan and feeds the archiver.
@@ -89,12 +105,17 @@ final class ContentReader: @unchecked Sendable {
   private let hashOnReader: Bool?
   /// The device's protection classes by key, to record each file's class.
   private let protectionClasses: [FscryptKeyIdentifier: ProtectionClass]
+  /// Whether large files are chunked (the archive is uncompressed), and whether those that
+  /// were files before may be stored as new chunks only (an incremental backup).
+  private let chunking: (enabled: Bool, incremental: Bool)
 
   init(
     home: FileDescriptor, plan: ArchivePlan, queue: HandoffQueue<ContentMessage>, pool: BufferPool,
     afterRead: (@Sendable ([UInt8], Int) -> Void)? = nil, hashOnReader: Bool? = nil,
-    protectionClasses: [FscryptKeyIdentifier: ProtectionClass] = [:]
+    protectionClasses: [FscryptKeyIdentifier: ProtectionClass] = [:],
+    chunking: (enabled: Bool, incremental: Bool) = (false, false)
   ) {
+    self.chunking = chunking
     self.hashOnReader = hashOnReader
     self.protectionClasses = protectionClasses
     self.home = home
@@ -257,10 +278,15 @@ final class ContentReader: @unchecked Sendable {
         return true
       }
 
-      let archiverHashes = archiverHasRoom
       var opened = file
       if before.mayBeSparse { opened.dataRegions = (try? fd.dataRegions(size: before.size)) ?? nil }
-      guard queue.push(.begin(item: item, file: opened, archiverHashes: archiverHashes)) else { return false }
+      let mode = streamMode(item, size: before.size, sparse: opened.dataRegions != nil)
+      // A chunked file is hashed twice, whole and chunk by chunk: the whole here, the chunks
+      // (and the cutting) on the archiver's side.
+      let archiverHashes = mode == .whole && archiverHasRoom
+      guard queue.push(.begin(item: item, file: opened, archiverHashes: archiverHashes, mode: mode)) else {
+        return false
+      }
       var remaining = before.size
       var position: Int64 = 0
       var endedEarly = false
@@ -315,6 +341,15 @@ final class ContentReader: @unchecked Sendable {
       else { return false }
       if stable || isLast { return true }
     }
+  }
+
+  /// How the archiver will store item `item`, a file of `size` bytes being streamed.
+  private func streamMode(_ item: Int, size: Int64, sparse: Bool) -> StreamMode {
+    guard chunking.enabled, !sparse, size >= ChunkingParameters.threshold else { return .whole }
+    guard chunking.incremental, case .file(let directory, let entry) = plan.items[item],
+      plan.directories[directory].entries[entry].previous?.type == .file
+    else { return .wholeIndexed }
+    return .chunks
   }
 
   /// Reads the whole file and tells whether it hashes to `digest` and held still meanwhile.

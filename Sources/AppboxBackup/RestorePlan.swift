@@ -19,12 +19,21 @@ import AppboxCrypto
 /// Compact on purpose: a restore plans one per file.
 struct RestoreItem {
   var path: [UInt8]
+  /// The index in `RestorePlan.directories` of the directory holding it (-1: the target).
+  var parent: Int32 = -1
+  /// Where its name starts in `path`.
+  var nameStart: Int32 = 0
+  /// Whether it belongs to the app's data (below Documents, Library or tmp), which a restore
+  /// as root gives to the app's own uid.
+  var isData = false
   var permissions: UInt32
   var modificationTime: Int64
   var attributes: [ExtendedAttribute]
   var linkTarget: [UInt8]?
   /// The class the archive recorded (its protection record is not an attribute to set).
   var protectionClass: ProtectionClass
+
+  var name: [UInt8] { Array(path[Int(nameStart)...]) }
 
   init(path: [UInt8], entry: TreeEntry) {
     self.path = path
@@ -64,22 +73,29 @@ struct RestorePlan {
     return result
   }
 
-  /// Plans the subtree `root`. At the top, entries named in `skippingTopLevel` are left out.
-  init(catalog: Catalog, root: Digest, skippingTopLevel: Set<[UInt8]> = []) throws {
+  /// Plans the subtree `root`. At the top, entries named in `skippingTopLevel` are left out;
+  /// entries at or below the top-level names `dataTopLevel` are marked as the app's data.
+  init(
+    catalog: Catalog, root: Digest, skippingTopLevel: Set<[UInt8]> = [], dataTopLevel: [String] = []
+  ) throws {
     var inodes: [UInt64: Int] = [:]
     var lastWithContent: [Digest: Int32] = [:]
-    var stack: [(digest: Digest, path: [UInt8])] = [(root, [])]
-    while let (digest, path) = stack.popLast() {
+    let data = Set(dataTopLevel.map { Array($0.utf8) })
+    var stack: [(digest: Digest, path: [UInt8], index: Int32, isData: Bool)] = [(root, [], -1, false)]
+    while let (digest, path, index, isData) = stack.popLast() {
       let tree = try catalog.tree(digest)
-      var subdirectories: [(digest: Digest, path: [UInt8])] = []
+      var subdirectories: [(digest: Digest, path: [UInt8], index: Int32, isData: Bool)] = []
       for entry in tree.entries where !entry.isExcluded {
         if path.isEmpty && skippingTopLevel.contains(entry.name) { continue }
-        let item = RestoreItem(path: joinPath(path, entry.name), entry: entry)
+        var item = RestoreItem(path: joinPath(path, entry.name), entry: entry)
+        item.parent = index
+        item.nameStart = Int32(item.path.count - entry.name.count)
+        item.isData = isData || (path.isEmpty && data.contains(entry.name))
         switch entry.type {
         case .directory:
           guard let child = entry.digest else { continue }
+          subdirectories.append((child, item.path, Int32(directories.count), item.isData))
           directories.append(item)
-          subdirectories.append((child, item.path))
         case .file:
           if entry.linkCount > 1, let primary = inodes[entry.inode] {
             hardLinks.append((item, primary))

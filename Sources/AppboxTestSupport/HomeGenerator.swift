@@ -70,8 +70,9 @@ public final class ContentWriter {
         }
         _ = written
       } else {
-        // Fresh bytes at the start of every chunk keep files distinct; the rest is reused.
-        random.fill(UnsafeMutableRawBufferPointer(rebasing: buffer[0..<min(64, chunk)]))
+        // Every byte fresh: no two files (or two versions of a file) share a block, as with real
+        // photos, media and databases, so deduplication cannot find what is not there.
+        random.fill(UnsafeMutableRawBufferPointer(rebasing: buffer[0..<chunk]))
       }
       var offset = 0
       while offset < chunk {
