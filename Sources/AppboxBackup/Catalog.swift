@@ -358,6 +358,31 @@ public final class Catalog {
     }
   }
 
+  /// Where content `digest` is stored, without the member's path (restore reads it directly
+  /// when `dataOffset` is known): one lookup, no allocation for the path.
+  func blobPosition(_ digest: Digest) throws -> (archive: String, offset: Int64, size: Int64, dataOffset: Int64?)? {
+    let statement = try database.cachedStatement(
+      "SELECT archive, offset, size, data_offset FROM blobs WHERE digest = ?1")
+    try digest.withUnsafeBytes { try statement.bind($0, at: 1) }
+    return try statement.first { row in
+      (row.text(0) ?? "", row.int64(1), row.int64(2), row.isNull(3) ? nil : row.int64(3))
+    }
+  }
+
+  /// Calls `body` with every blob's position, in digest order (one pass over the table: a
+  /// restore of most of a repository's content reads it faster than a lookup per content).
+  func forEachBlobPosition(
+    _ body: (Digest, _ archive: String, _ offset: Int64, _ size: Int64, _ dataOffset: Int64?) throws -> Void
+  ) throws {
+    let statement = try database.prepare("SELECT digest, archive, offset, size, data_offset FROM blobs")
+    while try statement.step() {
+      guard let digest = statement.withUnsafeBlob(0, { Digest(validating: $0) }) else { continue }
+      try body(
+        digest, statement.text(1) ?? "", statement.int64(2), statement.int64(3),
+        statement.isNull(4) ? nil : statement.int64(4))
+    }
+  }
+
   public func hasBlob(_ digest: Digest) throws -> Bool {
     let statement = try database.cachedStatement("SELECT 1 FROM blobs WHERE digest = ?1")
     try digest.withUnsafeBytes { try statement.bind($0, at: 1) }

@@ -65,10 +65,13 @@ extension Repository {
       root = digest
       skipping = []
     }
+    observer.engine(.stage("plan"))
     let (plan, sources) = try catalog.reading { () throws -> (RestorePlan, ContentSources) in
       let plan = try RestorePlan(
         catalog: catalog, root: root, skippingTopLevel: skipping,
-        dataTopLevel: owner == nil ? [] : DataOwnership.dataDirectories)
+        dataTopLevel: owner == nil ? [] : DataOwnership.dataDirectories,
+        expectedFiles: part == .data ? snapshot.files : 0)
+      observer.engine(.stage("locate content"))
       return (plan, try contentSources(for: plan))
     }
     observer.engine(
@@ -171,19 +174,32 @@ extension Repository {
       sources.direct.archives.append(archivePath(name))
       return next
     }
-    for (digest, first) in plan.firstWithContent {
-      let path = plan.files[Int(first)].path
-      if let location = try catalog.blob(digest) {
-        sources.archives.insert(location.archive)
-        if let dataOffset = location.dataOffset, records[location.archive]?.compression == ArchiveCompression.none {
+    // Where each content's copy is. Restoring most of what the repository holds, one pass over
+    // the blobs is cheaper than a lookup per content; otherwise look each up, in digest order
+    // (the lookups then walk the B-tree from one end to the other).
+    var positions: [Digest: (archive: String, offset: Int64, size: Int64, dataOffset: Int64?)] = [:]
+    let contents = plan.contentsByDigest
+    if contents.count * 4 >= (try catalog.count("blobs")) {
+      positions.reserveCapacity(contents.count)
+      try catalog.forEachBlobPosition { digest, archive, offset, size, dataOffset in
+        if plan.firstFile(withContent: digest) != nil { positions[digest] = (archive, offset, size, dataOffset) }
+      }
+    } else {
+      for (digest, _) in contents { if let position = try catalog.blobPosition(digest) { positions[digest] = position } }
+    }
+    for (digest, first) in contents {
+      if let position = positions[digest] {
+        sources.archives.insert(position.archive)
+        if let dataOffset = position.dataOffset, records[position.archive]?.compression == ArchiveCompression.none {
           sources.direct.blobs.append(
             DirectWork.Blob(
-              digest: digest, archive: index(location.archive), dataOffset: dataOffset, size: location.size))
-        } else {
+              digest: digest, archive: index(position.archive), dataOffset: dataOffset, size: position.size))
+        } else if let location = try catalog.blob(digest) {
           sources.streamed[location.archive, default: []].append(location)
         }
         continue
       }
+      let path = plan.files[Int(first)].path
       let size = plan.sizes[Int(first)]
       guard let list = try catalog.chunkList(digest, size: size) else {
         throw BackupError(
@@ -203,11 +219,9 @@ extension Repository {
       }
       sources.direct.chunked.append(DirectWork.Chunked(digest: digest, size: size, chunks: chunks))
     }
-    // Oldest archive first, each from start to end.
-    let archiveRank = sources.direct.archives.map { path in rank[splitPath(path).name] ?? 0 }
-    sources.direct.blobs.sort {
-      (archiveRank[Int($0.archive)], $0.dataOffset) < (archiveRank[Int($1.archive)], $1.dataOffset)
-    }
+    // Oldest archive first, each from start to end (one integer key each: rank, then offset).
+    let archiveRank = sources.direct.archives.map { path in Int64(rank[splitPath(path).name] ?? 0) << 48 }
+    sources.direct.blobs.sort { archiveRank[Int($0.archive)] | $0.dataOffset < archiveRank[Int($1.archive)] | $1.dataOffset }
     return sources
   }
 
