@@ -53,35 +53,37 @@ extension Catalog {
   /// such tree. A chain that is broken, malformed or does not hash to `digest` is
   /// `.corruptCatalog`.
   public func treeData(_ digest: Digest) throws -> [UInt8]? {
-    let statement = try database.cachedStatement(
-      """
-      WITH RECURSIVE chain(n, base, data) AS (
-        SELECT 0, base, data FROM trees WHERE digest = ?1
-        UNION ALL
-        SELECT chain.n + 1, trees.base, trees.data FROM trees JOIN chain ON trees.digest = chain.base
-        WHERE chain.n < 64
-      )
-      SELECT base, data FROM chain ORDER BY n
-      """)
-    try digest.withUnsafeBytes { try statement.bind($0, at: 1) }
-    var links: [(hasBase: Bool, data: [UInt8])] = []
-    defer { statement.reset() }
-    while try statement.step() {
-      links.append((!statement.isNull(0), statement.blob(1)))
+    // Point lookups down the chain (cheaper than a recursive query): the deltas, newest
+    // first, then the whole tree they start from.
+    let statement = try database.cachedStatement("SELECT base, data FROM trees WHERE digest = ?1")
+    var deltas: [[UInt8]] = []
+    var current = digest
+    while true {
+      try current.withUnsafeBytes { try statement.bind($0, at: 1) }
+      let row = try statement.first { row -> (base: Digest?, data: [UInt8]) in
+        (row.isNull(0) ? nil : Digest(validating: row.blob(0)), row.blob(1))
+      }
+      guard let row else {
+        if deltas.isEmpty { return nil }
+        throw BackupError(
+          .corruptCatalog, "Catalog tree \(digest.hex.prefix(16)) is a delta whose base is missing")
+      }
+      guard let base = row.base else {
+        if deltas.isEmpty { return row.data }
+        var data = row.data
+        for delta in deltas.reversed() { data = try TreeDelta.apply(delta, to: data) }
+        guard SHA256.hash(data) == digest else {
+          throw BackupError(
+            .corruptCatalog, "Catalog tree \(digest.hex.prefix(16)) does not match its digest")
+        }
+        return data
+      }
+      guard deltas.count < 64 else {
+        throw BackupError(.corruptCatalog, "Catalog tree \(digest.hex.prefix(16)) has a delta chain that does not end")
+      }
+      deltas.append(row.data)
+      current = base
     }
-    guard let first = links.first else { return nil }
-    if !first.hasBase { return first.data }
-    guard let last = links.last, !last.hasBase else {
-      throw BackupError(
-        .corruptCatalog, "Catalog tree \(digest.hex.prefix(16)) is a delta whose base is missing")
-    }
-    var data = last.data
-    for link in links.dropLast().reversed() { data = try TreeDelta.apply(link.data, to: data) }
-    guard SHA256.hash(data) == digest else {
-      throw BackupError(
-        .corruptCatalog, "Catalog tree \(digest.hex.prefix(16)) does not match its digest")
-    }
-    return data
   }
 
   /// The tree `digest`, decoded; `.corruptCatalog` when missing or malformed.
