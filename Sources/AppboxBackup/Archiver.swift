@@ -206,11 +206,11 @@ final class Archiver {
           }
           if mode != .whole { chunkWriter?.begin(mode, memberOffset: offset, dataStart: dataOffset ?? 0) }
           current = (item, offset, dataOffset, file, archiverHashes, mode)
-        case .chunk(let buffer, let count):
+        case .chunk(let buffer, let count, let cut):
           defer { pool.give(buffer) }
           let data = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
           if current?.mode != .chunks { try writer.writeData(data) }
-          if current?.mode != .whole { try chunkWriter?.feed(data) }
+          if current?.mode != .whole { try chunkWriter?.feed(data, cut: Int(cut)) }
           if current?.hashing == true { hasher.update(data) }
           bytesDone += Int64(count)
         case .hole(let count):
@@ -224,7 +224,8 @@ final class Archiver {
           }
           var list: ChunkList?
           if mode != .whole, let chunkWriter {
-            if short > 0 { try chunkWriter.feedZeros(short) }
+            // The reader sends a chunked file's missing bytes as zeros: it is never short here.
+            precondition(short == 0, "a chunked file ended short")
             list = try chunkWriter.end()
           }
           var digest = readerDigest
@@ -285,7 +286,7 @@ final class Archiver {
     } catch {
       queue.cancel { message in
         switch message {
-        case .whole(_, _, let buffer, _, _, _), .chunk(let buffer, _): pool.give(buffer)
+        case .whole(_, _, let buffer, _, _, _), .chunk(let buffer, _, _): pool.give(buffer)
         default: break
         }
       }

@@ -1,6 +1,6 @@
-// Stage 3b, for large files: cut a streamed file into content-defined chunks as its bytes pass
-// through the archiver, hashing each chunk (the reader hashes the whole file meanwhile, on the
-// other core), so a changed file is read once.
+// Stage 3b, for large files: split a streamed file into content-defined chunks as its bytes pass
+// through the archiver, hashing each chunk, so a changed file is read once. The reader finds
+// the cuts (the gear hash, `Chunker`) and hashes the whole file meanwhile, on the other core.
 //
 // Two uses, by the file's `StreamMode`:
 // - `.wholeIndexed`: the file is written as a member of its own, as always; its chunks are
@@ -28,7 +28,6 @@ final class ChunkWriter {
   private let staging = UnsafeMutableRawBufferPointer.allocate(
     byteCount: ChunkingParameters.maximum, alignment: 64)
   private let hasher = SHA256Hasher()
-  private var chunker = Chunker()
 
   private var mode = StreamMode.whole
   /// `.wholeIndexed`: where the file's member and its data start.
@@ -60,38 +59,29 @@ final class ChunkWriter {
     self.mode = mode
     self.memberOffset = memberOffset
     self.dataStart = dataStart
-    chunker = Chunker()
     position = 0
     length = 0
     list = []
     _ = hasher.finalize()
   }
 
-  /// The file's next bytes.
-  func feed(_ data: UnsafeRawBufferPointer) throws {
-    var start = 0
-    while start < data.count {
-      let (count, boundary) = chunker.consume(UnsafeRawBufferPointer(rebasing: data[start...]))
-      let piece = UnsafeRawBufferPointer(rebasing: data[start..<(start + count)])
-      hasher.update(piece)
-      if mode == .chunks { (staging.baseAddress! + length).copyMemory(from: piece.baseAddress!, byteCount: count) }
-      length += count
-      start += count
-      if boundary { try endChunk() }
+  /// The file's next bytes; with `cut` ≥ 0, the current chunk ends after `cut` of them.
+  func feed(_ data: UnsafeRawBufferPointer, cut: Int) throws {
+    if cut < 0 {
+      append(data)
+      return
     }
+    append(UnsafeRawBufferPointer(rebasing: data[0..<cut]))
+    try endChunk()
+    append(UnsafeRawBufferPointer(rebasing: data[cut...]))
   }
 
-  /// `count` zero bytes (a short read's padding).
-  func feedZeros(_ count: Int64) throws {
-    let zeros = [UInt8](repeating: 0, count: 64 << 10)
-    var left = count
-    try zeros.withUnsafeBytes { buffer in
-      while left > 0 {
-        let n = Int(min(left, Int64(buffer.count)))
-        try feed(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
-        left -= Int64(n)
-      }
-    }
+  private func append(_ piece: UnsafeRawBufferPointer) {
+    guard !piece.isEmpty else { return }
+    precondition(length + piece.count <= staging.count, "a chunk is longer than the longest")
+    hasher.update(piece)
+    if mode == .chunks { (staging.baseAddress! + length).copyMemory(from: piece.baseAddress!, byteCount: piece.count) }
+    length += piece.count
   }
 
   /// Ends the file: returns its chunk list.

@@ -51,7 +51,8 @@ enum ContentMessage {
   /// `archiverHashes`, the archiver hashes the chunks (and the `end` carries no digest);
   /// `mode` says how the archiver stores it.
   case begin(item: Int, file: OpenedFile, archiverHashes: Bool, mode: StreamMode)
-  case chunk(buffer: UnsafeMutableRawBufferPointer, count: Int)
+  /// With `cut` ≥ 0 (files cut into chunks), the chunk being cut ends after `cut` bytes of it.
+  case chunk(buffer: UnsafeMutableRawBufferPointer, count: Int, cut: Int32)
   /// `count` zero bytes of a hole, between chunks of a file with holes.
   case hole(count: Int64)
   /// The attempt ended: `short` bytes were missing (to pad); `final` is false when another
@@ -281,9 +282,10 @@ final class ContentReader: @unchecked Sendable {
       var opened = file
       if before.mayBeSparse { opened.dataRegions = (try? fd.dataRegions(size: before.size)) ?? nil }
       let mode = streamMode(item, size: before.size, sparse: opened.dataRegions != nil)
-      // A chunked file is hashed twice, whole and chunk by chunk: the whole here, the chunks
-      // (and the cutting) on the archiver's side.
+      // A chunked file is hashed twice, whole and chunk by chunk: the whole here, with the
+      // cutting (the gear hash), the chunks on the archiver's side, so both cores share it.
       let archiverHashes = mode == .whole && archiverHasRoom
+      var chunker = mode == .whole ? nil : Chunker()
       guard queue.push(.begin(item: item, file: opened, archiverHashes: archiverHashes, mode: mode)) else {
         return false
       }
@@ -317,7 +319,9 @@ final class ContentReader: @unchecked Sendable {
           if !archiverHashes { hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n])) }
           remaining -= Int64(n)
           position += Int64(n)
-          guard queue.push(.chunk(buffer: buffer, count: n), cost: n) else {
+          var cut: Int32 = -1
+          if chunker != nil { cut = Self.cut(UnsafeRawBufferPointer(rebasing: buffer[0..<n]), with: &chunker!) }
+          guard queue.push(.chunk(buffer: buffer, count: n, cut: cut), cost: n) else {
             pool.give(buffer)
             return false
           }
@@ -329,10 +333,28 @@ final class ContentReader: @unchecked Sendable {
         guard queue.push(.hole(count: remaining)) else { return false }
         remaining = 0
       }
+      let wasShort = remaining > 0
+      if var cutting = chunker, remaining > 0 {
+        // A chunked file that ended early gets its missing bytes as zeros here, cut like the
+        // rest (the archiver pads a whole member; chunks need the cuts).
+        while remaining > 0 {
+          let count = Int(min(Int64(pool.bufferSize), remaining))
+          let buffer = pool.take(beforeWaiting: queue.nudge)
+          let zeros = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<count])
+          zeros.initializeMemory(as: UInt8.self, repeating: 0)
+          hasher.update(UnsafeRawBufferPointer(zeros))
+          remaining -= Int64(count)
+          let cut = Self.cut(UnsafeRawBufferPointer(zeros), with: &cutting)
+          guard queue.push(.chunk(buffer: buffer, count: count, cut: cut), cost: count) else {
+            pool.give(buffer)
+            return false
+          }
+        }
+      }
       if remaining > 0 && !archiverHashes { Self.hashZeros(remaining, into: hasher) }
       afterRead?(path, attempt)
       let after = try fd.status()
-      let stable = remaining == 0 && Self.same(before, after)
+      let stable = !wasShort && Self.same(before, after)
       guard
         queue.push(
           .end(
@@ -341,6 +363,19 @@ final class ContentReader: @unchecked Sendable {
       else { return false }
       if stable || isLast { return true }
     }
+  }
+
+  /// Where the chunk being cut ends in `data` (the next bytes of the file): the index after its
+  /// last byte, or -1 when it goes on past `data`. A buffer is never longer than the shortest
+  /// chunk, so it holds at most one cut.
+  static func cut(_ data: UnsafeRawBufferPointer, with chunker: inout Chunker) -> Int32 {
+    let (count, boundary) = chunker.consume(data)
+    guard boundary else { return -1 }
+    if count < data.count {
+      let (_, again) = chunker.consume(UnsafeRawBufferPointer(rebasing: data[count...]))
+      precondition(!again, "a read buffer is longer than the shortest chunk")
+    }
+    return Int32(count)
   }
 
   /// How the archiver will store item `item`, a file of `size` bytes being streamed.
