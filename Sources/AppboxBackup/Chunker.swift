@@ -53,51 +53,71 @@ struct Chunker {
     let minimum = ChunkingParameters.minimum
     let average = ChunkingParameters.average
     let maximum = ChunkingParameters.maximum
+    let count = data.count
     var index = 0
     // Up to the window's start nothing is hashed: no cut can come before the minimum.
     let windowStart = minimum - 64
     if length < windowStart {
-      let skip = min(windowStart - length, data.count)
+      let skip = min(windowStart - length, count)
       index = skip
       length += skip
-      if index == data.count { return (index, false) }
+      if index == count { return (index, false) }
     }
-    return ChunkingParameters.gear.withUnsafeBufferPointer { gear in
+    guard let base = data.baseAddress?.assumingMemoryBound(to: UInt8.self) else { return (0, false) }
+    let smallMask = ChunkingParameters.smallMask
+    let largeMask = ChunkingParameters.largeMask
+    return ChunkingParameters.gear.withUnsafeBufferPointer { table in
+      let gear = table.baseAddress!
       var hash = self.hash
-      var length = self.length
-      defer {
-        self.hash = hash
-        self.length = length
-      }
-      let bytes = data.bindMemory(to: UInt8.self)
-      let count = data.count
+      // Each phase runs to a precomputed end, so the loop tests one bound per byte.
       // Filling the window before the minimum: hashed, never tested.
-      while index < count && length < minimum {
-        hash = (hash << 1) &+ gear[Int(bytes[index])]
-        index += 1
-        length += 1
+      if length < minimum {
+        let end = min(count, index + (minimum - length))
+        let start = index
+        while index < end {
+          hash = (hash << 1) &+ gear[Int(base[index])]
+          index += 1
+        }
+        length += index - start
       }
-      while index < count && length < average {
-        hash = (hash << 1) &+ gear[Int(bytes[index])]
-        index += 1
-        length += 1
-        if hash & ChunkingParameters.smallMask == 0 { return end(index, &hash, &length) }
+      if length >= minimum && length < average && index < count {
+        let end = min(count, index + (average - length))
+        let start = index
+        while index < end {
+          let g = gear[Int(base[index])]
+          hash = g &+ hash &* 2
+          index += 1
+          if hash & smallMask == 0 {
+            self.hash = 0
+            self.length = 0
+            return (index, true)
+          }
+        }
+        length += index - start
       }
-      while index < count && length < maximum {
-        hash = (hash << 1) &+ gear[Int(bytes[index])]
-        index += 1
-        length += 1
-        if hash & ChunkingParameters.largeMask == 0 { return end(index, &hash, &length) }
+      if length >= average && length < maximum && index < count {
+        let end = min(count, index + (maximum - length))
+        let start = index
+        while index < end {
+          let g = gear[Int(base[index])]
+          hash = g &+ hash &* 2
+          index += 1
+          if hash & largeMask == 0 {
+            self.hash = 0
+            self.length = 0
+            return (index, true)
+          }
+        }
+        length += index - start
       }
-      if length >= maximum { return end(index, &hash, &length) }
+      if length >= maximum {
+        self.hash = 0
+        self.length = 0
+        return (index, true)
+      }
+      self.hash = hash
       return (index, false)
     }
-  }
-
-  private func end(_ index: Int, _ hash: inout UInt64, _ length: inout Int) -> (count: Int, isBoundary: Bool) {
-    hash = 0
-    length = 0
-    return (index, true)
   }
 
   /// The cut points of `data` taken whole: the length of each chunk, in order.
