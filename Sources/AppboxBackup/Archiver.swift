@@ -126,7 +126,9 @@ final class Archiver {
     plan: ArchivePlan, writer: ArchiveWriter, catalog: Catalog?, archiveName: String, deduplicate: Bool,
     pool: BufferPool, observer: EngineObserver, time: Date = Date()
   ) {
-    chunkWriter = catalog.map { ChunkWriter(writer: writer, catalog: $0, archiveName: archiveName, time: time) }
+    chunkWriter = catalog.map {
+      ChunkWriter(writer: writer, catalog: $0, archiveName: archiveName, time: time)
+    }
     self.pool = pool
     self.plan = plan
     self.writer = writer
@@ -185,7 +187,8 @@ final class Archiver {
   /// Consumes the queue until the reader closes it. On error, cancels the queue (freeing
   /// what is pending) and rethrows.
   func run(_ queue: HandoffQueue<ContentMessage>) throws {
-    var current: (item: Int, offset: Int64, dataOffset: Int64?, file: OpenedFile, hashing: Bool, mode: StreamMode)?
+    var current:
+      (item: Int, offset: Int64, dataOffset: Int64?, file: OpenedFile, hashing: Bool, mode: StreamMode)?
     do {
       while let message = queue.pop() {
         switch message {

@@ -147,7 +147,9 @@ private struct BackupRun {
         for tree in written.trees { try catalog.insertTree(tree, archive: archiveName) }
         try catalog.insertBlobs(written.blobs)
         try catalog.insertChunks(written.chunks)
-        for (digest, list) in written.chunkLists { try catalog.insertChunkList(digest, list, archive: archiveName) }
+        for (digest, list) in written.chunkLists {
+          try catalog.insertChunkList(digest, list, archive: archiveName)
+        }
         try catalog.insert(written.snapshot)
       }
     } catch {
@@ -198,7 +200,8 @@ private struct BackupRun {
       })
     let kind: SnapshotKind = parent == nil ? .full : .incremental
     let content = try archiveContent(
-      writer: writer, home: home, scanner: scanner, name: name, kind: kind, bundleEntry: bundleEntry, start: start)
+      writer: writer, home: home, scanner: scanner, name: name, kind: kind, bundleEntry: bundleEntry,
+      start: start)
     var keychainOffset: Int64?
     if let keychain = options.keychain, let items = try keychain.exportItems(for: app) {
       keychainOffset = writer.uncompressedOffset
@@ -218,7 +221,8 @@ private struct BackupRun {
       unreadablePaths: Snapshot.keptPaths(content.unreadable.map(\.path)))
     observer.engine(.stage("manifest"))
     let manifest = Manifest(
-      snapshot: snapshot, trees: trees.newTrees, blobs: blobs, chunks: content.chunks, chunkLists: content.chunkLists)
+      snapshot: snapshot, trees: trees.newTrees, blobs: blobs, chunks: content.chunks,
+      chunkLists: content.chunkLists)
     try writer.writeHeader(metadataMember(Manifest.memberPath, size: manifest.encodedSize, time: start))
     try manifest.encode { try writer.writeData($0) }
     try writer.finishEntry()

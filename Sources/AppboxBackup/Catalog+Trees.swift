@@ -79,7 +79,8 @@ extension Catalog {
         return data
       }
       guard deltas.count < 64 else {
-        throw BackupError(.corruptCatalog, "Catalog tree \(digest.hex.prefix(16)) has a delta chain that does not end")
+        throw BackupError(
+          .corruptCatalog, "Catalog tree \(digest.hex.prefix(16)) has a delta chain that does not end")
       }
       deltas.append(row.data)
       current = base
@@ -105,7 +106,8 @@ extension Catalog {
     let statement = try database.cachedStatement("SELECT base, data FROM trees WHERE digest = ?1")
     try digest.withUnsafeBytes { try statement.bind($0, at: 1) }
     return try statement.first { row in
-      StoredTree(digest: digest, base: row.isNull(0) ? nil : Digest(validating: row.blob(0)), data: row.blob(1))
+      StoredTree(
+        digest: digest, base: row.isNull(0) ? nil : Digest(validating: row.blob(0)), data: row.blob(1))
     }
   }
 

@@ -360,7 +360,9 @@ public final class Catalog {
 
   /// Where content `digest` is stored, without the member's path (restore reads it directly
   /// when `dataOffset` is known): one lookup, no allocation for the path.
-  func blobPosition(_ digest: Digest) throws -> (archive: String, offset: Int64, size: Int64, dataOffset: Int64?)? {
+  func blobPosition(_ digest: Digest) throws -> (
+    archive: String, offset: Int64, size: Int64, dataOffset: Int64?
+  )? {
     let statement = try database.cachedStatement(
       "SELECT archive, offset, size, data_offset FROM blobs WHERE digest = ?1")
     try digest.withUnsafeBytes { try statement.bind($0, at: 1) }
@@ -412,7 +414,11 @@ public final class Catalog {
       try statement.bind(blob.offset, at: 3)
       try statement.bind(blob.path, at: 4)
       try statement.bind(blob.size, at: 5)
-      if let dataOffset = blob.dataOffset { try statement.bind(dataOffset, at: 6) } else { try statement.bindNull(at: 6) }
+      if let dataOffset = blob.dataOffset {
+        try statement.bind(dataOffset, at: 6)
+      } else {
+        try statement.bindNull(at: 6)
+      }
       try statement.execute()
     }
   }

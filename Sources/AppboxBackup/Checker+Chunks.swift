@@ -24,11 +24,13 @@ extension Repository {
     var buffer = [UInt8](repeating: 0, count: ChunkingParameters.maximum)
     for (archive, locations) in Dictionary(grouping: chunks, by: \.archive) {
       guard let record = byName[archive] else {
-        problems.append("\(locations.count) chunk locations name archive '\(archive)', which the catalog lacks")
+        problems.append(
+          "\(locations.count) chunk locations name archive '\(archive)', which the catalog lacks")
         continue
       }
       guard record.compression == .none else {
-        problems.append("Archive '\(archive)' is compressed, but \(locations.count) chunk locations point into it")
+        problems.append(
+          "Archive '\(archive)' is compressed, but \(locations.count) chunk locations point into it")
         continue
       }
       let source: FileDescriptor
@@ -39,7 +41,8 @@ extension Repository {
         guard location.size > 0, location.size <= Int64(buffer.count), location.offset < location.dataOffset,
           !end.overflow, end.partialValue <= record.size
         else {
-          problems.append("Archive '\(archive)': chunk \(location.digest.hex.prefix(16)) lies outside the archive")
+          problems.append(
+            "Archive '\(archive)': chunk \(location.digest.hex.prefix(16)) lies outside the archive")
           continue
         }
         guard readData else { continue }

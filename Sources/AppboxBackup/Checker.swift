@@ -84,7 +84,8 @@ extension Repository {
     }
     let blobDigests = Set(blobs.map(\.digest))
     let chunks = try catalog.chunks()
-    report.problems += checkChunks(chunks, records: records, readData: readData, verified: &report.bytesVerified)
+    report.problems += checkChunks(
+      chunks, records: records, readData: readData, verified: &report.bytesVerified)
     let contents = ContentIndex(blobs: blobDigests, chunks: Set(chunks.map(\.digest)))
     var checkedTrees: Set<Digest> = []
     try catalog.reading {

@@ -80,7 +80,9 @@ final class ChunkWriter {
     guard !piece.isEmpty else { return }
     precondition(length + piece.count <= staging.count, "a chunk is longer than the longest")
     hasher.update(piece)
-    if mode == .chunks { (staging.baseAddress! + length).copyMemory(from: piece.baseAddress!, byteCount: piece.count) }
+    if mode == .chunks {
+      (staging.baseAddress! + length).copyMemory(from: piece.baseAddress!, byteCount: piece.count)
+    }
     length += piece.count
   }
 
@@ -104,11 +106,14 @@ final class ChunkWriter {
         try writer.writeData(UnsafeRawBufferPointer(rebasing: staging[0..<length]))
         try writer.finishEntry()
         bytesWritten += size
-        record(ChunkLocation(digest: digest, archive: archiveName, offset: offset, dataOffset: dataOffset, size: size))
+        record(
+          ChunkLocation(
+            digest: digest, archive: archiveName, offset: offset, dataOffset: dataOffset, size: size))
       case .wholeIndexed:
         record(
           ChunkLocation(
-            digest: digest, archive: archiveName, offset: memberOffset, dataOffset: dataStart + position, size: size))
+            digest: digest, archive: archiveName, offset: memberOffset, dataOffset: dataStart + position,
+            size: size))
       case .whole:
         break
       }

@@ -320,7 +320,9 @@ final class ContentReader: @unchecked Sendable {
           remaining -= Int64(n)
           position += Int64(n)
           var cut: Int32 = -1
-          if chunker != nil { cut = Self.cut(UnsafeRawBufferPointer(rebasing: buffer[0..<n]), with: &chunker!) }
+          if chunker != nil {
+            cut = Self.cut(UnsafeRawBufferPointer(rebasing: buffer[0..<n]), with: &chunker!)
+          }
           guard queue.push(.chunk(buffer: buffer, count: n, cut: cut), cost: n) else {
             pool.give(buffer)
             return false

@@ -12,13 +12,15 @@
 // (at most `batchBytes` from the first byte of the first to the last byte of the last,
 // headers in between included) read with one pread each, a large member alone (read in
 // pieces), and each file stored as chunks (its chunks read one by one, in file order). A
-// worker takes the next unit, reads it into its own buffer, and for each content creates
-// every planned file with it (O_CREAT | O_EXCL | O_NOFOLLOW beneath its directory, through the
+// worker takes the next unit, reads it into its own buffer, and for each content creates the
+// first planned file with it (O_CREAT | O_EXCL | O_NOFOLLOW beneath its directory, through the
 // worker's own descriptors), writes it, hashes it, and only when the digest matches the one
-// the tree recorded applies attributes, owner, mode and times and closes the file. Zero chunks
-// of a chunked file are not written (they stay holes; the file gets its length at the end).
+// the tree recorded applies attributes, owner, mode and times; every other file with the same
+// content is then copied from it, holes kept. Zero chunks of a chunked file are not written
+// (they stay holes; the file gets its length at the end).
 //
-// Invariants: every byte written is hashed by the same worker before its file is finished; a
+// Invariants: every byte written is hashed by the same worker before its file is finished (a
+// copy is made only from a file whose content was verified); a
 // mismatch, a short read or any failure stops both workers and is thrown (the caller discards
 // the staging directory); each file is created by exactly one unit; nothing is written outside
 // the target (directories are opened beneath it, never following a symlink).
@@ -198,46 +200,72 @@ final class DirectExtractor: @unchecked Sendable {
       return fd
     }
 
-    /// Creates every planned file with content `digest`, empty, open for writing.
-    func createTargets(_ digest: Digest) throws -> [(index: Int, fd: FileDescriptor)] {
-      var opened: [(index: Int, fd: FileDescriptor)] = []
-      do {
-        for index in plan.files(withContent: digest) {
-          let item = plan.files[index]
-          let parent = try directory(item.parent)
-          let fd: FileDescriptor
-          if item.protectionClass != .none, let protected = extractor.protectedFiles {
-            fd = try protected.createFile(rawName: item.name, in: parent, class: item.protectionClass, mode: 0o600)
-          } else {
-            fd = try parent.open(rawName: item.name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o600)
-          }
-          opened.append((index, fd))
-        }
-      } catch {
-        for file in opened { file.fd.close() }
-        throw error
+    /// Creates file `index` of the plan, empty, open for writing.
+    func create(_ index: Int) throws -> FileDescriptor {
+      let item = plan.files[index]
+      let parent = try directory(item.parent)
+      if item.protectionClass != .none, let protected = extractor.protectedFiles {
+        return try protected.createFile(
+          rawName: item.name, in: parent, class: item.protectionClass, mode: 0o600)
       }
-      return opened
+      return try parent.open(rawName: item.name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o600)
     }
 
-    /// Checks the digest, then gives each file its metadata and closes it.
-    func finish(_ files: [(index: Int, fd: FileDescriptor)], digest: Digest, size: Int64) throws {
-      defer { for file in files { file.fd.close() } }
+    /// Gives file `index` (open as `fd`) its owner, attributes, mode and times.
+    func finishFile(_ index: Int, _ fd: FileDescriptor, size: Int64) throws {
+      let item = plan.files[index]
+      if let owner = extractor.owner, item.isData { try fd.setOwner(owner, owner) }
+      try TreeWriter.applyMetadata(item, to: fd)
+      if size >= 64 << 10 { fd.startWriteback(offset: 0, length: size) }
+      extractor.written[index] = true
+    }
+
+    /// Content `digest` of `size` bytes was written to `primary` (file `first`, still open)
+    /// and hashed: checks the digest, finishes the file, then gives every other planned file
+    /// with that content a copy of it (holes kept), one at a time, so a content shared by
+    /// thousands of files needs no more descriptors than one.
+    func finish(_ first: Int, _ primary: FileDescriptor, digest: Digest, size: Int64) throws {
+      defer { primary.close() }
       guard hasher.finalize() == digest else {
-        let path = files.first.map { plan.files[$0.index].path } ?? []
         throw BackupError(
           .corruptArchive,
-          "The content of '\(display(path))' does not match its recorded SHA-256: an archive is damaged")
+          "The content of '\(display(plan.files[first].path))' does not match its recorded SHA-256: an archive is damaged"
+        )
       }
-      for file in files {
-        let item = plan.files[file.index]
-        if let owner = extractor.owner, item.isData { try file.fd.setOwner(owner, owner) }
-        try TreeWriter.applyMetadata(item, to: file.fd)
-        if size >= 64 << 10 { file.fd.startWriteback(offset: 0, length: size) }
-        extractor.written[file.index] = true
+      var count = 1
+      let others = plan.files(withContent: digest).filter { $0 != first }
+      if !others.isEmpty {
+        // Read back through a descriptor of its own (the first was opened write-only).
+        let item = plan.files[first]
+        let source = try directory(item.parent).open(rawName: item.name, O_RDONLY | O_NOFOLLOW)
+        defer { source.close() }
+        let regions = try source.dataRegions(size: size) ?? (size > 0 ? [0..<size] : [])
+        for index in others {
+          let copy = try create(index)
+          try copy.closeAfter { copy in
+            for region in regions {
+              var position = region.lowerBound
+              while position < region.upperBound {
+                let wanted = Int(min(Int64(buffer.count), region.upperBound - position))
+                let n = try source.readAll(
+                  into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<wanted]), at: position)
+                guard n == wanted else {
+                  throw SystemError("read", path: display(plan.files[first].path), errno: .ioError)
+                }
+                try copy.writeAll(UnsafeRawBufferPointer(rebasing: buffer[0..<n]), at: position)
+                position += Int64(n)
+              }
+            }
+            try copy.truncate(to: size)
+            try finishFile(index, copy, size: size)
+          }
+          count += 1
+        }
       }
-      _ = extractor.filesDone.wrappingAdd(files.count, ordering: .relaxed)
-      _ = extractor.bytesDone.wrappingAdd(Int(size) * files.count, ordering: .relaxed)
+      // Its metadata last: its final mode may not let this process read it back.
+      try finishFile(first, primary, size: size)
+      _ = extractor.filesDone.wrappingAdd(count, ordering: .relaxed)
+      _ = extractor.bytesDone.wrappingAdd(Int(size) * count, ordering: .relaxed)
     }
 
     private func read(_ archive: Int32, at offset: Int64, count: Int) throws -> UnsafeRawBufferPointer {
@@ -246,7 +274,8 @@ final class DirectExtractor: @unchecked Sendable {
       guard n == count else {
         throw BackupError(
           .corruptArchive,
-          "Archive '\(extractor.work.archives[Int(archive)])' is damaged: it ends inside a member it should hold")
+          "Archive '\(extractor.work.archives[Int(archive)])' is damaged: it ends inside a member it should hold"
+        )
       }
       return UnsafeRawBufferPointer(slice)
     }
@@ -260,63 +289,65 @@ final class DirectExtractor: @unchecked Sendable {
         return
       }
       let last = blobs[range.upperBound - 1]
-      let span = try read(first.archive, at: first.dataOffset, count: Int(last.dataOffset + last.size - first.dataOffset))
+      let span = try read(
+        first.archive, at: first.dataOffset, count: Int(last.dataOffset + last.size - first.dataOffset))
       for blob in blobs[range] {
         let start = Int(blob.dataOffset - first.dataOffset)
         let data = UnsafeRawBufferPointer(rebasing: span[start..<(start + Int(blob.size))])
-        let files = try createTargets(blob.digest)
+        guard let index = plan.firstFile(withContent: blob.digest).map(Int.init) else { continue }
+        let fd = try create(index)
         do {
-          for file in files { try file.fd.writeAll(data, at: 0) }
+          try fd.writeAll(data, at: 0)
         } catch {
-          for file in files { file.fd.close() }
+          fd.close()
           throw error
         }
         hasher.update(data)
-        try finish(files, digest: blob.digest, size: blob.size)
+        try finish(index, fd, digest: blob.digest, size: blob.size)
       }
     }
 
     /// A blob larger than the buffer, read and written piece by piece.
     private func restoreLarge(_ blob: DirectWork.Blob) throws {
-      let files = try createTargets(blob.digest)
+      guard let index = plan.firstFile(withContent: blob.digest).map(Int.init) else { return }
+      let fd = try create(index)
       do {
         var done: Int64 = 0
         while done < blob.size {
           let count = Int(min(Int64(buffer.count), blob.size - done))
           let data = try read(blob.archive, at: blob.dataOffset + done, count: count)
-          for file in files { try file.fd.writeAll(data, at: done) }
+          try fd.writeAll(data, at: done)
           hasher.update(data)
           done += Int64(count)
         }
       } catch {
-        for file in files { file.fd.close() }
+        fd.close()
         _ = hasher.finalize()
         throw error
       }
-      try finish(files, digest: blob.digest, size: blob.size)
+      try finish(index, fd, digest: blob.digest, size: blob.size)
     }
 
     /// A content stored as chunks: each read where it lies and written at its place, in
     /// order, so the whole file's digest is hashed as it is assembled.
     func restore(_ content: DirectWork.Chunked) throws {
-      let files = try createTargets(content.digest)
+      guard let index = plan.firstFile(withContent: content.digest).map(Int.init) else { return }
+      let fd = try create(index)
       do {
         var position: Int64 = 0
         for chunk in content.chunks {
           let data = try read(chunk.archive, at: chunk.dataOffset, count: Int(chunk.size))
-          if !isAllZero(data) {
-            for file in files { try file.fd.writeAll(data, at: position) }
-          }
+          if !isAllZero(data) { try fd.writeAll(data, at: position) }
           hasher.update(data)
           position += chunk.size
         }
-        for file in files { try file.fd.truncate(to: content.size) }
+        try fd.truncate(to: content.size)
       } catch {
-        for file in files { file.fd.close() }
+        fd.close()
         _ = hasher.finalize()
         throw error
       }
-      try finish(files, digest: content.digest, size: content.size)
+      try finish(index, fd, digest: content.digest, size: content.size)
     }
   }
 }

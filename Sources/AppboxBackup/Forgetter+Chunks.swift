@@ -35,7 +35,9 @@ extension Repository {
       if doomed.contains(archive) { live.movingLists.append((digest, list)) }
     }
     if live.digests.isEmpty { return live }
-    live.moving = try catalog.chunks().filter { doomed.contains($0.archive) && live.digests.contains($0.digest) }
+    live.moving = try catalog.chunks().filter {
+      doomed.contains($0.archive) && live.digests.contains($0.digest)
+    }
     return live
   }
 
@@ -58,21 +60,27 @@ extension Repository {
         let data = try buffer.withUnsafeMutableBytes { raw -> UnsafeRawBufferPointer in
           let slice = UnsafeMutableRawBufferPointer(rebasing: raw[0..<count])
           guard try source.readAll(into: slice, at: location.dataOffset) == count else {
-            throw BackupError(.corruptArchive, "Archive '\(archive)' ends inside chunk \(location.digest.hex.prefix(16))")
+            throw BackupError(
+              .corruptArchive, "Archive '\(archive)' ends inside chunk \(location.digest.hex.prefix(16))")
           }
           return UnsafeRawBufferPointer(slice)
         }
         guard SHA256.hash(data) == location.digest else {
           throw BackupError(
-            .corruptArchive, "Archive '\(archive)' is damaged: chunk \(location.digest.hex.prefix(16)) does not match its SHA-256")
+            .corruptArchive,
+            "Archive '\(archive)' is damaged: chunk \(location.digest.hex.prefix(16)) does not match its SHA-256"
+          )
         }
         let offset = writer.uncompressedOffset
-        try writer.writeHeader(metadataMember(ChunkList.memberPath(location.digest), size: count, time: Date()))
+        try writer.writeHeader(
+          metadataMember(ChunkList.memberPath(location.digest), size: count, time: Date()))
         let dataOffset = writer.uncompressedOffset
         try writer.writeData(data)
         try writer.finishEntry()
         copied.append(
-          ChunkLocation(digest: location.digest, archive: name, offset: offset, dataOffset: dataOffset, size: location.size))
+          ChunkLocation(
+            digest: location.digest, archive: name, offset: offset, dataOffset: dataOffset,
+            size: location.size))
       }
     }
     return copied
@@ -81,12 +89,14 @@ extension Repository {
   /// In forget's transaction: moves the copied chunks and the carried chunk lists to archive
   /// `name`, and drops the chunk rows of the deleted archives and the lists no live content has.
   func moveChunks(
-    _ moved: [ChunkLocation], lists: [(digest: Digest, list: ChunkList)], into name: String?, live: LiveChunks,
+    _ moved: [ChunkLocation], lists: [(digest: Digest, list: ChunkList)], into name: String?,
+    live: LiveChunks,
     doomed: [ArchiveRecord]
   ) throws {
     for chunk in moved {
       try catalog.database.execute(
-        "UPDATE chunks SET archive = ?1, offset = ?2, data_offset = ?3 WHERE digest = ?4", .text(chunk.archive),
+        "UPDATE chunks SET archive = ?1, offset = ?2, data_offset = ?3 WHERE digest = ?4",
+        .text(chunk.archive),
         .integer(chunk.offset), .integer(chunk.dataOffset), .blob(chunk.digest.bytes))
     }
     if let name {

@@ -96,12 +96,14 @@ extension Repository {
       if let newRecord { try catalog.insert(newRecord) }
       for blob in moved {
         try catalog.database.execute(
-          "UPDATE blobs SET archive = ?1, offset = ?2, data_offset = ?3 WHERE digest = ?4", .text(blob.archive),
+          "UPDATE blobs SET archive = ?1, offset = ?2, data_offset = ?3 WHERE digest = ?4",
+          .text(blob.archive),
           .integer(blob.offset), blob.dataOffset.map(SQLValue.integer) ?? .null,
           .blob(blob.digest.bytes))
       }
       for digest in movingTrees { try catalog.storeWhole(digest, archive: newRecord!.name) }
-      try moveChunks(movedChunks, lists: chunking.movingLists, into: newRecord?.name, live: chunking, doomed: doomed)
+      try moveChunks(
+        movedChunks, lists: chunking.movingLists, into: newRecord?.name, live: chunking, doomed: doomed)
       for snapshot in report.removed { try catalog.deleteSnapshot(id: snapshot.id) }
       for blob in allBlobs where !liveBlobs.contains(blob.digest) {
         try catalog.database.execute("DELETE FROM blobs WHERE digest = ?1", .blob(blob.digest.bytes))
@@ -150,7 +152,8 @@ extension Repository {
   /// Copies `moving` and `chunks` (and the trees' data and the chunk lists) into a new
   /// archive, verifying each blob's and chunk's digest. Trees are written whole.
   private func writeRepack(
-    moving: [BlobLocation], trees: [Digest], chunks: [ChunkLocation], lists: [(digest: Digest, list: ChunkList)]
+    moving: [BlobLocation], trees: [Digest], chunks: [ChunkLocation],
+    lists: [(digest: Digest, list: ChunkList)]
   ) throws -> (record: ArchiveRecord, blobs: [BlobLocation], chunks: [ChunkLocation]) {
     let name = try newSnapshotID() + ArchiveCompression.none.fileSuffix
     let archives = try OwnedFileDescriptor.open(archivesPath, O_RDONLY | O_DIRECTORY)

@@ -93,7 +93,8 @@ public enum HomeSwap {
     CrashPoint.hit("swap.journaled")
     defer { staging.applicationRoot.close() }
     try finish(
-      journal: PropertyListDictionary(journal), applicationRoot: staging.applicationRoot, journal: Journal(root: session.root))
+      journal: PropertyListDictionary(journal), applicationRoot: staging.applicationRoot,
+      journal: Journal(root: session.root))
   }
 
   /// Makes the staged contents durable and writes the journal that commits the swap; from

@@ -49,7 +49,9 @@ struct Manifest {
     size += ByteWriter.varintSize(UInt64(fields.count))
     for (key, value) in fields { size += data(key.utf8.count) + data(value.count) }
     size += ByteWriter.varintSize(UInt64(trees.count))
-    for tree in trees { size += Digest.byteCount + 1 + (tree.base == nil ? 0 : Digest.byteCount) + data(tree.data.count) }
+    for tree in trees {
+      size += Digest.byteCount + 1 + (tree.base == nil ? 0 : Digest.byteCount) + data(tree.data.count)
+    }
     size += ByteWriter.varintSize(UInt64(blobs.count))
     for blob in blobs {
       size +=
@@ -209,7 +211,8 @@ struct Manifest {
           }
           blobs.append(
             BlobLocation(
-              digest: digest, archive: archive, offset: offset, path: path, size: size, dataOffset: dataOffset))
+              digest: digest, archive: archive, offset: offset, path: path, size: size, dataOffset: dataOffset
+            ))
         }
         var chunks: [ChunkLocation] = []
         var chunkLists: [(digest: Digest, list: ChunkList)] = []

@@ -140,7 +140,9 @@ extension Repository {
         if let owner { for path in added { try writer.handOver(Array(path.utf8), to: owner) } }
         writer.closeAll()
       }
-      for item in plan.directories.reversed() { try writer.finishDirectory(item, owner: item.isData ? owner : nil) }
+      for item in plan.directories.reversed() {
+        try writer.finishDirectory(item, owner: item.isData ? owner : nil)
+      }
       report.files = plan.files.count + plan.hardLinks.count + plan.symlinks.count + plan.fifos.count
       report.bytes = plan.totalBytes
     } catch {
@@ -182,15 +184,21 @@ extension Repository {
     if contents.count * 4 >= (try catalog.count("blobs")) {
       positions.reserveCapacity(contents.count)
       try catalog.forEachBlobPosition { digest, archive, offset, size, dataOffset in
-        if plan.firstFile(withContent: digest) != nil { positions[digest] = (archive, offset, size, dataOffset) }
+        if plan.firstFile(withContent: digest) != nil {
+          positions[digest] = (archive, offset, size, dataOffset)
+        }
       }
     } else {
-      for (digest, _) in contents { if let position = try catalog.blobPosition(digest) { positions[digest] = position } }
+      for (digest, _) in contents {
+        if let position = try catalog.blobPosition(digest) { positions[digest] = position }
+      }
     }
     for (digest, first) in contents {
       if let position = positions[digest] {
         sources.archives.insert(position.archive)
-        if let dataOffset = position.dataOffset, records[position.archive]?.compression == ArchiveCompression.none {
+        if let dataOffset = position.dataOffset,
+          records[position.archive]?.compression == ArchiveCompression.none
+        {
           sources.direct.blobs.append(
             DirectWork.Blob(
               digest: digest, archive: index(position.archive), dataOffset: dataOffset, size: position.size))
@@ -221,7 +229,9 @@ extension Repository {
     }
     // Oldest archive first, each from start to end (one integer key each: rank, then offset).
     let archiveRank = sources.direct.archives.map { path in Int64(rank[splitPath(path).name] ?? 0) << 48 }
-    sources.direct.blobs.sort { archiveRank[Int($0.archive)] | $0.dataOffset < archiveRank[Int($1.archive)] | $1.dataOffset }
+    sources.direct.blobs.sort {
+      archiveRank[Int($0.archive)] | $0.dataOffset < archiveRank[Int($1.archive)] | $1.dataOffset
+    }
     return sources
   }
 

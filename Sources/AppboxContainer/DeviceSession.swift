@@ -177,7 +177,8 @@ public final class DeviceSession {
         do {
           try FileTree.remove(name, in: applicationRoot.borrowed)
         } catch {
-          warnings.append("the old home could not be deleted yet (\(error)); the next appbox command finishes it")
+          warnings.append(
+            "the old home could not be deleted yet (\(error)); the next appbox command finishes it")
         }
       }
     } catch {

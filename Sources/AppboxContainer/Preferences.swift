@@ -157,7 +157,9 @@ public struct Preferences: Sendable {
         .key
     else {
       try AtomicFile.write(bytes, to: fileName, in: folder)
-      if let owner = AppUser.dataOwner(of: app) { try DataOwnership.handOver(fileName, in: folder, to: owner) }
+      if let owner = AppUser.dataOwner(of: app) {
+        try DataOwnership.handOver(fileName, in: folder, to: owner)
+      }
       return
     }
     let writer = try ProtectedFileWriter(protection: protection)

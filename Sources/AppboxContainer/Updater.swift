@@ -216,7 +216,8 @@ extension DeviceSession {
   /// is false (the caller removes it later). Idempotent. Returns the trash's name.
   @discardableResult
   func finishUpdate(
-    oldContainerID: String, newContainerID: String, in applicationRoot: FileDescriptor, removingTrash: Bool = true
+    oldContainerID: String, newContainerID: String, in applicationRoot: FileDescriptor,
+    removingTrash: Bool = true
   ) throws -> String {
     let stagingName = HomeStaging.prefix + newContainerID
     if try applicationRoot.statusIfPresent(of: stagingName) != nil {

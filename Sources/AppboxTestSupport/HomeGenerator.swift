@@ -261,7 +261,9 @@ public func generateInPlaceFiles(home: String, seed: UInt64) throws {
   try makeDirectories(home + "/Library/Application Support")
   try makeDirectories(home + "/Documents/Media")
   try writer.write(home + "/" + InPlaceFiles.database, size: InPlaceFiles.databaseSize)
-  for (path, size) in zip(InPlaceFiles.media, InPlaceFiles.mediaSizes) { try writer.write(home + "/" + path, size: size) }
+  for (path, size) in zip(InPlaceFiles.media, InPlaceFiles.mediaSizes) {
+    try writer.write(home + "/" + path, size: size)
+  }
 }
 
 /// What a workload changed.
@@ -298,7 +300,9 @@ public func mutateInPlace(home: String, percent: Double, seed: UInt64) throws ->
       if area == "Library" && relative.hasPrefix("Caches") { continue }
       let path = home + "/" + area + "/" + relative
       var st = stat()
-      if lstat(path, &st) == 0 && st.st_mode & S_IFMT == S_IFREG && !skip.contains(path) { files.append(path) }
+      if lstat(path, &st) == 0 && st.st_mode & S_IFMT == S_IFREG && !skip.contains(path) {
+        files.append(path)
+      }
     }
   }
   files.sort()
@@ -336,7 +340,9 @@ public func mutateInPlace(home: String, percent: Double, seed: UInt64) throws ->
   defer { close(database) }
   for index in edited.sorted() {
     page.withUnsafeMutableBytes { random.fill($0) }
-    _ = page.withUnsafeBytes { pwrite(database, $0.baseAddress, $0.count, off_t(index * InPlaceFiles.pageSize)) }
+    _ = page.withUnsafeBytes {
+      pwrite(database, $0.baseAddress, $0.count, off_t(index * InPlaceFiles.pageSize))
+    }
     result.editedInPlace += Int64(InPlaceFiles.pageSize)
   }
   result.modified += 1
@@ -348,7 +354,9 @@ public func mutateInPlace(home: String, percent: Double, seed: UInt64) throws ->
   let media = open(home + "/" + InPlaceFiles.media[first], O_WRONLY | O_CLOEXEC)
   guard media >= 0 else { throw GeneratorError("cannot open a media file") }
   let size = InPlaceFiles.mediaSizes[first]
-  _ = block.withUnsafeBytes { pwrite(media, $0.baseAddress, $0.count, off_t(random.below(size - block.count))) }
+  _ = block.withUnsafeBytes {
+    pwrite(media, $0.baseAddress, $0.count, off_t(random.below(size - block.count)))
+  }
   close(media)
   var tail = [UInt8](repeating: 0, count: 256 << 10)
   tail.withUnsafeMutableBytes { random.fill($0) }

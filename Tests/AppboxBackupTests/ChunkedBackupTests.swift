@@ -17,7 +17,8 @@ struct ChunkedBackupTests {
   func editedInPlace() throws -> (Fixture, [BackupResult], [[[UInt8]: CapturedEntry]], [UInt8]) {
     let fixture = try Fixture()
     try fixture.write("Documents/small.txt", "small")
-    let path = try fixture.write("Library/Application Support/Store.sqlite", bytes: randomBytes(Self.size, seed: 11))
+    let path = try fixture.write(
+      "Library/Application Support/Store.sqlite", bytes: randomBytes(Self.size, seed: 11))
     var captures = [try fixture.captureData()]
     var results = [try fixture.backup()]
     let edit = randomBytes(16 << 10, seed: 12)
@@ -148,7 +149,8 @@ struct ChunkedBackupTests {
     expectSame(expected, try fixture.captureData())
     var st = stat()
     #expect(stat(fixture.path("Documents/video.mov"), &st) == 0)
-    #expect(Int(st.st_blocks) * 512 <= size - ChunkingParameters.maximum + (64 << 10), "the zero chunks stay holes")
+    #expect(
+      Int(st.st_blocks) * 512 <= size - ChunkingParameters.maximum + (64 << 10), "the zero chunks stay holes")
   }
 
   /// `advise` attributes to the edited file exactly the chunks its backup stored.
@@ -157,5 +159,27 @@ struct ChunkedBackupTests {
     let report = try fixture.repository.advise(app: fixture.app.bundleIdentifier)
     let bar = try #require(report.chart.bars.last)
     #expect(bar.bytes.reduce(0, +) == results[1].snapshot.bytesAdded)
+  }
+
+  /// Contents shared by many files (small, large, chunked) are written once and copied to the
+  /// others, modes and all, even to files their owner cannot read.
+  @Test func sharedContentsRestoreToEveryPath() throws {
+    let fixture = try Fixture()
+    let small = randomBytes(5000, seed: 31)
+    for index in 0..<300 {
+      try fixture.write("Documents/copies/\(index).txt", bytes: small, mode: index == 7 ? 0o200 : 0o644)
+    }
+    let large = randomBytes(3 << 20, seed: 32)
+    for index in 0..<3 { try fixture.write("Documents/large-\(index).bin", bytes: large) }
+    _ = try fixture.backup()
+    var edited = large
+    edited[100] ^= 1
+    for index in 0..<3 { try fixture.write("Documents/large-\(index).bin", bytes: edited) }
+    try fixture.trustSnapshots()
+    let expected = try fixture.captureData()
+    _ = try fixture.backup()
+    try FileManager.default.removeItem(atPath: fixture.path("Documents"))
+    _ = try fixture.repository.restore(fixture.app.bundleIdentifier, in: fixture.session)
+    expectSame(expected, try fixture.captureData())
   }
 }

@@ -48,9 +48,12 @@ struct ChunkerTests {
   @Test func chunksStayWithinTheBoundsAndAverageNearTheTarget() {
     let bytes = randomBytes(64 << 20, seed: 3)
     let lengths = chunkLengths(bytes)
-    #expect(lengths.dropLast().allSatisfy { $0 >= ChunkingParameters.minimum && $0 <= ChunkingParameters.maximum })
+    #expect(
+      lengths.dropLast().allSatisfy { $0 >= ChunkingParameters.minimum && $0 <= ChunkingParameters.maximum })
     let average = Double(bytes.count) / Double(lengths.count)
-    #expect(average > 0.6 * Double(ChunkingParameters.average) && average < 1.6 * Double(ChunkingParameters.average))
+    #expect(
+      average > 0.6 * Double(ChunkingParameters.average) && average < 1.6 * Double(ChunkingParameters.average)
+    )
   }
 
   /// An edit in place moves only the cuts near it: every other chunk is the same.

@@ -21,7 +21,8 @@ struct ManifestTests {
       trees: [
         StoredTree(digest: SHA256.hash(tree), data: tree),
         StoredTree(
-          digest: SHA256.hash(newer), base: SHA256.hash(tree), data: try! TreeDelta.make(from: tree, to: newer)),
+          digest: SHA256.hash(newer), base: SHA256.hash(tree),
+          data: try! TreeDelta.make(from: tree, to: newer)),
       ],
       blobs: [
         BlobLocation(
@@ -73,7 +74,8 @@ struct ManifestTests {
     #expect(decoded.trees == [StoredTree(digest: SHA256.hash(tree), data: tree)])
     #expect(
       decoded.blobs == [
-        BlobLocation(digest: SHA256.hash([7]), archive: "old.tar", offset: 512, path: Array("Documents/a".utf8), size: 3)
+        BlobLocation(
+          digest: SHA256.hash([7]), archive: "old.tar", offset: 512, path: Array("Documents/a".utf8), size: 3)
       ])
     #expect(decoded.chunks.isEmpty && decoded.chunkLists.isEmpty)
   }

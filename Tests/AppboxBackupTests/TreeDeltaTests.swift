@@ -12,7 +12,8 @@ struct TreeDeltaTests {
     let entries = (0..<count).map { index in
       TreeEntry(
         name: Array(String(format: "file-%05d.bin", index).utf8), type: .file, permissions: 0o644, uid: 501,
-        gid: 501, size: Int64(random.below(1 << 20)), modificationTime: 1_700_000_000_000_000_000 + Int64(index),
+        gid: 501, size: Int64(random.below(1 << 20)),
+        modificationTime: 1_700_000_000_000_000_000 + Int64(index),
         changeTime: 1_700_000_000_000_000_000 + Int64(index), inode: UInt64(1000 + index),
         digest: SHA256.hash(Array("\(index)-\(seed)".utf8)))
     }
@@ -37,7 +38,8 @@ struct TreeDeltaTests {
         default:
           let name = Array("added-\(round)-\(random.below(1000))".utf8)
           if edited.entry(named: name) == nil {
-            edited.entries.append(TreeEntry(name: name, type: .symlink, permissions: 0o777, linkTarget: [0x2F]))
+            edited.entries.append(
+              TreeEntry(name: name, type: .symlink, permissions: 0o777, linkTarget: [0x2F]))
             edited.entries.sort { $0.name.lexicographicallyPrecedes($1.name) }
           }
         }
@@ -115,10 +117,12 @@ struct TreeDeltaTests {
     #expect(throws: BackupError.self) { try catalog.treeData(wrong.digest) }
     // Its base gone: refused, not silently missing.
     try catalog.database.execute(
-      "UPDATE trees SET base = ?1 WHERE digest = ?2", .blob(SHA256.hash([1]).bytes), .blob(wrong.digest.bytes))
+      "UPDATE trees SET base = ?1 WHERE digest = ?2", .blob(SHA256.hash([1]).bytes), .blob(wrong.digest.bytes)
+    )
     #expect(throws: BackupError.self) { try catalog.treeData(wrong.digest) }
     // A whole copy of a tree (from a later manifest) replaces its delta.
-    try catalog.insertTree(wrong.digest, data: versions[stored.firstIndex(of: wrong)!].encoded(), archive: "b.tar")
+    try catalog.insertTree(
+      wrong.digest, data: versions[stored.firstIndex(of: wrong)!].encoded(), archive: "b.tar")
     #expect(try catalog.storedTree(wrong.digest)?.base == nil)
     #expect(try catalog.treeData(wrong.digest) != nil)
   }

@@ -144,16 +144,20 @@ struct Bench {
       )
     }
     _ = try? shell.run("rm -f \(image)")
-    return WorkFileSystem(image: nil, note: "file system: the work directory's own (\(fileSystemDescription()))")
+    return WorkFileSystem(
+      image: nil, note: "file system: the work directory's own (\(fileSystemDescription()))")
   }
 
   func fileSystemDescription() -> String {
     let text = (try? shell.run("findmnt -n -o FSTYPE,OPTIONS -T \(work)"))?.trimmingCharacters(
       in: .whitespacesAndNewlines)
-    var description = text.map { $0.split(whereSeparator: \.isWhitespace).joined(separator: ", ") } ?? "unknown"
-    if let source = try? shell.run("findmnt -n -o SOURCE -T \(work)").trimmingCharacters(in: .whitespacesAndNewlines),
+    var description =
+      text.map { $0.split(whereSeparator: \.isWhitespace).joined(separator: ", ") } ?? "unknown"
+    if let source = try? shell.run("findmnt -n -o SOURCE -T \(work)").trimmingCharacters(
+      in: .whitespacesAndNewlines),
       source.hasPrefix("/dev/"),
-      let features = try? shell.run("dumpe2fs -h \(source) 2>/dev/null | grep -i '^Filesystem features'", allowFailure: true),
+      let features = try? shell.run(
+        "dumpe2fs -h \(source) 2>/dev/null | grep -i '^Filesystem features'", allowFailure: true),
       !features.isEmpty
     {
       description += features.contains("has_journal") ? "; journaled" : "; no journal"
@@ -185,7 +189,9 @@ struct Bench {
 
   /// Makes (untimed) the tree the churned state deletes: a copy of the backed-up data.
   func makeChurnTree(_ home: String) throws {
-    try shell.run("rm -rf \(work)/churn && mkdir -p \(work)/churn && cp -a \(home)/Documents \(home)/Library \(work)/churn/")
+    try shell.run(
+      "rm -rf \(work)/churn && mkdir -p \(work)/churn && cp -a \(home)/Documents \(home)/Library \(work)/churn/"
+    )
   }
 
   /// Deletes it, right before a run's timed commands.
@@ -226,15 +232,20 @@ struct Bench {
     // data) goes to a repository that already holds the bundle: the same bytes as the peers.
     // The bytes stored are what each run added to its repository or archive.
     for repository in ["full-appbox", "full-zstd"] {
-      try shell.run("rm -rf \(work)/\(repository) && \(ab) --quiet backup \(app) --repo \(work)/\(repository)")
+      try shell.run(
+        "rm -rf \(work)/\(repository) && \(ab) --quiet backup \(app) --repo \(work)/\(repository)")
     }
     for run in 0..<runs {
       try shell.run("rm -rf \(work)/full && mkdir -p \(work)/full && restic -q -r \(work)/full/restic init")
       try prepare(state, home: home)
       let steps: [(String, String, String, Bool)] = [
-        ("appbox", "\(ab) --quiet backup \(app) --full --repo \(work)/full-appbox", "\(work)/full-appbox", true),
         (
-          "appbox --compress zstd", "\(ab) --quiet backup \(app) --full --compress zstd --repo \(work)/full-zstd",
+          "appbox", "\(ab) --quiet backup \(app) --full --repo \(work)/full-appbox", "\(work)/full-appbox",
+          true
+        ),
+        (
+          "appbox --compress zstd",
+          "\(ab) --quiet backup \(app) --full --compress zstd --repo \(work)/full-zstd",
           "\(work)/full-zstd", false
         ),
         (
@@ -254,7 +265,8 @@ struct Bench {
           "\(work)/full/bsd2.tar", false
         ),
         (
-          "restic", "restic -q -r \(work)/full/restic backup \(resticExcludes(home)) \(home)", "\(work)/full/restic",
+          "restic", "restic -q -r \(work)/full/restic backup \(resticExcludes(home)) \(home)",
+          "\(work)/full/restic",
           false
         ),
       ]
@@ -305,7 +317,8 @@ struct Bench {
     for state in FileSystemState.allCases {
       var incremental = Scenario(name: "\(workload.title), \(state.rawValue)", reference: "GNU tar level 1")
       incremental.notes = scenarioNotes(state)
-      var noChange = Scenario(name: "no-change backup, \(state.rawValue)", reference: "stat walk (find -printf)")
+      var noChange = Scenario(
+        name: "no-change backup, \(state.rawValue)", reference: "stat walk (find -printf)")
       noChange.notes = scenarioNotes(state)
       var inc: [String: [Sample]] = [:]
       var same: [String: [Sample]] = [:]
@@ -329,7 +342,8 @@ struct Bench {
         let catalogBefore = shell.bytes("\(base)/appbox/catalog.db*")
         let changed: [(String, String, String, Bool)] = [
           (
-            "appbox", "\(ab) --json backup \(app) --repo \(base)/appbox > \(base)/appbox.json", "\(base)/appbox",
+            "appbox", "\(ab) --json backup \(app) --repo \(base)/appbox > \(base)/appbox.json",
+            "\(base)/appbox",
             true
           ),
           (
@@ -338,7 +352,8 @@ struct Bench {
             "\(base)/l1-\(tag).tar", false
           ),
           (
-            "restic", "restic -q -r \(base)/restic backup \(resticExcludes(home)) \(home)", "\(base)/restic", false
+            "restic", "restic -q -r \(base)/restic backup \(resticExcludes(home)) \(home)", "\(base)/restic",
+            false
           ),
         ]
         for (tool, command, target, memory) in rotated(changed, run: run) {
@@ -348,7 +363,8 @@ struct Bench {
           inc[tool, default: []].append(sample)
         }
         let added =
-          (try? JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: "\(base)/appbox.json"))))
+          (try? JSONSerialization.jsonObject(
+            with: Data(contentsOf: URL(fileURLWithPath: "\(base)/appbox.json"))))
           .flatMap { ($0 as? [[String: Any]])?.first?["bytesAdded"] as? Int }.map(Int64.init) ?? 0
         catalogGrowth.append((shell.bytes("\(base)/appbox/catalog.db*") - catalogBefore, added))
         try shell.run("mv \(base)/snar.\(tag) \(base)/snar && cp \(base)/snar \(base)/snar.nc")
@@ -385,7 +401,9 @@ struct Bench {
       incremental.extraTargets = [
         (
           "catalog growth / data bytes added",
-          String(format: "%.1f%% (%.1f–%.1f%%)", median(share) * 100, (share.min() ?? 0) * 100, (share.max() ?? 0) * 100),
+          String(
+            format: "%.1f%% (%.1f–%.1f%%)", median(share) * 100, (share.min() ?? 0) * 100,
+            (share.max() ?? 0) * 100),
           "≤ 10%", median(share) <= 0.10
         )
       ]
@@ -393,7 +411,8 @@ struct Bench {
         incremental.extraTargets.append(
           (
             "catalog growth (100,000 files)",
-            "\(formatBytes(median(growth))) (\(formatBytes(growth.min() ?? 0))–\(formatBytes(growth.max() ?? 0)))", "≤ 1 MB",
+            "\(formatBytes(median(growth))) (\(formatBytes(growth.min() ?? 0))–\(formatBytes(growth.max() ?? 0)))",
+            "≤ 1 MB",
             median(growth) <= 1e6
           ))
       }
@@ -412,10 +431,12 @@ struct Bench {
   func restore(_ home: String, _ state: FileSystemState) throws -> Scenario {
     let base = work + "/chain-atomicSaves"
     var scenario = Scenario(
-      name: "restore of the latest snapshot into an empty home, \(state.rawValue)", reference: "tar -x + syncfs")
+      name: "restore of the latest snapshot into an empty home, \(state.rawValue)",
+      reference: "tar -x + syncfs")
     scenario.notes = scenarioNotes(state)
     scenario.notes.append(
-      "appbox verifies every byte's SHA-256 and makes the restored tree durable (syncfs) before swapping it in; as root it also gives every restored entry to the app's uid (tar -x as root sets the archive's owners); the zstd row restores the last full backup of the zstd-compressed repository")
+      "appbox verifies every byte's SHA-256 and makes the restored tree durable (syncfs) before swapping it in; as root it also gives every restored entry to the app's uid (tar -x as root sets the archive's owners); the zstd row restores the last full backup of the zstd-compressed repository"
+    )
     var rows: [String: [Sample]] = [:]
     for run in 0..<runs {
       // Into empty targets: appbox into a new device root where the app was just installed
@@ -449,8 +470,10 @@ struct Bench {
       }
       progress("restore (\(state.rawValue)) run \(run + 1)/\(runs)")
     }
-    scenario.rows = ["appbox", "appbox (zstd repository)", "tar -x (level 0)", "tar -x + syncfs", "restic restore"]
-      .map { ($0, rows[$0] ?? []) }
+    scenario.rows = [
+      "appbox", "appbox (zstd repository)", "tar -x (level 0)", "tar -x + syncfs", "restic restore",
+    ]
+    .map { ($0, rows[$0] ?? []) }
     scenario.targets = [("appbox", "tar -x + syncfs", 1.2)]
     return scenario
   }
@@ -462,7 +485,8 @@ struct Bench {
     var scenario = Scenario(name: "update migration, \(state.rawValue)", reference: "cp -a Documents Library")
     scenario.notes = scenarioNotes(state)
     scenario.notes.append(
-      "\"until the report\" is the update's own total (the JSON report's durations.total): the old home is deleted after it, so \"whole process\" includes that deletion; the survey measures what moved and was dropped and looks for stale paths (bounded: at most 5,000 files read)")
+      "\"until the report\" is the update's own total (the JSON report's durations.total): the old home is deleted after it, so \"whole process\" includes that deletion; the survey measures what moved and was dropped and looks for stale paths (bounded: at most 5,000 files read)"
+    )
     var rows: [String: [Sample]] = [:]
     let offset = state == .fresh ? 0 : runs * 2
     func update(_ version: Int, tmpFiles: Int, suffix: String) throws {
@@ -485,7 +509,9 @@ struct Bench {
           ("total", "appbox update (until the report)"), ("migration", "appbox migration step"),
           ("survey", "appbox survey"),
         ] {
-          if let value = durations[key] as? Double { rows[label + suffix, default: []].append(Sample(seconds: value)) }
+          if let value = durations[key] as? Double {
+            rows[label + suffix, default: []].append(Sample(seconds: value))
+          }
         }
       }
     }
@@ -503,7 +529,8 @@ struct Bench {
     }
     let many = ", 100,000 files in tmp"
     scenario.rows = [
-      "appbox update (whole process)", "appbox update (until the report)", "appbox migration step", "appbox survey",
+      "appbox update (whole process)", "appbox update (until the report)", "appbox migration step",
+      "appbox survey",
       "cp -a Documents Library", "mv of a directory", "appbox update (whole process)" + many,
       "appbox update (until the report)" + many, "appbox migration step" + many, "appbox survey" + many,
     ]

@@ -47,8 +47,9 @@ struct Shell {
   /// The apparent size in bytes of everything under `path` (a shell pattern; 0 when nothing
   /// matches).
   func bytes(_ path: String) -> Int64 {
-    Int64((try? run("du -scb \(path) 2>/dev/null | tail -1 | cut -f1", allowFailure: true))?.trimmingCharacters(
-      in: .whitespacesAndNewlines) ?? "") ?? 0
+    Int64(
+      (try? run("du -scb \(path) 2>/dev/null | tail -1 | cut -f1", allowFailure: true))?.trimmingCharacters(
+        in: .whitespacesAndNewlines) ?? "") ?? 0
   }
 
   static let rssFile = "/tmp/appbox-bench-rss-\(getpid())"
@@ -127,7 +128,8 @@ func report(_ scenarios: [Scenario], title: String, notes: [String]) -> String {
     let hasBytes = scenario.rows.contains { $0.samples.contains { $0.bytes != nil } }
     lines += [
       "| tool | median | min–max | runs | ratio vs \(scenario.reference): median (min–max) |"
-        + (hasBytes ? " bytes stored (median) | bytes vs \(scenario.reference) |" : "") + " appbox peak RSS |",
+        + (hasBytes ? " bytes stored (median) | bytes vs \(scenario.reference) |" : "")
+        + " appbox peak RSS |",
       "|---|---:|---:|---:|---:|" + (hasBytes ? "---:|---:|" : "") + "---:|",
     ]
     for row in scenario.rows {
@@ -148,7 +150,8 @@ func report(_ scenarios: [Scenario], title: String, notes: [String]) -> String {
     if !scenario.extra.isEmpty { lines += scenario.extra + [""] }
   }
   lines += [
-    "## Targets", "", "| target | measured: median (min–max of the runs) | bound | verdict |", "|---|---:|---:|---|",
+    "## Targets", "", "| target | measured: median (min–max of the runs) | bound | verdict |",
+    "|---|---:|---:|---|",
   ]
   for scenario in scenarios {
     for (numerator, denominator, bound) in scenario.targets {
@@ -174,7 +177,9 @@ func report(_ scenarios: [Scenario], title: String, notes: [String]) -> String {
       )
     }
     for target in scenario.extraTargets {
-      lines.append("| \(scenario.name): \(target.label) | \(target.measured) | \(target.bound) | \(target.met ? "met" : "missed") |")
+      lines.append(
+        "| \(scenario.name): \(target.label) | \(target.measured) | \(target.bound) | \(target.met ? "met" : "missed") |"
+      )
     }
   }
   return lines.joined(separator: "\n") + "\n"
@@ -203,12 +208,16 @@ func machineState() -> String {
     for line in text.split(separator: "\n") {
       let parts = line.split(separator: ":")
       guard parts.count == 2 else { continue }
-      let value = parts[1].trimmingCharacters(in: .whitespaces).split(separator: " ").first.flatMap { Int64($0) }
+      let value = parts[1].trimmingCharacters(in: .whitespaces).split(separator: " ").first.flatMap {
+        Int64($0)
+      }
       fields[String(parts[0])] = value
     }
   }
   func mb(_ key: String) -> String { fields[key].map { String(format: "%.0f MB", Double($0) / 1024) } ?? "?" }
-  let load = (try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8))?.split(separator: " ").prefix(3)
+  let load =
+    (try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8))?.split(separator: " ").prefix(3)
     .joined(separator: " ") ?? "?"
-  return "free \(mb("MemFree")) (available \(mb("MemAvailable"))), dirty \(mb("Dirty")), writeback \(mb("Writeback")), load \(load)"
+  return
+    "free \(mb("MemFree")) (available \(mb("MemAvailable"))), dirty \(mb("Dirty")), writeback \(mb("Writeback")), load \(load)"
 }
