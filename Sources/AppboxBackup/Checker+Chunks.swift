@@ -34,7 +34,8 @@ extension Repository {
         continue
       }
       let source: FileDescriptor
-      do { source = try FileDescriptor.open(archivePath(archive), O_RDONLY) } catch { continue }  // reported above
+      // A missing archive is reported by the presence check.
+      do { source = try FileDescriptor.open(archivePath(archive), O_RDONLY) } catch { continue }
       defer { source.close() }
       for location in locations {
         let end = location.dataOffset.addingReportingOverflow(location.size)
