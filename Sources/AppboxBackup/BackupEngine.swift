@@ -123,6 +123,16 @@ private struct BackupRun {
     let home = try OwnedFileDescriptor.open(session.home(of: app).path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
 
     let rules = ScanRules(bundleDirectoryName: app.bundleDirectoryName, includeBundle: bundleEntry == nil)
+    // The bundle is stored again after an update: its files' digests come from its seal, and
+    // those the repository already holds are not read (most of a new version's files are).
+    var sealed: [[UInt8]: Digest] = [:]
+    if bundleEntry == nil,
+      let digests = Seal.sealedDigests(bundleAt: session.home(of: app).bundlePath, expectedDigest: app.seal)
+    {
+      for (path, digest) in digests where try catalog.hasBlob(digest) || catalog.chunkList(digest) != nil {
+        sealed[Array((app.bundleDirectoryName + "/" + path).utf8)] = digest
+      }
+    }
     let scanner = Scanner(
       home: home.borrowed, rules: rules, catalogPath: repository.catalogPath,
       previousRoot: detectChanges ? parent?.rootTree : nil,
@@ -136,7 +146,7 @@ private struct BackupRun {
     )
     let written = try writeArchive(
       to: staged.descriptor, home: home.borrowed, scanner: scanner, name: archiveName, id: id, parent: parent,
-      bundleEntry: bundleEntry, start: start)
+      bundleEntry: bundleEntry, start: start, sealed: sealed)
     observer.engine(.stage("sync"))
     try staged.commit(flags: .noReplace) { CrashPoint.hit("backup.archive-synced") }
     CrashPoint.hit("backup.archive-renamed")
@@ -181,7 +191,7 @@ private struct BackupRun {
   private func writeArchive(
     to file: FileDescriptor, home: FileDescriptor, scanner: Scanner, name: String, id: String,
     parent: Snapshot?,
-    bundleEntry: TreeEntry?, start: Date
+    bundleEntry: TreeEntry?, start: Date, sealed: [[UInt8]: Digest]
   ) throws -> Written {
     nonisolated(unsafe) var checksum = CRC32C()
     nonisolated(unsafe) var size: Int64 = 0
@@ -201,7 +211,7 @@ private struct BackupRun {
     let kind: SnapshotKind = parent == nil ? .full : .incremental
     let content = try archiveContent(
       writer: writer, home: home, scanner: scanner, name: name, kind: kind, bundleEntry: bundleEntry,
-      start: start)
+      start: start, sealed: sealed)
     var keychainOffset: Int64?
     if let keychain = options.keychain, let items = try keychain.exportItems(for: app) {
       keychainOffset = writer.uncompressedOffset
@@ -252,7 +262,7 @@ private struct BackupRun {
   /// Scans the home, writes the new and changed content, and builds the trees.
   private func archiveContent(
     writer: ArchiveWriter, home: FileDescriptor, scanner: Scanner, name: String, kind: SnapshotKind,
-    bundleEntry: TreeEntry?, start: Date
+    bundleEntry: TreeEntry?, start: Date, sealed: [[UInt8]: Digest]
   ) throws -> ArchivedContent {
     let plan = ArchivePlan(directories: try scanner.scan(), full: kind == .full)
     observer.engine(
@@ -268,7 +278,7 @@ private struct BackupRun {
     let reader = ContentReader(
       home: home, plan: plan, queue: queue, pool: pool, afterRead: options.afterRead,
       hashOnReader: options.hashOnReader, protectionClasses: try session.protectionClassesByKey(),
-      chunking: (options.compression == .none, kind == .incremental))
+      chunking: (options.compression == .none, kind == .incremental), sealed: sealed)
     let readerThread = WorkerThread(name: "appbox-read") { try reader.run() }
     do {
       try archiver.run(queue)

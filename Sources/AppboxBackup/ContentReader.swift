@@ -109,14 +109,27 @@ final class ContentReader: @unchecked Sendable {
   /// Whether large files are chunked (the archive is uncompressed), and whether those that
   /// were files before may be stored as new chunks only (an incremental backup).
   private let chunking: (enabled: Bool, incremental: Bool)
+  /// Bundle files (by path from the home) whose sealed digest the repository holds: recorded
+  /// with that digest, not read.
+  private let sealed: [[UInt8]: Digest]
+  /// Hashes chunked files whole on a third thread: this one reads and cuts them, the archiver
+  /// hashes their chunks. Made when the first one comes.
+  private var streamHasher: StreamHasher?
+
+  /// Wakes whoever holds pool buffers before this thread waits for one.
+  private func nudgeConsumers() {
+    queue.nudge()
+    streamHasher?.nudge()
+  }
 
   init(
     home: FileDescriptor, plan: ArchivePlan, queue: HandoffQueue<ContentMessage>, pool: BufferPool,
     afterRead: (@Sendable ([UInt8], Int) -> Void)? = nil, hashOnReader: Bool? = nil,
     protectionClasses: [FscryptKeyIdentifier: ProtectionClass] = [:],
-    chunking: (enabled: Bool, incremental: Bool) = (false, false)
+    chunking: (enabled: Bool, incremental: Bool) = (false, false), sealed: [[UInt8]: Digest] = [:]
   ) {
     self.chunking = chunking
+    self.sealed = sealed
     self.hashOnReader = hashOnReader
     self.protectionClasses = protectionClasses
     self.home = home
@@ -128,7 +141,10 @@ final class ContentReader: @unchecked Sendable {
 
   /// Runs on the reader thread; closes the queue when done or failed.
   func run() throws {
-    defer { queue.close() }
+    defer {
+      streamHasher?.close()
+      queue.close()
+    }
     let hasher = SHA256Hasher()
     var firstPathOfInode: [UInt64: Int] = [:]
     // The directory of the current files, open: each file is then one openat of a plain name
@@ -230,6 +246,9 @@ final class ContentReader: @unchecked Sendable {
       }
       let file = OpenedFile(status: EntryStatus(before), attributes: attributes)
       if file.isExcluded { return queue.push(.excluded(item: item, file: file)) }
+      if !sealed.isEmpty, let digest = sealed[path] {
+        return queue.push(.confirmed(item: item, file: file, digest: digest))
+      }
       if attempt == 1, before.size > Int64(pool.bufferSize), let probable = plan.probableDigests[item] {
         // Most likely unchanged (only its stat was too recent to trust): hash it first, and
         // write it only if the digest differs. Small files need no such care: the archiver
@@ -243,7 +262,7 @@ final class ContentReader: @unchecked Sendable {
       if before.size <= Int64(pool.bufferSize) {
         // Read the declared size; growth shows in the fstat after (size, mtime and ctime move
         // with every write), which spares a read(2) that only confirms the end of the file.
-        let buffer = pool.take(beforeWaiting: queue.nudge)
+        let buffer = pool.take(beforeWaiting: nudgeConsumers)
         var count = 0
         do {
           while count < Int(before.size) {
@@ -282,10 +301,11 @@ final class ContentReader: @unchecked Sendable {
       var opened = file
       if before.mayBeSparse { opened.dataRegions = (try? fd.dataRegions(size: before.size)) ?? nil }
       let mode = streamMode(item, size: before.size, sparse: opened.dataRegions != nil)
-      // A chunked file is hashed twice, whole and chunk by chunk: the whole here, with the
-      // cutting (the gear hash), the chunks on the archiver's side, so both cores share it.
+      // A chunked file is hashed twice, whole and chunk by chunk, and cut (the gear hash):
+      // this thread reads and cuts, a third hashes it whole, the archiver hashes the chunks.
       let archiverHashes = mode == .whole && archiverHasRoom
       var chunker = mode == .whole ? nil : Chunker()
+      let wholeHasher = mode == .whole ? nil : startedStreamHasher()
       guard queue.push(.begin(item: item, file: opened, archiverHashes: archiverHashes, mode: mode)) else {
         return false
       }
@@ -302,7 +322,7 @@ final class ContentReader: @unchecked Sendable {
         }
         while position < run.upperBound {
           let size = Int(min(Int64(pool.bufferSize), run.upperBound - position))
-          let buffer = pool.take(beforeWaiting: queue.nudge)
+          let buffer = pool.take(beforeWaiting: nudgeConsumers)
           let n: Int
           do {
             // Never more than the header declared: growth shows in the fstat after.
@@ -316,7 +336,11 @@ final class ContentReader: @unchecked Sendable {
             endedEarly = true
             break runs
           }
-          if !archiverHashes { hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n])) }
+          if let wholeHasher {
+            wholeHasher.feed(buffer, count: n)
+          } else if !archiverHashes {
+            hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+          }
           remaining -= Int64(n)
           position += Int64(n)
           var cut: Int32 = -1
@@ -341,10 +365,10 @@ final class ContentReader: @unchecked Sendable {
         // rest (the archiver pads a whole member; chunks need the cuts).
         while remaining > 0 {
           let count = Int(min(Int64(pool.bufferSize), remaining))
-          let buffer = pool.take(beforeWaiting: queue.nudge)
+          let buffer = pool.take(beforeWaiting: nudgeConsumers)
           let zeros = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<count])
           zeros.initializeMemory(as: UInt8.self, repeating: 0)
-          hasher.update(UnsafeRawBufferPointer(zeros))
+          wholeHasher?.feed(buffer, count: count)
           remaining -= Int64(count)
           let cut = Self.cut(UnsafeRawBufferPointer(zeros), with: &cutting)
           guard queue.push(.chunk(buffer: buffer, count: count, cut: cut), cost: count) else {
@@ -360,11 +384,19 @@ final class ContentReader: @unchecked Sendable {
       guard
         queue.push(
           .end(
-            item: item, digest: archiverHashes ? nil : hasher.finalize(), short: remaining, stable: stable,
+            item: item, digest: wholeHasher?.finish() ?? (archiverHashes ? nil : hasher.finalize()),
+            short: remaining, stable: stable,
             final: stable || isLast))
       else { return false }
       if stable || isLast { return true }
     }
+  }
+
+  private func startedStreamHasher() -> StreamHasher {
+    if let streamHasher { return streamHasher }
+    let started = StreamHasher(pool: pool)
+    streamHasher = started
+    return started
   }
 
   /// Where the chunk being cut ends in `data` (the next bytes of the file): the index after its
@@ -393,7 +425,7 @@ final class ContentReader: @unchecked Sendable {
   private func hashMatches(
     _ fd: FileDescriptor, _ digest: Digest, before: FileStatus, hasher: SHA256Hasher, path: [UInt8]
   ) throws -> Bool {
-    let buffer = pool.take(beforeWaiting: queue.nudge)
+    let buffer = pool.take(beforeWaiting: nudgeConsumers)
     defer { pool.give(buffer) }
     var total: Int64 = 0
     do {
