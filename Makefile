@@ -28,8 +28,11 @@ build: deps
 	$(SWIFT) build
 
 # Build output goes to stderr, so `make bench` prints only its Markdown report on stdout.
+# The Swift runtime and Foundation are linked statically: every command starts in about half
+# the time (no 20 shared libraries to load and relocate; see Benchmarks/results/HISTORY.md).
+RELEASE_FLAGS := -c release --static-swift-stdlib
 release: deps
-	@$(SWIFT) build -c release 1>&2
+	@$(SWIFT) build $(RELEASE_FLAGS) 1>&2
 
 # Builds everything (the appbox and appbox-sandbox executables too) and runs every test.
 test: deps
@@ -38,7 +41,7 @@ test: deps
 
 # The main job end to end on a throwaway device root.
 demo: release demo-deps
-	@bash scripts/demo.sh "$$($(SWIFT) build -c release --show-bin-path)"
+	@bash scripts/demo.sh "$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)"
 
 demo-deps: deps
 	@missing=$$(for p in $(DEMO_PACKAGES); do \
@@ -58,20 +61,20 @@ bench-deps: deps
 	fi
 
 bench: release bench-deps
-	@bash Benchmarks/run.sh small "$$($(SWIFT) build -c release --show-bin-path)"
-	@bash Benchmarks/startup.sh "$$($(SWIFT) build -c release --show-bin-path)"
-	@bash Benchmarks/secitem.sh "$$($(SWIFT) build -c release --show-bin-path)"
+	@bash Benchmarks/run.sh small "$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)"
+	@bash Benchmarks/startup.sh "$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)"
+	@bash Benchmarks/secitem.sh "$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)"
 
 # The keychain from inside the sandbox: broker round trips beside the host command's per-call cost.
 bench-secitem: release
-	@bash Benchmarks/secitem.sh "$$($(SWIFT) build -c release --show-bin-path)"
+	@bash Benchmarks/secitem.sh "$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)"
 
 # What starting a confined app costs, beside bare bwrap and unshare + Landlock.
 bench-startup: release
-	@bash Benchmarks/startup.sh "$$($(SWIFT) build -c release --show-bin-path)"
+	@bash Benchmarks/startup.sh "$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)"
 
 bench-large: release bench-deps
-	@bash Benchmarks/run.sh large "$$($(SWIFT) build -c release --show-bin-path)"
+	@bash Benchmarks/run.sh large "$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)"
 
 format:
 	$(SWIFT) format -i -r Sources Tests Package.swift

@@ -7,15 +7,20 @@
 // thread, writes members: a directory, symlink or file header with mode, mtime (ns), owner
 // ids and `user.*` xattrs (pax SCHILY), then the file's data.
 //
+// Large files stream through a ChunkWriter as well (see StreamMode): their chunks are indexed,
+// or only the new ones are written, as `.appbox/chunks/<hex>` members.
+//
 // Invariants: a blob location is recorded only for a member whose data is exactly the bytes
-// that were hashed, and for the last attempt of a file read more than once; an incremental
-// archive skips a small file whose digest the repository (or this archive) already holds;
-// empty files get a member but never a blob; a later path of an inode already written here
-// becomes a hard-link member to the first path; every buffer received is freed.
+// that were hashed, and for the last attempt of a file read more than once; a file stored as
+// chunks gets a chunk list (for its last attempt) instead of a blob; an incremental archive
+// skips a small file whose digest the repository (or this archive) already holds; empty
+// files get a member but never a blob; a later path of an inode already written here becomes
+// a hard-link member to the first path; every buffer received is freed.
 
 import AppboxArchive
 import AppboxCore
 import AppboxCrypto
+import Foundation
 import Glibc
 
 /// One thing the archive needs, in member order.
@@ -96,8 +101,13 @@ final class Archiver {
   /// Results of `.file` items, by item index (nil for other items).
   private(set) var results: [FileResult?]
   /// Blobs whose content this archive holds, in archive order (compact: a full backup has
-  /// one per file; paths are looked up when the locations are made).
-  private var stored: [(digest: Digest, offset: Int64, size: Int64, item: Int32)] = []
+  /// one per file; paths are looked up when the locations are made). `dataOffset` is -1 for a
+  /// sparse member (its data is not contiguous).
+  private var stored: [(digest: Digest, offset: Int64, dataOffset: Int64, size: Int64, item: Int32)] = []
+  /// Cuts large files into chunks; nil when the archive is not chunked (no catalog).
+  private let chunkWriter: ChunkWriter?
+  /// Chunk lists of the contents stored as chunks, by content digest.
+  private(set) var chunkLists: [Digest: ChunkList] = [:]
   /// Digests stored here, for deduplication (incremental archives only).
   private var storedDigests: Set<Digest> = []
   private(set) var bytesAdded: Int64 = 0
@@ -114,8 +124,11 @@ final class Archiver {
 
   init(
     plan: ArchivePlan, writer: ArchiveWriter, catalog: Catalog?, archiveName: String, deduplicate: Bool,
-    pool: BufferPool, observer: EngineObserver
+    pool: BufferPool, observer: EngineObserver, time: Date = Date()
   ) {
+    chunkWriter = catalog.map {
+      ChunkWriter(writer: writer, catalog: $0, archiveName: archiveName, time: time)
+    }
     self.pool = pool
     self.plan = plan
     self.writer = writer
@@ -127,10 +140,10 @@ final class Archiver {
     writtenItems = [Bool](repeating: false, count: plan.items.count)
   }
 
-  private func addBlob(_ digest: Digest, offset: Int64, item: Int, size: Int64) {
+  private func addBlob(_ digest: Digest, offset: Int64, dataOffset: Int64?, item: Int, size: Int64) {
     guard size > 0 else { return }
     if deduplicate && !storedDigests.insert(digest).inserted { return }
-    stored.append((digest, offset, size, Int32(item)))
+    stored.append((digest, offset, dataOffset ?? -1, size, Int32(item)))
   }
 
   /// The locations of the content this archive holds, in archive order.
@@ -138,9 +151,12 @@ final class Archiver {
     stored.map {
       BlobLocation(
         digest: $0.digest, archive: archiveName, offset: $0.offset, path: path(of: Int($0.item)),
-        size: $0.size)
+        size: $0.size, dataOffset: $0.dataOffset < 0 ? nil : $0.dataOffset)
     }
   }
+
+  /// The chunks first stored in this archive.
+  var chunkLocations: [ChunkLocation] { chunkWriter?.locations ?? [] }
 
   /// The last directory whose path was built: items come grouped by directory.
   private var pathCache: (index: Int, path: [UInt8]) = (0, [])
@@ -171,7 +187,8 @@ final class Archiver {
   /// Consumes the queue until the reader closes it. On error, cancels the queue (freeing
   /// what is pending) and rethrows.
   func run(_ queue: HandoffQueue<ContentMessage>) throws {
-    var current: (item: Int, offset: Int64, file: OpenedFile, hashing: Bool)?
+    var current:
+      (item: Int, offset: Int64, dataOffset: Int64?, file: OpenedFile, hashing: Bool, mode: StreamMode)?
     do {
       while let message = queue.pop() {
         switch message {
@@ -182,14 +199,21 @@ final class Archiver {
           let data = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
           try writeWhole(item, file: file, data: data, digest: digest ?? digestOf(data))
           if !stable { warnUnstable(item) }
-        case .begin(let item, let file, let archiverHashes):
+        case .begin(let item, let file, let archiverHashes, let requested):
+          let mode = chunkWriter == nil ? .whole : requested
           let offset = writer.uncompressedOffset
-          try writer.writeHeader(member(path(of: item), file: file))
-          current = (item, offset, file, archiverHashes)
-        case .chunk(let buffer, let count):
+          var dataOffset: Int64?
+          if mode != .chunks {
+            try writer.writeHeader(member(path(of: item), file: file))
+            if file.dataRegions == nil { dataOffset = writer.uncompressedOffset }
+          }
+          if mode != .whole { chunkWriter?.begin(mode, memberOffset: offset, dataStart: dataOffset ?? 0) }
+          current = (item, offset, dataOffset, file, archiverHashes, mode)
+        case .chunk(let buffer, let count, let cut):
           defer { pool.give(buffer) }
           let data = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
-          try writer.writeData(data)
+          if current?.mode != .chunks { try writer.writeData(data) }
+          if current?.mode != .whole { try chunkWriter?.feed(data, cut: Int(cut)) }
           if current?.hashing == true { hasher.update(data) }
           bytesDone += Int64(count)
         case .hole(let count):
@@ -197,7 +221,16 @@ final class Archiver {
           if current?.hashing == true { ContentReader.hashZeros(count, into: hasher) }
           bytesDone += count
         case .end(let item, let readerDigest, let short, let stable, let final):
-          if short > 0 { try writer.finishEntryPaddingWithZeros() } else { try writer.finishEntry() }
+          let mode = current?.mode ?? .whole
+          if mode != .chunks {
+            if short > 0 { try writer.finishEntryPaddingWithZeros() } else { try writer.finishEntry() }
+          }
+          var list: ChunkList?
+          if mode != .whole, let chunkWriter {
+            // The reader sends a chunked file's missing bytes as zeros: it is never short here.
+            precondition(short == 0, "a chunked file ended short")
+            list = try chunkWriter.end()
+          }
           var digest = readerDigest
           if current?.hashing == true {
             if short > 0 { ContentReader.hashZeros(short, into: hasher) }
@@ -205,9 +238,13 @@ final class Archiver {
           }
           guard final, let started = current, let digest else { continue }
           let size = started.file.status.size
-          bytesAdded += started.file.dataBytes
-          addBlob(digest, offset: started.offset, item: item, size: size)
-          writtenItems[item] = true
+          if mode == .chunks {
+            if let list, size > 0 { chunkLists[digest] = list }
+          } else {
+            bytesAdded += started.file.dataBytes
+            addBlob(digest, offset: started.offset, dataOffset: started.dataOffset, item: item, size: size)
+            writtenItems[item] = true
+          }
           record(
             item,
             FileResult(
@@ -252,12 +289,14 @@ final class Archiver {
     } catch {
       queue.cancel { message in
         switch message {
-        case .whole(_, _, let buffer, _, _, _), .chunk(let buffer, _): pool.give(buffer)
+        case .whole(_, _, let buffer, _, _, _), .chunk(let buffer, _, _): pool.give(buffer)
         default: break
         }
       }
       throw error
     }
+    // Chunk members (of every attempt: they are stored) count as added bytes.
+    bytesAdded += chunkWriter?.bytesWritten ?? 0
     observer.engine(.progress(files: filesDone, bytes: bytesDone))
   }
 
@@ -294,11 +333,12 @@ final class Archiver {
     let offset = writer.uncompressedOffset
     let path = path(of: item)
     try writer.writeHeader(member(path, file: file))
+    let dataOffset = writer.uncompressedOffset
     try writer.writeData(data)
     try writer.finishEntry()
     writtenItems[item] = true
     bytesAdded += Int64(data.count)
-    addBlob(digest, offset: offset, item: item, size: Int64(data.count))
+    addBlob(digest, offset: offset, dataOffset: dataOffset, item: item, size: Int64(data.count))
   }
 
   private func writeHardlink(_ item: Int, first: Int) throws {

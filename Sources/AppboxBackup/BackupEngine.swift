@@ -133,6 +133,16 @@ private struct BackupRun {
     let home = try OwnedFileDescriptor.open(subject.path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
 
     let rules = subject.scanRules(includeBundle: bundleEntry == nil)
+    // The bundle is stored again after an update: its files' digests come from its seal, and
+    // those the repository already holds are not read (most of a new version's files are).
+    var sealed: [[UInt8]: Digest] = [:]
+    if bundleEntry == nil, let app = subject.app,
+      let digests = Seal.sealedDigests(bundleAt: session.home(of: app).bundlePath, expectedDigest: app.seal)
+    {
+      for (path, digest) in digests where try catalog.hasBlob(digest) || catalog.chunkList(digest) != nil {
+        sealed[Array((app.bundleDirectoryName + "/" + path).utf8)] = digest
+      }
+    }
     let scanner = Scanner(
       home: home.borrowed, rules: rules, catalogPath: repository.catalogPath,
       previousRoot: detectChanges ? parent?.rootTree : nil,
@@ -146,7 +156,7 @@ private struct BackupRun {
     )
     let written = try writeArchive(
       to: staged.descriptor, home: home.borrowed, scanner: scanner, name: archiveName, id: id, parent: parent,
-      bundleEntry: bundleEntry, start: start)
+      bundleEntry: bundleEntry, start: start, sealed: sealed)
     observer.engine(.stage("sync"))
     try staged.commit(flags: .noReplace) { CrashPoint.hit("backup.archive-synced") }
     CrashPoint.hit("backup.archive-renamed")
@@ -154,10 +164,12 @@ private struct BackupRun {
       observer.engine(.stage("commit"))
       try catalog.database.inTransaction {
         try catalog.insert(written.record)
-        for tree in written.trees {
-          try catalog.insertTree(tree.digest, data: tree.data, archive: archiveName)
-        }
+        for tree in written.trees { try catalog.insertTree(tree, archive: archiveName) }
         try catalog.insertBlobs(written.blobs)
+        try catalog.insertChunks(written.chunks)
+        for (digest, list) in written.chunkLists {
+          try catalog.insertChunkList(digest, list, archive: archiveName)
+        }
         try catalog.insert(written.snapshot)
       }
     } catch {
@@ -178,8 +190,10 @@ private struct BackupRun {
   private struct Written {
     var snapshot: Snapshot
     var record: ArchiveRecord
-    var trees: [(digest: Digest, data: [UInt8])]
+    var trees: [StoredTree]
     var blobs: [BlobLocation]
+    var chunks: [ChunkLocation]
+    var chunkLists: [(digest: Digest, list: ChunkList)]
     var warnings: [(path: String, message: String)]
   }
 
@@ -187,7 +201,7 @@ private struct BackupRun {
   private func writeArchive(
     to file: FileDescriptor, home: FileDescriptor, scanner: Scanner, name: String, id: String,
     parent: Snapshot?,
-    bundleEntry: TreeEntry?, start: Date
+    bundleEntry: TreeEntry?, start: Date, sealed: [[UInt8]: Digest]
   ) throws -> Written {
     nonisolated(unsafe) var checksum = CRC32C()
     nonisolated(unsafe) var size: Int64 = 0
@@ -206,7 +220,8 @@ private struct BackupRun {
       })
     let kind: SnapshotKind = parent == nil ? .full : .incremental
     let content = try archiveContent(
-      writer: writer, home: home, scanner: scanner, name: name, kind: kind, bundleEntry: bundleEntry)
+      writer: writer, home: home, scanner: scanner, name: name, kind: kind, bundleEntry: bundleEntry,
+      start: start, sealed: sealed)
     var keychainOffset: Int64?
     if let keychain = options.keychain, let app = subject.app, let items = try keychain.exportItems(for: app)
     {
@@ -227,7 +242,9 @@ private struct BackupRun {
       warnings: content.warnings.count, unreadable: content.unreadableCount,
       unreadablePaths: Snapshot.keptPaths(content.unreadable.map(\.path)))
     observer.engine(.stage("manifest"))
-    let manifest = Manifest(snapshot: snapshot, trees: trees.newTrees, blobs: blobs)
+    let manifest = Manifest(
+      snapshot: snapshot, trees: trees.newTrees, blobs: blobs, chunks: content.chunks,
+      chunkLists: content.chunkLists)
     try writer.writeHeader(metadataMember(Manifest.memberPath, size: manifest.encodedSize, time: start))
     try manifest.encode { try writer.writeData($0) }
     try writer.finishEntry()
@@ -235,7 +252,8 @@ private struct BackupRun {
     let record = ArchiveRecord(
       name: name, size: size, checksum: checksum.value, compression: options.compression, created: start)
     return Written(
-      snapshot: snapshot, record: record, trees: trees.newTrees, blobs: blobs, warnings: content.warnings)
+      snapshot: snapshot, record: record, trees: trees.newTrees, blobs: blobs, chunks: content.chunks,
+      chunkLists: content.chunkLists, warnings: content.warnings)
   }
 
   /// What scanning and archiving produced, without the scan itself (which is large and
@@ -243,6 +261,9 @@ private struct BackupRun {
   private struct ArchivedContent {
     var trees: TreeBuildResult
     var blobs: [BlobLocation]
+    var chunks: [ChunkLocation]
+    /// In digest order, so the manifest's bytes do not depend on hashing order.
+    var chunkLists: [(digest: Digest, list: ChunkList)]
     var bytesAdded: Int64
     var warnings: [(path: String, message: String)]
     /// What could not be read, sorted by path (the first ones), and how many in all.
@@ -253,7 +274,7 @@ private struct BackupRun {
   /// Scans the home, writes the new and changed content, and builds the trees.
   private func archiveContent(
     writer: ArchiveWriter, home: FileDescriptor, scanner: Scanner, name: String, kind: SnapshotKind,
-    bundleEntry: TreeEntry?
+    bundleEntry: TreeEntry?, start: Date, sealed: [[UInt8]: Digest]
   ) throws -> ArchivedContent {
     let plan = ArchivePlan(directories: try scanner.scan(), full: kind == .full)
     observer.engine(
@@ -264,11 +285,12 @@ private struct BackupRun {
     let archiver = Archiver(
       plan: plan, writer: writer, catalog: repository.catalog, archiveName: name,
       deduplicate: kind == .incremental,
-      pool: pool, observer: observer)
+      pool: pool, observer: observer, time: start)
     let queue = HandoffQueue<ContentMessage>(capacity: 16 << 20)
     let reader = ContentReader(
       home: home, plan: plan, queue: queue, pool: pool, afterRead: options.afterRead,
-      hashOnReader: options.hashOnReader, protectionClasses: try session.protectionClassesByKey())
+      hashOnReader: options.hashOnReader, protectionClasses: try session.protectionClassesByKey(),
+      chunking: (options.compression == .none, kind == .incremental), sealed: sealed)
     let readerThread = WorkerThread(name: "appbox-read") { try reader.run() }
     do {
       try archiver.run(queue)
@@ -282,7 +304,9 @@ private struct BackupRun {
       plan: plan, results: archiver.results, catalog: repository.catalog, bundleEntry: bundleEntry
     ).build()
     return ArchivedContent(
-      trees: trees, blobs: archiver.blobLocations(), bytesAdded: archiver.bytesAdded,
+      trees: trees, blobs: archiver.blobLocations(), chunks: archiver.chunkLocations,
+      chunkLists: archiver.chunkLists.sorted { $0.key < $1.key }.map { ($0.key, $0.value) },
+      bytesAdded: archiver.bytesAdded,
       warnings: scanner.warnings + archiver.warnings,
       unreadable: (scanner.unreadable + archiver.unreadable).sorted {
         $0.path.lexicographicallyPrecedes($1.path)

@@ -50,6 +50,15 @@ public struct BackupError: AppboxFailure, Equatable {
 func display(_ path: [UInt8]) -> String { String(decoding: path, as: UTF8.self) }
 
 /// `parent/name` in raw bytes; `name` alone when the parent is the top.
+func joinPath(_ parent: [UInt8], _ name: some Collection<UInt8>) -> [UInt8] {
+  if parent.isEmpty { return Array(name) }
+  var result = parent
+  result.reserveCapacity(parent.count + 1 + name.count)
+  result.append(UInt8(ascii: "/"))
+  result.append(contentsOf: name)
+  return result
+}
+
 func joinPath(_ parent: [UInt8], _ name: [UInt8]) -> [UInt8] {
   if parent.isEmpty { return name }
   var result = parent

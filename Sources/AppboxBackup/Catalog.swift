@@ -6,11 +6,17 @@
 //   trees(digest, data, archive)                        content-addressed directory listings;
 //                                                       `archive` names the archive whose manifest
 //                                                       carries the tree (for rebuilds)
-//   blobs(digest, archive, offset, path, size)          where one copy of each content lives: the
-//                                                       uncompressed offset of its member's header
+//   blobs(digest, archive, offset, path, size,          where one copy of each content lives: the
+//         data_offset)                                  uncompressed offsets of its member's header
+//                                                       and of its data (nil: read it through the
+//                                                       member, a sparse one or an older row)
+//   chunks, chunk_lists                                 content-defined chunks of large files, and
+//                                                       which chunks make up each chunked content
+//                                                       (Catalog+Chunks.swift)
 // Invariants: every snapshot's archive and every blob's archive has an `archives` row; every
-// tree reachable from a snapshot's root is in `trees`; every non-empty file content reachable
-// from a snapshot is in `blobs`. A backup adds all of its rows in one transaction, after its
+// tree reachable from a snapshot's root is in `trees` (whole, or as a delta whose chain is
+// there too); every non-empty file content reachable from a snapshot is in `blobs`, or in
+// `chunk_lists` with each of its chunks in `chunks`. A backup adds all of its rows in one transaction, after its
 // archive is durable under its final name, so a crash never leaves a row without its archive.
 // Rows are never updated in place except by `forget`, which moves blob and tree locations to a
 // new archive in the same transaction that drops snapshots.
@@ -121,6 +127,20 @@ public struct BlobLocation: Sendable, Equatable {
   /// The member's path (relative to the home).
   public var path: [UInt8]
   public var size: Int64
+  /// Uncompressed offset of the member's data, when it is stored contiguously (not a sparse
+  /// member): restore reads it there directly. nil for older rows.
+  public var dataOffset: Int64?
+
+  public init(
+    digest: Digest, archive: String, offset: Int64, path: [UInt8], size: Int64, dataOffset: Int64? = nil
+  ) {
+    self.digest = digest
+    self.archive = archive
+    self.offset = offset
+    self.path = path
+    self.size = size
+    self.dataOffset = dataOffset
+  }
 }
 
 /// The catalog database. Not thread-safe: one per thread.
@@ -176,6 +196,27 @@ public final class Catalog {
     """
     ALTER TABLE snapshots ADD COLUMN unreadable INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE snapshots ADD COLUMN unreadable_paths BLOB;
+    """,
+    // 3: trees stored as deltas (Catalog+Trees.swift), where each blob's data starts (restore
+    // reads it directly), and the content-defined chunks of large files (Catalog+Chunks.swift).
+    """
+    ALTER TABLE trees ADD COLUMN base BLOB;
+    ALTER TABLE trees ADD COLUMN depth INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE blobs ADD COLUMN data_offset INTEGER;
+    CREATE TABLE chunks(
+      digest BLOB PRIMARY KEY NOT NULL,
+      archive TEXT NOT NULL,
+      offset INTEGER NOT NULL,
+      data_offset INTEGER NOT NULL,
+      size INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX chunks_by_archive ON chunks(archive);
+    CREATE TABLE chunk_lists(
+      digest BLOB PRIMARY KEY NOT NULL,
+      list BLOB NOT NULL,
+      archive TEXT NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX chunk_lists_by_archive ON chunk_lists(archive);
     """,
   ]
 
@@ -304,51 +345,43 @@ public final class Catalog {
     try database.execute("DELETE FROM archives WHERE name = ?1", .text(name))
   }
 
-  // MARK: Trees
-
-  /// The serialized tree `digest`, or nil.
-  public func treeData(_ digest: Digest) throws -> [UInt8]? {
-    let statement = try database.cachedStatement("SELECT data FROM trees WHERE digest = ?1")
-    try digest.withUnsafeBytes { try statement.bind($0, at: 1) }
-    return try statement.first { $0.blob(0) }
-  }
-
-  /// The tree `digest`, decoded; `.corruptCatalog` when missing or malformed.
-  public func tree(_ digest: Digest) throws -> Tree {
-    guard let data = try treeData(digest) else {
-      throw BackupError(.corruptCatalog, "Catalog is missing tree \(digest.hex.prefix(16))")
-    }
-    return try Tree.decode(data)
-  }
-
-  public func hasTree(_ digest: Digest) throws -> Bool {
-    let statement = try database.cachedStatement("SELECT 1 FROM trees WHERE digest = ?1")
-    try digest.withUnsafeBytes { try statement.bind($0, at: 1) }
-    return try statement.first { _ in true } ?? false
-  }
-
-  /// Adds a tree unless present; returns whether it was added.
-  @discardableResult
-  public func insertTree(_ digest: Digest, data: [UInt8], archive: String) throws -> Bool {
-    let statement = try database.cachedStatement(
-      "INSERT OR IGNORE INTO trees(digest, data, archive) VALUES (?1, ?2, ?3)")
-    try digest.withUnsafeBytes { try statement.bind($0, at: 1) }
-    try statement.bind(data, at: 2)
-    try statement.bind(archive, at: 3)
-    try statement.execute()
-    return database.changes > 0
-  }
-
   // MARK: Blobs
 
   public func blob(_ digest: Digest) throws -> BlobLocation? {
     let statement = try database.cachedStatement(
-      "SELECT archive, offset, path, size FROM blobs WHERE digest = ?1")
+      "SELECT archive, offset, path, size, data_offset FROM blobs WHERE digest = ?1")
     try digest.withUnsafeBytes { try statement.bind($0, at: 1) }
     return try statement.first { row in
       BlobLocation(
         digest: digest, archive: row.text(0) ?? "", offset: row.int64(1), path: row.blob(2),
-        size: row.int64(3))
+        size: row.int64(3), dataOffset: row.isNull(4) ? nil : row.int64(4))
+    }
+  }
+
+  /// Where content `digest` is stored, without the member's path (restore reads it directly
+  /// when `dataOffset` is known): one lookup, no allocation for the path.
+  func blobPosition(_ digest: Digest) throws -> (
+    archive: String, offset: Int64, size: Int64, dataOffset: Int64?
+  )? {
+    let statement = try database.cachedStatement(
+      "SELECT archive, offset, size, data_offset FROM blobs WHERE digest = ?1")
+    try digest.withUnsafeBytes { try statement.bind($0, at: 1) }
+    return try statement.first { row in
+      (row.text(0) ?? "", row.int64(1), row.int64(2), row.isNull(3) ? nil : row.int64(3))
+    }
+  }
+
+  /// Calls `body` with every blob's position, in digest order (one pass over the table: a
+  /// restore of most of a repository's content reads it faster than a lookup per content).
+  func forEachBlobPosition(
+    _ body: (Digest, _ archive: String, _ offset: Int64, _ size: Int64, _ dataOffset: Int64?) throws -> Void
+  ) throws {
+    let statement = try database.prepare("SELECT digest, archive, offset, size, data_offset FROM blobs")
+    while try statement.step() {
+      guard let digest = statement.withUnsafeBlob(0, { Digest(validating: $0) }) else { continue }
+      try body(
+        digest, statement.text(1) ?? "", statement.int64(2), statement.int64(3),
+        statement.isNull(4) ? nil : statement.int64(4))
     }
   }
 
@@ -359,22 +392,14 @@ public final class Catalog {
   }
 
   /// Adds a blob location unless the digest already has one.
-  public func insertBlob(_ blob: BlobLocation) throws {
-    let statement = try database.cachedStatement(
-      "INSERT OR IGNORE INTO blobs(digest, archive, offset, path, size) VALUES (?1, ?2, ?3, ?4, ?5)")
-    try blob.digest.withUnsafeBytes { try statement.bind($0, at: 1) }
-    try statement.bind(blob.archive, at: 2)
-    try statement.bind(blob.offset, at: 3)
-    try statement.bind(blob.path, at: 4)
-    try statement.bind(blob.size, at: 5)
-    try statement.execute()
-  }
+  public func insertBlob(_ blob: BlobLocation) throws { try insertBlobs([blob]) }
 
   /// Adds many blob locations (those whose digest has none), with one prepared statement:
   /// a full backup adds one per file.
   public func insertBlobs(_ blobs: [BlobLocation]) throws {
     let statement = try database.prepare(
-      "INSERT OR IGNORE INTO blobs(digest, archive, offset, path, size) VALUES (?1, ?2, ?3, ?4, ?5)")
+      "INSERT OR IGNORE INTO blobs(digest, archive, offset, path, size, data_offset) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+    )
     guard let first = blobs.first else { return }
     try statement.bind(first.archive, at: 2)
     var archive = first.archive
@@ -389,18 +414,31 @@ public final class Catalog {
       try statement.bind(blob.offset, at: 3)
       try statement.bind(blob.path, at: 4)
       try statement.bind(blob.size, at: 5)
+      if let dataOffset = blob.dataOffset {
+        try statement.bind(dataOffset, at: 6)
+      } else {
+        try statement.bindNull(at: 6)
+      }
       try statement.execute()
     }
   }
 
   /// How many bytes of content `digest` the archive `archive` added to the repository: the
-  /// stored size when that archive holds the repository's copy, else 0 (stored earlier, in
-  /// another archive). `why` and `advise` ask this to attribute a snapshot's bytes to files.
+  /// stored size when that archive holds the repository's copy; for a content stored as chunks,
+  /// the bytes of its chunks first stored there; else 0 (stored earlier, in another archive).
+  /// `why` and `advise` ask this to attribute a snapshot's bytes to files.
   public func contentBytes(_ digest: Digest, storedIn archive: String) throws -> Int64 {
     let statement = try database.cachedStatement("SELECT size FROM blobs WHERE digest = ?1 AND archive = ?2")
     try digest.withUnsafeBytes { try statement.bind($0, at: 1) }
     try statement.bind(archive, at: 2)
-    return try statement.first { $0.int64(0) } ?? 0
+    if let size = try statement.first({ $0.int64(0) }) { return size }
+    guard let list = try chunkList(digest) else { return 0 }
+    var counted: Set<Digest> = []
+    var bytes: Int64 = 0
+    for chunk in list.chunks where counted.insert(chunk.digest).inserted {
+      if let location = try self.chunk(chunk.digest), location.archive == archive { bytes += chunk.size }
+    }
+    return bytes
   }
 
   /// Every blob location, optionally only those in `archive`.
@@ -408,21 +446,22 @@ public final class Catalog {
     let map = { (row: Statement) -> BlobLocation in
       BlobLocation(
         digest: Digest(validating: row.blob(0)) ?? Digest(bytes: [UInt8](repeating: 0, count: 32)),
-        archive: row.text(1) ?? "", offset: row.int64(2), path: row.blob(3), size: row.int64(4))
+        archive: row.text(1) ?? "", offset: row.int64(2), path: row.blob(3), size: row.int64(4),
+        dataOffset: row.isNull(5) ? nil : row.int64(5))
     }
     if let archive {
       return try database.all(
-        "SELECT digest, archive, offset, path, size FROM blobs WHERE archive = ?1 ORDER BY offset",
+        "SELECT digest, archive, offset, path, size, data_offset FROM blobs WHERE archive = ?1 ORDER BY offset",
         .text(archive),
         map: map)
     }
     return try database.all(
-      "SELECT digest, archive, offset, path, size FROM blobs ORDER BY archive, offset", map: map)
+      "SELECT digest, archive, offset, path, size, data_offset FROM blobs ORDER BY archive, offset", map: map)
   }
 
   /// Row counts, for tests and `check`.
   public func count(_ table: String) throws -> Int {
-    precondition(["archives", "snapshots", "trees", "blobs"].contains(table))
+    precondition(["archives", "snapshots", "trees", "blobs", "chunks", "chunk_lists"].contains(table))
     guard case .integer(let value)? = try database.scalar("SELECT count(*) FROM \(table)") else { return 0 }
     return Int(value)
   }

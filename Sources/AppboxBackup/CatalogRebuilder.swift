@@ -1,7 +1,10 @@
 // Rebuilding `catalog.db` from the archives alone.
 //
 // Every archive ends with a manifest naming its snapshot (if any), the trees first stored
-// with it and the blobs whose content it holds; a catalog is the union of all manifests.
+// with it (whole or as deltas), the blobs whose content it holds, the chunks first stored in
+// it and the chunk lists of contents stored as chunks; a catalog is the union of all manifests.
+// A delta tree is inserted as it is (its base may come from a later manifest) and checked
+// against its digest whenever it is read.
 // Algorithm, under the exclusive repository lock:
 // 1. for each file in archives/ (temp files excepted): hash it whole for its size and
 //    SHA-256, and read its headers up to the last `.appbox/manifest` member;
@@ -62,11 +65,14 @@ extension Repository {
         for (record, manifest) in manifests {
           try catalog.insert(record)
           report.archives += 1
-          for tree in manifest.trees
-          where try catalog.insertTree(tree.digest, data: tree.data, archive: record.name) {
+          for tree in manifest.trees where try catalog.insertTree(tree, archive: record.name) {
             report.trees += 1
           }
           try catalog.insertBlobs(manifest.blobs)
+          try catalog.insertChunks(manifest.chunks)
+          for (digest, list) in manifest.chunkLists {
+            try catalog.insertChunkList(digest, list, archive: record.name)
+          }
           if let snapshot = manifest.snapshot {
             try catalog.insert(snapshot)
             report.snapshots += 1

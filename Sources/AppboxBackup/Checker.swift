@@ -6,9 +6,12 @@
 // 2. each archive's headers are read in order (data skipped by seeking, or hashed with
 //    `readData`): every blob location in it must be the start of a regular member with the
 //    recorded path and size, and with `readData` its bytes must hash to the digest;
-// 3. from every snapshot's root, every reachable tree must be present, decode, and hash to
-//    its digest, and every non-empty file content it names must have a blob location; the
-//    snapshot's archive must be known.
+// 3. from every snapshot's root, every reachable tree must be present (a delta's chain too),
+//    decode, and hash to its digest, and every non-empty file content it names must have a
+//    blob location, or a chunk list whose chunks all have locations; the snapshot's archive
+//    must be known;
+// 4. every chunk location must lie inside its (uncompressed) archive, and with `readData` its
+//    bytes must hash to the chunk's digest (Checker+Chunks.swift).
 // Problems are collected, not thrown: the caller lists them (exit 65). Files in archives/
 // the catalog does not name are debris from an interrupted writer, reported as notes.
 
@@ -80,6 +83,10 @@ extension Repository {
       report.bytesVerified += verified
     }
     let blobDigests = Set(blobs.map(\.digest))
+    let chunks = try catalog.chunks()
+    report.problems += checkChunks(
+      chunks, records: records, readData: readData, verified: &report.bytesVerified)
+    let contents = ContentIndex(blobs: blobDigests, chunks: Set(chunks.map(\.digest)))
     var checkedTrees: Set<Digest> = []
     try catalog.reading {
       for snapshot in snapshots {
@@ -87,7 +94,7 @@ extension Repository {
           report.problems.append(
             "Snapshot \(snapshot.id) names archive '\(snapshot.archive)', which the catalog lacks")
         }
-        report.problems += try checkTrees(from: snapshot, blobs: blobDigests, checked: &checkedTrees)
+        report.problems += try checkTrees(from: snapshot, contents: contents, checked: &checkedTrees)
       }
     }
     report.trees = checkedTrees.count
@@ -141,14 +148,22 @@ extension Repository {
     return (problems, verified)
   }
 
-  private func checkTrees(from snapshot: Snapshot, blobs: Set<Digest>, checked: inout Set<Digest>) throws
+  private func checkTrees(from snapshot: Snapshot, contents: ContentIndex, checked: inout Set<Digest>) throws
     -> [String]
   {
     var problems: [String] = []
     var stack: [(Digest, [UInt8])] = [(snapshot.rootTree, [])]
     while let (digest, path) = stack.popLast() {
       guard checked.insert(digest).inserted else { continue }
-      guard let data = try catalog.treeData(digest) else {
+      let data: [UInt8]?
+      do {
+        data = try catalog.treeData(digest)
+      } catch {
+        problems.append(
+          "Snapshot \(snapshot.id): the tree of '\(path.isEmpty ? "." : display(path))' is damaged: \(error)")
+        continue
+      }
+      guard let data else {
         problems.append(
           "Snapshot \(snapshot.id): the tree of '\(path.isEmpty ? "." : display(path))' is missing")
         continue
@@ -161,8 +176,10 @@ extension Repository {
       for entry in tree.entries where !entry.isExcluded {
         let entryPath = joinPath(path, entry.name)
         if entry.type == .directory, let child = entry.digest { stack.append((child, entryPath)) }
-        if entry.type == .file, entry.size > 0, let content = entry.digest, !blobs.contains(content) {
-          problems.append("Snapshot \(snapshot.id): no archive holds the content of '\(display(entryPath))'")
+        if entry.type == .file, entry.size > 0, let content = entry.digest, !contents.blobs.contains(content),
+          let problem = try checkChunked(content, size: entry.size, contents: contents)
+        {
+          problems.append("Snapshot \(snapshot.id): '\(display(entryPath))': \(problem)")
         }
       }
     }

@@ -48,9 +48,11 @@ enum ContentMessage {
     item: Int, file: OpenedFile, buffer: UnsafeMutableRawBufferPointer, count: Int, digest: Digest?,
     stable: Bool)
   /// A large file's attempt begins: the header declares `file.status.size` bytes; with
-  /// `archiverHashes`, the archiver hashes the chunks (and the `end` carries no digest).
-  case begin(item: Int, file: OpenedFile, archiverHashes: Bool)
-  case chunk(buffer: UnsafeMutableRawBufferPointer, count: Int)
+  /// `archiverHashes`, the archiver hashes the chunks (and the `end` carries no digest);
+  /// `mode` says how the archiver stores it.
+  case begin(item: Int, file: OpenedFile, archiverHashes: Bool, mode: StreamMode)
+  /// With `cut` ≥ 0 (files cut into chunks), the chunk being cut ends after `cut` bytes of it.
+  case chunk(buffer: UnsafeMutableRawBufferPointer, count: Int, cut: Int32)
   /// `count` zero bytes of a hole, between chunks of a file with holes.
   case hole(count: Int64)
   /// The attempt ended: `short` bytes were missing (to pad); `final` is false when another
@@ -66,6 +68,21 @@ enum ContentMessage {
   case unreadable(item: Int, reason: String)
   /// Another path of a file (same inode) read earlier in this run as `first`.
   case hardlink(item: Int, first: Int)
+}
+
+/// How the archiver stores a file it streams (larger than `ContentReader.wholeReadLimit`).
+enum StreamMode {
+  /// A member of its own, as it is: below the chunking threshold, sparse, or going into a
+  /// compressed archive (chunks need direct reads).
+  case whole
+  /// A member of its own, with its content-defined chunks indexed, so that a later edit of
+  /// the file stores only the chunks it changed: a large file new at its path, or in a full
+  /// backup (whose archive stands alone).
+  case wholeIndexed
+  /// Only the chunks the repository lacks, each a member `.appbox/chunks/<hex>`: a large file
+  /// of an incremental backup that was a file at the same path before (edited in place, or
+  /// saved anew), most of whose chunks the repository probably holds.
+  case chunks
 }
 
 /// Reads the changed files of an archive plan and feeds the archiver.
@@ -89,12 +106,30 @@ final class ContentReader: @unchecked Sendable {
   private let hashOnReader: Bool?
   /// The device's protection classes by key, to record each file's class.
   private let protectionClasses: [FscryptKeyIdentifier: ProtectionClass]
+  /// Whether large files are chunked (the archive is uncompressed), and whether those that
+  /// were files before may be stored as new chunks only (an incremental backup).
+  private let chunking: (enabled: Bool, incremental: Bool)
+  /// Bundle files (by path from the home) whose sealed digest the repository holds: recorded
+  /// with that digest, not read.
+  private let sealed: [[UInt8]: Digest]
+  /// Hashes chunked files whole on a third thread: this one reads and cuts them, the archiver
+  /// hashes their chunks. Made when the first one comes.
+  private var streamHasher: StreamHasher?
+
+  /// Wakes whoever holds pool buffers before this thread waits for one.
+  private func nudgeConsumers() {
+    queue.nudge()
+    streamHasher?.nudge()
+  }
 
   init(
     home: FileDescriptor, plan: ArchivePlan, queue: HandoffQueue<ContentMessage>, pool: BufferPool,
     afterRead: (@Sendable ([UInt8], Int) -> Void)? = nil, hashOnReader: Bool? = nil,
-    protectionClasses: [FscryptKeyIdentifier: ProtectionClass] = [:]
+    protectionClasses: [FscryptKeyIdentifier: ProtectionClass] = [:],
+    chunking: (enabled: Bool, incremental: Bool) = (false, false), sealed: [[UInt8]: Digest] = [:]
   ) {
+    self.chunking = chunking
+    self.sealed = sealed
     self.hashOnReader = hashOnReader
     self.protectionClasses = protectionClasses
     self.home = home
@@ -106,7 +141,10 @@ final class ContentReader: @unchecked Sendable {
 
   /// Runs on the reader thread; closes the queue when done or failed.
   func run() throws {
-    defer { queue.close() }
+    defer {
+      streamHasher?.close()
+      queue.close()
+    }
     let hasher = SHA256Hasher()
     var firstPathOfInode: [UInt64: Int] = [:]
     // The directory of the current files, open: each file is then one openat of a plain name
@@ -208,6 +246,9 @@ final class ContentReader: @unchecked Sendable {
       }
       let file = OpenedFile(status: EntryStatus(before), attributes: attributes)
       if file.isExcluded { return queue.push(.excluded(item: item, file: file)) }
+      if !sealed.isEmpty, let digest = sealed[path] {
+        return queue.push(.confirmed(item: item, file: file, digest: digest))
+      }
       if attempt == 1, before.size > Int64(pool.bufferSize), let probable = plan.probableDigests[item] {
         // Most likely unchanged (only its stat was too recent to trust): hash it first, and
         // write it only if the digest differs. Small files need no such care: the archiver
@@ -221,7 +262,7 @@ final class ContentReader: @unchecked Sendable {
       if before.size <= Int64(pool.bufferSize) {
         // Read the declared size; growth shows in the fstat after (size, mtime and ctime move
         // with every write), which spares a read(2) that only confirms the end of the file.
-        let buffer = pool.take(beforeWaiting: queue.nudge)
+        let buffer = pool.take(beforeWaiting: nudgeConsumers)
         var count = 0
         do {
           while count < Int(before.size) {
@@ -257,10 +298,17 @@ final class ContentReader: @unchecked Sendable {
         return true
       }
 
-      let archiverHashes = archiverHasRoom
       var opened = file
       if before.mayBeSparse { opened.dataRegions = (try? fd.dataRegions(size: before.size)) ?? nil }
-      guard queue.push(.begin(item: item, file: opened, archiverHashes: archiverHashes)) else { return false }
+      let mode = streamMode(item, size: before.size, sparse: opened.dataRegions != nil)
+      // A chunked file is hashed twice, whole and chunk by chunk, and cut (the gear hash):
+      // this thread reads and cuts, a third hashes it whole, the archiver hashes the chunks.
+      let archiverHashes = mode == .whole && archiverHasRoom
+      var chunker = mode == .whole ? nil : Chunker()
+      let wholeHasher = mode == .whole ? nil : startedStreamHasher()
+      guard queue.push(.begin(item: item, file: opened, archiverHashes: archiverHashes, mode: mode)) else {
+        return false
+      }
       var remaining = before.size
       var position: Int64 = 0
       var endedEarly = false
@@ -274,7 +322,7 @@ final class ContentReader: @unchecked Sendable {
         }
         while position < run.upperBound {
           let size = Int(min(Int64(pool.bufferSize), run.upperBound - position))
-          let buffer = pool.take(beforeWaiting: queue.nudge)
+          let buffer = pool.take(beforeWaiting: nudgeConsumers)
           let n: Int
           do {
             // Never more than the header declared: growth shows in the fstat after.
@@ -288,10 +336,18 @@ final class ContentReader: @unchecked Sendable {
             endedEarly = true
             break runs
           }
-          if !archiverHashes { hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n])) }
+          if let wholeHasher {
+            wholeHasher.feed(buffer, count: n)
+          } else if !archiverHashes {
+            hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+          }
           remaining -= Int64(n)
           position += Int64(n)
-          guard queue.push(.chunk(buffer: buffer, count: n), cost: n) else {
+          var cut: Int32 = -1
+          if chunker != nil {
+            cut = Self.cut(UnsafeRawBufferPointer(rebasing: buffer[0..<n]), with: &chunker!)
+          }
+          guard queue.push(.chunk(buffer: buffer, count: n, cut: cut), cost: n) else {
             pool.give(buffer)
             return false
           }
@@ -303,25 +359,73 @@ final class ContentReader: @unchecked Sendable {
         guard queue.push(.hole(count: remaining)) else { return false }
         remaining = 0
       }
+      let wasShort = remaining > 0
+      if var cutting = chunker, remaining > 0 {
+        // A chunked file that ended early gets its missing bytes as zeros here, cut like the
+        // rest (the archiver pads a whole member; chunks need the cuts).
+        while remaining > 0 {
+          let count = Int(min(Int64(pool.bufferSize), remaining))
+          let buffer = pool.take(beforeWaiting: nudgeConsumers)
+          let zeros = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<count])
+          zeros.initializeMemory(as: UInt8.self, repeating: 0)
+          wholeHasher?.feed(buffer, count: count)
+          remaining -= Int64(count)
+          let cut = Self.cut(UnsafeRawBufferPointer(zeros), with: &cutting)
+          guard queue.push(.chunk(buffer: buffer, count: count, cut: cut), cost: count) else {
+            pool.give(buffer)
+            return false
+          }
+        }
+      }
       if remaining > 0 && !archiverHashes { Self.hashZeros(remaining, into: hasher) }
       afterRead?(path, attempt)
       let after = try fd.status()
-      let stable = remaining == 0 && Self.same(before, after)
+      let stable = !wasShort && Self.same(before, after)
       guard
         queue.push(
           .end(
-            item: item, digest: archiverHashes ? nil : hasher.finalize(), short: remaining, stable: stable,
+            item: item, digest: wholeHasher?.finish() ?? (archiverHashes ? nil : hasher.finalize()),
+            short: remaining, stable: stable,
             final: stable || isLast))
       else { return false }
       if stable || isLast { return true }
     }
   }
 
+  private func startedStreamHasher() -> StreamHasher {
+    if let streamHasher { return streamHasher }
+    let started = StreamHasher(pool: pool)
+    streamHasher = started
+    return started
+  }
+
+  /// Where the chunk being cut ends in `data` (the next bytes of the file): the index after its
+  /// last byte, or -1 when it goes on past `data`. A buffer is never longer than the shortest
+  /// chunk, so it holds at most one cut.
+  static func cut(_ data: UnsafeRawBufferPointer, with chunker: inout Chunker) -> Int32 {
+    let (count, boundary) = chunker.consume(data)
+    guard boundary else { return -1 }
+    if count < data.count {
+      let (_, again) = chunker.consume(UnsafeRawBufferPointer(rebasing: data[count...]))
+      precondition(!again, "a read buffer is longer than the shortest chunk")
+    }
+    return Int32(count)
+  }
+
+  /// How the archiver will store item `item`, a file of `size` bytes being streamed.
+  private func streamMode(_ item: Int, size: Int64, sparse: Bool) -> StreamMode {
+    guard chunking.enabled, !sparse, size >= ChunkingParameters.threshold else { return .whole }
+    guard chunking.incremental, case .file(let directory, let entry) = plan.items[item],
+      plan.directories[directory].entries[entry].previous?.type == .file
+    else { return .wholeIndexed }
+    return .chunks
+  }
+
   /// Reads the whole file and tells whether it hashes to `digest` and held still meanwhile.
   private func hashMatches(
     _ fd: FileDescriptor, _ digest: Digest, before: FileStatus, hasher: SHA256Hasher, path: [UInt8]
   ) throws -> Bool {
-    let buffer = pool.take(beforeWaiting: queue.nudge)
+    let buffer = pool.take(beforeWaiting: nudgeConsumers)
     defer { pool.give(buffer) }
     var total: Int64 = 0
     do {

@@ -67,7 +67,8 @@ extension DeviceSession {
       observer: observer)
     let queue = HandoffQueue<ContentMessage>(capacity: 16 << 20)
     let reader = ContentReader(
-      home: home.borrowed, plan: plan, queue: queue, pool: pool, protectionClasses: try protectionClassesByKey())
+      home: home.borrowed, plan: plan, queue: queue, pool: pool,
+      protectionClasses: try protectionClassesByKey())
     let thread = WorkerThread(name: "appbox-read") { try reader.run() }
     do {
       try archiver.run(queue)

@@ -7,10 +7,14 @@
 //    (written by an earlier forget) that no longer hold live content. Live content located in
 //    an archive to delete is copied, verified against its digest on the way, into one new
 //    archive, with a manifest carrying those blobs and the live trees first stored with the
-//    deleted archives (so a catalog rebuilt from archives still has them). The new archive
+//    deleted archives (so a catalog rebuilt from archives still has them). Live chunks (those
+//    of live contents stored as chunks) in an archive to delete are copied the same way, as
+//    chunk members, and their chunk lists go into the new manifest. Live trees stored as
+//    deltas against a tree that is not live are written whole there too. The new archive
 //    is fsynced and renamed into place before anything else changes.
-// 3. One catalog transaction drops the snapshot rows, moves the blob and tree locations,
-//    deletes unreachable trees and blobs and the deleted archives' rows, and adds the new one.
+// 3. One catalog transaction drops the snapshot rows, moves the blob, chunk, chunk-list and
+//    tree locations (making the trees that move whole), deletes unreachable trees, blobs,
+//    chunks and chunk lists and the deleted archives' rows, and adds the new one.
 // 4. Only then are the old archive files deleted.
 // Crash safety: before step 3 commits, the new archive is debris and nothing else changed;
 // after it, the old files are debris. Both are removed by the next writer.
@@ -18,6 +22,7 @@
 import AppboxArchive
 import AppboxCore
 import AppboxCrypto
+import AppboxStore
 import Foundation
 import Glibc
 
@@ -68,17 +73,22 @@ extension Repository {
     }
     let doomedNames = Set(doomed.map(\.name))
     let moving = doomed.flatMap { liveByArchive[$0.name] ?? [] }
-    let movingTrees = try liveTrees.filter { digest in
+    var movingTrees = try liveTrees.filter { digest in
       guard let archive = try treeArchive(digest) else { return false }
       return doomedNames.contains(archive)
     }
+    movingTrees.formUnion(try catalog.deltasWithBaseOutside(liveTrees))
+    let chunking = try liveChunks(of: liveBlobs, doomed: doomedNames)
 
     var newRecord: ArchiveRecord?
     var moved: [BlobLocation] = []
-    if !moving.isEmpty || !movingTrees.isEmpty {
-      let written = try writeRepack(moving: moving, trees: Array(movingTrees))
+    var movedChunks: [ChunkLocation] = []
+    if !moving.isEmpty || !movingTrees.isEmpty || !chunking.moving.isEmpty || !chunking.movingLists.isEmpty {
+      let written = try writeRepack(
+        moving: moving, trees: Array(movingTrees), chunks: chunking.moving, lists: chunking.movingLists)
       newRecord = written.record
       moved = written.blobs
+      movedChunks = written.chunks
       report.newArchive = written.record.name
     }
     CrashPoint.hit("forget.repacked")
@@ -86,14 +96,14 @@ extension Repository {
       if let newRecord { try catalog.insert(newRecord) }
       for blob in moved {
         try catalog.database.execute(
-          "UPDATE blobs SET archive = ?1, offset = ?2 WHERE digest = ?3", .text(blob.archive),
-          .integer(blob.offset),
+          "UPDATE blobs SET archive = ?1, offset = ?2, data_offset = ?3 WHERE digest = ?4",
+          .text(blob.archive),
+          .integer(blob.offset), blob.dataOffset.map(SQLValue.integer) ?? .null,
           .blob(blob.digest.bytes))
       }
-      for digest in movingTrees {
-        try catalog.database.execute(
-          "UPDATE trees SET archive = ?1 WHERE digest = ?2", .text(newRecord!.name), .blob(digest.bytes))
-      }
+      for digest in movingTrees { try catalog.storeWhole(digest, archive: newRecord!.name) }
+      try moveChunks(
+        movedChunks, lists: chunking.movingLists, into: newRecord?.name, live: chunking, doomed: doomed)
       for snapshot in report.removed { try catalog.deleteSnapshot(id: snapshot.id) }
       for blob in allBlobs where !liveBlobs.contains(blob.digest) {
         try catalog.database.execute("DELETE FROM blobs WHERE digest = ?1", .blob(blob.digest.bytes))
@@ -139,10 +149,12 @@ extension Repository {
     }
   }
 
-  /// Copies `moving` (and the trees' data) into a new archive, verifying each blob's digest.
-  private func writeRepack(moving: [BlobLocation], trees: [Digest]) throws -> (
-    record: ArchiveRecord, blobs: [BlobLocation]
-  ) {
+  /// Copies `moving` and `chunks` (and the trees' data and the chunk lists) into a new
+  /// archive, verifying each blob's and chunk's digest. Trees are written whole.
+  private func writeRepack(
+    moving: [BlobLocation], trees: [Digest], chunks: [ChunkLocation],
+    lists: [(digest: Digest, list: ChunkList)]
+  ) throws -> (record: ArchiveRecord, blobs: [BlobLocation], chunks: [ChunkLocation]) {
     let name = try newSnapshotID() + ArchiveCompression.none.fileSuffix
     let archives = try OwnedFileDescriptor.open(archivesPath, O_RDONLY | O_DIRECTORY)
     let staged = try StagedFile(
@@ -175,6 +187,7 @@ extension Repository {
         }
         let newOffset = writer.uncompressedOffset
         try writer.writeHeader(entry)
+        let dataOffset = entry.sparseRegions == nil ? writer.uncompressedOffset : nil
         while true {
           let count = try reader.readData(into: buffer)
           if count == 0 { break }
@@ -191,19 +204,22 @@ extension Repository {
         copied.append(
           BlobLocation(
             digest: location.digest, archive: name, offset: newOffset, path: location.path,
-            size: location.size))
+            size: location.size, dataOffset: dataOffset))
       }
       if let missing = wanted.values.first {
         throw BackupError(.corruptArchive, "Archive '\(archive)' ends before '\(display(missing.path))'")
       }
     }
-    let treeData = try trees.map { digest -> (digest: Digest, data: [UInt8]) in
+    let copiedChunks = try copyChunks(chunks, into: writer, archive: name)
+    let treeData = try trees.map { digest -> StoredTree in
       guard let data = try catalog.treeData(digest) else {
         throw BackupError(.corruptCatalog, "Catalog is missing tree \(digest.hex.prefix(16))")
       }
-      return (digest, data)
+      return StoredTree(digest: digest, data: data)
     }
-    let manifest = Manifest(snapshot: nil, trees: treeData, blobs: copied).encoded()
+    let manifest = Manifest(
+      snapshot: nil, trees: treeData, blobs: copied, chunks: copiedChunks, chunkLists: lists
+    ).encoded()
     try writer.writeHeader(metadataMember(Manifest.memberPath, size: manifest.count, time: Date()))
     try writer.writeData(manifest)
     try writer.finishEntry()
@@ -211,6 +227,6 @@ extension Repository {
     try staged.commit(flags: .noReplace)
     let record = ArchiveRecord(
       name: name, size: size, checksum: checksum.value, compression: .none, created: Date())
-    return (record, copied)
+    return (record, copied, copiedChunks)
   }
 }

@@ -117,30 +117,35 @@ public enum HomeSwap {
 
   /// Makes `staging` the contents of `app`'s home, carrying items over from the old ones.
   /// Consumes `staging` (closes it).
+  /// `dataOwned`: the staged data already belongs to the app's uid (restore gives it as it
+  /// creates each entry), so the walk that hands it over is skipped.
   public static func swap(
-    _ staging: HomeStagingArea, into app: AppRecord, carrying: Carry, session: DeviceSession
+    _ staging: HomeStagingArea, into app: AppRecord, carrying: Carry, session: DeviceSession,
+    dataOwned: Bool = false
   )
     throws
   {
-    let journal = try prepare(staging, into: app, carrying: carrying, session: session)
+    let journal = try prepare(staging, into: app, carrying: carrying, session: session, dataOwned: dataOwned)
     CrashPoint.hit("swap.journaled")
     defer { staging.applicationRoot.close() }
     try finish(
-      journal: PropertyListDictionary(journal), applicationRoot: staging.applicationRoot, journal: Journal(root: session.root))
+      journal: PropertyListDictionary(journal), applicationRoot: staging.applicationRoot,
+      journal: Journal(root: session.root))
   }
 
   /// Makes the staged contents durable and writes the journal that commits the swap; from
   /// here on, recovery rolls it forward. Closes the staging descriptor (discarding the
   /// staging directory if this fails).
   static func prepare(
-    _ staging: HomeStagingArea, into app: AppRecord, carrying: Carry, session: DeviceSession
+    _ staging: HomeStagingArea, into app: AppRecord, carrying: Carry, session: DeviceSession,
+    dataOwned: Bool = false
   )
     throws -> [String: PropertyList]
   {
     precondition(session.isLocked(app.bundleIdentifier), "swapping a home needs the app's lock")
     do {
       try staging.descriptor.setPermissions(0o700)
-      if let owner = AppUser.dataOwner(of: app) {  // the app's data belongs to its own uid
+      if !dataOwned, let owner = AppUser.dataOwner(of: app) {  // the app's data belongs to its own uid
         try DataOwnership.handOverData(in: staging.descriptor, to: owner)
       }
       try staging.descriptor.syncFileSystem()

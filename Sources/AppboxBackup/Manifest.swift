@@ -2,16 +2,22 @@
 // be rebuilt from the archives alone.
 //
 // It holds the snapshot's catalog row (absent in an archive `forget` wrote to keep content
-// alive), the trees first stored with this archive, and the locations of the blobs whose
-// content this archive holds. Format (version 1), integers as LEB128 varints:
-//   "APPBOXMF" 0x01
+// alive), the trees first stored with this archive (whole, or as deltas against an earlier
+// tree), the locations of the blobs whose content this archive holds, the chunks first stored
+// in it and the chunk lists of contents stored as chunks. Format (version 2), integers as
+// LEB128 varints:
+//   "APPBOXMF" 0x02
 //   fieldCount (key value)*                  snapshot fields: UTF-8 strings, except the
 //                                            unreadable paths (raw bytes joined by NUL)
-//   treeCount (digest[32] dataLen data)*
-//   blobCount (digest[32] offset size pathLen path)*
+//   treeCount (digest[32] 0|1 [base[32]] dataLen data)*     1: data is a delta against base
+//   blobCount (digest[32] offset size pathLen path dataOffset+1)*   0: no direct data offset
+//   chunkCount (digest[32] offset dataOffset size)*
+//   listCount (digest[32] listLen list)*
 //   sha256[32] of everything before it
-// Decoding treats the bytes as untrusted: every length is bounded, every tree must hash to
-// its digest, and the trailing checksum must match.
+// Version 1 (before deltas, data offsets and chunks) had only whole trees and blobs without
+// data offsets; it is still read. Decoding treats the bytes as untrusted: every length is
+// bounded, every whole tree must hash to its digest (a delta is checked when it is resolved,
+// against its base), every chunk list must parse, and the trailing checksum must match.
 
 import AppboxArchive
 import AppboxCrypto
@@ -23,8 +29,10 @@ struct Manifest {
   private static let magic = Array("APPBOXMF".utf8)
 
   var snapshot: Snapshot?
-  var trees: [(digest: Digest, data: [UInt8])]
+  var trees: [StoredTree]
   var blobs: [BlobLocation]
+  var chunks: [ChunkLocation] = []
+  var chunkLists: [(digest: Digest, list: ChunkList)] = []
 
   func encoded() -> [UInt8] {
     var result: [UInt8] = []
@@ -41,14 +49,24 @@ struct Manifest {
     size += ByteWriter.varintSize(UInt64(fields.count))
     for (key, value) in fields { size += data(key.utf8.count) + data(value.count) }
     size += ByteWriter.varintSize(UInt64(trees.count))
-    for tree in trees { size += Digest.byteCount + data(tree.data.count) }
+    for tree in trees {
+      size += Digest.byteCount + 1 + (tree.base == nil ? 0 : Digest.byteCount) + data(tree.data.count)
+    }
     size += ByteWriter.varintSize(UInt64(blobs.count))
     for blob in blobs {
       size +=
         Digest.byteCount + ByteWriter.varintSize(UInt64(blob.offset))
         + ByteWriter.varintSize(UInt64(blob.size))
-        + data(blob.path.count)
+        + data(blob.path.count) + ByteWriter.varintSize(UInt64(blob.dataOffset.map { $0 + 1 } ?? 0))
     }
+    size += ByteWriter.varintSize(UInt64(chunks.count))
+    for chunk in chunks {
+      size +=
+        Digest.byteCount + ByteWriter.varintSize(UInt64(chunk.offset))
+        + ByteWriter.varintSize(UInt64(chunk.dataOffset)) + ByteWriter.varintSize(UInt64(chunk.size))
+    }
+    size += ByteWriter.varintSize(UInt64(chunkLists.count))
+    for list in chunkLists { size += Digest.byteCount + data(list.list.encoded().count) }
     return size + Digest.byteCount
   }
 
@@ -66,7 +84,7 @@ struct Manifest {
       out.bytes.removeAll(keepingCapacity: true)
     }
     out.bytes.append(contentsOf: Manifest.magic)
-    out.byte(1)
+    out.byte(2)
     let fields = snapshot.map(Manifest.fields) ?? []
     out.varint(UInt64(fields.count))
     for (key, value) in fields {
@@ -76,6 +94,12 @@ struct Manifest {
     out.varint(UInt64(trees.count))
     for tree in trees {
       out.digest(tree.digest)
+      if let base = tree.base {
+        out.byte(1)
+        out.digest(base)
+      } else {
+        out.byte(0)
+      }
       out.data(tree.data)
       try flush()
     }
@@ -85,6 +109,21 @@ struct Manifest {
       out.varint(UInt64(blob.offset))
       out.varint(UInt64(blob.size))
       out.data(blob.path)
+      out.varint(UInt64(blob.dataOffset.map { $0 + 1 } ?? 0))
+      try flush()
+    }
+    out.varint(UInt64(chunks.count))
+    for chunk in chunks {
+      out.digest(chunk.digest)
+      out.varint(UInt64(chunk.offset))
+      out.varint(UInt64(chunk.dataOffset))
+      out.varint(UInt64(chunk.size))
+      try flush()
+    }
+    out.varint(UInt64(chunkLists.count))
+    for list in chunkLists {
+      out.digest(list.digest)
+      out.data(list.list.encoded())
       try flush()
     }
     try flush(force: true)
@@ -117,8 +156,9 @@ struct Manifest {
       BackupError(.corruptArchive, "The manifest of archive '\(archive)' is damaged: \(what)")
     }
     guard bytes.count >= magic.count + 1 + Digest.byteCount, bytes.starts(with: magic),
-      bytes[magic.count] == 1
+      bytes[magic.count] == 1 || bytes[magic.count] == 2
     else { throw bad("not an appbox manifest") }
+    let version = bytes[magic.count]
     let body = bytes[0..<(bytes.count - Digest.byteCount)]
     guard SHA256.hash(Array(body)) == Digest(bytes: bytes[(bytes.count - Digest.byteCount)...]) else {
       throw bad("checksum mismatch")
@@ -135,14 +175,22 @@ struct Manifest {
           rawFields[key] = value
           fields[key] = String(decoding: value, as: UTF8.self)
         }
-        var trees: [(digest: Digest, data: [UInt8])] = []
+        var trees: [StoredTree] = []
         for _ in 0..<(try input.count(limit: raw.count)) {
           let digest = try input.digest()
+          var base: Digest?
+          if version >= 2 {
+            switch try input.byte() {
+            case 0: break
+            case 1: base = try input.digest()
+            default: throw bad("tree \(digest.hex.prefix(16)) has a bad form")
+            }
+          }
           let data = try input.data(limit: raw.count)
-          guard SHA256.hash(data) == digest else {
+          guard base != nil || SHA256.hash(data) == digest else {
             throw bad("tree \(digest.hex.prefix(16)) does not match its digest")
           }
-          trees.append((digest, data))
+          trees.append(StoredTree(digest: digest, base: base, data: data))
         }
         var blobs: [BlobLocation] = []
         for _ in 0..<(try input.count(limit: raw.count)) {
@@ -151,7 +199,42 @@ struct Manifest {
           let size = Int64(bitPattern: try input.varint())
           let path = try input.data(limit: 1 << 16)
           guard offset >= 0, size > 0 else { throw bad("a blob location is out of range") }
-          blobs.append(BlobLocation(digest: digest, archive: archive, offset: offset, path: path, size: size))
+          var dataOffset: Int64?
+          if version >= 2 {
+            let encoded = try input.varint()
+            if encoded > 0 {
+              guard encoded - 1 > UInt64(offset), encoded - 1 <= UInt64(Int64.max) else {
+                throw bad("a blob location is out of range")
+              }
+              dataOffset = Int64(encoded - 1)
+            }
+          }
+          blobs.append(
+            BlobLocation(
+              digest: digest, archive: archive, offset: offset, path: path, size: size, dataOffset: dataOffset
+            ))
+        }
+        var chunks: [ChunkLocation] = []
+        var chunkLists: [(digest: Digest, list: ChunkList)] = []
+        if version >= 2 {
+          for _ in 0..<(try input.count(limit: raw.count)) {
+            let digest = try input.digest()
+            let offset = try input.varint()
+            let dataOffset = try input.varint()
+            let size = try input.varint()
+            guard dataOffset > offset, dataOffset <= UInt64(Int64.max) - size, size > 0,
+              size <= UInt64(ChunkingParameters.maximum)
+            else { throw bad("a chunk location is out of range") }
+            chunks.append(
+              ChunkLocation(
+                digest: digest, archive: archive, offset: Int64(offset), dataOffset: Int64(dataOffset),
+                size: Int64(size)))
+          }
+          for _ in 0..<(try input.count(limit: raw.count)) {
+            let digest = try input.digest()
+            let list = try ChunkList.decode(try input.data(limit: raw.count))
+            chunkLists.append((digest, list))
+          }
         }
         guard input.isAtEnd else { throw bad("trailing bytes") }
         var snapshot = fields.isEmpty ? nil : try Manifest.snapshot(fields, archive: archive, bad: bad)
@@ -162,7 +245,8 @@ struct Manifest {
           snapshot?.unreadable = unreadable
           snapshot?.unreadablePaths = Snapshot.splitPaths(rawFields["unreadablePaths"] ?? [])
         }
-        return Manifest(snapshot: snapshot, trees: trees, blobs: blobs)
+        return Manifest(
+          snapshot: snapshot, trees: trees, blobs: blobs, chunks: chunks, chunkLists: chunkLists)
       }
     } catch let error as BackupError where error.code == .corruptCatalog {
       throw bad(error.message)

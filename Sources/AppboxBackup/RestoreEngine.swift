@@ -61,10 +61,12 @@ extension Repository {
     let report: MaterializeReport
     var installed = false
     var createdGroups: [String] = []
+    // As root, restored data goes to the app's uid as it is created (no second walk).
+    let owner = app.flatMap { AppUser.dataOwner(of: $0) }
     do {
       report = try materialize(
         snapshot, part: .data, into: staging.descriptor, standardDirectories: true, protectingOn: session,
-        observer: observer)
+        owner: owner, observer: observer)
       if app == nil {
         let install = try installBundle(of: snapshot, in: session)
         app = install.app
@@ -78,7 +80,7 @@ extension Repository {
     guard let app else { preconditionFailure("the app is installed by now") }
     CrashPoint.hit("restore.staged")
     observer.engine(.stage("swap"))
-    try HomeSwap.swap(staging, into: app, carrying: .bundle, session: session)
+    try HomeSwap.swap(staging, into: app, carrying: .bundle, session: session, dataOwned: owner != nil)
     CrashPoint.hit("restore.swapped")
 
     var outcome: KeychainRestoreOutcome?

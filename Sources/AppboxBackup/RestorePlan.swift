@@ -19,12 +19,31 @@ import AppboxCrypto
 /// Compact on purpose: a restore plans one per file.
 struct RestoreItem {
   var path: [UInt8]
+  /// The index in `RestorePlan.directories` of the directory holding it (-1: the target).
+  var parent: Int32 = -1
+  /// Where its name starts in `path`.
+  var nameStart: Int32 = 0
+  /// Whether it belongs to the app's data (below Documents, Library or tmp), which a restore
+  /// as root gives to the app's own uid.
+  var isData = false
   var permissions: UInt32
   var modificationTime: Int64
   var attributes: [ExtendedAttribute]
   var linkTarget: [UInt8]?
   /// The class the archive recorded (its protection record is not an attribute to set).
   var protectionClass: ProtectionClass
+
+  var name: [UInt8] { Array(path[Int(nameStart)...]) }
+
+  /// An item without attributes or link target (the common case, read in place).
+  init(path: [UInt8], permissions: UInt32, modificationTime: Int64) {
+    self.path = path
+    self.permissions = permissions
+    self.modificationTime = modificationTime
+    attributes = []
+    linkTarget = nil
+    protectionClass = .none
+  }
 
   init(path: [UInt8], entry: TreeEntry) {
     self.path = path
@@ -46,9 +65,19 @@ struct RestorePlan {
   var hardLinks: [(item: RestoreItem, primary: Int)] = []
   var symlinks: [RestoreItem] = []
   var fifos: [RestoreItem] = []
-  /// For each non-empty content, the first file (index into `files`) that has it; the others
-  /// follow through `nextWithSameContent` (-1 ends the chain).
-  var firstWithContent: [Digest: Int32] = [:]
+  /// For each non-empty content, the first file (index into `files`) that has it (in
+  /// `chains`); the others follow through `nextWithSameContent` (-1 ends the chain).
+  /// The first file with content `digest`, if any.
+  func firstFile(withContent digest: Digest) -> Int32? { chains[digest]?.first }
+
+  /// Each non-empty content and the first file with it, in digest order.
+  var contentsByDigest: [(digest: Digest, first: Int32)] {
+    chains.map { ($0.key, $0.value.first) }.sorted { $0.digest < $1.digest }
+  }
+  /// For each non-empty content, its first and last file: one dictionary operation per file.
+  private var chains: [Digest: (first: Int32, last: Int32)] = [:]
+  /// How many distinct non-empty contents the plan has.
+  var contentCount: Int { chains.count }
   var nextWithSameContent: [Int32] = []
   var totalBytes: Int64 = 0
   var warnings: [String] = []
@@ -56,7 +85,7 @@ struct RestorePlan {
   /// The files (indexes into `files`) whose content is `digest`.
   func files(withContent digest: Digest) -> [Int] {
     var result: [Int] = []
-    var next = firstWithContent[digest] ?? -1
+    var next = chains[digest]?.first ?? -1
     while next >= 0 {
       result.append(Int(next))
       next = nextWithSameContent[Int(next)]
@@ -64,50 +93,83 @@ struct RestorePlan {
     return result
   }
 
-  /// Plans the subtree `root`. At the top, entries named in `skippingTopLevel` are left out.
-  init(catalog: Catalog, root: Digest, skippingTopLevel: Set<[UInt8]> = []) throws {
+  /// Plans the subtree `root`. At the top, entries named in `skippingTopLevel` are left out;
+  /// entries at or below the top-level names `dataTopLevel` are marked as the app's data.
+  /// `expectedFiles` sizes the tables (the snapshot's file count, when known).
+  init(
+    catalog: Catalog, root: Digest, skippingTopLevel: Set<[UInt8]> = [], dataTopLevel: [String] = [],
+    expectedFiles: Int = 0
+  ) throws {
+    chains.reserveCapacity(expectedFiles)
+    files.reserveCapacity(expectedFiles)
+    sizes.reserveCapacity(expectedFiles)
+    nextWithSameContent.reserveCapacity(expectedFiles)
     var inodes: [UInt64: Int] = [:]
-    var lastWithContent: [Digest: Int32] = [:]
-    var stack: [(digest: Digest, path: [UInt8])] = [(root, [])]
-    while let (digest, path) = stack.popLast() {
-      let tree = try catalog.tree(digest)
-      var subdirectories: [(digest: Digest, path: [UInt8])] = []
-      for entry in tree.entries where !entry.isExcluded {
-        if path.isEmpty && skippingTopLevel.contains(entry.name) { continue }
-        let item = RestoreItem(path: joinPath(path, entry.name), entry: entry)
-        switch entry.type {
-        case .directory:
-          guard let child = entry.digest else { continue }
-          directories.append(item)
-          subdirectories.append((child, item.path))
-        case .file:
-          if entry.linkCount > 1, let primary = inodes[entry.inode] {
-            hardLinks.append((item, primary))
-            continue
+    let data = Set(dataTopLevel.map { Array($0.utf8) })
+    var stack: [(digest: Digest, path: [UInt8], index: Int32, isData: Bool)] = [(root, [], -1, false)]
+    while let (digest, path, index, isData) = stack.popLast() {
+      guard let treeData = try catalog.treeData(digest) else {
+        throw BackupError(.corruptCatalog, "Catalog is missing tree \(digest.hex.prefix(16))")
+      }
+      var subdirectories: [(digest: Digest, path: [UInt8], index: Int32, isData: Bool)] = []
+      // Read in place: an entry is materialized only where it has attributes or a target.
+      try treeData.withUnsafeBytes { buffer in
+        var cursor = try TreeCursor(buffer)
+        while let encoded = try cursor.next() {
+          if encoded.isExcluded { continue }
+          let name = buffer[encoded.nameRange]
+          if path.isEmpty && skippingTopLevel.contains(Array(name)) { continue }
+          var item: RestoreItem
+          if encoded.tailRange.count > (encoded.hasDigest ? Digest.byteCount : 0) + 1 {
+            let entry = try Tree.materialize(encoded, in: buffer)
+            item = RestoreItem(path: joinPath(path, entry.name), entry: entry)
+          } else {
+            item = RestoreItem(
+              path: joinPath(path, name), permissions: encoded.permissions,
+              modificationTime: encoded.modificationTime)
           }
-          let index = Int32(files.count)
-          if entry.linkCount > 1 { inodes[entry.inode] = files.count }
-          nextWithSameContent.append(-1)
-          if entry.size > 0, let content = entry.digest {
-            if let last = lastWithContent[content] {
-              nextWithSameContent[Int(last)] = index
-            } else {
-              firstWithContent[content] = index
+          item.parent = index
+          item.nameStart = Int32(item.path.count - name.count)
+          item.isData = isData || (path.isEmpty && data.contains(Array(name)))
+          switch encoded.type {
+          case .directory:
+            guard let child = encoded.digest(in: buffer) else { continue }
+            subdirectories.append((child, item.path, Int32(directories.count), item.isData))
+            directories.append(item)
+          case .file:
+            if encoded.linkCount > 1, let primary = inodes[encoded.inode] {
+              hardLinks.append((item, primary))
+              continue
             }
-            lastWithContent[content] = index
+            let fileIndex = Int32(files.count)
+            if encoded.linkCount > 1 { inodes[encoded.inode] = files.count }
+            nextWithSameContent.append(-1)
+            if encoded.size > 0, let content = encoded.digest(in: buffer) {
+              // One lookup: the chain is created or extended in place.
+              var previousLast: Int32 = -1
+              modify(&chains[content, default: (fileIndex, -1)]) {
+                previousLast = $0.last
+                $0.last = fileIndex
+              }
+              if previousLast >= 0 { nextWithSameContent[Int(previousLast)] = fileIndex }
+            }
+            files.append(item)
+            sizes.append(encoded.size)
+            totalBytes += encoded.size
+          case .symlink:
+            symlinks.append(item)
+          case .fifo:
+            fifos.append(item)
+          case .socket:
+            warnings.append("'\(display(item.path))' was a socket, which cannot be restored")
           }
-          files.append(item)
-          sizes.append(entry.size)
-          totalBytes += entry.size
-        case .symlink:
-          symlinks.append(item)
-        case .fifo:
-          fifos.append(item)
-        case .socket:
-          warnings.append("'\(display(item.path))' was a socket, which cannot be restored")
         }
       }
       stack.append(contentsOf: subdirectories.reversed())
     }
   }
 }
+
+/// Runs `body` on `value` in place (with a dictionary's `subscript(_:default:)`, one lookup).
+@inline(__always)
+func modify<T>(_ value: inout T, _ body: (inout T) -> Void) { body(&value) }

@@ -47,7 +47,7 @@ extension Repository {
   /// class on that device (see Protection+Backup.swift).
   public func materialize(
     _ snapshot: Snapshot, part: SnapshotPart, into directory: FileDescriptor,
-    standardDirectories: Bool = false, protectingOn session: DeviceSession? = nil,
+    standardDirectories: Bool = false, protectingOn session: DeviceSession? = nil, owner: UInt32? = nil,
     observer: EngineObserver = SilentObserver()
   ) throws -> MaterializeReport {
     let bundleName = Array(snapshot.bundleDirectoryName.utf8)
@@ -65,31 +65,27 @@ extension Repository {
       root = digest
       skipping = []
     }
-    let (plan, locations) = try catalog.reading { () throws -> (RestorePlan, [String: [BlobLocation]]) in
-      let plan = try RestorePlan(catalog: catalog, root: root, skippingTopLevel: skipping)
-      var locations: [String: [BlobLocation]] = [:]
-      for (digest, first) in plan.firstWithContent {
-        guard let location = try catalog.blob(digest) else {
-          throw BackupError(
-            .corruptCatalog,
-            "The catalog has no archive holding the content of '\(display(plan.files[Int(first)].path))'")
-        }
-        locations[location.archive, default: []].append(location)
-      }
-      return (plan, locations)
+    observer.engine(.stage("plan"))
+    let (plan, sources) = try catalog.reading { () throws -> (RestorePlan, ContentSources) in
+      let plan = try RestorePlan(
+        catalog: catalog, root: root, skippingTopLevel: skipping,
+        dataTopLevel: owner == nil ? [] : DataOwnership.dataDirectories,
+        expectedFiles: part == .data ? snapshot.files : 0)
+      observer.engine(.stage("locate content"))
+      return (plan, try contentSources(for: plan))
     }
     observer.engine(
       .planned(
         entries: plan.files.count + plan.directories.count + plan.symlinks.count, files: plan.files.count,
         bytes: plan.totalBytes))
-    var needed = Set(locations.keys)
+    var needed = sources.archives
     needed.insert(snapshot.archive)
     let records = try checkPresence(of: needed.sorted())
     let archivesPath = self.archivesPath
     // Archives that hold content are verified by the per-file SHA-256 of everything taken
     // from them (a second whole-file pass would only re-read them); the others (the
     // snapshot's own, when it holds only the manifest and keychain items) get their CRC-32C.
-    let unread = records.filter { locations[$0.name] == nil }
+    let unread = records.filter { !sources.archives.contains($0.name) }
     let verifier = WorkerThread(name: "appbox-verify-archives") {
       for record in unread { try Repository.verifyChecksum(record, path: archivesPath + "/" + record.name) }
     }
@@ -103,27 +99,50 @@ extension Repository {
       defer { writer.closeAll() }
       for item in plan.directories { try writer.makeDirectory(item.path) }
       observer.engine(.stage("extract"))
+      let direct = DirectExtractor(
+        plan: plan, work: sources.direct, target: directory, owner: owner, protectedFiles: protectedFiles)
+      try direct.run(workers: 2) { observer.engine(.progress(files: $0, bytes: $1)) }
       let extractor = ContentExtractor(plan: plan, writer: writer, observer: observer)
-      for record in records where locations[record.name] != nil {
+      for record in records where sources.streamed[record.name] != nil {
         try extractor.extract(
-          from: record, path: archivePath(record.name), locations: locations[record.name]!)
+          from: record, path: archivePath(record.name), locations: sources.streamed[record.name]!)
       }
       observer.engine(.stage("verify"))
       try extractor.finish()
       observer.engine(.stage("links and times"))
-      for (index, item) in plan.files.enumerated() where !extractor.written[index] {
+      for (index, item) in plan.files.enumerated() {
+        if direct.written[index] { continue }
+        if extractor.written[index] {
+          if let owner, item.isData { try writer.handOver(item.path, to: owner) }
+          continue
+        }
         guard plan.sizes[index] == 0 else {
           throw BackupError(.corruptCatalog, "No content was found for '\(display(item.path))'")
         }
         let fd = try writer.createFile(item)
-        try fd.closeAfter { try TreeWriter.applyMetadata(item, to: $0) }
+        try fd.closeAfter {
+          if let owner, item.isData { try $0.setOwner(owner, owner) }
+          try TreeWriter.applyMetadata(item, to: $0)
+        }
       }
       for (item, primary) in plan.hardLinks { try writer.link(item, to: plan.files[primary]) }
-      for item in plan.fifos { try writer.makeFIFO(item) }
-      for item in plan.symlinks { try writer.makeSymlink(item) }
+      for item in plan.fifos {
+        try writer.makeFIFO(item)
+        if let owner, item.isData { try writer.handOver(item.path, to: owner) }
+      }
+      for item in plan.symlinks {
+        try writer.makeSymlink(item)
+        if let owner, item.isData { try writer.handOver(item.path, to: owner) }
+      }
       writer.closeAll()
-      if standardDirectories { try addStandardDirectories(in: directory) }
-      for item in plan.directories.reversed() { try writer.finishDirectory(item) }
+      if standardDirectories {
+        let added = try addStandardDirectories(in: directory)
+        if let owner { for path in added { try writer.handOver(Array(path.utf8), to: owner) } }
+        writer.closeAll()
+      }
+      for item in plan.directories.reversed() {
+        try writer.finishDirectory(item, owner: item.isData ? owner : nil)
+      }
       report.files = plan.files.count + plan.hardLinks.count + plan.symlinks.count + plan.fifos.count
       report.bytes = plan.totalBytes
     } catch {
@@ -132,6 +151,88 @@ extension Repository {
     }
     try verifier.join()
     return report
+  }
+
+  /// Where the contents a plan needs are stored: read directly (uncompressed archives with
+  /// recorded data offsets, and chunks), or streamed member by member through libarchive.
+  private struct ContentSources {
+    var direct = DirectWork()
+    var streamed: [String: [BlobLocation]] = [:]
+    /// Every archive holding needed content.
+    var archives: Set<String> = []
+  }
+
+  /// Finds every needed content: a blob, or a chunk list whose chunks all have locations.
+  private func contentSources(for plan: RestorePlan) throws -> ContentSources {
+    var sources = ContentSources()
+    let ordered = try catalog.archives()
+    let records = Dictionary(ordered.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+    let rank = Dictionary(ordered.enumerated().map { ($1.name, $0) }, uniquingKeysWith: { first, _ in first })
+    var archiveIndex: [String: Int32] = [:]
+    func index(_ name: String) -> Int32 {
+      if let known = archiveIndex[name] { return known }
+      let next = Int32(sources.direct.archives.count)
+      archiveIndex[name] = next
+      sources.direct.archives.append(archivePath(name))
+      return next
+    }
+    // Where each content's copy is. Restoring most of what the repository holds, one pass over
+    // the blobs is cheaper than a lookup per content; otherwise look each up, in digest order
+    // (the lookups then walk the B-tree from one end to the other).
+    var positions: [Digest: (archive: String, offset: Int64, size: Int64, dataOffset: Int64?)] = [:]
+    let contents = plan.contentsByDigest
+    if contents.count * 4 >= (try catalog.count("blobs")) {
+      positions.reserveCapacity(contents.count)
+      try catalog.forEachBlobPosition { digest, archive, offset, size, dataOffset in
+        if plan.firstFile(withContent: digest) != nil {
+          positions[digest] = (archive, offset, size, dataOffset)
+        }
+      }
+    } else {
+      for (digest, _) in contents {
+        if let position = try catalog.blobPosition(digest) { positions[digest] = position }
+      }
+    }
+    for (digest, first) in contents {
+      if let position = positions[digest] {
+        sources.archives.insert(position.archive)
+        if let dataOffset = position.dataOffset,
+          records[position.archive]?.compression == ArchiveCompression.none
+        {
+          sources.direct.blobs.append(
+            DirectWork.Blob(
+              digest: digest, archive: index(position.archive), dataOffset: dataOffset, size: position.size))
+        } else if let location = try catalog.blob(digest) {
+          sources.streamed[location.archive, default: []].append(location)
+        }
+        continue
+      }
+      let path = plan.files[Int(first)].path
+      let size = plan.sizes[Int(first)]
+      guard let list = try catalog.chunkList(digest, size: size) else {
+        throw BackupError(
+          .corruptCatalog, "The catalog has no archive holding the content of '\(display(path))'")
+      }
+      var chunks: [(archive: Int32, dataOffset: Int64, size: Int64)] = []
+      for chunk in list.chunks {
+        guard let location = try catalog.chunk(chunk.digest), location.size == chunk.size,
+          records[location.archive]?.compression == ArchiveCompression.none
+        else {
+          throw BackupError(
+            .corruptCatalog,
+            "The catalog has no archive holding chunk \(chunk.digest.hex.prefix(16)) of '\(display(path))'")
+        }
+        sources.archives.insert(location.archive)
+        chunks.append((index(location.archive), location.dataOffset, location.size))
+      }
+      sources.direct.chunked.append(DirectWork.Chunked(digest: digest, size: size, chunks: chunks))
+    }
+    // Oldest archive first, each from start to end (one integer key each: rank, then offset).
+    let archiveRank = sources.direct.archives.map { path in Int64(rank[splitPath(path).name] ?? 0) << 48 }
+    sources.direct.blobs.sort {
+      archiveRank[Int($0.archive)] | $0.dataOffset < archiveRank[Int($1.archive)] | $1.dataOffset
+    }
+    return sources
   }
 
   /// The records of archives `names`, each present with its recorded size.
@@ -167,8 +268,10 @@ extension Repository {
 }
 
 /// Creates the home's standard directories that `directory` lacks (a symlink or file in
-/// their place is left alone: the snapshot recorded it so).
-func addStandardDirectories(in directory: FileDescriptor) throws {
+/// their place is left alone: the snapshot recorded it so). Returns those it created.
+@discardableResult
+func addStandardDirectories(in directory: FileDescriptor) throws -> [String] {
+  var added: [String] = []
   for path in Home.standardDirectories {
     let parent = TreeWriter.split(Array(path.utf8)).parent
     guard
@@ -176,5 +279,7 @@ func addStandardDirectories(in directory: FileDescriptor) throws {
       parentStatus.type == .directory, try directory.status(ofRawName: Array(path.utf8)) == nil
     else { continue }
     try directory.makeDirectory(path, mode: 0o755)
+    added.append(path)
   }
+  return added
 }

@@ -95,8 +95,9 @@ extension Repository {
       try staging.makeDirectory(dataName, mode: 0o700)
       let data = try staging.open(dataName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
       defer { data.close() }
-      report = try materialize(snapshot, part: .data, into: data, protectingOn: session, observer: observer)
-      if let owner = AppUser.dataOwner(of: app) { try DataOwnership.handOverData(in: data, to: owner) }
+      report = try materialize(
+        snapshot, part: .data, into: data, protectingOn: session, owner: AppUser.dataOwner(of: app),
+        observer: observer)
       try data.syncFileSystem()
     } catch {
       session.discard(staged)

@@ -3,6 +3,7 @@
 // concurrency): each stage is a tight loop of blocking system calls, and each C handle
 // (SQLite connection, libarchive object, hash context) must stay on one thread.
 
+import AppboxCrypto
 import Foundation
 import Glibc
 
@@ -180,6 +181,8 @@ final class BufferPool: @unchecked Sendable {
   private var free: [UnsafeMutableRawBufferPointer] = []
   private var all: [UnsafeMutableRawBufferPointer] = []
   private var waiting = false
+  /// Buffers handed to more than one consumer: how many more `give`s each waits for.
+  private var extraHolders: [UnsafeMutableRawPointer: Int] = [:]
 
   init(count: Int, bufferSize: Int) {
     self.bufferSize = bufferSize
@@ -211,11 +214,78 @@ final class BufferPool: @unchecked Sendable {
   /// Whether at least half the buffers are free: whoever consumes them is keeping up.
   var isMostlyFree: Bool { mutex.withLock { free.count * 2 >= all.count } }
 
-  /// Gives a buffer back.
+  /// Gives a buffer back (it is free once every holder has given it back).
   func give(_ buffer: UnsafeMutableRawBufferPointer) {
     mutex.withLock {
+      if let base = buffer.baseAddress, let extra = extraHolders[base] {
+        extraHolders[base] = extra > 1 ? extra - 1 : nil
+        return
+      }
       free.append(buffer)
       if waiting { mutex.broadcast() }
     }
+  }
+
+  /// One more holder of `buffer` (which must be taken): it is free only after one more `give`.
+  func share(_ buffer: UnsafeMutableRawBufferPointer) {
+    guard let base = buffer.baseAddress else { return }
+    mutex.withLock { extraHolders[base, default: 0] += 1 }
+  }
+}
+
+/// SHA-256 of a stream of pooled buffers, on a thread of its own: the third hand when a file is
+/// hashed twice (whole, and chunk by chunk) and cut. Feed it a file's buffers in order (each
+/// shared with whoever else holds it), then `finish()` waits for the digest.
+final class StreamHasher: @unchecked Sendable {
+  private enum Job {
+    case data(UnsafeMutableRawBufferPointer, Int)
+    case finish
+  }
+  private let queue = HandoffQueue<Job>(capacity: 8 << 20)
+  private let pool: BufferPool
+  private let results = DispatchSemaphore(value: 0)
+  private var digest: Digest?
+  private var thread: WorkerThread?
+
+  init(pool: BufferPool) {
+    self.pool = pool
+    let queue = self.queue
+    thread = WorkerThread(name: "appbox-hash") { [unowned self] in
+      let hasher = SHA256Hasher()
+      while let job = queue.pop() {
+        switch job {
+        case .data(let buffer, let count):
+          hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
+          pool.give(buffer)
+        case .finish:
+          digest = hasher.finalize()
+          results.signal()
+        }
+      }
+    }
+  }
+
+  /// Hashes `buffer[0..<count]` next; the hasher gives the buffer back to the pool when done.
+  func feed(_ buffer: UnsafeMutableRawBufferPointer, count: Int) {
+    pool.share(buffer)
+    if !queue.push(.data(buffer, count), cost: count) { pool.give(buffer) }
+  }
+
+  /// Wakes the hashing thread whatever is queued (before blocking on pool buffers it holds).
+  func nudge() { queue.nudge() }
+
+  /// The digest of everything fed since the last `finish()`.
+  func finish() -> Digest {
+    queue.push(.finish)
+    queue.nudge()
+    results.wait()
+    return digest!
+  }
+
+  /// Stops the thread (what is queued is given back).
+  func close() {
+    queue.close()
+    try? thread?.join()
+    thread = nil
   }
 }

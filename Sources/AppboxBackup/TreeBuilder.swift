@@ -10,6 +10,10 @@
 // hashing anything: a no-change backup hashes no trees. Otherwise the tree is hashed; it is
 // new when neither the catalog nor this run has it.
 //
+// A new tree is stored as a delta against the previous version of its directory (the tree
+// the scan compared with) when that is much smaller and the chain stays short
+// (`StoredTree.choosing`); its digest is that of its whole serialization either way.
+//
 // Invariants: an excluded directory contributes an entry without a digest and no tree; a
 // file that vanished before it was read is left out; counts (files, bytes) cover the data
 // only: not the bundle, not excluded items.
@@ -19,8 +23,8 @@ import AppboxCrypto
 
 struct TreeBuildResult {
   var root: Digest
-  /// Trees the catalog does not have yet, children before parents.
-  var newTrees: [(digest: Digest, data: [UInt8])]
+  /// Trees the catalog does not have yet, children before parents, as they will be stored.
+  var newTrees: [StoredTree]
   var files: Int
   var bytes: Int64
 }
@@ -35,7 +39,7 @@ struct TreeBuilder {
   func build() throws -> TreeBuildResult {
     let directories = plan.directories
     var digests = [Digest?](repeating: nil, count: directories.count)
-    var newTrees: [(digest: Digest, data: [UInt8])] = []
+    var newTrees: [StoredTree] = []
     var created: Set<Digest> = []
     var files = 0
     var bytes: Int64 = 0
@@ -106,7 +110,13 @@ struct TreeBuilder {
       digests[index] = digest
       if digest != directory.previousDigest, !created.contains(digest), !(try catalog.hasTree(digest)) {
         created.insert(digest)
-        newTrees.append((digest, data))
+        var base: (digest: Digest, data: [UInt8], depth: Int)?
+        if let previous = directory.previousDigest, !directory.previousData.isEmpty,
+          let depth = try catalog.treeDepth(previous)
+        {
+          base = (previous, directory.previousData, depth)
+        }
+        newTrees.append(StoredTree.choosing(digest: digest, data: data, base: base))
       }
     }
     guard let root = digests[0] else { throw BackupError(.corruptCatalog, "The home itself was not scanned") }

@@ -42,6 +42,8 @@ struct TreeCursor {
   private var input: ByteReader
   /// Entries the header announced.
   let count: Int
+  /// The header's length in bytes (version and count): where the first entry starts.
+  let headerLength: Int
   private var read = 0
   private var previousName: Range<Int>?
 
@@ -50,6 +52,7 @@ struct TreeCursor {
     input = ByteReader(buffer)
     guard try input.byte() == Tree.version else { throw ByteReader.malformed("unknown tree version") }
     count = try input.count(limit: buffer.count)
+    headerLength = input.position
   }
 
   /// The next entry, or nil after the last (when the tree must also end).
@@ -75,6 +78,7 @@ struct TreeCursor {
     input = ByteReader(buffer)
     _ = try input.raw(position)
     count = 1
+    headerLength = 0
   }
 
   private mutating func parseEntry() throws -> EncodedEntry {

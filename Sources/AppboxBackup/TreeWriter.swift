@@ -106,8 +106,18 @@ final class TreeWriter {
   }
 
   /// Applies a directory's final metadata.
-  func finishDirectory(_ item: RestoreItem) throws {
+  /// Applies a directory's final metadata, giving it to `owner` first when one is given.
+  func finishDirectory(_ item: RestoreItem, owner: UInt32? = nil) throws {
     let descriptor = try target.openBeneath(item.path, O_RDONLY | O_DIRECTORY)
-    try descriptor.closeAfter { try TreeWriter.applyMetadata(item, to: $0) }
+    try descriptor.closeAfter {
+      if let owner { try $0.setOwner(owner, owner) }
+      try TreeWriter.applyMetadata(item, to: $0)
+    }
+  }
+
+  /// Gives the entry at `path` (not following it) to `owner`, through its parent's descriptor.
+  func handOver(_ path: [UInt8], to owner: UInt32) throws {
+    let (parent, name) = TreeWriter.split(path)
+    try DataOwnership.handOver(rawName: name, in: directory(parent), to: owner)
   }
 }

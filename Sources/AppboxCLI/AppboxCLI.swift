@@ -35,9 +35,13 @@ extension CommandContext {
   var deviceRoot: DeviceRoot { DeviceRoot.resolve(explicit: globals.root, environment: environment) }
 
   /// Opens the device; mutating commands take its lock and finish interrupted work first.
+  /// Opens the device. A mutating session finishes what its command deferred (deleting an
+  /// old home an update replaced) after the output is written, holding the root lock until then.
   func openDevice(mutating: Bool) throws -> DeviceSession {
-    try DeviceSession.open(
+    let session = try DeviceSession.open(
       root: deviceRoot, mutating: mutating, recovery: recoverySteps, environment: environment)
+    if mutating { afterOutput { session.finishDeferredWork() } }
+    return session
   }
 
   var recoverySteps: [any RecoveryStep] {

@@ -48,6 +48,8 @@ public final class DeviceSession {
   private let recovery: [any RecoveryStep]
   private var lock: FileLock?
   private var appLocks: [String: FileLock] = [:]
+  /// Old homes (`.trash-<ID>` in ApplicationRoot) an update or revert left for after its report.
+  private var trashToRemove: [String] = []
 
   private init(
     root: DeviceRoot, identity: DeviceIdentity, registry: Registry, lock: FileLock?,
@@ -167,6 +169,43 @@ public final class DeviceSession {
   }
 
   public func home(of app: AppRecord) -> Home { Home(root: root, app: app) }
+
+  /// Leaves trash `name` (in ApplicationRoot) for `finishDeferredWork`.
+  func deferRemoval(ofTrash name: String) { trashToRemove.append(name) }
+
+  /// Whether a command of this session left work for after its report.
+  public var hasDeferredWork: Bool { !trashToRemove.isEmpty }
+
+  /// Does what this session's commands left for after their report: deletes the old homes an
+  /// update or revert renamed to trash. Call it once the result is out (the CLI does, after
+  /// printing), so deleting what tmp, Caches and an old bundle held never delays the report.
+  /// The app locks are released first (the command is over; nothing of an app is touched
+  /// here); the root lock stays held, so no recovery of everything runs meanwhile. A trash
+  /// that cannot be deleted now is left for the next recovery (`ContainerRecovery`), which
+  /// also deletes trash left by a process killed before it got here. Returns warnings.
+  @discardableResult
+  public func finishDeferredWork() -> [String] {
+    guard !trashToRemove.isEmpty else { return [] }
+    appLocks.removeAll()
+    var warnings: [String] = []
+    let names = trashToRemove
+    trashToRemove.removeAll()
+    CrashPoint.hit("session.deferred-removal")
+    do {
+      let applicationRoot = try OwnedFileDescriptor.open(root.applicationRoot, O_RDONLY | O_DIRECTORY)
+      for name in names {
+        do {
+          try FileTree.remove(name, in: applicationRoot.borrowed)
+        } catch {
+          warnings.append(
+            "the old home could not be deleted yet (\(error)); the next appbox command finishes it")
+        }
+      }
+    } catch {
+      warnings.append("the old home could not be deleted yet (\(error)); the next appbox command finishes it")
+    }
+    return warnings
+  }
 }
 
 /// Finishes interrupted installs and uninstalls, journal-free:

@@ -209,6 +209,28 @@ public enum Seal {
     return (modes.difference(from: sealed), modes)
   }
 
+  /// The SHA-256 of every file the seal of the bundle at `bundlePath` lists, by path in the
+  /// bundle, when its CodeResources is the one the registry recorded (`expectedDigest`, the
+  /// hex SHA-256 of the file); nil otherwise. Backups take these digests instead of hashing
+  /// the bundle's files again (a bundle is root's and read-only to its app; `launch` refuses
+  /// one that does not match its seal).
+  public static func sealedDigests(bundleAt bundlePath: String, expectedDigest: String) -> [String: Digest]? {
+    guard let directory = try? FileDescriptor.open(bundlePath, O_RDONLY | O_DIRECTORY | O_NOFOLLOW) else {
+      return nil
+    }
+    defer { directory.close() }
+    guard let file = try? directory.open(CodeResources.path, O_RDONLY | O_NOFOLLOW),
+      let bytes = try? file.closeAfter({ try $0.readAll(limit: 64 << 20) }),
+      SHA256.hash(bytes).hex == expectedDigest,
+      let resources = try? CodeResources(data: Data(bytes), bundle: splitPath(bundlePath).name)
+    else { return nil }
+    var digests: [String: Digest] = [:]
+    for (path, entry) in resources.files {
+      if case .file(let digest, _) = entry { digests[path] = digest }
+    }
+    return digests
+  }
+
   /// The state alone (see `check`).
   public static func verify(bundleAt bundlePath: String, expectedDigest: String, expectedModes: String? = nil)
     throws

@@ -25,8 +25,12 @@ public struct UpdateReport: Sendable {
   /// Files (relative to the new home) that still mention the old home's absolute path.
   public var staleAbsolutePaths: [String]
   public var snapshotSeconds: Double
-  /// The migration itself: moving the data, committing, switching homes.
+  /// The migration itself: moving the data, committing, switching homes (the old home is
+  /// only renamed to trash here; it is deleted once the command has reported).
   public var migrationSeconds: Double
+  /// Measuring what was dropped and what moved, and the stale-path survey (bounded: at most
+  /// 5,000 files are read), after the migration.
+  public var surveySeconds: Double = 0
   public var totalSeconds: Double
   /// The snapshots taken of the app's groups before the update, by group identifier (their
   /// containers are kept as they are; `revert --with-groups` restores these).
@@ -56,14 +60,18 @@ public struct PreUpdateSnapshot: Sendable {
 
 /// App update, the platform's way: the new bundle gets a NEW home; Documents and Library
 /// are moved there with rename(2) (cost independent of the data's size); the registry
-/// commits the switch; the old home is deleted. Keychain items are not touched, nor are app
+/// commits the switch; the old home is renamed to trash (`.trash-<OLD-ID>`, one rename) and
+/// deleted after the command has reported (`finishDeferredWork`), so what tmp, Caches and the
+/// old bundle hold never lengthens the migration. Keychain items are not touched, nor are app
 /// group containers (the snapshot step may take snapshots of the app's groups, whose locks
 /// are held by then; memberships follow the new bundle's entitlements).
 ///
 /// Crash safety: a journal entry `update-<NEW-ID>` is written before the first move.
 /// Until the registry commit the update rolls back (data moved back to the old home,
 /// staging removed); after it, it rolls forward (staging renamed into place, old home
-/// removed). `UpdateRecovery` does this on the next mutating command.
+/// removed). `UpdateRecovery` does this on the next mutating command. Trash left by a
+/// process killed before it could delete it belongs to no registry row: `ContainerRecovery`
+/// removes it.
 extension DeviceSession {
   public func update(
     _ app: AppRecord, toBundleAt bundlePath: String, allowDowngrade: Bool,
@@ -92,7 +100,9 @@ extension DeviceSession {
 
       // What will be dropped: measured before anything moves.
       let oldHome = root.home(app.containerID)
-      let tmp = TreeMeasure.measure(oldHome + "/tmp")
+      let measureStart = DispatchTime.now().uptimeNanoseconds
+      let tmpMeasure = TreeMeasure.measure(oldHome + "/tmp")
+      let tmp = (files: tmpMeasure.files, bytes: tmpMeasure.bytes, seconds: seconds(since: measureStart))
       let keep: Set<String> = ["Documents", "Library", "tmp", app.bundleDirectoryName, Home.metadataFile]
       let strays = ((try? FileManager.default.contentsOfDirectory(atPath: oldHome)) ?? []).filter {
         !keep.contains($0)
@@ -110,9 +120,11 @@ extension DeviceSession {
       }
       let migrationSeconds = seconds(since: migrationStart)
 
+      let surveyStart = DispatchTime.now().uptimeNanoseconds
       let newHome = root.home(staged.containerID)
       let survey = StalePathScanner.survey(
         home: newHome, oldHomes: [root.home(app.containerID), Jail.homesDirectory + "/" + app.containerID])
+      let surveySeconds = seconds(since: surveyStart) + tmp.seconds
       return UpdateReport(
         bundleIdentifier: app.bundleIdentifier, oldContainerID: app.containerID,
         newContainerID: staged.containerID,
@@ -123,7 +135,7 @@ extension DeviceSession {
         preUpdateUnreadable: preUpdate?.unreadable ?? 0,
         preUpdateUnreadablePaths: preUpdate?.unreadablePaths ?? [],
         staleAbsolutePaths: survey.stale,
-        snapshotSeconds: snapshotSeconds, migrationSeconds: migrationSeconds,
+        snapshotSeconds: snapshotSeconds, migrationSeconds: migrationSeconds, surveySeconds: surveySeconds,
         totalSeconds: seconds(since: started), preUpdateGroupSnapshots: preUpdate?.groups ?? [:],
         groups: try registry.groups(of: app.bundleIdentifier).map(\.identifier))
     } catch {
@@ -142,7 +154,8 @@ extension DeviceSession {
   /// staging home (moving it from the old home, or from elsewhere), then the registry
   /// commits the new record (event `event`, with `snapshot` and `groupSnapshots`) and the
   /// app's group memberships as the staged bundle lists them (`groups` when prepared
-  /// already), the staging home takes its final name and the old home goes. Until the commit
+  /// already), the staging home takes its final name and the old home is renamed to trash,
+  /// to be deleted by `finishDeferredWork` once the command has reported. Until the commit
   /// a crash rolls back (data that left the old home goes back, the staging home is
   /// removed); after it, recovery rolls forward. Returns the new record.
   public func replaceHome(
@@ -200,8 +213,12 @@ extension DeviceSession {
     committed = true
     CrashPoint.hit("update.committed")
     try groups.finish(root: root)
-    try finishUpdate(oldContainerID: app.containerID, newContainerID: staged.containerID, in: applicationRoot)
+    let trash = try finishUpdate(
+      oldContainerID: app.containerID, newContainerID: staged.containerID, in: applicationRoot,
+      removingTrash: false)
     try journal.remove(entry)
+    CrashPoint.hit("update.finished")
+    deferRemoval(ofTrash: trash)
     removeRunningLock(of: app)
     return record
   }
@@ -229,10 +246,14 @@ extension DeviceSession {
     }
   }
 
-  /// After the registry commit: the staging home takes its final name and the old home
-  /// goes (first renamed to trash, so a crash leaves no ambiguity). Idempotent.
-  func finishUpdate(oldContainerID: String, newContainerID: String, in applicationRoot: FileDescriptor) throws
-  {
+  /// After the registry commit: the staging home takes its final name and the old home is
+  /// renamed to trash (so a crash leaves no ambiguity), then removed unless `removingTrash`
+  /// is false (the caller removes it later). Idempotent. Returns the trash's name.
+  @discardableResult
+  func finishUpdate(
+    oldContainerID: String, newContainerID: String, in applicationRoot: FileDescriptor,
+    removingTrash: Bool = true
+  ) throws -> String {
     let stagingName = HomeStaging.prefix + newContainerID
     if try applicationRoot.statusIfPresent(of: stagingName) != nil {
       try applicationRoot.rename(stagingName, to: newContainerID, flags: .noReplace)
@@ -243,7 +264,8 @@ extension DeviceSession {
     }
     try applicationRoot.sync()
     CrashPoint.hit("update.switched")
-    try FileTree.remove(trash, in: applicationRoot)
+    if removingTrash { try FileTree.remove(trash, in: applicationRoot) }
+    return trash
   }
 }
 

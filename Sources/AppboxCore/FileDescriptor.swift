@@ -129,6 +129,11 @@ public struct FileDescriptor: Hashable, Sendable {
     guard Glibc.fchmod(rawValue, mode) == 0 else { throw SystemError("change mode") }
   }
 
+  /// Changes the owner and group. Uses `fchown(2)`.
+  public func setOwner(_ uid: UInt32, _ gid: UInt32) throws {
+    guard Glibc.fchown(rawValue, uid, gid) == 0 else { throw SystemError("change the owner of") }
+  }
+
   /// Sets access and modification times. Uses `futimens(2)`.
   public func setTimes(access: Timespec, modification: Timespec) throws {
     var times = [access.timespec, modification.timespec]

@@ -71,6 +71,19 @@ extension FileDescriptor {
     return n
   }
 
+  /// Reads at `offset` until `buffer` is full or the file ends; returns the bytes read.
+  /// Uses `pread(2)`.
+  public func readAll(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
+    var done = 0
+    while done < buffer.count {
+      let n = try read(
+        into: UnsafeMutableRawBufferPointer(rebasing: buffer[done...]), at: offset + Int64(done))
+      if n == 0 { break }
+      done += n
+    }
+    return done
+  }
+
   /// Writes all of `buffer` at `offset`, looping over short writes; whatever lies between the
   /// end of the file and `offset` stays a hole. Uses `pwrite(2)`.
   public func writeAll(_ buffer: UnsafeRawBufferPointer, at offset: Int64) throws {

@@ -70,8 +70,9 @@ public final class ContentWriter {
         }
         _ = written
       } else {
-        // Fresh bytes at the start of every chunk keep files distinct; the rest is reused.
-        random.fill(UnsafeMutableRawBufferPointer(rebasing: buffer[0..<min(64, chunk)]))
+        // Every byte fresh: no two files (or two versions of a file) share a block, as with real
+        // photos, media and databases, so deduplication cannot find what is not there.
+        random.fill(UnsafeMutableRawBufferPointer(rebasing: buffer[0..<chunk]))
       }
       var offset = 0
       while offset < chunk {
@@ -241,5 +242,129 @@ public func mutate(home: String, percent: Double, seed: UInt64) throws -> (
       result.added += 1
     }
   }
+  return result
+}
+
+/// The files the in-place workload edits: a 64 MB database in Library/Application Support and
+/// media files of 1 to 64 MB in Documents/Media (paths relative to the home).
+public enum InPlaceFiles {
+  public static let database = "Library/Application Support/Store.sqlite"
+  public static let media = (0..<6).map { "Documents/Media/clip-\($0).mov" }
+  public static let mediaSizes = [1 << 20, 3 << 20, 6 << 20, 12 << 20, 24 << 20, 64 << 20]
+  public static let databaseSize = 64 << 20
+  public static let pageSize = 4096
+}
+
+/// Creates the in-place workload's database and media files (fresh content).
+public func generateInPlaceFiles(home: String, seed: UInt64) throws {
+  let writer = ContentWriter(seed: seed ^ 0x5EED)
+  try makeDirectories(home + "/Library/Application Support")
+  try makeDirectories(home + "/Documents/Media")
+  try writer.write(home + "/" + InPlaceFiles.database, size: InPlaceFiles.databaseSize)
+  for (path, size) in zip(InPlaceFiles.media, InPlaceFiles.mediaSizes) {
+    try writer.write(home + "/" + path, size: size)
+  }
+}
+
+/// What a workload changed.
+public struct Mutation: CustomStringConvertible {
+  public var modified = 0
+  public var deleted = 0
+  public var added = 0
+  /// Files saved atomically (written to a temp name, renamed over the old one: a new inode).
+  public var savedAtomically = 0
+  /// Bytes written in place into the database and the media files.
+  public var editedInPlace: Int64 = 0
+  public var description: String {
+    "modified \(modified), deleted \(deleted), added \(added), saved atomically \(savedAtomically), edited in place \(editedInPlace) bytes"
+  }
+}
+
+/// The independent workload's 1% change, the way apps change their data: `percent`% of the
+/// files in Documents and Library (not Caches) chosen as `mutate` chooses them, half of those
+/// saved atomically with new content (temp file + rename: a new inode, as Core Data's and most
+/// editors' saves do), a quarter deleted, as many new files added; and, in place (same inode,
+/// `pwrite`), `percent`% of the database's 4 KB pages (the header page and runs of 1 to 8
+/// neighbouring pages, as SQLite's B-tree updates touch them) and two media files (a 64 KB
+/// metadata block rewritten where it lies, and 256 KB appended).
+public func mutateInPlace(home: String, percent: Double, seed: UInt64) throws -> Mutation {
+  var result = Mutation()
+  var random = SeededRandom(seed: seed)
+  let writer = ContentWriter(seed: seed ^ 0x1A7E)
+  // Files, as `mutate` picks them (the in-place files are edited separately).
+  var files: [String] = []
+  let skip = Set(([InPlaceFiles.database] + InPlaceFiles.media).map { home + "/" + $0 })
+  for area in ["Documents", "Library"] {
+    guard let enumerator = FileManager.default.enumerator(atPath: home + "/" + area) else { continue }
+    while let relative = enumerator.nextObject() as? String {
+      if area == "Library" && relative.hasPrefix("Caches") { continue }
+      let path = home + "/" + area + "/" + relative
+      var st = stat()
+      if lstat(path, &st) == 0 && st.st_mode & S_IFMT == S_IFREG && !skip.contains(path) {
+        files.append(path)
+      }
+    }
+  }
+  files.sort()
+  let count = max(1, Int(Double(files.count) * percent / 100))
+  var chosen = Set<Int>()
+  while chosen.count < min(count, files.count) { chosen.insert(random.below(files.count)) }
+  for (order, index) in chosen.sorted().enumerated() {
+    let path = files[index]
+    switch order % 4 {
+    case 0, 1:
+      var st = stat()
+      lstat(path, &st)
+      try writer.write(path + ".saving", size: Int(st.st_size))
+      guard rename(path + ".saving", path) == 0 else { throw GeneratorError("cannot rename over \(path)") }
+      result.savedAtomically += 1
+    case 2:
+      unlink(path)
+      result.deleted += 1
+    default:
+      let directory = String(path[..<path.lastIndex(of: "/")!])
+      try writer.write(directory + "/added-\(seed)-\(order).bin", size: 2048 + random.below(30_000))
+      result.added += 1
+    }
+  }
+  // The database: the header page, then runs of neighbouring pages, `percent`% of them.
+  let pages = InPlaceFiles.databaseSize / InPlaceFiles.pageSize
+  var edited = Set<Int>([0])
+  while Double(edited.count) < Double(pages) * percent / 100 {
+    let start = random.below(pages)
+    for page in start..<min(pages, start + 1 + random.below(8)) { edited.insert(page) }
+  }
+  var page = [UInt8](repeating: 0, count: InPlaceFiles.pageSize)
+  let database = open(home + "/" + InPlaceFiles.database, O_WRONLY | O_CLOEXEC)
+  guard database >= 0 else { throw GeneratorError("cannot open the database") }
+  defer { close(database) }
+  for index in edited.sorted() {
+    page.withUnsafeMutableBytes { random.fill($0) }
+    _ = page.withUnsafeBytes {
+      pwrite(database, $0.baseAddress, $0.count, off_t(index * InPlaceFiles.pageSize))
+    }
+    result.editedInPlace += Int64(InPlaceFiles.pageSize)
+  }
+  result.modified += 1
+  // Two media files: a metadata block rewritten in place, and data appended.
+  let first = random.below(InPlaceFiles.media.count)
+  let second = (first + 1 + random.below(InPlaceFiles.media.count - 1)) % InPlaceFiles.media.count
+  var block = [UInt8](repeating: 0, count: 64 << 10)
+  block.withUnsafeMutableBytes { random.fill($0) }
+  let media = open(home + "/" + InPlaceFiles.media[first], O_WRONLY | O_CLOEXEC)
+  guard media >= 0 else { throw GeneratorError("cannot open a media file") }
+  let size = InPlaceFiles.mediaSizes[first]
+  _ = block.withUnsafeBytes {
+    pwrite(media, $0.baseAddress, $0.count, off_t(random.below(size - block.count)))
+  }
+  close(media)
+  var tail = [UInt8](repeating: 0, count: 256 << 10)
+  tail.withUnsafeMutableBytes { random.fill($0) }
+  let appended = open(home + "/" + InPlaceFiles.media[second], O_WRONLY | O_APPEND | O_CLOEXEC)
+  guard appended >= 0 else { throw GeneratorError("cannot open a media file") }
+  _ = tail.withUnsafeBytes { write(appended, $0.baseAddress, $0.count) }
+  close(appended)
+  result.editedInPlace += Int64(block.count + tail.count)
+  result.modified += 2
   return result
 }

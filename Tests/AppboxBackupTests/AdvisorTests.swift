@@ -63,8 +63,12 @@ final class SeededHistory: @unchecked Sendable {
   private func change(_ round: Int, measured: Bool) throws {
     let home = fixture.home
     func count(_ path: String, _ bytes: Int) { if measured { written[path, default: 0] += Int64(bytes) } }
-    // A large file rewritten in place (same inode, new content) on every backup.
-    try writer.write(home + "/" + Self.largeFile, size: Self.largeSize)
+    // A large file rewritten in place (same inode) with all-new content on every backup: no
+    // chunk of it can be reused.
+    var bytes = [UInt8](repeating: 0, count: Self.largeSize)
+    var random = SeededRandom(seed: UInt64(1000 + round))
+    bytes.withUnsafeMutableBytes { random.fill($0) }
+    try Data(bytes).write(to: URL(fileURLWithPath: home + "/" + Self.largeFile))
     count(Self.largeFile, Self.largeSize)
     // A database written anew and renamed over the old one, with a similar size.
     let size = 600_000 + round * 3_000

@@ -123,6 +123,30 @@ struct BackupEngineTests {
     #expect(documents.entry(named: Array("Downloads".utf8))?.digest == nil)
   }
 
+  /// After an update the next backup stores the new bundle, taking each file's digest from the
+  /// seal the registry vouches for: files whose content the repository holds are not read.
+  @Test func aNewBundleIsStoredWithoutRereadingWhatTheRepositoryHolds() throws {
+    let fixture = try Fixture()
+    _ = try fixture.backup()
+    fixture.app = try #require(try fixture.session.lockApp(bundleIdentifier: fixture.app.bundleIdentifier))
+    _ = try fixture.session.update(
+      fixture.app, toBundleAt: fixturePath("bundles/Notes-2.0/Notes.app"), allowDowngrade: false
+    ) { _ in nil }
+    fixture.session.finishDeferredWork()
+    fixture.app = try fixture.session.registry.app(fixture.app.bundleIdentifier)
+    let read = Recorder()
+    var options = BackupOptions()
+    options.afterRead = { path, _ in read.add(String(decoding: path, as: UTF8.self)) }
+    let result = try fixture.backup(options)
+    #expect(read.all.contains("Notes.app/Info.plist"))
+    #expect(!read.all.contains("Notes.app/archived-expanded-entitlements.xcent"), "\(read.all)")
+    // The snapshot holds the new bundle, restorable and sealed.
+    let extracted = TemporaryDirectory("bundle")
+    let bundle = try fixture.repository.extractBundle(of: result.snapshot, into: extracted.path)
+    #expect(
+      try Seal.verify(bundleAt: bundle, expectedDigest: fixture.app.seal) == .valid)
+  }
+
   @Test func aFileThatChangesOnceWhileReadIsReadAgain() throws {
     let fixture = try Fixture()
     let path = try fixture.write("Documents/log.txt", "start")
@@ -284,4 +308,12 @@ struct HashPlacementTests {
     }
     expectSame(try fixture.captureData(), try restoredData(fixture, result.snapshot))
   }
+}
+
+/// Strings recorded from another thread.
+final class Recorder: @unchecked Sendable {
+  private let lock = NSLock()
+  private var items: [String] = []
+  func add(_ item: String) { lock.withLock { items.append(item) } }
+  var all: [String] { lock.withLock { items } }
 }

@@ -13,12 +13,30 @@ struct ManifestTests {
       kind: .incremental, tag: "pre-update", parent: "ffffffff", rootTree: SHA256.hash(tree), files: 3,
       bytes: 42,
       bytesAdded: 7, archive: "0a1b2c3d.tar", keychainOffset: 4096, warnings: 1)
+    var changed = TreeTests.sample()
+    changed.entries[0].size += 1
+    let newer = changed.encoded()
     return Manifest(
-      snapshot: snapshot, trees: [(SHA256.hash(tree), tree)],
+      snapshot: snapshot,
+      trees: [
+        StoredTree(digest: SHA256.hash(tree), data: tree),
+        StoredTree(
+          digest: SHA256.hash(newer), base: SHA256.hash(tree),
+          data: try! TreeDelta.make(from: tree, to: newer)),
+      ],
       blobs: [
         BlobLocation(
           digest: SHA256.hash([1]), archive: "0a1b2c3d.tar", offset: 1536, path: [0x61, 0xFF],
-          size: 1)
+          size: 1, dataOffset: 2048),
+        BlobLocation(
+          digest: SHA256.hash([2]), archive: "0a1b2c3d.tar", offset: 4096, path: [0x62], size: 9),
+      ],
+      chunks: [
+        ChunkLocation(
+          digest: SHA256.hash([3]), archive: "0a1b2c3d.tar", offset: 8192, dataOffset: 9216, size: 300_000)
+      ],
+      chunkLists: [
+        (SHA256.hash([4]), ChunkList(chunks: [(SHA256.hash([3]), 300_000), (SHA256.hash([5]), 12)]))
       ])
   }
 
@@ -26,9 +44,53 @@ struct ManifestTests {
     let manifest = Self.sample()
     let decoded = try Manifest.decode(manifest.encoded(), archive: "0a1b2c3d.tar")
     #expect(decoded.snapshot == manifest.snapshot)
-    #expect(decoded.trees.map(\.digest) == manifest.trees.map(\.digest))
-    #expect(decoded.trees.map(\.data) == manifest.trees.map(\.data))
+    #expect(decoded.trees == manifest.trees)
     #expect(decoded.blobs == manifest.blobs)
+    #expect(decoded.chunks == manifest.chunks)
+    #expect(decoded.chunkLists.map(\.digest) == manifest.chunkLists.map(\.digest))
+    #expect(decoded.chunkLists.map(\.list) == manifest.chunkLists.map(\.list))
+    #expect(manifest.encoded().count == manifest.encodedSize)
+  }
+
+  /// Archives written before version 2 (whole trees, blobs without data offsets, no chunks)
+  /// still rebuild a catalog.
+  @Test func versionOneManifestsStillDecode() throws {
+    let tree = TreeTests.sample().encoded()
+    var out = ByteWriter()
+    out.bytes.append(contentsOf: Array("APPBOXMF".utf8))
+    out.byte(1)
+    out.varint(0)
+    out.varint(1)
+    out.digest(SHA256.hash(tree))
+    out.data(tree)
+    out.varint(1)
+    out.digest(SHA256.hash([7]))
+    out.varint(512)
+    out.varint(3)
+    out.data(Array("Documents/a".utf8))
+    out.bytes.append(contentsOf: SHA256.hash(out.bytes).bytes)
+    let decoded = try Manifest.decode(out.bytes, archive: "old.tar")
+    #expect(decoded.snapshot == nil)
+    #expect(decoded.trees == [StoredTree(digest: SHA256.hash(tree), data: tree)])
+    #expect(
+      decoded.blobs == [
+        BlobLocation(
+          digest: SHA256.hash([7]), archive: "old.tar", offset: 512, path: Array("Documents/a".utf8), size: 3)
+      ])
+    #expect(decoded.chunks.isEmpty && decoded.chunkLists.isEmpty)
+  }
+
+  /// Chunk lists and chunk locations come back from archives: bad ones are refused.
+  @Test func malformedChunkRecordsAreRefused() throws {
+    var manifest = Self.sample()
+    manifest.chunks[0].size = Int64(ChunkingParameters.maximum) + 1
+    #expect(throws: BackupError.self) { try Manifest.decode(manifest.encoded(), archive: "x.tar") }
+    manifest = Self.sample()
+    manifest.chunks[0].dataOffset = manifest.chunks[0].offset
+    #expect(throws: BackupError.self) { try Manifest.decode(manifest.encoded(), archive: "x.tar") }
+    manifest = Self.sample()
+    manifest.chunkLists[0].list = ChunkList(chunks: [(SHA256.hash([3]), 0)])
+    #expect(throws: BackupError.self) { try Manifest.decode(manifest.encoded(), archive: "x.tar") }
   }
 
   /// An incomplete snapshot keeps its count and its (raw, shortened) paths through the
@@ -65,6 +127,7 @@ struct ManifestTests {
   @Test func aTreeThatDoesNotMatchItsDigestIsRefusedEvenWithAValidChecksum() {
     var manifest = Self.sample()
     manifest.trees[0].digest = SHA256.hash([9, 9])
+    manifest.trees[0].base = nil
     #expect(throws: BackupError.self) { try Manifest.decode(manifest.encoded(), archive: "x.tar") }
   }
 }

@@ -94,6 +94,7 @@ struct RevertEndToEndTests {
   /// or the reverted app with the old data — never a mix, never two homes.
   @Test(arguments: [
     "revert.staged", "update.journaled", "update.moved", "update.committed", "update.switched",
+    "update.finished", "session.deferred-removal",
   ])
   func killedRevertIsFinishedOrRolledBack(_ point: String) throws {
     let (device, before, _) = try updatedNotes()

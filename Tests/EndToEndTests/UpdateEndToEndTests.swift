@@ -86,6 +86,7 @@ struct UpdateEndToEndTests {
   /// home, with all of its data.
   @Test(arguments: [
     "update.journaled", "update.moved-one", "update.moved", "update.committed", "update.switched",
+    "update.finished", "session.deferred-removal", "filetree.descend",
   ])
   func killAtEachStepIsRecovered(_ point: String) throws {
     let (device, _, before) = try installedNotes()
@@ -94,6 +95,29 @@ struct UpdateEndToEndTests {
       environment: ["APPBOX_CRASH_AT": point])
     #expect(killed.status == 128 + SIGKILL, "\(point): \(killed.err)")
     try expectInstalledOnceWithData(device, before, point)
+  }
+
+  /// The old home is renamed to trash before the report and deleted after it: the report is
+  /// out while the trash still exists, and the trash is gone when the command ends.
+  @Test func theOldHomeIsDeletedAfterTheReport() throws {
+    let (device, oldHome, before) = try installedNotes()
+    let oldID = splitPath(oldHome).name
+    let paused = try device.startPausing(
+      at: "session.deferred-removal", "--json", "update", "com.example.notes",
+      fixturePath("bundles/Notes-2.0/Notes.app"))
+    #expect(paused.waitUntilPaused())
+    let trash = device.root + "/ApplicationRoot/.trash-" + oldID
+    #expect(FileManager.default.fileExists(atPath: trash + "/tmp/scratch"))
+    // The report is complete already, and the app is usable (its lock released).
+    let list = try #require(try device.json("list") as? [[String: Any]])
+    #expect(list.first?["version"] as? String == "2.0")
+    let result = paused.finish()
+    #expect(result.status == 0, "\(String(decoding: result.stderr, as: UTF8.self))")
+    let report = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout)) as? [String: Any])
+    let durations = try #require(report["durations"] as? [String: Any])
+    #expect(durations["survey"] is Double && durations["migration"] is Double)
+    #expect(!FileManager.default.fileExists(atPath: trash))
+    try expectInstalledOnceWithData(device, before, "after the deferred removal")
   }
 
   func expectInstalledOnceWithData(_ device: Device, _ before: [String: String], _ label: String) throws {

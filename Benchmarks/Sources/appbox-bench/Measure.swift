@@ -2,10 +2,12 @@ import AppboxTestSupport
 import Foundation
 import Glibc
 
-/// One timed run of a command: wall seconds and, when measured, peak RSS in KiB.
+/// One timed run of a command: wall seconds, and when measured its peak RSS in KiB and the
+/// bytes it added to its repository or archive.
 struct Sample {
   var seconds: Double
   var peakKiB: Int?
+  var bytes: Int64?
 }
 
 /// Runs shell commands and times them.
@@ -42,6 +44,14 @@ struct Shell {
     return Sample(seconds: seconds, peakKiB: peak)
   }
 
+  /// The apparent size in bytes of everything under `path` (a shell pattern; 0 when nothing
+  /// matches).
+  func bytes(_ path: String) -> Int64 {
+    Int64(
+      (try? run("du -scb \(path) 2>/dev/null | tail -1 | cut -f1", allowFailure: true))?.trimmingCharacters(
+        in: .whitespacesAndNewlines) ?? "") ?? 0
+  }
+
   static let rssFile = "/tmp/appbox-bench-rss-\(getpid())"
 }
 
@@ -52,21 +62,40 @@ func median(_ values: [Double]) -> Double {
     ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
 }
 
-/// Results of one scenario: each tool's samples.
+/// Results of one scenario: each tool's samples, in run order (sample i of every tool comes
+/// from the same run, so ratios are taken run by run).
 struct Scenario {
   var name: String
   /// The tool the ratios are taken against.
   var reference: String
   var rows: [(tool: String, samples: [Sample])] = []
-  /// Targets to report: (numerator tool, denominator tool, bound, label).
+  /// Ratio targets on time: (numerator tool, denominator tool, bound).
   var targets: [(String, String, Double)] = []
+  /// Ratio targets on bytes stored: (numerator tool, denominator tool, bound).
+  var byteTargets: [(String, String, Double)] = []
   /// Targets on a tool's own median, in seconds.
   var absoluteTargets: [(String, Double)] = []
   /// Lines printed under the scenario's heading.
   var notes: [String] = []
+  /// Extra tables (already formatted Markdown lines) printed after the main one.
+  var extra: [String] = []
+  /// Extra target lines (already formatted rows of the targets table).
+  var extraTargets: [(label: String, measured: String, bound: String, met: Bool)] = []
 
-  func medianSeconds(_ tool: String) -> Double? {
-    rows.first { $0.tool == tool }.map { median($0.samples.map(\.seconds)) }
+  func samples(_ tool: String) -> [Sample]? { rows.first { $0.tool == tool }?.samples }
+
+  func medianSeconds(_ tool: String) -> Double? { samples(tool).map { median($0.map(\.seconds)) } }
+
+  /// Per-run ratios of `numerator` over `denominator` (time, or bytes).
+  func ratios(_ numerator: String, _ denominator: String, bytes: Bool = false) -> [Double] {
+    guard let a = samples(numerator), let b = samples(denominator) else { return [] }
+    return zip(a, b).compactMap { x, y in
+      if bytes {
+        guard let p = x.bytes, let q = y.bytes, q > 0 else { return nil }
+        return Double(p) / Double(q)
+      }
+      return y.seconds > 0 ? x.seconds / y.seconds : nil
+    }
   }
 }
 
@@ -74,47 +103,92 @@ func format(_ seconds: Double) -> String {
   seconds < 0.9995 ? String(format: "%.0f ms", seconds * 1000) : String(format: "%.2f s", seconds)
 }
 
-/// The Markdown report: one table per scenario, ratios against the scenario's reference,
-/// then every target with its verdict.
+func formatBytes(_ bytes: Double) -> String {
+  if bytes >= 1e9 { return String(format: "%.2f GB", bytes / 1e9) }
+  if bytes >= 1e6 { return String(format: "%.1f MB", bytes / 1e6) }
+  if bytes >= 1e3 { return String(format: "%.0f KB", bytes / 1e3) }
+  return String(format: "%.0f B", bytes)
+}
+
+/// "median (min–max)" of ratios.
+func spread(_ ratios: [Double]) -> String {
+  guard let low = ratios.min(), let high = ratios.max() else { return "" }
+  let middle = String(format: "%.2fx", median(ratios))
+  return ratios.count == 1 ? middle : middle + String(format: " (%.2f–%.2f)", low, high)
+}
+
+/// The Markdown report: one table per scenario (median, min–max, ratio against the
+/// scenario's reference taken run by run, with its spread, bytes stored when measured), then
+/// every target with its verdict.
 func report(_ scenarios: [Scenario], title: String, notes: [String]) -> String {
   var lines = ["# \(title)", ""] + notes.map { "- \($0)" } + [""]
   for scenario in scenarios {
     lines += ["## \(scenario.name)", ""]
     if !scenario.notes.isEmpty { lines += scenario.notes.map { "- \($0)" } + [""] }
+    let hasBytes = scenario.rows.contains { $0.samples.contains { $0.bytes != nil } }
     lines += [
-      "| tool | median | runs | ratio vs \(scenario.reference) | appbox peak RSS |",
-      "|---|---:|---:|---:|---:|",
+      "| tool | median | min–max | runs | ratio vs \(scenario.reference): median (min–max) |"
+        + (hasBytes ? " bytes stored (median) | bytes vs \(scenario.reference) |" : "")
+        + " appbox peak RSS |",
+      "|---|---:|---:|---:|---:|" + (hasBytes ? "---:|---:|" : "") + "---:|",
     ]
-    let reference = scenario.medianSeconds(scenario.reference) ?? .nan
     for row in scenario.rows {
-      let value = median(row.samples.map(\.seconds))
+      let values = row.samples.map(\.seconds)
       let peak =
         row.samples.compactMap(\.peakKiB).max().map { String(format: "%.1f MB", Double($0) / 1024) } ?? ""
-      lines.append(
-        "| \(row.tool) | \(format(value)) | \(row.samples.count) | \(String(format: "%.2fx", value / reference)) | \(peak) |"
-      )
+      let range = "\(format(values.min() ?? .nan))–\(format(values.max() ?? .nan))"
+      var line =
+        "| \(row.tool) | \(format(median(values))) | \(range) | \(row.samples.count) | \(spread(scenario.ratios(row.tool, scenario.reference))) |"
+      if hasBytes {
+        let stored = row.samples.compactMap(\.bytes).map(Double.init)
+        line +=
+          " \(stored.isEmpty ? "" : formatBytes(median(stored))) | \(spread(scenario.ratios(row.tool, scenario.reference, bytes: true))) |"
+      }
+      lines.append(line + " \(peak) |")
     }
     lines.append("")
+    if !scenario.extra.isEmpty { lines += scenario.extra + [""] }
   }
-  lines += ["## Targets", "", "| target | measured | bound | verdict |", "|---|---:|---:|---|"]
+  lines += [
+    "## Targets", "", "| target | measured: median (min–max of the runs) | bound | verdict |",
+    "|---|---:|---:|---|",
+  ]
   for scenario in scenarios {
     for (numerator, denominator, bound) in scenario.targets {
-      guard let a = scenario.medianSeconds(numerator), let b = scenario.medianSeconds(denominator) else {
-        continue
-      }
-      let ratio = a / b
+      let ratios = scenario.ratios(numerator, denominator)
+      guard !ratios.isEmpty else { continue }
       lines.append(
-        "| \(scenario.name): \(numerator) / \(denominator) | \(String(format: "%.2fx", ratio)) | ≤ \(String(format: "%.2fx", bound)) | \(ratio <= bound ? "met" : "missed") |"
+        "| \(scenario.name): \(numerator) / \(denominator) | \(spread(ratios)) | ≤ \(String(format: "%.2fx", bound)) | \(verdict(ratios, bound)) |"
+      )
+    }
+    for (numerator, denominator, bound) in scenario.byteTargets {
+      let ratios = scenario.ratios(numerator, denominator, bytes: true)
+      guard !ratios.isEmpty else { continue }
+      lines.append(
+        "| \(scenario.name): bytes stored, \(numerator) / \(denominator) | \(spread(ratios)) | ≤ \(String(format: "%.2fx", bound)) | \(verdict(ratios, bound)) |"
       )
     }
     for (tool, bound) in scenario.absoluteTargets {
-      guard let seconds = scenario.medianSeconds(tool) else { continue }
+      guard let samples = scenario.samples(tool), !samples.isEmpty else { continue }
+      let values = samples.map(\.seconds)
+      let value = median(values)
       lines.append(
-        "| \(scenario.name): \(tool) | \(format(seconds)) | ≤ \(format(bound)) | \(seconds <= bound ? "met" : "missed") |"
+        "| \(scenario.name): \(tool) | \(format(value)) (\(format(values.min()!))–\(format(values.max()!))) | ≤ \(format(bound)) | \(value <= bound ? (values.max()! <= bound ? "met" : "met (median)") : "missed") |"
+      )
+    }
+    for target in scenario.extraTargets {
+      lines.append(
+        "| \(scenario.name): \(target.label) | \(target.measured) | \(target.bound) | \(target.met ? "met" : "missed") |"
       )
     }
   }
   return lines.joined(separator: "\n") + "\n"
+}
+
+/// "met" when every run is within the bound, "met (median)" when the median is, else "missed".
+func verdict(_ ratios: [Double], _ bound: Double) -> String {
+  if ratios.allSatisfy({ $0 <= bound }) { return "met" }
+  return median(ratios) <= bound ? "met (median)" : "missed"
 }
 
 /// Runs `steps` once each, starting at a different one every run so that no tool always
@@ -124,4 +198,26 @@ func rotated<T>(_ steps: [T], run: Int) -> [T] {
   guard !steps.isEmpty else { return steps }
   let start = run % steps.count
   return Array(steps[start...] + steps[..<start])
+}
+
+/// The machine's state as a benchmark scenario starts: free memory, dirty and writeback pages,
+/// the load average.
+func machineState() -> String {
+  var fields: [String: Int64] = [:]
+  if let text = try? String(contentsOfFile: "/proc/meminfo", encoding: .utf8) {
+    for line in text.split(separator: "\n") {
+      let parts = line.split(separator: ":")
+      guard parts.count == 2 else { continue }
+      let value = parts[1].trimmingCharacters(in: .whitespaces).split(separator: " ").first.flatMap {
+        Int64($0)
+      }
+      fields[String(parts[0])] = value
+    }
+  }
+  func mb(_ key: String) -> String { fields[key].map { String(format: "%.0f MB", Double($0) / 1024) } ?? "?" }
+  let load =
+    (try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8))?.split(separator: " ").prefix(3)
+    .joined(separator: " ") ?? "?"
+  return
+    "free \(mb("MemFree")) (available \(mb("MemAvailable"))), dirty \(mb("Dirty")), writeback \(mb("Writeback")), load \(load)"
 }

@@ -4,7 +4,8 @@
 //
 //   appbox-bench bundle DIR [--seed S]
 //   appbox-bench generate HOME --files N --bytes B [--seed S]
-//   appbox-bench mutate HOME --percent P [--seed S]
+//   appbox-bench mutate HOME --percent P [--seed S] [--in-place]
+//   appbox-bench in-place-files HOME [--seed S]
 //   appbox-bench run small|large --appbox PATH [--runs N] [--work DIR] [--results DIR] [--only history] [--keep]
 //   appbox-bench archive-throughput [--results DIR]
 import AppboxTestSupport
@@ -40,8 +41,15 @@ do {
     guard arguments.count > 1, let percent = option("percent", in: arguments).flatMap(Double.init) else {
       fail("usage: mutate HOME --percent P [--seed S]")
     }
-    let result = try mutate(home: arguments[1], percent: percent, seed: seed)
-    print("modified \(result.modified), deleted \(result.deleted), added \(result.added)")
+    if arguments.contains("--in-place") {
+      print(try mutateInPlace(home: arguments[1], percent: percent, seed: seed))
+    } else {
+      let result = try mutate(home: arguments[1], percent: percent, seed: seed)
+      print("modified \(result.modified), deleted \(result.deleted), added \(result.added)")
+    }
+  case "in-place-files":
+    guard arguments.count > 1 else { fail("usage: in-place-files HOME [--seed S]") }
+    try generateInPlaceFiles(home: arguments[1], seed: seed)
   case "run":
     guard arguments.count > 1, let size = BenchSize(rawValue: arguments[1]),
       let appbox = option("appbox", in: arguments)

@@ -360,8 +360,10 @@ final class PathResolver {
 /// The bytes a snapshot's archive spent on its changed files, the way the backup engine
 /// stores content: new content once, where the catalog records its copy; content the
 /// repository already held costs nothing when the file is small (read whole, deduplicated)
-/// and its full size when the file streams (over `ContentReader.wholeReadLimit`); the later
-/// paths of a hard-linked inode cost nothing.
+/// and its full size when the file streams (over `ContentReader.wholeReadLimit`), except that
+/// a large file that was a file before, backed up incrementally into an uncompressed archive,
+/// costs only the chunks it added there (`StreamMode.chunks`); the later paths of a
+/// hard-linked inode cost nothing.
 struct ContentAttribution {
   let catalog: Catalog
   let snapshot: Snapshot
@@ -378,6 +380,14 @@ struct ContentAttribution {
     guard new.type == .file, !new.isExcluded, let digest = new.digest, new.size > 0 else { return 0 }
     if new.linkCount > 1 && !inodes.insert(new.inode).inserted { return 0 }
     let streams = new.size > Int64(ContentReader.wholeReadLimit)
+    let chunked =
+      snapshot.kind == .incremental && new.size >= ChunkingParameters.threshold && change.old?.type == .file
+      && !snapshot.archive.hasSuffix(".gz") && !snapshot.archive.hasSuffix(".zst")
+    if chunked {
+      // Only the chunks first stored with this archive; the same content again costs nothing.
+      guard digests.insert(digest).inserted else { return 0 }
+      return try catalog.contentBytes(digest, storedIn: snapshot.archive)
+    }
     if digest != change.old?.digest, digests.insert(digest).inserted {
       let stored = try catalog.contentBytes(digest, storedIn: snapshot.archive)
       // Content the repository held already (a file back to an earlier version): the catalog

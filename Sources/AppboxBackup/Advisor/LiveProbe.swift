@@ -85,7 +85,8 @@ enum LiveProbe {
   /// Opens the entry itself when it is a regular file or a directory: readable or not, its
   /// mark, its protection class.
   private static func inspectEntry(
-    _ name: [UInt8], status: FileStatus, in directory: FileDescriptor, classes: [FscryptKeyIdentifier: ProtectionClass], into state: inout LiveState
+    _ name: [UInt8], status: FileStatus, in directory: FileDescriptor,
+    classes: [FscryptKeyIdentifier: ProtectionClass], into state: inout LiveState
   ) {
     let flags: Int32
     switch status.type {

@@ -98,9 +98,11 @@ extension PathExplainer {
       switch status.type {
       case .regular:
         let store =
-          status.size > Int64(ContentReader.wholeReadLimit)
-          ? "read and stored again"
-          : "read, and stored unless the repository already holds the same content"
+          status.size >= ChunkingParameters.threshold && !changes.contains(.type)
+          ? "read, and only its chunks the repository lacks are stored (it is chunked: an edit in place costs the chunks it touched)"
+          : status.size > Int64(ContentReader.wholeReadLimit)
+            ? "read and stored again"
+            : "read, and stored unless the repository already holds the same content"
         return next(
           .store, parent, names, "changed since snapshot \(parent.id) (\(fields) differ): it will be \(store)"
         )

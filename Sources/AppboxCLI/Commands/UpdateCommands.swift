@@ -76,9 +76,9 @@ func updateText(_ report: UpdateReport, verb: String = "Updated") -> String {
   }
   lines.append(
     String(
-      format: "  took       %.3f s (snapshot %.3f s, migration %.1f ms)", report.totalSeconds,
+      format: "  took       %.3f s (snapshot %.3f s, migration %.1f ms, survey %.1f ms)", report.totalSeconds,
       report.snapshotSeconds,
-      report.migrationSeconds * 1000))
+      report.migrationSeconds * 1000, report.surveySeconds * 1000))
   if !report.staleAbsolutePaths.isEmpty {
     lines.append("  stale paths (files mentioning the old home):")
     lines += report.staleAbsolutePaths.map { "    \(Terminal.escape($0))" }
@@ -118,6 +118,7 @@ func updateJSON(_ report: UpdateReport) -> JSONValue {
           "durations",
           .object([
             ("snapshot", .number(report.snapshotSeconds)), ("migration", .number(report.migrationSeconds)),
+            ("survey", .number(report.surveySeconds)),
             ("total", .number(report.totalSeconds)),
           ])
         ),

@@ -54,6 +54,9 @@ public final class CommandContext: @unchecked Sendable {
   public let environment: [String: String]
   public let stdout: OutputSink
   public let stderr: OutputSink
+  /// Work a command leaves for after its output is written (deleting an old home an update
+  /// replaced); each returns warnings.
+  private var afterOutput: [() -> [String]] = []
 
   public init(globals: GlobalOptions, environment: [String: String], stdout: OutputSink, stderr: OutputSink) {
     self.globals = globals
@@ -65,6 +68,18 @@ public final class CommandContext: @unchecked Sendable {
   /// A warning line on stderr (shown even with --json, suppressed by --quiet).
   public func warn(_ message: String) {
     if !globals.quiet { stderr.write("warning: \(Terminal.sanitize(message))\n") }
+  }
+
+  /// Runs `work` once the command's output has been written.
+  public func afterOutput(_ work: @escaping () -> [String]) { afterOutput.append(work) }
+
+  /// Runs the work left for after the output (the runner calls it), warning about what failed.
+  func runAfterOutput() {
+    let work = afterOutput
+    afterOutput.removeAll()
+    for item in work {
+      for warning in item() { warn(warning) }
+    }
   }
 
   /// A progress or status line on stderr, for people only.

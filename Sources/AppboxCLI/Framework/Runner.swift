@@ -58,6 +58,7 @@ public struct CommandRunner: Sendable {
         let safe = Terminal.sanitize(text)
         stdout.write(safe.hasSuffix("\n") ? safe : safe + "\n")
       }
+      context.runAfterOutput()
       return output.exitStatus
     } catch let error as UsageError {
       reportUsage(error, stderr: stderr)
@@ -65,6 +66,7 @@ public struct CommandRunner: Sendable {
     } catch {
       context.report(error)
       if globals.json { stdout.write(JSONValue.object([("error", errorJSON(error))]).serialized() + "\n") }
+      context.runAfterOutput()
       return ExitStatus.of(error)
     }
   }

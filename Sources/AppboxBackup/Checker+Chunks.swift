@@ -1,0 +1,82 @@
+// `check` and chunks: every chunk location must lie inside its archive (read, with
+// `--read-data`, and hashed), and every content stored as chunks must have a chunk list that
+// adds up to its size and whose chunks all have locations.
+
+import AppboxArchive
+import AppboxCore
+import AppboxCrypto
+import Glibc
+
+/// What the catalog holds content for: digests with a blob location, chunks with a location.
+struct ContentIndex {
+  var blobs: Set<Digest>
+  var chunks: Set<Digest>
+}
+
+extension Repository {
+  /// Problems with chunk locations: outside their archive, in a compressed archive, or (with
+  /// `readData`) not hashing to their digest. Adds the bytes hashed to `verified`.
+  func checkChunks(_ chunks: [ChunkLocation], records: [ArchiveRecord], readData: Bool, verified: inout Int64)
+    -> [String]
+  {
+    var problems: [String] = []
+    let byName = Dictionary(records.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+    var buffer = [UInt8](repeating: 0, count: ChunkingParameters.maximum)
+    for (archive, locations) in Dictionary(grouping: chunks, by: \.archive) {
+      guard let record = byName[archive] else {
+        problems.append(
+          "\(locations.count) chunk locations name archive '\(archive)', which the catalog lacks")
+        continue
+      }
+      guard record.compression == .none else {
+        problems.append(
+          "Archive '\(archive)' is compressed, but \(locations.count) chunk locations point into it")
+        continue
+      }
+      let source: FileDescriptor
+      // A missing archive is reported by the presence check.
+      do { source = try FileDescriptor.open(archivePath(archive), O_RDONLY) } catch { continue }
+      defer { source.close() }
+      for location in locations {
+        let end = location.dataOffset.addingReportingOverflow(location.size)
+        guard location.size > 0, location.size <= Int64(buffer.count), location.offset < location.dataOffset,
+          !end.overflow, end.partialValue <= record.size
+        else {
+          problems.append(
+            "Archive '\(archive)': chunk \(location.digest.hex.prefix(16)) lies outside the archive")
+          continue
+        }
+        guard readData else { continue }
+        let count = Int(location.size)
+        let matches = buffer.withUnsafeMutableBytes { raw -> Bool in
+          let slice = UnsafeMutableRawBufferPointer(rebasing: raw[0..<count])
+          guard (try? source.readAll(into: slice, at: location.dataOffset)) == count else { return false }
+          return SHA256.hash(UnsafeRawBufferPointer(slice)) == location.digest
+        }
+        if matches {
+          verified += location.size
+        } else {
+          problems.append(
+            "Archive '\(archive)': chunk \(location.digest.hex.prefix(16)) does not match its SHA-256")
+        }
+      }
+    }
+    return problems
+  }
+
+  /// Why content `digest` of `size` bytes, which has no blob location, cannot be restored from
+  /// chunks; nil when its chunk list is whole and every chunk has a location.
+  func checkChunked(_ digest: Digest, size: Int64, contents: ContentIndex) throws -> String? {
+    let list: ChunkList?
+    do {
+      list = try catalog.chunkList(digest, size: size)
+    } catch {
+      return "its chunk list is damaged (\(error))"
+    }
+    guard let list else { return "no archive holds its content" }
+    if let missing = list.chunks.first(where: { !contents.chunks.contains($0.digest) }) {
+      return "no archive holds its chunk \(missing.digest.hex.prefix(16))"
+    }
+    return nil
+  }
+}
