@@ -85,13 +85,13 @@ extension Repository {
     var needed = Set(locations.keys)
     needed.insert(snapshot.archive)
     let records = try checkPresence(of: needed.sorted())
-    let archivesPath = self.archivesPath
     // Archives that hold content are verified by the per-file SHA-256 of everything taken
     // from them (a second whole-file pass would only re-read them); the others (the
     // snapshot's own, when it holds only the manifest and keychain items) get their CRC-32C.
-    let unread = records.filter { locations[$0.name] == nil }
+    let unread = records.filter { locations[$0.name] == nil }.map { openArchive($0) }
+    nonisolated(unsafe) let unreadSources = unread
     let verifier = WorkerThread(name: "appbox-verify-archives") {
-      for record in unread { try Repository.verifyChecksum(record, path: archivesPath + "/" + record.name) }
+      for source in unreadSources { try source.verifyChecksum() }
     }
     var report = MaterializeReport(files: 0, bytes: 0, warnings: plan.warnings)
     do {
@@ -105,8 +105,7 @@ extension Repository {
       observer.engine(.stage("extract"))
       let extractor = ContentExtractor(plan: plan, writer: writer, observer: observer)
       for record in records where locations[record.name] != nil {
-        try extractor.extract(
-          from: record, path: archivePath(record.name), locations: locations[record.name]!)
+        try extractor.extract(from: openArchive(record), locations: locations[record.name]!)
       }
       observer.engine(.stage("verify"))
       try extractor.finish()
@@ -134,34 +133,24 @@ extension Repository {
     return report
   }
 
-  /// The records of archives `names`, each present with its recorded size.
+  /// The records of archives `names`, each present with its recorded size (a local file's
+  /// size, or an object's as the store lists it).
   func checkPresence(of names: [String]) throws -> [ArchiveRecord] {
-    try names.map { name in
+    let listed: [String: Int64]? =
+      local == nil ? Dictionary(try store.list("archives").map { ($0.name, $0.size) }, uniquingKeysWith: { a, _ in a }) : nil
+    return try names.map { name in
       guard let record = try catalog.archive(named: name) else {
         throw BackupError(.corruptCatalog, "The catalog does not know archive '\(name)'")
       }
-      var st = stat()
-      guard lstat(archivePath(name), &st) == 0 else {
+      guard let size = try listed.map({ $0[name] }) ?? store.size(of: "archives/" + name) else {
         throw BackupError(.corruptArchive, "Archive '\(archivePath(name))' is missing")
       }
-      guard Int64(st.st_size) == record.size else {
+      guard size == record.size else {
         throw BackupError(
           .corruptArchive,
-          "Archive '\(archivePath(name))' is \(st.st_size) bytes; the catalog recorded \(record.size)")
+          "Archive '\(archivePath(name))' is \(size) bytes; the catalog recorded \(record.size)")
       }
       return record
-    }
-  }
-
-  /// Reads archive `record` (at `path`) whole and compares its CRC-32C with the catalog's.
-  static func verifyChecksum(_ record: ArchiveRecord, path: String) throws {
-    let fd = try FileDescriptor.open(path, O_RDONLY)
-    defer { fd.close() }
-    var checksum = CRC32C()
-    let size = try checksum.update(readingFrom: fd)
-    guard size == record.size, checksum.value == record.checksum else {
-      throw BackupError(
-        .corruptArchive, "Archive '\(path)' is damaged: its CRC-32C does not match the catalog")
     }
   }
 }

@@ -5,19 +5,7 @@ import AppboxCore
 import Foundation
 
 let repositoryOption = CommandDescription.Option(
-  "repo", value: "DIR", help: "The backup repository (default: <root>/Backups).")
-
-extension CommandContext {
-  /// The repository named by --repo, else the device root's `Backups`.
-  func repository(_ arguments: ParsedArguments, create: Bool) throws -> Repository {
-    let path = arguments.value("repo") ?? deviceRoot.backups
-    return try Repository(path: path, create: create, environment: environment)
-  }
-
-  /// The device's keychain as backups see it: snapshots carry the app's items, sealed
-  /// under the device key.
-  var keychainSnapshotter: (any KeychainSnapshotting)? { DeviceKeychainSnapshotter(root: deviceRoot) }
-}
+  "repo", value: "DIR|s3://BUCKET/PREFIX", help: "The backup repository (default: <root>/Backups).")
 
 struct BackupCommand: ParsableCommand {
   static let description = CommandDescription(
@@ -46,7 +34,7 @@ struct BackupCommand: ParsableCommand {
         "compress", value: "METHOD", help: "Compress the archive (default: none).",
         choices: ["none", "gzip", "zstd"]),
       .init("strict", help: "Exit 74 when a snapshot is incomplete (some entries could not be read)."),
-    ])
+    ] + repositoryAccessOptions)
   let apps: [String]
   let all: Bool
   let strict: Bool
@@ -156,7 +144,7 @@ struct SnapshotsCommand: ParsableCommand {
   static let description = CommandDescription(
     name: "snapshots", abstract: "List snapshots: id, app, time, kind, files, bytes.",
     positionals: [.init("APP", help: "Only this app's snapshots (a bundle identifier).", optional: true)],
-    options: [repositoryOption])
+    options: [repositoryOption] + repositoryAccessOptions)
   let app: String?
   let arguments: ParsedArguments
   init(_ arguments: ParsedArguments) throws {

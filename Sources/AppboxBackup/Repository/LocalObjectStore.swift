@@ -1,0 +1,193 @@
+// A repository in a local directory: each object a file (`archives/<name>`), written through a
+// temp file in the same directory, fsynced and renamed into place, the directory fsynced too.
+// Temp files start with `.tmp-`; a killed writer leaves them behind, and removing them is
+// debris removal's job (Repository.removeDebris).
+
+import AppboxCore
+import Foundation
+import Glibc
+
+final class LocalObjectStore: ObjectStore {
+  let root: String
+  var location: String { root }
+  var isShared: Bool { false }
+  var now: Date { Date() }
+
+  static let temporaryPrefix = ".tmp-"
+
+  init(root: String) { self.root = root }
+
+  func path(_ name: String) -> String { root + "/" + name }
+
+  func create() throws {
+    try Repository.makeDirectories(root)
+  }
+
+  func exists() throws -> Bool {
+    var isDirectory: ObjCBool = false
+    return FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory) && isDirectory.boolValue
+  }
+
+  /// Opens `directory` (creating it when `create`), or nil when it is missing.
+  private func openDirectory(_ directory: String, create: Bool) throws -> OwnedFileDescriptor? {
+    if create { try Repository.makeDirectories(path(directory)) }
+    do {
+      return try OwnedFileDescriptor.open(path(directory), O_RDONLY | O_DIRECTORY)
+    } catch let error as SystemError where error.errno == .noEntry {
+      return nil
+    }
+  }
+
+  func list(_ directory: String) throws -> [StoredObject] {
+    guard let handle = try openDirectory(directory, create: false) else { return [] }
+    var objects: [StoredObject] = []
+    for entry in try handle.borrowed.entries() where !entry.name.starts(with: [UInt8(ascii: ".")]) {
+      guard let status = try handle.borrowed.statusIfPresent(of: entry.nameString), status.type == .regular
+      else { continue }
+      objects.append(
+        StoredObject(
+          name: entry.nameString, size: status.size,
+          modified: Date(
+            timeIntervalSince1970: Double(status.modificationTime.seconds)
+              + Double(status.modificationTime.nanoseconds) / 1e9)))
+    }
+    return objects.sorted { $0.name < $1.name }
+  }
+
+  /// Temp files and other dot-files in `directory` (debris of killed writers).
+  func temporaryFiles(in directory: String) throws -> [String] {
+    guard let handle = try openDirectory(directory, create: false) else { return [] }
+    return try handle.borrowed.entries().map(\.nameString).filter {
+      $0.hasPrefix(Self.temporaryPrefix) || $0.hasPrefix(".") && $0.contains(".tmp-")
+    }
+  }
+
+  func get(_ name: String) throws -> [UInt8]? {
+    let descriptor: FileDescriptor
+    do {
+      descriptor = try FileDescriptor.open(path(name), O_RDONLY)
+    } catch let error as SystemError where error.errno == .noEntry || error.errno == .notDirectory {
+      return nil
+    }
+    return try descriptor.closeAfter { try $0.readAll(limit: 1 << 30) }
+  }
+
+  func put(_ name: String, _ bytes: [UInt8]) throws {
+    let (directory, file) = split(name)
+    guard let handle = try openDirectory(directory, create: true) else {
+      throw SystemError("open", path: path(directory), errno: .noEntry)
+    }
+    let staged = try StagedFile(
+      file, in: handle.borrowed, temporaryName: Self.temporaryPrefix + file + "-" + String(UInt32.random(in: 0...UInt32.max), radix: 16),
+      mode: 0o600, displayPath: path(name))
+    try staged.descriptor.writeAll(bytes)
+    try staged.commit()
+  }
+
+  func delete(_ names: [String]) throws {
+    var touched: Set<String> = []
+    for name in names {
+      if unlink(path(name)) == 0 {
+        touched.insert(split(name).directory)
+      } else if errno != ENOENT {
+        throw SystemError("remove", path: path(name))
+      }
+    }
+    for directory in touched {
+      if let handle = try openDirectory(directory, create: false) { try handle.borrowed.sync() }
+    }
+  }
+
+  func size(of name: String) throws -> Int64? {
+    var st = stat()
+    guard lstat(path(name), &st) == 0 else {
+      if errno == ENOENT { return nil }
+      throw SystemError("look up", path: path(name))
+    }
+    return Int64(st.st_size)
+  }
+
+  func upload(_ name: String) throws -> ObjectUpload {
+    let (directory, file) = split(name)
+    guard let handle = try openDirectory(directory, create: true) else {
+      throw SystemError("open", path: path(directory), errno: .noEntry)
+    }
+    return try LocalUpload(directory: handle, name: file, displayPath: path(name))
+  }
+
+  func reader(_ name: String, size: Int64) throws -> ObjectReader {
+    let descriptor: OwnedFileDescriptor
+    do {
+      descriptor = try OwnedFileDescriptor.open(path(name), O_RDONLY)
+    } catch let error as SystemError where error.errno == .noEntry {
+      throw BackupError(.corruptArchive, "'\(path(name))' is missing")
+    }
+    return LocalReader(descriptor: descriptor, size: size, path: path(name))
+  }
+
+  /// The open archive file of `name`, for the engine's direct path (unsealed local archives).
+  func open(_ name: String) throws -> OwnedFileDescriptor {
+    try OwnedFileDescriptor.open(path(name), O_RDONLY)
+  }
+
+  private func split(_ name: String) -> (directory: String, file: String) {
+    guard let slash = name.lastIndex(of: "/") else { return ("", name) }
+    return (String(name[..<slash]), String(name[name.index(after: slash)...]))
+  }
+}
+
+/// A staged file: `.tmp-<name>` beside the final name, renamed over nothing (`RENAME_NOREPLACE`)
+/// at the commit. Writeback of what is written starts every 8 MiB, so the commit's fsync does not
+/// find the whole archive still in memory.
+final class LocalUpload: ObjectUpload {
+  private let directory: OwnedFileDescriptor
+  private var staged: StagedFile?
+  private var written: Int64 = 0
+  private var flushed: Int64 = 0
+
+  init(directory: consuming OwnedFileDescriptor, name: String, displayPath: String) throws {
+    let borrowed = directory.borrowed
+    self.directory = directory
+    staged = try StagedFile(
+      name, in: borrowed, temporaryName: LocalObjectStore.temporaryPrefix + name, mode: 0o600,
+      displayPath: displayPath)
+  }
+
+  func write(_ bytes: UnsafeRawBufferPointer) throws {
+    guard let file = staged?.descriptor else { throw BackupError(.invalidRequest, "the upload is closed") }
+    try file.writeAll(bytes)
+    written += Int64(bytes.count)
+    if written - flushed >= 8 << 20 {
+      file.startWriteback(offset: flushed, length: written - flushed)
+      flushed = written
+    }
+  }
+
+  @discardableResult func commit(beforeVisible: () -> Void) throws -> Int64 {
+    guard let file = staged.take() else { throw BackupError(.invalidRequest, "the upload is closed") }
+    try file.commit(flags: .noReplace) { beforeVisible() }
+    return written
+  }
+
+  func abort() { staged = nil }
+}
+
+final class LocalReader: ObjectReader {
+  private let descriptor: OwnedFileDescriptor
+  let size: Int64
+  let path: String
+
+  init(descriptor: consuming OwnedFileDescriptor, size: Int64, path: String) {
+    self.descriptor = descriptor
+    self.size = size
+    self.path = path
+  }
+
+  func read(at offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+    do {
+      return try descriptor.borrowed.read(into: buffer, at: offset)
+    } catch let error as SystemError {
+      throw SystemError("read", path: path, errno: error.errno)
+    }
+  }
+}
