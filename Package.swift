@@ -89,6 +89,6 @@ let package = Package(
     .testTarget(name: "AppboxCLITests", dependencies: ["AppboxCLI", "AppboxTestSupport"]),
     .testTarget(
       name: "EndToEndTests",
-      dependencies: ["AppboxCore", "AppboxArchive", "AppboxBackup", "AppboxTestSupport"]),
+      dependencies: ["AppboxCore", "AppboxArchive", "AppboxBackup", "AppboxS3", "AppboxTestSupport"]),
   ]
 )

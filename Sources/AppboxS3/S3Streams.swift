@@ -3,6 +3,7 @@
 // buffer, and an upload that cuts what it is given into multipart parts and sends each on a
 // thread of its own while the next fills.
 
+import AppboxCore
 import AppboxCrypto
 import Foundation
 import Glibc
@@ -190,6 +191,7 @@ public final class S3StreamingUpload: @unchecked Sendable {
           queued = nil
           condition.broadcast()
         }
+        CrashPoint.hit("s3.part-sent")
       } catch {
         condition.withLock {
           failure = error

@@ -5,7 +5,7 @@
 // 2. wait a moment (`APPBOX_S3_LOCK_SETTLE`, default 1 s) so that a lock written at about the
 //    same time by someone else is listed too;
 // 3. list `locks/`: locks not refreshed for `APPBOX_S3_LOCK_STALE` seconds (default 600) belong
-//    to dead processes and are deleted; among the others the oldest (by the store's time, then
+//    to dead processes and are deleted, and so are locks of this host whose process is gone; among the others the oldest (by the store's time, then
 //    by name) wins. A loser deletes its own lock and tries again until `--wait` runs out
 //    (at least 5 s), then exits 75 naming the holder.
 // Two contenders that both list after both wrote see the same order and agree; one that lists
@@ -78,7 +78,11 @@ final class PruneLock: @unchecked Sendable {
   private static func winner(in repository: Repository, mine: String) throws -> String? {
     var locks = try repository.store.list("locks")
     let now = repository.store.now
-    let stale = locks.filter { now.timeIntervalSince($0.modified) > staleAfter(repository.environment) }
+    let stale = try locks.filter { lock in
+      if now.timeIntervalSince(lock.modified) > staleAfter(repository.environment) { return true }
+      guard lock.name != mine, let body = try repository.store.get("locks/" + lock.name) else { return false }
+      return isDeadLocalProcess(body)
+    }
     if !stale.isEmpty {
       try repository.store.delete(stale.map { "locks/" + $0.name })
       locks.removeAll { lock in stale.contains { $0.name == lock.name } }
@@ -91,6 +95,16 @@ final class PruneLock: @unchecked Sendable {
       return again.min { ($0.modified, $0.name) < ($1.modified, $1.name) }?.name
     }
     return locks.min { ($0.modified, $0.name) < ($1.modified, $1.name) }?.name
+  }
+
+  /// Whether a lock record names a process of this host that no longer exists.
+  private static func isDeadLocalProcess(_ body: [UInt8]) -> Bool {
+    guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any],
+      let host = object["host"] as? String, let pid = object["pid"] as? Int
+    else { return false }
+    var name = [CChar](repeating: 0, count: 256)
+    gethostname(&name, name.count)
+    return host == String(cString: name) && kill(pid_t(pid), 0) != 0 && errno == ESRCH
   }
 
   private static func ownerRecord(purpose: String) throws -> [UInt8] {

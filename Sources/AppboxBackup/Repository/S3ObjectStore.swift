@@ -39,7 +39,8 @@ final class S3ObjectStore: ObjectStore {
   func get(_ name: String) throws -> [UInt8]? {
     do {
       return try client.get(bucket, key(name))
-    } catch let error as S3Error where error.kind == .notFound && error.code != "NoSuchBucket" {
+    } catch let error as S3Error where error.kind == .notFound {
+      // No such key, or no such bucket: either way the object is not there.
       return nil
     }
   }
