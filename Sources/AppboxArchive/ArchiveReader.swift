@@ -131,12 +131,14 @@ public final class ArchiveReader {
         kind: error.kind, operation: .open, archive: name, message: error.message, errno: error.errno)
     }
     try self.init(
-      source: source, descriptor: descriptor, owned: owned, startingAt: offset, allowCompressed: allowCompressed,
+      source: source, descriptor: descriptor, owned: owned, startingAt: offset,
+      allowCompressed: allowCompressed,
       name: name)
   }
 
   private init(
-    source: DescriptorSource, descriptor: Int32, owned: Bool, startingAt offset: Int64?, allowCompressed: Bool,
+    source: DescriptorSource, descriptor: Int32, owned: Bool, startingAt offset: Int64?,
+    allowCompressed: Bool,
     name: String
   ) throws(ArchiveError) {
     guard let handle = archive_read_new() else {

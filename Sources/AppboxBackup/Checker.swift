@@ -51,12 +51,15 @@ extension Repository {
     if store.isShared {
       let committed = Set(try store.list("manifests").map(\.name))
       let marked = Set(try store.list("garbage").map(\.name))
-      for object in try store.list("archives") where !committed.contains(object.name) && !marked.contains(object.name) {
+      for object in try store.list("archives")
+      where !committed.contains(object.name) && !marked.contains(object.name) {
         report.notes.append(
-          "'\(object.name)' in archives/ was never committed (a backup in progress, or interrupted); forget removes it")
+          "'\(object.name)' in archives/ was never committed (a backup in progress, or interrupted); forget removes it"
+        )
       }
       if !marked.isEmpty {
-        report.notes.append("\(marked.count) archives are marked for deletion; forget deletes them after the grace period")
+        report.notes.append(
+          "\(marked.count) archives are marked for deletion; forget deletes them after the grace period")
       }
     }
     let readArchives = readData || local != nil

@@ -152,7 +152,8 @@ extension Repository {
         // The archives stay until the sweep: only marked, so backups stop reusing them.
         for record in doomed {
           try catalog.database.execute(
-            "UPDATE archives SET retired = ?1 WHERE name = ?2", .real(now.timeIntervalSince1970), .text(record.name))
+            "UPDATE archives SET retired = ?1 WHERE name = ?2", .real(now.timeIntervalSince1970),
+            .text(record.name))
         }
         return
       }
@@ -192,7 +193,8 @@ extension Repository {
     }
     let archiveIDs = Set(archives.map { Repository.archiveID($0.name) })
     let committedIDs = Set(manifests.map { Repository.archiveID($0.name) })
-    for object in snapshotObjects where !committedIDs.contains(object.name) && !archiveIDs.contains(object.name) {
+    for object in snapshotObjects
+    where !committedIDs.contains(object.name) && !archiveIDs.contains(object.name) {
       let name = object.name + ArchiveCompression.none.fileSuffix
       if !marked.contains(name) { newMarks.append(name) }
     }
@@ -220,8 +222,10 @@ extension Repository {
       let needed =
         try live.contains { $0.archive == name }
         || catalog.blobs(inArchive: name).contains { liveBlobs.contains($0.digest) }
-        || catalog.database.all("SELECT digest FROM trees WHERE archive = ?1", .text(name), map: { $0.blob(0) })
-          .contains { Digest(validating: $0).map { liveTrees.contains($0) } ?? false }
+        || catalog.database.all(
+          "SELECT digest FROM trees WHERE archive = ?1", .text(name), map: { $0.blob(0) }
+        )
+        .contains { Digest(validating: $0).map { liveTrees.contains($0) } ?? false }
       try pruneLock?.verify()
       if needed {
         try store.delete(["garbage/" + name])

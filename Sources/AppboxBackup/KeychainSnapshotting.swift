@@ -28,7 +28,8 @@ public protocol KeychainSnapshotting: Sendable {
   /// not this-device-only are also sealed under it, so another device can restore them.
   func exportItems(for app: AppRecord, portableKey: [UInt8]?) throws -> [UInt8]?
   /// As `importItems(_:for:)`; with the portable key, items from another device come back too.
-  func importItems(_ bytes: [UInt8], for app: AppRecord, portableKey: [UInt8]?) throws -> KeychainRestoreOutcome
+  func importItems(_ bytes: [UInt8], for app: AppRecord, portableKey: [UInt8]?) throws
+    -> KeychainRestoreOutcome
 }
 
 extension KeychainSnapshotting {
@@ -63,10 +64,13 @@ public struct DeviceKeychainSnapshotter: KeychainSnapshotting {
   public func importItems(_ bytes: [UInt8], for app: AppRecord, portableKey: [UInt8]?) throws
     -> KeychainRestoreOutcome
   {
-    switch try Keychain(directory: directory).importItems(bytes, for: app.keychainClient, portableKey: portableKey) {
+    switch try Keychain(directory: directory).importItems(
+      bytes, for: app.keychainClient, portableKey: portableKey)
+    {
     case .restored(let count): return .restored(count: count)
     case .otherDevice(let reason): return .otherDevice(reason: reason)
-    case .restoredFromElsewhere(let count, let notes): return .restoredFromElsewhere(count: count, notes: notes)
+    case .restoredFromElsewhere(let count, let notes):
+      return .restoredFromElsewhere(count: count, notes: notes)
     }
   }
 }

@@ -85,7 +85,9 @@ public final class Repository {
     self.store = store
     var config = try Repository.readConfig(store)
     if config == nil {
-      let legacyCatalog = (store as? LocalObjectStore).map { FileManager.default.fileExists(atPath: $0.path("catalog.db")) }
+      let legacyCatalog = (store as? LocalObjectStore).map {
+        FileManager.default.fileExists(atPath: $0.path("catalog.db"))
+      }
       if legacyCatalog != true {
         guard options.create else {
           throw BackupError(.snapshotNotFound, "No backup repository at '\(location.description)'")
@@ -118,7 +120,8 @@ public final class Repository {
       catalogPath = local.root + "/catalog.db"
     } else {
       let directory = try Repository.prepareCache(
-        options.resolvedCacheDirectory, location: location, config: config ?? RepositoryConfig(encrypted: false))
+        options.resolvedCacheDirectory, location: location,
+        config: config ?? RepositoryConfig(encrypted: false))
       cacheDirectory = directory
       catalogPath = directory + "/catalog.db"
       if let local = store as? LocalObjectStore {
@@ -157,7 +160,9 @@ public final class Repository {
 
   /// The cache directory for `location` under `root`, emptied when it belonged to another
   /// repository that used to be there (its saved config differs).
-  static func prepareCache(_ root: String, location: RepositoryLocation, config: RepositoryConfig) throws -> String {
+  static func prepareCache(_ root: String, location: RepositoryLocation, config: RepositoryConfig) throws
+    -> String
+  {
     let name = SHA256Name.of(location.cacheKey)
     let directory = root + "/" + name
     try makeDirectories(directory)
@@ -315,7 +320,9 @@ public final class Repository {
   /// the catalog knows, and every object in the store with that id).
   func newSnapshotID() throws -> String {
     var existing = Set(try store.list("archives").map { Repository.archiveID($0.name) })
-    if let local { existing.formUnion(try local.temporaryFiles(in: "archives").map { String($0.dropFirst(5)) }) }
+    if let local {
+      existing.formUnion(try local.temporaryFiles(in: "archives").map { String($0.dropFirst(5)) })
+    }
     if !isLegacy { existing.formUnion(try store.list("snapshots").map(\.name)) }
     while true {
       let id = String(format: "%08x", UInt32.random(in: 0...UInt32.max))
@@ -328,7 +335,8 @@ public final class Repository {
   public func archivePath(_ name: String) -> String {
     switch location {
     case .directory(let directory): return directory + "/archives/" + name
-    case .s3(let bucket, _, _): return "s3://\(bucket)/" + ((store as? S3ObjectStore)?.key("archives/" + name) ?? name)
+    case .s3(let bucket, _, _):
+      return "s3://\(bucket)/" + ((store as? S3ObjectStore)?.key("archives/" + name) ?? name)
     }
   }
 

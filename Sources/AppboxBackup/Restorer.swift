@@ -137,7 +137,9 @@ extension Repository {
   /// size, or an object's as the store lists it).
   func checkPresence(of names: [String]) throws -> [ArchiveRecord] {
     let listed: [String: Int64]? =
-      local == nil ? Dictionary(try store.list("archives").map { ($0.name, $0.size) }, uniquingKeysWith: { a, _ in a }) : nil
+      local == nil
+      ? Dictionary(try store.list("archives").map { ($0.name, $0.size) }, uniquingKeysWith: { a, _ in a })
+      : nil
     return try names.map { name in
       guard let record = try catalog.archive(named: name) else {
         throw BackupError(.corruptCatalog, "The catalog does not know archive '\(name)'")

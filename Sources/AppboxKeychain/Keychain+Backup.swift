@@ -218,11 +218,14 @@ extension Keychain {
   /// Restores the portable part on a device other than the one that made the export: the
   /// items come opened and are sealed here under this device's class keys; an item whose class
   /// key is unavailable here (locked, or no passcode) is left out and counted.
-  private func importPortable(_ plaintext: [UInt8], for client: KeychainClient, deviceOnlyReason: String) throws
+  private func importPortable(_ plaintext: [UInt8], for client: KeychainClient, deviceOnlyReason: String)
+    throws
     -> KeychainImportResult
   {
     var reader = ByteReader(plaintext, what: "keychain export")
-    guard try reader.uint8() == Self.portableExportVersion else { throw reader.corrupt("unknown payload version") }
+    guard try reader.uint8() == Self.portableExportVersion else {
+      throw reader.corrupt("unknown payload version")
+    }
     var groups: [String] = []
     for _ in 0..<(try reader.uint32()) { groups.append(try reader.string()) }
     var items: [(KeychainItem, SealedSecret)] = []
@@ -235,7 +238,8 @@ extension Keychain {
       let account = try reader.string()
       let group = try reader.string()
       let accessibilityName = try reader.string()
-      guard let accessibility = KeychainAccessibility(rawValue: accessibilityName), !accessibility.isThisDeviceOnly
+      guard let accessibility = KeychainAccessibility(rawValue: accessibilityName),
+        !accessibility.isThisDeviceOnly
       else { throw reader.corrupt("an item of accessibility '\(accessibilityName)' cannot be portable") }
       let item = KeychainItem(
         itemClass: itemClass, service: service, account: account, accessGroup: group,
@@ -283,7 +287,8 @@ extension Keychain {
     var notes: [String] = []
     notes.append("this-device-only items, if the snapshot had any, were not restored: \(deviceOnlyReason)")
     if unavailable > 0 {
-      notes.append("\(unavailable) items were not restored: their class keys are unavailable (locked device?)")
+      notes.append(
+        "\(unavailable) items were not restored: their class keys are unavailable (locked device?)")
     }
     return .restoredFromElsewhere(count: sealedItems.count, notes: notes)
   }

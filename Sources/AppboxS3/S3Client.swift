@@ -137,14 +137,17 @@ public final class S3Client: @unchecked Sendable {
     usleep(useconds_t(base * Double.random(in: 0.5...1.0) * 1_000_000))
   }
 
-  private func sendOnce(_ request: Request, receive: ((UnsafeRawBufferPointer) -> Bool)?) throws -> HTTPResponse {
+  private func sendOnce(_ request: Request, receive: ((UnsafeRawBufferPointer) -> Bool)?) throws
+    -> HTTPResponse
+  {
     let payloadHash = request.body.map { SHA256.hash($0).hex } ?? SigV4Signer.emptyPayloadHash
     var path = basePath + "/" + SigV4Signer.encode(request.bucket, keepSlash: false)
     if let key = request.key { path += "/" + SigV4Signer.encode(key, keepSlash: true) }
     let timestamp = SigV4Signer.timestamp(Date())
-    var headers = request.headers + [
-      ("Host", hostHeader), ("x-amz-date", timestamp), ("x-amz-content-sha256", payloadHash),
-    ]
+    var headers =
+      request.headers + [
+        ("Host", hostHeader), ("x-amz-date", timestamp), ("x-amz-content-sha256", payloadHash),
+      ]
     let signature = try signer.sign(
       method: request.method, path: path, query: request.query, headers: headers, payloadHash: payloadHash,
       timestamp: timestamp)
@@ -194,14 +197,17 @@ public final class S3Client: @unchecked Sendable {
     case 401, 403:
       kind = .denied
       switch code {
-      case "InvalidAccessKeyId": text = "the store does not know the access key '\(configuration.credentials.accessKey)'"
+      case "InvalidAccessKeyId":
+        text = "the store does not know the access key '\(configuration.credentials.accessKey)'"
       case "SignatureDoesNotMatch": text = "the store refused the request's signature (wrong secret key?)"
       case "RequestTimeTooSkewed": text = "this machine's clock is too far from the store's"
       default: text = "access denied"
       }
     case 404:
       kind = .notFound
-      text = code == "NoSuchBucket" ? "no such bucket" : code == "NoSuchUpload" ? "no such upload" : "no such object"
+      text =
+        code == "NoSuchBucket"
+        ? "no such bucket" : code == "NoSuchUpload" ? "no such upload" : "no such object"
     case 500..<600, 429:
       kind = .unavailable
       text = "the store answered \(response.status)" + (message.map { ": \($0)" } ?? "")
@@ -251,7 +257,8 @@ public final class S3Client: @unchecked Sendable {
 
   /// Whether `bucket` exists (and we may use it).
   public func bucketExists(_ bucket: String) throws -> Bool {
-    let response = try send(Request(method: "HEAD", bucket: bucket, accepted: [404], operation: "look up bucket"))
+    let response = try send(
+      Request(method: "HEAD", bucket: bucket, accepted: [404], operation: "look up bucket"))
     return response.status != 404
   }
 
@@ -315,7 +322,8 @@ public final class S3Client: @unchecked Sendable {
         if let end, position < end {
           throw S3Error(
             kind: .io, operation: "read", target: target(bucket, key),
-            message: "the store sent \(position - (range?.offset ?? 0)) of \(end - (range?.offset ?? 0)) bytes")
+            message:
+              "the store sent \(position - (range?.offset ?? 0)) of \(end - (range?.offset ?? 0)) bytes")
         }
         return
       } catch let error as S3Error where error.isTransient {
@@ -358,9 +366,12 @@ public final class S3Client: @unchecked Sendable {
           method: "POST", bucket: bucket, query: [("delete", "")],
           headers: [("Content-MD5", md5), ("Content-Type", "application/xml")], body: body,
           operation: "delete objects"))
-      if let failed = XMLElement.parse(response.body)?.all("Error").first(where: { $0.value("Code") != "NoSuchKey" }) {
+      if let failed = XMLElement.parse(response.body)?.all("Error").first(where: {
+        $0.value("Code") != "NoSuchKey"
+      }) {
         throw S3Error(
-          kind: .io, operation: "delete", target: target(bucket, failed.value("Key")), code: failed.value("Code"),
+          kind: .io, operation: "delete", target: target(bucket, failed.value("Key")),
+          code: failed.value("Code"),
           message: failed.value("Message") ?? "the store could not delete it")
       }
     }
@@ -387,7 +398,8 @@ public final class S3Client: @unchecked Sendable {
         guard let key = item.value("Key"), let size = Int64(item.value("Size") ?? "") else { continue }
         objects.append(
           S3ObjectInfo(
-            key: key, size: size, lastModified: item.value("LastModified").flatMap(Self.parseISODate) ?? Date()))
+            key: key, size: size,
+            lastModified: item.value("LastModified").flatMap(Self.parseISODate) ?? Date()))
       }
       token = document.value("IsTruncated") == "true" ? document.value("NextContinuationToken") : nil
     } while token != nil
@@ -403,19 +415,24 @@ public final class S3Client: @unchecked Sendable {
         headers: [("Content-Type", "application/octet-stream")], body: [], operation: "start upload of"))
     guard let id = XMLElement.parse(response.body)?.value("UploadId"), !id.isEmpty else {
       throw S3Error(
-        kind: .io, operation: "start upload of", target: target(bucket, key), message: "the store gave no upload id")
+        kind: .io, operation: "start upload of", target: target(bucket, key),
+        message: "the store gave no upload id")
     }
     return id
   }
 
-  func uploadPart(_ bucket: String, _ key: String, uploadID: String, number: Int, bytes: [UInt8]) throws -> String {
+  func uploadPart(_ bucket: String, _ key: String, uploadID: String, number: Int, bytes: [UInt8]) throws
+    -> String
+  {
     let response = try send(
       Request(
         method: "PUT", bucket: bucket, key: key,
-        query: [("partNumber", String(number)), ("uploadId", uploadID)], body: bytes, operation: "upload part of"))
+        query: [("partNumber", String(number)), ("uploadId", uploadID)], body: bytes,
+        operation: "upload part of"))
     guard let etag = response.headers["etag"] else {
       throw S3Error(
-        kind: .io, operation: "upload part of", target: target(bucket, key), message: "the store gave no ETag")
+        kind: .io, operation: "upload part of", target: target(bucket, key), message: "the store gave no ETag"
+      )
     }
     return etag
   }
@@ -453,7 +470,8 @@ public final class S3Client: @unchecked Sendable {
     repeat {
       var query = [("uploads", ""), ("prefix", prefix)]
       if let markers { query += [("key-marker", markers.key), ("upload-id-marker", markers.id)] }
-      let response = try send(Request(method: "GET", bucket: bucket, query: query, operation: "list uploads in"))
+      let response = try send(
+        Request(method: "GET", bucket: bucket, query: query, operation: "list uploads in"))
       guard let document = XMLElement.parse(response.body) else { break }
       for upload in document.all("Upload") {
         guard let key = upload.value("Key"), let id = upload.value("UploadId") else { continue }
@@ -481,7 +499,8 @@ public final class S3Client: @unchecked Sendable {
     else { return nil }
     let clock = parts[4].split(separator: ":").compactMap { Int($0) }
     guard clock.count == 3 else { return nil }
-    return date(year: year, month: month + 1, day: day, hour: clock[0], minute: clock[1], second: Double(clock[2]))
+    return date(
+      year: year, month: month + 1, day: day, hour: clock[0], minute: clock[1], second: Double(clock[2]))
   }
 
   /// `2026-11-30T20:48:24.123Z` (the fraction is optional).
@@ -499,7 +518,8 @@ public final class S3Client: @unchecked Sendable {
     if bytes[19] == UInt8(ascii: ".") {
       fraction = Double("0." + String(decoding: bytes[20..<(bytes.count - 1)], as: UTF8.self)) ?? 0
     }
-    return date(year: year, month: month, day: day, hour: hour, minute: minute, second: Double(second) + fraction)
+    return date(
+      year: year, month: month, day: day, hour: hour, minute: minute, second: Double(second) + fraction)
   }
 
   /// A UTC calendar time as a date (days from the civil calendar, Howard Hinnant's method).
@@ -548,4 +568,3 @@ final class Condition: @unchecked Sendable {
   func wait() { pthread_cond_wait(condition, mutex) }
   func broadcast() { pthread_cond_broadcast(condition) }
 }
-

@@ -23,9 +23,10 @@ public final class S3ObjectStream: @unchecked Sendable {
   private var threadDone = false
 
   /// Starts reading `key` from `offset` (to the end, or `length` bytes).
-  public init(client: S3Client, bucket: String, key: String, offset: Int64, length: Int64? = nil,
-    capacity: Int = 8 << 20)
-  {
+  public init(
+    client: S3Client, bucket: String, key: String, offset: Int64, length: Int64? = nil,
+    capacity: Int = 8 << 20
+  ) {
     self.offset = offset
     self.capacity = capacity
     let thread = Thread { [self] in
@@ -185,7 +186,8 @@ public final class S3StreamingUpload: @unchecked Sendable {
         return
       }
       do {
-        let etag = try client.uploadPart(bucket, key, uploadID: uploadID, number: part.number, bytes: part.bytes)
+        let etag = try client.uploadPart(
+          bucket, key, uploadID: uploadID, number: part.number, bytes: part.bytes)
         condition.withLock {
           etags[part.number] = etag
           queued = nil

@@ -69,8 +69,12 @@ struct XMLElement {
         continue
       }
       let selfClosing = tag.last == UInt8(ascii: "/")
-      let nameBytes = tag.prefix { ![UInt8(ascii: " "), UInt8(ascii: "\t"), UInt8(ascii: "\n"),
-        UInt8(ascii: "\r"), UInt8(ascii: "/")].contains($0) }
+      let nameBytes = tag.prefix {
+        ![
+          UInt8(ascii: " "), UInt8(ascii: "\t"), UInt8(ascii: "\n"),
+          UInt8(ascii: "\r"), UInt8(ascii: "/"),
+        ].contains($0)
+      }
       var name = String(decoding: nameBytes, as: UTF8.self)
       if let colon = name.lastIndex(of: ":") { name = String(name[name.index(after: colon)...]) }
       if selfClosing {

@@ -85,7 +85,8 @@ public struct SigV4Signer: Sendable {
       case UInt8(ascii: "/") where keepSlash:
         result.append("/")
       default:
-        result += "%" + String(byte >> 4, radix: 16, uppercase: true) + String(byte & 15, radix: 16, uppercase: true)
+        result +=
+          "%" + String(byte >> 4, radix: 16, uppercase: true) + String(byte & 15, radix: 16, uppercase: true)
       }
     }
     return result

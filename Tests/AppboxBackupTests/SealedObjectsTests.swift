@@ -87,19 +87,24 @@ struct SealedObjectsTests {
     let wrapped = try key.wrapped(password: Array("right".utf8), repositoryID: "r1")
     #expect(throws: BackupError.self) {
       try RepositoryKey.unlock(
-        [("k", wrapped)], password: Array("wrong".utf8), repositoryID: "r1", segmentSize: 4096, location: "here")
+        [("k", wrapped)], password: Array("wrong".utf8), repositoryID: "r1", segmentSize: 4096,
+        location: "here")
     }
     do {
       _ = try RepositoryKey.unlock(
-        [("k", wrapped)], password: Array("wrong".utf8), repositoryID: "r1", segmentSize: 4096, location: "here")
+        [("k", wrapped)], password: Array("wrong".utf8), repositoryID: "r1", segmentSize: 4096,
+        location: "here")
     } catch let error as BackupError {
       #expect(error.kind == .denied)
     }
     // Bound to its repository: the right password, another repository's id.
-    #expect((try? RepositoryKey.unlock(
-      [("k", wrapped)], password: Array("right".utf8), repositoryID: "r2", segmentSize: 4096, location: "here")) == nil)
+    #expect(
+      (try? RepositoryKey.unlock(
+        [("k", wrapped)], password: Array("right".utf8), repositoryID: "r2", segmentSize: 4096,
+        location: "here")) == nil)
     let opened = try RepositoryKey.unlock(
-      [("k", wrapped)], password: Array("right".utf8), repositoryID: "r1", segmentSize: 4096, location: "here")
+      [("k", wrapped)], password: Array("right".utf8), repositoryID: "r1", segmentSize: 4096, location: "here"
+    )
     #expect(opened.key.master == key.master)
   }
 }

@@ -127,7 +127,8 @@ struct S3ClientTests {
     }
     let nowhere = try S3Client(
       S3Configuration(
-        endpoint: "http://127.0.0.1:1", credentials: S3Credentials(accessKey: "a", secretKey: "b"), attempts: 2))
+        endpoint: "http://127.0.0.1:1", credentials: S3Credentials(accessKey: "a", secretKey: "b"),
+        attempts: 2))
     do {
       _ = try nowhere.list("b", prefix: "")
       Issue.record("an unreachable store answered")
@@ -136,7 +137,8 @@ struct S3ClientTests {
       #expect(error.description.contains("cannot be reached"))
     }
     #expect(throws: S3Error.self) {
-      try S3Client(S3Configuration(endpoint: "ftp://x", credentials: S3Credentials(accessKey: "", secretKey: "")))
+      try S3Client(
+        S3Configuration(endpoint: "ftp://x", credentials: S3Credentials(accessKey: "", secretKey: "")))
     }
   }
 }

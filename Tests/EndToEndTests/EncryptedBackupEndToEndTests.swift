@@ -44,10 +44,12 @@ struct EncryptedBackupEndToEndTests {
     let repository = device.dir.url("vault")
     let made = try device.run("repo", "init", "--repo", repository, "--encrypt", "--password-file", password)
     #expect(made.status == 0, "\(made.err)")
-    let backup = try device.run("--json", "backup", "com.example.notes", "--repo", repository, "--password-file", password)
+    let backup = try device.run(
+      "--json", "backup", "com.example.notes", "--repo", repository, "--password-file", password)
     #expect(backup.status == 0, "\(backup.err)")
     let snapshot = try #require(
-      (try JSONSerialization.jsonObject(with: Data(backup.stdout)) as? [[String: Any]])?.first?["snapshot"] as? String)
+      (try JSONSerialization.jsonObject(with: Data(backup.stdout)) as? [[String: Any]])?.first?["snapshot"]
+        as? String)
     #expect(!FileManager.default.fileExists(atPath: repository + "/catalog.db"))
     var files: [(name: String, bytes: [UInt8])] = []
     let enumerator = FileManager.default.enumerator(atPath: repository)
@@ -58,7 +60,8 @@ struct EncryptedBackupEndToEndTests {
       else { continue }
       files.append((relative, Array(try Data(contentsOf: URL(fileURLWithPath: repository + "/" + relative)))))
     }
-    #expect(files.contains { $0.name.hasPrefix("archives/") } && files.contains { $0.name.hasPrefix("keys/") })
+    #expect(
+      files.contains { $0.name.hasPrefix("archives/") } && files.contains { $0.name.hasPrefix("keys/") })
     expectNoPlaintext(files, plan: plan)
 
     let show = try device.run("--json", "repo", "show", "--repo", repository, "--password-file", password)
@@ -66,7 +69,8 @@ struct EncryptedBackupEndToEndTests {
     #expect(summary?["encrypted"] as? Bool == true && summary?["snapshots"] as? Int == 1)
 
     // The plain pax tar, for GNU tar.
-    let tar = try device.run("archive", "decrypt", snapshot, "--repo", repository, "--password-file", password)
+    let tar = try device.run(
+      "archive", "decrypt", snapshot, "--repo", repository, "--password-file", password)
     #expect(tar.status == 0, "\(tar.err)")
     let listing = try runProcess("/usr/bin/tar", ["--warning=no-unknown-keyword", "-t"], input: tar.stdout)
     #expect(listing.status == 0, "\(listing.err)")
@@ -75,13 +79,18 @@ struct EncryptedBackupEndToEndTests {
     let extract = try runProcess(
       "/usr/bin/tar", ["--warning=no-unknown-keyword", "-x", "-C", target.path], input: tar.stdout)
     #expect(extract.status == 0, "\(extract.err)")
-    #expect(Array(try Data(contentsOf: URL(fileURLWithPath: target.url("Documents/QuarterlyPlanZebra.txt")))) == plan)
+    #expect(
+      Array(try Data(contentsOf: URL(fileURLWithPath: target.url("Documents/QuarterlyPlanZebra.txt"))))
+        == plan)
 
     // Restore, and check with every byte hashed.
     try FileManager.default.removeItem(atPath: device.home + "/Documents/QuarterlyPlanZebra.txt")
-    let restored = try device.run("restore", "com.example.notes", "--repo", repository, "--password-file", password)
+    let restored = try device.run(
+      "restore", "com.example.notes", "--repo", repository, "--password-file", password)
     #expect(restored.status == 0, "\(restored.err)")
-    #expect(Array(try Data(contentsOf: URL(fileURLWithPath: device.home + "/Documents/QuarterlyPlanZebra.txt"))) == plan)
+    #expect(
+      Array(try Data(contentsOf: URL(fileURLWithPath: device.home + "/Documents/QuarterlyPlanZebra.txt")))
+        == plan)
     #expect(
       try device.run("check", "--read-data", "--repo", repository, "--password-file", password).status == 0)
   }
@@ -95,7 +104,9 @@ struct EncryptedBackupEndToEndTests {
     try Data("a second version".utf8).write(to: URL(fileURLWithPath: device.home + "/Documents/more.txt"))
     _ = try device.backup(to: bucket, environment: ["APPBOX_PASSWORD_FILE": password])
     let objects = try allObjects(bucket)
-    #expect(objects.contains { $0.key.contains("/manifests/") } && objects.contains { $0.key.contains("/snapshots/") })
+    #expect(
+      objects.contains { $0.key.contains("/manifests/") }
+        && objects.contains { $0.key.contains("/snapshots/") })
     expectNoPlaintext(objects.map { ($0.key, $0.bytes) }, plan: plan)
     let denied = try device.s3(bucket, "snapshots")
     #expect(denied.status == 77, "\(denied.err)")
@@ -107,13 +118,19 @@ struct EncryptedBackupEndToEndTests {
     let device = Device()
     let (password, _) = try prepare(device)
     let repository = device.dir.url("vault")
-    #expect(try device.run("repo", "init", "--repo", repository, "--encrypt", "--password-file", password).status == 0)
-    #expect(try device.run("backup", "com.example.notes", "--repo", repository, "--password-file", password).status == 0)
+    #expect(
+      try device.run("repo", "init", "--repo", repository, "--encrypt", "--password-file", password).status
+        == 0)
+    #expect(
+      try device.run("backup", "com.example.notes", "--repo", repository, "--password-file", password).status
+        == 0)
     let wrong = try device.run("snapshots", "--repo", repository, input: Array("not it\n".utf8))
     #expect(wrong.status == 77, "\(wrong.err)")
     #expect(wrong.err.contains("Wrong password") && wrong.err.split(separator: "\n").count == 1)
     let archives = try FileManager.default.contentsOfDirectory(atPath: repository + "/archives")
-    let sizes = try archives.map { try FileManager.default.attributesOfItem(atPath: repository + "/archives/" + $0)[.size] as? Int }
+    let sizes = try archives.map {
+      try FileManager.default.attributesOfItem(atPath: repository + "/archives/" + $0)[.size] as? Int
+    }
 
     let changed = try device.run(
       "repo", "passwd", "--repo", repository, input: Array("correct horse battery staple\nnew secret\n".utf8))
@@ -123,7 +140,9 @@ struct EncryptedBackupEndToEndTests {
     #expect(opened.status == 0 && opened.out.contains("com.example.notes"), "\(opened.err)")
     #expect(try FileManager.default.contentsOfDirectory(atPath: repository + "/archives") == archives)
     #expect(
-      try archives.map { try FileManager.default.attributesOfItem(atPath: repository + "/archives/" + $0)[.size] as? Int }
+      try archives.map {
+        try FileManager.default.attributesOfItem(atPath: repository + "/archives/" + $0)[.size] as? Int
+      }
         == sizes)
     #expect(try FileManager.default.contentsOfDirectory(atPath: repository + "/keys").count == 1)
     // An encrypted repository cannot be made over an existing one.
@@ -135,9 +154,14 @@ struct EncryptedBackupEndToEndTests {
     let device = Device()
     let (password, _) = try prepare(device)
     let repository = device.dir.url("vault")
-    #expect(try device.run("repo", "init", "--repo", repository, "--encrypt", "--password-file", password).status == 0)
-    #expect(try device.run("backup", "com.example.notes", "--repo", repository, "--password-file", password).status == 0)
-    let archive = try #require(try FileManager.default.contentsOfDirectory(atPath: repository + "/archives").first)
+    #expect(
+      try device.run("repo", "init", "--repo", repository, "--encrypt", "--password-file", password).status
+        == 0)
+    #expect(
+      try device.run("backup", "com.example.notes", "--repo", repository, "--password-file", password).status
+        == 0)
+    let archive = try #require(
+      try FileManager.default.contentsOfDirectory(atPath: repository + "/archives").first)
     let path = repository + "/archives/" + archive
     var bytes = Array(try Data(contentsOf: URL(fileURLWithPath: path)))
     bytes[bytes.count / 2] ^= 0x01
@@ -146,7 +170,8 @@ struct EncryptedBackupEndToEndTests {
     #expect(check.status == 65, "\(check.out)")
     #expect(check.out.contains("does not authenticate"), "\(check.out)")
     try FileManager.default.removeItem(atPath: device.home + "/Documents/QuarterlyPlanZebra.txt")
-    let restore = try device.run("restore", "com.example.notes", "--repo", repository, "--password-file", password)
+    let restore = try device.run(
+      "restore", "com.example.notes", "--repo", repository, "--password-file", password)
     #expect(restore.status == 65, "\(restore.err)")
     #expect(!FileManager.default.fileExists(atPath: device.home + "/Documents/QuarterlyPlanZebra.txt"))
   }
@@ -160,8 +185,10 @@ struct EncryptedBackupEndToEndTests {
     #expect(bound.status == 0, "\(bound.err)")
     let vault = device.dir.url("vault")
     let plain = device.dir.url("plain")
-    #expect(try device.run("repo", "init", "--repo", vault, "--encrypt", "--password-file", password).status == 0)
-    #expect(try device.run("backup", "com.example.notes", "--repo", vault, "--password-file", password).status == 0)
+    #expect(
+      try device.run("repo", "init", "--repo", vault, "--encrypt", "--password-file", password).status == 0)
+    #expect(
+      try device.run("backup", "com.example.notes", "--repo", vault, "--password-file", password).status == 0)
     #expect(try device.run("backup", "com.example.notes", "--repo", plain).status == 0)
 
     // From the unencrypted repository: the data, but no keychain item (as before).
@@ -170,8 +197,11 @@ struct EncryptedBackupEndToEndTests {
     #expect(fromPlain.status == 0, "\(fromPlain.err)")
     #expect(fromPlain.err.contains("another device"))
     #expect(
-      try second.run("keychain", "com.example.notes", "get", "--service", "svc-marker-5521", "--account", "acct-marker-9083")
-        .status == 66)
+      try second.run(
+        "keychain", "com.example.notes", "get", "--service", "svc-marker-5521", "--account",
+        "acct-marker-9083"
+      )
+      .status == 66)
 
     // From the encrypted one: the portable item comes back; the this-device-only one never does.
     let third = Device()
@@ -186,10 +216,16 @@ struct EncryptedBackupEndToEndTests {
     #expect(item.status == 0 && item.out.contains("secret-marker-4410"), "\(item.err)")
     let list = try third.run("--json", "keychain", "com.example.notes", "list")
     #expect(list.out.contains("label-marker-2231"))
-    #expect(try third.run("keychain", "com.example.notes", "get", "--service", "bound", "--account", "me").status == 66)
+    #expect(
+      try third.run("keychain", "com.example.notes", "get", "--service", "bound", "--account", "me").status
+        == 66)
     // And on the device that made it, both come back.
     #expect(try device.run("keychain", "com.example.notes", "reset").status == 0)
-    #expect(try device.run("restore", "com.example.notes", "--repo", vault, "--password-file", password).status == 0)
-    #expect(try device.run("keychain", "com.example.notes", "get", "--service", "bound", "--account", "me").out.contains("stays-here"))
+    #expect(
+      try device.run("restore", "com.example.notes", "--repo", vault, "--password-file", password).status == 0
+    )
+    #expect(
+      try device.run("keychain", "com.example.notes", "get", "--service", "bound", "--account", "me").out
+        .contains("stays-here"))
   }
 }

@@ -19,7 +19,8 @@ struct FleetEndToEndTests {
     let full = try device.backup(to: bucket)
     #expect(full["kind"] as? String == "full")
     let first = try #require(full["snapshot"] as? String)
-    #expect((full["archive"] as? String)?.hasPrefix("s3://\(bucket.name)/fleet/archives/\(first).tar") == true)
+    #expect(
+      (full["archive"] as? String)?.hasPrefix("s3://\(bucket.name)/fleet/archives/\(first).tar") == true)
     try Data("changed on the device".utf8).write(to: URL(fileURLWithPath: device.home + "/Documents/a.txt"))
     try Data("new".utf8).write(to: URL(fileURLWithPath: device.home + "/Library/new.txt"))
     let after = try captureHomeData(device.home)
@@ -122,7 +123,8 @@ struct FleetEndToEndTests {
     for device in devices {
       for app in ["com.example.notes", "com.example.journal"] {
         let home = try device.home(of: app)
-        let expected = try captureTree(home, skipping: [try device.bundleName(of: app), "tmp", "Library/Caches"])
+        let expected = try captureTree(
+          home, skipping: [try device.bundleName(of: app), "tmp", "Library/Caches"])
         try FileManager.default.removeItem(atPath: home + "/Documents/own.txt")
         let mine = try #require(try device.s3JSON(bucket, "snapshots", app) as? [[String: Any]])
         let ids = mine.compactMap { $0["snapshot"] as? String }
@@ -132,7 +134,8 @@ struct FleetEndToEndTests {
         for id in ids {
           let result = try device.s3(bucket, "restore", app, "--snapshot", id)
           #expect(result.status == 0, "\(result.err)")
-          let now = try captureTree(home, skipping: [try device.bundleName(of: app), "tmp", "Library/Caches"])
+          let now = try captureTree(
+            home, skipping: [try device.bundleName(of: app), "tmp", "Library/Caches"])
           if differences(expected, now).isEmpty { restoredOne = true }
         }
         #expect(restoredOne, "no snapshot of \(app) restored device's own data")
@@ -144,7 +147,8 @@ struct FleetEndToEndTests {
     let bucket = try Bucket()
     let device = Device()
     try device.install("Notes-1.0/Notes.app")
-    let denied = try device.s3(bucket, "backup", "com.example.notes", environment: ["AWS_SECRET_ACCESS_KEY": "wrong"])
+    let denied = try device.s3(
+      bucket, "backup", "com.example.notes", environment: ["AWS_SECRET_ACCESS_KEY": "wrong"])
     #expect(denied.status == 77, "\(denied.err)")
     #expect(denied.err.split(separator: "\n").count == 1)
     #expect(denied.err.contains("signature"))
@@ -152,7 +156,8 @@ struct FleetEndToEndTests {
       "snapshots", "--repo", bucket.url, environment: ["APPBOX_S3_ENDPOINT": bucket.cluster.endpoint])
     #expect(missing.status == 64 && missing.err.contains("credentials"), "\(missing.err)")
     let credentials = device.dir.url("credentials")
-    try "[default]\naws_access_key_id = \(bucket.cluster.accessKey)\naws_secret_access_key = \(bucket.cluster.secretKey)\n"
+    try
+      "[default]\naws_access_key_id = \(bucket.cluster.accessKey)\naws_secret_access_key = \(bucket.cluster.secretKey)\n"
       .write(toFile: credentials, atomically: true, encoding: .utf8)
     let fromFile = try device.run(
       "backup", "com.example.notes", "--repo", bucket.url, "--endpoint", bucket.cluster.endpoint,
@@ -169,7 +174,8 @@ struct FleetEndToEndTests {
     // At each named step of the commit, and of forget.
     for point in ["backup.archive-renamed", "backup.snapshot-written", "backup.manifest-written"] {
       try Data(point.utf8).write(to: URL(fileURLWithPath: device.home + "/Documents/\(point).txt"))
-      let killed = try device.s3(bucket, "backup", "com.example.notes", environment: ["APPBOX_CRASH_AT": point])
+      let killed = try device.s3(
+        bucket, "backup", "com.example.notes", environment: ["APPBOX_CRASH_AT": point])
       #expect(killed.status == 128 + SIGKILL)
       let check = try device.s3(bucket, "check")
       #expect(check.status == 0, "\(point): \(check.out) \(check.err)")
@@ -191,7 +197,8 @@ struct FleetEndToEndTests {
       var environment = ProcessInfo.processInfo.environment.merging(bucket.environment) { $1 }
       environment.removeValue(forKey: "APPBOX_ROOT")
       let process = try spawnProcess(
-        productsDirectory + "/appbox", ["--root", device.root, "backup", "com.example.notes", "--repo", bucket.url],
+        productsDirectory + "/appbox",
+        ["--root", device.root, "backup", "com.example.notes", "--repo", bucket.url],
         environment: environment, stdout: open("/dev/null", O_WRONLY), stderr: open("/dev/null", O_WRONLY))
       usleep(UInt32.random(in: 0...400_000))
       kill(process.pid, SIGKILL)
@@ -226,7 +233,9 @@ struct FleetEndToEndTests {
     try device.install("Notes-1.0/Notes.app")
     try writeSampleData(home: device.home)
     var big = [UInt8](repeating: 0, count: 40 << 20)
-    for index in stride(from: 0, to: big.count, by: 4096) { big[index] = UInt8(truncatingIfNeeded: index >> 12) }
+    for index in stride(from: 0, to: big.count, by: 4096) {
+      big[index] = UInt8(truncatingIfNeeded: index >> 12)
+    }
     try Data(big).write(to: URL(fileURLWithPath: device.home + "/Documents/big.bin"))
     let first = try #require(try device.backup(to: bucket)["snapshot"] as? String)
 
@@ -268,7 +277,8 @@ struct FleetEndToEndTests {
     let retry = try spawnProcess(
       productsDirectory + "/appbox",
       ["--root", device.root, "backup", "com.example.notes", "--full", "--repo", bucket.url],
-      environment: environment.merging(["APPBOX_S3_ATTEMPTS": "12"]) { $1 }, stdout: open("/dev/null", O_WRONLY),
+      environment: environment.merging(["APPBOX_S3_ATTEMPTS": "12"]) { $1 },
+      stdout: open("/dev/null", O_WRONLY),
       stderr: open(errors, O_WRONLY | O_CREAT | O_TRUNC, 0o644))
     #expect(waitUntilStopped(retry.pid))
     try cluster.control("stop-proxy")
@@ -291,8 +301,10 @@ struct FleetEndToEndTests {
 extension Device {
   /// The homes of the installed apps.
   func homes() throws -> [String] {
-    try FileManager.default.contentsOfDirectory(atPath: root + "/ApplicationRoot").filter { !$0.hasPrefix(".") }
-      .map { root + "/ApplicationRoot/" + $0 }
+    try FileManager.default.contentsOfDirectory(atPath: root + "/ApplicationRoot").filter {
+      !$0.hasPrefix(".")
+    }
+    .map { root + "/ApplicationRoot/" + $0 }
   }
 
   func home(of app: String) throws -> String {
@@ -301,6 +313,7 @@ extension Device {
   }
 
   func bundleName(of app: String) throws -> String {
-    try FileManager.default.contentsOfDirectory(atPath: try home(of: app)).first { $0.hasSuffix(".app") } ?? ""
+    try FileManager.default.contentsOfDirectory(atPath: try home(of: app)).first { $0.hasSuffix(".app") }
+      ?? ""
   }
 }

@@ -29,7 +29,8 @@ extension Device {
     throws -> ProcessResult
   {
     try appbox(
-      arguments + ["--repo", bucket.url], root: root, environment: bucket.environment.merging(environment) { $1 },
+      arguments + ["--repo", bucket.url], root: root,
+      environment: bucket.environment.merging(environment) { $1 },
       input: input)
   }
 
@@ -43,7 +44,8 @@ extension Device {
   }
 
   /// Backs up `app` to `bucket`; the snapshot's JSON.
-  func backup(to bucket: Bucket, app: String = "com.example.notes", environment: [String: String] = [:]) throws
+  func backup(to bucket: Bucket, app: String = "com.example.notes", environment: [String: String] = [:])
+    throws
     -> [String: Any]
   {
     let array = try s3JSON(bucket, "backup", app, environment: environment) as? [[String: Any]]
@@ -71,7 +73,9 @@ func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
   let first = needle[0]
   var index = 0
   while index <= haystack.count - needle.count {
-    if haystack[index] == first && haystack[index..<(index + needle.count)].elementsEqual(needle) { return true }
+    if haystack[index] == first && haystack[index..<(index + needle.count)].elementsEqual(needle) {
+      return true
+    }
     index += 1
   }
   return false

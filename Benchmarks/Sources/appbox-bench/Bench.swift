@@ -83,11 +83,20 @@ struct Bench {
         scenarios, title: "appbox benchmark (\(size.rawValue), history only)",
         notes: notes + [fileSystem.note])
     }
+    if only == "repository" {
+      scenarios += try encryption(home)
+      scenarios.append(try objectStore(home))
+      return report(
+        scenarios, title: "appbox benchmark (\(size.rawValue), encryption and S3)",
+        notes: notes + [fileSystem.note])
+    }
     scenarios.append(try floors(home))
     scenarios.append(try fullBackup(home))
     let (incremental, noChange) = try incrementalAndNoChange(home)
     scenarios += [incremental, noChange]
     scenarios.append(try restore(home))
+    scenarios += try encryption(home)
+    scenarios.append(try objectStore(home))
     scenarios.append(try update(&home))
     scenarios.append(try history(home))
     return report(scenarios, title: "appbox benchmark (\(size.rawValue))", notes: notes + [fileSystem.note])

@@ -59,11 +59,13 @@ final class ArchiveSource {
     if let local = repository.local, !repository.isEncrypted {
       let file = try openLocal(local)
       return try ArchiveReader(
-        takingDescriptor: file.rawValue, startingAt: record.compression == .none ? offset : nil, name: location)
+        takingDescriptor: file.rawValue, startingAt: record.compression == .none ? offset : nil,
+        name: location)
     }
     let plain = try plaintext()
     if let offset, record.compression == .none {
-      return try ArchiveReader(input: ObjectArchiveInput(plain, from: offset), startingAt: offset, name: location)
+      return try ArchiveReader(
+        input: ObjectArchiveInput(plain, from: offset), startingAt: offset, name: location)
     }
     return try ArchiveReader(input: ObjectArchiveInput(plain, from: 0), name: location)
   }
@@ -105,7 +107,8 @@ extension Repository {
   func stageArchive(_ name: String) throws -> StagedArchive {
     let stored = ChecksummingUpload(try store.upload("archives/" + name))
     guard let key else { return StagedArchive(name: name, stored: stored, top: stored) }
-    return StagedArchive(name: name, stored: stored, top: try SealingUpload(stored, name: "archives/" + name, key: key))
+    return StagedArchive(
+      name: name, stored: stored, top: try SealingUpload(stored, name: "archives/" + name, key: key))
   }
 
   /// An archive of the catalog, to read.

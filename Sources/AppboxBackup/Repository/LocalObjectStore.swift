@@ -78,7 +78,8 @@ final class LocalObjectStore: ObjectStore {
       throw SystemError("open", path: path(directory), errno: .noEntry)
     }
     let staged = try StagedFile(
-      file, in: handle.borrowed, temporaryName: Self.temporaryPrefix + file + "-" + String(UInt32.random(in: 0...UInt32.max), radix: 16),
+      file, in: handle.borrowed,
+      temporaryName: Self.temporaryPrefix + file + "-" + String(UInt32.random(in: 0...UInt32.max), radix: 16),
       mode: 0o600, displayPath: path(name))
     try staged.descriptor.writeAll(bytes)
     try staged.commit()

@@ -63,11 +63,14 @@ final class PruneLock: @unchecked Sendable {
       }
       try? repository.store.delete(["locks/" + name])
       guard Date() < deadline else {
-        let owner = (try? repository.store.get("locks/" + holder!)).flatMap { String(bytes: $0, encoding: .utf8) }
+        let owner = (try? repository.store.get("locks/" + holder!)).flatMap {
+          String(bytes: $0, encoding: .utf8)
+        }
         throw BackupError(
           .busy,
           "Repository '\(repository.path)' is busy: another forget holds its lock (locks/\(holder!)"
-            + (owner.map { ": \($0.trimmingCharacters(in: .whitespacesAndNewlines))" } ?? "") + "); try again")
+            + (owner.map { ": \($0.trimmingCharacters(in: .whitespacesAndNewlines))" } ?? "") + "); try again"
+        )
       }
       usleep(useconds_t(min(2.0, 0.2 * Double(attempt)) * 1_000_000))
     }
@@ -90,7 +93,8 @@ final class PruneLock: @unchecked Sendable {
     guard locks.contains(where: { $0.name == mine }) else {
       // Not listed yet: list again after the settle time before deciding.
       usleep(useconds_t(settleTime(repository.environment) * 1_000_000))
-      let again = try repository.store.list("locks").filter { lock in !stale.contains { $0.name == lock.name } }
+      let again = try repository.store.list("locks").filter { lock in !stale.contains { $0.name == lock.name }
+      }
       guard again.contains(where: { $0.name == mine }) else { return mine }
       return again.min { ($0.modified, $0.name) < ($1.modified, $1.name) }?.name
     }
@@ -141,7 +145,9 @@ final class PruneLock: @unchecked Sendable {
   func verify() throws {
     if let error = mutex.failure {
       throw BackupError(
-        .busy, "The prune lock of '\(repository.path)' could not be refreshed (\(error)); stopping before deleting anything")
+        .busy,
+        "The prune lock of '\(repository.path)' could not be refreshed (\(error)); stopping before deleting anything"
+      )
     }
   }
 }

@@ -35,7 +35,9 @@ extension Repository {
     options.create = false
     let store = try makeStore(location)
     let existing = try readConfig(store)
-    let legacy = (store as? LocalObjectStore).map { FileManager.default.fileExists(atPath: $0.path("catalog.db")) } ?? false
+    let legacy =
+      (store as? LocalObjectStore).map { FileManager.default.fileExists(atPath: $0.path("catalog.db")) }
+      ?? false
     if let password {
       guard existing == nil && !legacy else {
         throw BackupError(
@@ -95,7 +97,8 @@ extension Repository {
   /// Hands the archive's plain bytes (opened when sealed; as stored, so a compressed archive
   /// stays compressed) to `sink`; returns their count.
   @discardableResult
-  public func writePlainArchive(_ record: ArchiveRecord, to sink: (UnsafeRawBufferPointer) throws -> Void) throws
+  public func writePlainArchive(_ record: ArchiveRecord, to sink: (UnsafeRawBufferPointer) throws -> Void)
+    throws
     -> Int64
   {
     var total: Int64 = 0

@@ -29,7 +29,8 @@ final class RepositoryKey: Sendable {
     self.master = master
     self.segmentSize = segmentSize
     objectKey = try HKDF.derive(key: master, salt: [], info: Array("appbox objects".utf8), length: 32)
-    keychainKey = try HKDF.derive(key: master, salt: [], info: Array("appbox keychain items".utf8), length: 32)
+    keychainKey = try HKDF.derive(
+      key: master, salt: [], info: Array("appbox keychain items".utf8), length: 32)
   }
 
   /// A new random master key.
@@ -64,14 +65,16 @@ final class RepositoryKey: Sendable {
     for (name, bytes) in keyObjects {
       guard let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any],
         object["kdf"] as? String == "scrypt", let n = object["n"] as? UInt64, let r = object["r"] as? UInt64,
-        let p = object["p"] as? UInt64, let salt = (object["salt"] as? String).flatMap({ Data(base64Encoded: $0) }),
+        let p = object["p"] as? UInt64,
+        let salt = (object["salt"] as? String).flatMap({ Data(base64Encoded: $0) }),
         let wrapped = (object["wrapped"] as? String).flatMap({ Data(base64Encoded: $0) })
       else {
         throw BackupError(.corruptCatalog, "The key object keys/\(name) of '\(location)' is malformed")
       }
       let kek = try Scrypt.derive(
         password: password, salt: Array(salt), parameters: Scrypt.Parameters(n: n, r: r, p: p), length: 32)
-      if let master = try? AESGCM.open(Array(wrapped), key: kek, associatedData: associatedData(repositoryID)) {
+      if let master = try? AESGCM.open(Array(wrapped), key: kek, associatedData: associatedData(repositoryID))
+      {
         return (try RepositoryKey(master: master, segmentSize: segmentSize), name)
       }
     }

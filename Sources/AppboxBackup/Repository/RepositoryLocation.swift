@@ -25,7 +25,8 @@ public enum RepositoryLocation: Sendable {
   ) throws -> RepositoryLocation {
     guard let text, text.hasPrefix("s3://") else {
       if endpoint != nil || credentialsFile != nil {
-        throw BackupError(.invalidRequest, "--endpoint and --credentials-file apply to an s3:// repository only")
+        throw BackupError(
+          .invalidRequest, "--endpoint and --credentials-file apply to an s3:// repository only")
       }
       return .directory(absolute(text ?? defaultDirectory))
     }
@@ -37,7 +38,8 @@ public enum RepositoryLocation: Sendable {
     guard isValidBucket(bucket) else {
       throw BackupError(
         .invalidRequest,
-        "'\(bucket)' is not a bucket name (3 to 63 lowercase letters, digits, dots and hyphens): --repo s3://BUCKET/PREFIX")
+        "'\(bucket)' is not a bucket name (3 to 63 lowercase letters, digits, dots and hyphens): --repo s3://BUCKET/PREFIX"
+      )
     }
     guard !prefix.split(separator: "/").contains(where: { $0 == "." || $0 == ".." }) else {
       throw BackupError(.invalidRequest, "the prefix of '\(text)' contains '.' or '..'")
@@ -102,7 +104,8 @@ public enum RepositoryLocation: Sendable {
     else {
       throw BackupError(
         .invalidRequest,
-        "an s3:// repository needs credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or --credentials-file F")
+        "an s3:// repository needs credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or --credentials-file F"
+      )
     }
     return S3Credentials(accessKey: key, secretKey: secret)
   }

@@ -47,7 +47,8 @@ struct RepositoryConfig: Equatable {
     else { throw BackupError(.corruptCatalog, "The repository config of '\(location)' is malformed") }
     guard version == Self.version else {
       throw BackupError(
-        .corruptCatalog, "The repository '\(location)' has layout version \(version); this appbox reads version 2")
+        .corruptCatalog,
+        "The repository '\(location)' has layout version \(version); this appbox reads version 2")
     }
     switch object["encryption"] as? String {
     case "none": return RepositoryConfig(encrypted: false)
@@ -82,14 +83,18 @@ struct ManifestObject {
   }
 
   static func decode(_ bytes: [UInt8], name: String) throws -> ManifestObject {
-    func bad() -> BackupError { BackupError(.corruptArchive, "The manifest object of archive '\(name)' is malformed") }
+    func bad() -> BackupError {
+      BackupError(.corruptArchive, "The manifest object of archive '\(name)' is malformed")
+    }
     guard bytes.starts(with: magic), bytes.count > magic.count, bytes[magic.count] == 1 else { throw bad() }
     return try bytes.withUnsafeBytes { raw in
       var input = ByteReader(raw)
       _ = try input.raw(magic.count + 1)
       let size = Int64(bitPattern: try input.varint())
       let checksum = try input.varint()
-      guard let compression = ArchiveCompression(rawValue: String(decoding: try input.data(limit: 16), as: UTF8.self)),
+      guard
+        let compression = ArchiveCompression(
+          rawValue: String(decoding: try input.data(limit: 16), as: UTF8.self)),
         let created = Double(String(decoding: try input.data(limit: 64), as: UTF8.self)),
         checksum <= UInt64(UInt32.max), size >= 0
       else { throw bad() }
@@ -123,7 +128,8 @@ struct SnapshotObject {
       _ = try input.raw(magic.count + 1)
       let archive = String(decoding: try input.data(limit: 255), as: UTF8.self)
       let manifest = try Manifest.decode(Array(bytes[input.position...]), archive: archive)
-      guard let snapshot = manifest.snapshot, snapshot.id == id, Repository.isArchiveName(archive, of: id) else {
+      guard let snapshot = manifest.snapshot, snapshot.id == id, Repository.isArchiveName(archive, of: id)
+      else {
         throw bad()
       }
       return SnapshotObject(snapshot: snapshot)

@@ -63,7 +63,9 @@ extension Repository {
   }
 
   func loadSnapshot(_ id: String) throws -> Snapshot? {
-    guard let bytes = try getObject("snapshots/" + id, cached: store.isShared || isEncrypted) else { return nil }
+    guard let bytes = try getObject("snapshots/" + id, cached: store.isShared || isEncrypted) else {
+      return nil
+    }
     return try SnapshotObject.decode(bytes, id: id).snapshot
   }
 
@@ -100,7 +102,9 @@ extension Repository {
     }
     let retired = Dictionary(marks.map { ($0.name, $0.modified) }, uniquingKeysWith: { first, _ in first })
     let currentlyRetired = try retiredArchives()
-    guard !added.isEmpty || !gone.isEmpty || !newSnapshots.isEmpty || currentlyRetired != retired else { return }
+    guard !added.isEmpty || !gone.isEmpty || !newSnapshots.isEmpty || currentlyRetired != retired else {
+      return
+    }
     try catalog.database.inTransaction {
       for (record, manifest) in added { try ingest(record, manifest) }
       for id in gone { try catalog.deleteSnapshot(id: id) }
@@ -126,7 +130,9 @@ extension Repository {
     let commits = try commitTimes()
     let newest = existing.compactMap { commits[$0.id] }.max() ?? .distantPast
     if sorted[0].committed >= newest {
-      for item in sorted { try catalog.insert(item.snapshot, committed: item.committed, ignoringExisting: true) }
+      for item in sorted {
+        try catalog.insert(item.snapshot, committed: item.committed, ignoringExisting: true)
+      }
       return
     }
     let all =
@@ -166,7 +172,9 @@ extension Repository {
   ) throws {
     let retired = Dictionary(marks.map { ($0.name, $0.modified) }, uniquingKeysWith: { first, _ in first })
     let ordered = manifests.sorted {
-      (retired[$0.name] != nil ? 1 : 0, $0.modified, $0.name) < (retired[$1.name] != nil ? 1 : 0, $1.modified, $1.name)
+      (retired[$0.name] != nil ? 1 : 0, $0.modified, $0.name) < (
+        retired[$1.name] != nil ? 1 : 0, $1.modified, $1.name
+      )
     }
     var loaded: [(ArchiveRecord, Manifest)] = []
     for object in ordered {
@@ -184,7 +192,9 @@ extension Repository {
     }
     snapshots.sort { ($0.committed, $0.snapshot.time) < ($1.committed, $1.snapshot.time) }
     try catalog.database.inTransaction {
-      for table in ["snapshots", "blobs", "trees", "archives"] { try catalog.database.execute("DELETE FROM \(table)") }
+      for table in ["snapshots", "blobs", "trees", "archives"] {
+        try catalog.database.execute("DELETE FROM \(table)")
+      }
       for (record, manifest) in loaded { try ingest(record, manifest) }
       for item in snapshots { try catalog.insert(item.snapshot, committed: item.committed) }
       try setRetired(retired)
@@ -201,13 +211,17 @@ extension Repository {
     if isLegacy {
       try catalog.database.inTransaction {
         try catalog.insert(record)
-        for tree in manifest.trees { try catalog.insertTree(tree.digest, data: tree.data, archive: record.name) }
+        for tree in manifest.trees {
+          try catalog.insertTree(tree.digest, data: tree.data, archive: record.name)
+        }
         try catalog.insertBlobs(manifest.blobs)
         if let snapshot { try catalog.insert(snapshot) }
       }
       return
     }
-    if let snapshot { try putObject("snapshots/" + snapshot.id, SnapshotObject(snapshot: snapshot).encoded()) }
+    if let snapshot {
+      try putObject("snapshots/" + snapshot.id, SnapshotObject(snapshot: snapshot).encoded())
+    }
     if crashPoints { CrashPoint.hit("backup.snapshot-written") }
     try putObject(
       "manifests/" + record.name, ManifestObject(record: record, manifestBytes: manifest.encoded()).encoded())
@@ -241,7 +255,8 @@ extension Repository {
       let manifest = Manifest(
         snapshot: owners[record.name], trees: trees, blobs: try catalog.blobs(inArchive: record.name))
       try putObject(
-        "manifests/" + record.name, ManifestObject(record: record, manifestBytes: manifest.encoded()).encoded())
+        "manifests/" + record.name,
+        ManifestObject(record: record, manifestBytes: manifest.encoded()).encoded())
     }
     for snapshot in snapshots where try store.size(of: "snapshots/" + snapshot.id) == nil {
       try putObject("snapshots/" + snapshot.id, SnapshotObject(snapshot: snapshot).encoded())

@@ -18,7 +18,8 @@ extension Repository {
   func checkReusedContent(of snapshot: Snapshot, manifest: Manifest) throws {
     let marked = Set(try store.list("garbage").map(\.name))
     let committed = Set(try store.list("manifests").map(\.name))
-    let newTrees = Dictionary(manifest.trees.map { ($0.digest, $0.data) }, uniquingKeysWith: { first, _ in first })
+    let newTrees = Dictionary(
+      manifest.trees.map { ($0.digest, $0.data) }, uniquingKeysWith: { first, _ in first })
     let newBlobs = Set(manifest.blobs.map(\.digest))
     var referenced: Set<String> = []
     var seen: Set<Digest> = []
@@ -49,7 +50,9 @@ extension Repository {
   }
 
   private func storedTreeArchive(_ digest: Digest) throws -> String? {
-    guard case .text(let name)? = try catalog.database.scalar("SELECT archive FROM trees WHERE digest = ?1", .blob(digest.bytes))
+    guard
+      case .text(let name)? = try catalog.database.scalar(
+        "SELECT archive FROM trees WHERE digest = ?1", .blob(digest.bytes))
     else { return nil }
     return name
   }

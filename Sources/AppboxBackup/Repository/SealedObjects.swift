@@ -183,7 +183,8 @@ final class OpeningReader: ObjectReader {
     let start = Int64(ObjectSealing.headerCount) + segment * stride
     let sealedCount = Int(min(stride, inner.size - start))
     try sealed.withUnsafeMutableBytes {
-      try inner.readFully(at: start, into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<sealedCount]), object: location)
+      try inner.readFully(
+        at: start, into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<sealedCount]), object: location)
     }
     current = -1
     plainCount = sealedCount - ObjectSealing.tagCount
@@ -192,7 +193,8 @@ final class OpeningReader: ObjectReader {
         try header.withUnsafeBytes { associated in
           try plain.withUnsafeMutableBytes { out in
             try cipher.open(
-              UnsafeRawBufferPointer(rebasing: input[0..<sealedCount]), nonce: ObjectSealing.nonce(segment, last: last),
+              UnsafeRawBufferPointer(rebasing: input[0..<sealedCount]),
+              nonce: ObjectSealing.nonce(segment, last: last),
               associatedData: associated, into: UnsafeMutableRawBufferPointer(rebasing: out[0..<plainCount]))
           }
         }
@@ -223,7 +225,9 @@ final class MemoryReader: ObjectReader {
   func read(at offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
     guard offset < size else { return 0 }
     let count = min(buffer.count, bytes.count - Int(offset))
-    bytes.withUnsafeBytes { buffer.baseAddress!.copyMemory(from: $0.baseAddress! + Int(offset), byteCount: count) }
+    bytes.withUnsafeBytes {
+      buffer.baseAddress!.copyMemory(from: $0.baseAddress! + Int(offset), byteCount: count)
+    }
     return count
   }
 }

@@ -7,8 +7,9 @@ extension CommandContext {
   /// The repository of --repo (which must exist), else the device's own when it has one.
   func existingRepository(_ arguments: ParsedArguments) throws -> Repository? {
     if arguments.value("repo") != nil { return try repository(arguments, create: false) }
-    guard FileManager.default.fileExists(atPath: deviceRoot.backups + "/catalog.db")
-      || FileManager.default.fileExists(atPath: deviceRoot.backups + "/config")
+    guard
+      FileManager.default.fileExists(atPath: deviceRoot.backups + "/catalog.db")
+        || FileManager.default.fileExists(atPath: deviceRoot.backups + "/config")
     else { return nil }
     return try repository(arguments, create: false)
   }
@@ -247,8 +248,9 @@ extension CommandContext {
   /// `inspect` prints for it (also when there is none, or the repository cannot be read).
   func topAdvice(for app: AppRecord) -> (finding: Finding?, line: String) {
     do {
-      guard FileManager.default.fileExists(atPath: deviceRoot.backups + "/catalog.db")
-        || FileManager.default.fileExists(atPath: deviceRoot.backups + "/config")
+      guard
+        FileManager.default.fileExists(atPath: deviceRoot.backups + "/catalog.db")
+          || FileManager.default.fileExists(atPath: deviceRoot.backups + "/config")
       else {
         return (nil, "no backups yet")
       }

@@ -15,7 +15,8 @@ struct RepoCommand: CommandGroup {
 struct RepoInit: ParsableCommand {
   static let description = CommandDescription(
     name: "init",
-    abstract: "Create a backup repository; with --encrypt, one whose every object is encrypted under a password.",
+    abstract:
+      "Create a backup repository; with --encrypt, one whose every object is encrypted under a password.",
     discussion: """
       The repository is a directory (default: <root>/Backups) or an S3 bucket (--repo s3://BUCKET/PREFIX;
       the bucket is created when missing). Without --encrypt, an existing repository is only upgraded
@@ -156,7 +157,8 @@ struct ArchiveDecrypt: ParsableCommand {
       """,
     positionals: [.init("ARCHIVE", help: "An archive's name or path, or a snapshot id.")],
     options: [
-      repositoryOption, .init("output", value: "FILE", help: "Write the tar to FILE (replaced atomically) instead."),
+      repositoryOption,
+      .init("output", value: "FILE", help: "Write the tar to FILE (replaced atomically) instead."),
     ] + repositoryAccessOptions)
   let archive: String
   let output: String?

@@ -8,14 +8,17 @@ import Glibc
 // credentials, and the password of an encrypted one.
 
 let repositoryAccessOptions: [CommandDescription.Option] = [
-  .init("endpoint", value: "URL", help: "The S3 store of an s3:// repository (default: $APPBOX_S3_ENDPOINT)."),
-  .init("region", value: "R", help: "The S3 region to sign for (default: $APPBOX_S3_REGION, else us-east-1)."),
+  .init(
+    "endpoint", value: "URL", help: "The S3 store of an s3:// repository (default: $APPBOX_S3_ENDPOINT)."),
+  .init(
+    "region", value: "R", help: "The S3 region to sign for (default: $APPBOX_S3_REGION, else us-east-1)."),
   .init(
     "credentials-file", value: "F",
     help: "S3 keys from F (AWS credentials format) instead of $AWS_ACCESS_KEY_ID and $AWS_SECRET_ACCESS_KEY."),
   .init(
     "password-file", value: "F",
-    help: "An encrypted repository's password from F's first line (default: $APPBOX_PASSWORD_FILE, else stdin)."),
+    help:
+      "An encrypted repository's password from F's first line (default: $APPBOX_PASSWORD_FILE, else stdin)."),
 ]
 
 extension CommandContext {
@@ -42,7 +45,8 @@ extension CommandContext {
 
   /// The repository named by --repo, else the device root's `Backups`.
   func repository(_ arguments: ParsedArguments, create: Bool) throws -> Repository {
-    try Repository(location: try repositoryLocation(arguments), options: repositoryOptions(arguments, create: create))
+    try Repository(
+      location: try repositoryLocation(arguments), options: repositoryOptions(arguments, create: create))
   }
 
   /// The device's own repository (`<root>/Backups`), as update and revert use it.

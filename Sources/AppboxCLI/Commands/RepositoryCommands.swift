@@ -65,7 +65,8 @@ struct CheckCommand: ParsableCommand {
     var lines: [String] = []
     if rebuild {
       let rebuilt = try Repository.rebuildCatalog(
-        try context.repositoryLocation(arguments), options: context.repositoryOptions(arguments, create: false))
+        try context.repositoryLocation(arguments),
+        options: context.repositoryOptions(arguments, create: false))
       for skipped in rebuilt.skipped { context.warn("archive skipped: \(skipped)") }
       lines.append(
         "Rebuilt the catalog from \(rebuilt.archives) archives: \(rebuilt.snapshots) snapshots, "
@@ -131,7 +132,8 @@ struct ForgetCommand: ParsableCommand {
       text += "\nMarked \(report.markedArchives.count) archives for deletion after the grace period"
     }
     if report.removed.isEmpty && !report.deletedArchives.isEmpty {
-      text += "\nDeleted \(report.deletedArchives.count) archives marked earlier, reclaimed "
+      text +=
+        "\nDeleted \(report.deletedArchives.count) archives marked earlier, reclaimed "
         + byteCount(max(0, report.bytesReclaimed))
     }
     return CommandOutput(
