@@ -129,7 +129,12 @@ public final class Repository {
       }
     }
     catalog = try Catalog(path: catalogPath)
-    if !isLegacy { try sync() }
+    if !isLegacy {
+      // Layout 2: the catalog is a cache of the objects, which are durable before it is
+      // written; a transaction lost to a power cut is synced back in. No fsync per commit.
+      try catalog.database.setSynchronous(.normal)
+      try sync()
+    }
   }
 
   /// The store of `location`.

@@ -85,6 +85,41 @@ final class LocalObjectStore: ObjectStore {
     try staged.commit()
   }
 
+  /// Stages every object, makes them all durable with one `syncfs(2)`, renames them into place
+  /// in order, and makes the renames durable with another: two journal commits instead of two
+  /// per object (a backup's commit writes two).
+  func putAll(_ objects: [(name: String, bytes: [UInt8])]) throws {
+    guard objects.count > 1 else {
+      for object in objects { try put(object.name, object.bytes) }
+      return
+    }
+    var staged: [(directory: FileDescriptor, temporary: String, file: String)] = []
+    defer {
+      for item in staged {
+        if !item.temporary.isEmpty { _ = unlinkat(item.directory.rawValue, item.temporary, 0) }
+        item.directory.close()
+      }
+    }
+    for object in objects {
+      let (directory, file) = split(object.name)
+      try Repository.makeDirectories(path(directory))
+      let handle = try FileDescriptor.open(path(directory), O_RDONLY | O_DIRECTORY)
+      let temporary = Self.temporaryPrefix + file + "-" + String(UInt32.random(in: 0...UInt32.max), radix: 16)
+      staged.append((handle, "", file))
+      let descriptor = try handle.open(
+        temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o600, displayPath: path(object.name))
+      staged[staged.count - 1].temporary = temporary
+      try descriptor.closeAfter { try $0.writeAll(object.bytes) }
+    }
+    try staged[0].directory.syncFileSystem()
+    for index in staged.indices {
+      let item = staged[index]
+      try item.directory.rename(item.temporary, to: item.file)
+      staged[index].temporary = ""
+    }
+    try staged[0].directory.syncFileSystem()
+  }
+
   func delete(_ names: [String]) throws {
     var touched: Set<String> = []
     for name in names {

@@ -32,6 +32,9 @@ protocol ObjectStore: AnyObject {
   func get(_ name: String) throws -> [UInt8]?
   /// Writes a small object whole, atomically and durably (replacing one of that name).
   func put(_ name: String, _ bytes: [UInt8]) throws
+  /// Writes several small objects, each atomically, in order (each visible no earlier than the
+  /// ones before it), all durable when it returns.
+  func putAll(_ objects: [(name: String, bytes: [UInt8])]) throws
   /// Deletes objects; missing ones are not an error.
   func delete(_ names: [String]) throws
   /// The object's size, or nil when it does not exist.
@@ -54,6 +57,12 @@ protocol ObjectUpload: AnyObject {
   @discardableResult func commit(beforeVisible: () -> Void) throws -> Int64
   /// Gives up: nothing becomes visible, what was staged is removed (best effort).
   func abort()
+}
+
+extension ObjectStore {
+  func putAll(_ objects: [(name: String, bytes: [UInt8])]) throws {
+    for object in objects { try put(object.name, object.bytes) }
+  }
 }
 
 extension ObjectUpload {

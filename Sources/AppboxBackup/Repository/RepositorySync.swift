@@ -4,8 +4,9 @@
 // repository, a cache every user of the directory shares). Opening a repository syncs:
 // 1. list `manifests/`, `snapshots/` and, on S3, `garbage/`;
 // 2. an archive the catalog knows whose manifest object is gone was deleted (a `forget`
-//    elsewhere): the catalog is rebuilt from the manifest objects, which relocates every
-//    content to a copy that still exists (archives not marked for deletion first);
+//    elsewhere), or newly marked for deletion: the catalog is rebuilt from the manifest
+//    objects, which relocates every content to a copy that stays (archives not marked for
+//    deletion first), so restores read from archives that are not about to go;
 // 3. otherwise each new manifest object is fetched and its archive, trees and blobs added
 //    (INSERT OR IGNORE: the first copy of a content stays its location);
 // 4. snapshot rows whose object is gone are dropped (forgotten); new snapshot objects whose
@@ -27,7 +28,12 @@ extension Repository {
   // MARK: Small objects, sealed in an encrypted repository
 
   func putObject(_ name: String, _ bytes: [UInt8]) throws {
-    try store.put(name, key.map { try ObjectSealing.seal(bytes, name: name, key: $0) } ?? bytes)
+    try store.put(name, try sealed(name, bytes))
+  }
+
+  /// `bytes` as object `name` stores them: sealed in an encrypted repository.
+  func sealed(_ name: String, _ bytes: [UInt8]) throws -> [UInt8] {
+    try key.map { try ObjectSealing.seal(bytes, name: name, key: $0) } ?? bytes
   }
 
   /// A small object's plaintext (nil when missing), through the cache's copy when there is one.
@@ -78,7 +84,12 @@ extension Repository {
     let marks = store.isShared ? try store.list("garbage") : []
     let known = Set(try catalog.archives().map(\.name))
     let present = Dictionary(manifests.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
-    if known.contains(where: { present[$0] == nil }) {
+    let newlyMarked = try Set(marks.map(\.name)).subtracting(retiredArchives().keys).contains {
+      known.contains($0)
+    }
+    if known.contains(where: { present[$0] == nil }) || newlyMarked {
+      // Deleted archives, or archives newly marked for deletion: every content's location
+      // moves to a copy that stays, where there is one.
       try rebuildCache(manifests: manifests, snapshotObjects: snapshotObjects, marks: marks)
       return
     }
