@@ -9,7 +9,9 @@
 #   scripts/swift-cluster.sh start-proxy DIR        # starts it again on the same port
 #
 # With APPBOX_CLUSTER_OWNER=PID, a watcher stops the cluster when that process ends (a test
-# run that crashed or was killed leaves nothing running).
+# run that crashed or was killed leaves nothing running). With SWIFT_TLS=1 a second proxy
+# answers HTTPS (a self-signed certificate, printed as SWIFT_TLS_CA) at APPBOX_S3_TLS_ENDPOINT:
+# for clients that sign plain-HTTP uploads as aws-chunked streams, which s3api refuses (restic).
 # start prints, once the proxy answers S3 requests:
 #   APPBOX_S3_ENDPOINT=http://127.0.0.1:PORT  AWS_ACCESS_KEY_ID=test:tester
 #   AWS_SECRET_ACCESS_KEY=testing  SWIFT_PIDS="..."
@@ -93,7 +95,7 @@ user=$(id -un)
 # the servers bind them a moment later).
 read -r -a ports < <($python - "$replicas" <<'EOF'
 import socket, sys
-n = 2 + 3 * int(sys.argv[1])
+n = 3 + 3 * int(sys.argv[1])
 socks = []
 for _ in range(n):
     s = socket.socket()
@@ -104,6 +106,7 @@ EOF
 )
 proxy_port=${ports[0]}
 unused_port=${ports[$((1 + 3 * replicas))]}
+tls_port=${ports[$((2 + 3 * replicas))]}
 
 cat >"$etc/swift.conf" <<EOF
 [swift-hash]
@@ -213,6 +216,14 @@ use = egg:swift#slo
 [filter:dlo]
 use = egg:swift#dlo
 EOF
+if [ "${SWIFT_TLS:-0}" = 1 ]; then
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 \
+    -keyout "$etc/tls.key" -out "$etc/tls.crt" 2>/dev/null
+  sed -e "s/^bind_port = .*/bind_port = $tls_port/" -e "/^\[DEFAULT\]/a key_file = $etc/tls.key" \
+    -e "/^\[DEFAULT\]/a cert_file = $etc/tls.crt" "$etc/proxy.conf" >"$etc/proxy-tls.conf"
+  servers+=("swift-proxy-server $etc/proxy-tls.conf")
+fi
+# The plain proxy starts last: stop-proxy and start-proxy act on the last server started.
 servers+=("swift-proxy-server $etc/proxy.conf")
 
 : >"$dir/pids"
@@ -273,4 +284,11 @@ AWS_ACCESS_KEY_ID=test:tester
 AWS_SECRET_ACCESS_KEY=testing
 SWIFT_PIDS="$(cat "$dir/pids.line")"
 EOF
+if [ "${SWIFT_TLS:-0}" = 1 ]; then
+  for _ in $(seq 1 300); do
+    curl -sf --cacert "$etc/tls.crt" -o /dev/null "https://127.0.0.1:$tls_port/healthcheck" && break
+    sleep 0.1
+  done
+  printf 'APPBOX_S3_TLS_ENDPOINT=https://127.0.0.1:%s\nSWIFT_TLS_CA=%s\n' "$tls_port" "$etc/tls.crt" >>"$dir/env"
+fi
 cat "$dir/env"

@@ -97,36 +97,27 @@ public final class Repository {
       }
     }
     self.config = config
-    if let config, config.encrypted {
-      guard let password = options.password else {
-        throw BackupError(
-          .denied,
-          "The repository '\(location.description)' is encrypted: give its password (--password-file F, "
-            + "APPBOX_PASSWORD_FILE, or standard input)")
-      }
-      let keys = try store.list("keys").map { ($0.name, try store.get("keys/" + $0.name) ?? []) }
-      let unlocked = try RepositoryKey.unlock(
-        keys, password: try password(), repositoryID: config.id ?? "",
-        segmentSize: config.segmentSize ?? RepositoryKey.defaultSegmentSize, location: location.description)
-      key = unlocked.key
-      keyName = unlocked.keyName
-    } else {
-      key = nil
-      keyName = nil
-    }
     if let local = store as? LocalObjectStore, config?.encrypted != true {
       cacheDirectory = nil
       for directory in ["", "/archives", "/locks"] { try Repository.makeDirectories(local.root + directory) }
       catalogPath = local.root + "/catalog.db"
     } else {
       let directory = try Repository.prepareCache(
-        options.resolvedCacheDirectory, location: location,
-        config: config ?? RepositoryConfig(encrypted: false))
+        options.resolvedCacheDirectory, location: location, config: config ?? RepositoryConfig(encrypted: false))
       cacheDirectory = directory
       catalogPath = directory + "/catalog.db"
       if let local = store as? LocalObjectStore {
         try Repository.makeDirectories(local.root + "/locks")
       }
+    }
+    if let config, config.encrypted {
+      let unlocked = try Repository.unlock(
+        store, config: config, options: options, cacheDirectory: cacheDirectory, location: location)
+      key = unlocked.key
+      keyName = unlocked.keyName
+    } else {
+      key = nil
+      keyName = nil
     }
     catalog = try Catalog(path: catalogPath)
     if !isLegacy {
@@ -135,6 +126,43 @@ public final class Repository {
       try catalog.database.setSynchronous(.normal)
       try sync()
     }
+  }
+
+  /// Unlocks an encrypted repository's key with the password: from this device's copy when it
+  /// has one for that password (KeyCache.swift), else with scrypt (keeping a copy afterwards).
+  private static func unlock(
+    _ store: ObjectStore, config: RepositoryConfig, options: RepositoryOptions, cacheDirectory: String?,
+    location: RepositoryLocation
+  ) throws -> (key: RepositoryKey, keyName: String) {
+    guard let passwordSource = options.password else {
+      throw BackupError(
+        .denied,
+        "The repository '\(location.description)' is encrypted: give its password (--password-file F, "
+          + "APPBOX_PASSWORD_FILE, or standard input)")
+    }
+    let keys = try store.list("keys").map { ($0.name, try store.get("keys/" + $0.name) ?? []) }
+    let password = try passwordSource()
+    let segmentSize = config.segmentSize ?? RepositoryKey.defaultSegmentSize
+    let id = config.id ?? ""
+    // Best effort: a device without a keychain yet keeps no copy.
+    let secret = KeyCache.enabled(options.environment) ? (try? options.deviceSecret?()) ?? nil : nil
+    if let secret, let cacheDirectory,
+      let cached = try KeyCache.open(
+        directory: cacheDirectory, keyObjects: keys, password: password, secret: secret, repositoryID: id,
+        segmentSize: segmentSize)
+    {
+      return cached
+    }
+    let unlocked = try RepositoryKey.unlock(
+      keys, password: password, repositoryID: id, segmentSize: segmentSize, location: location.description)
+    if let secret, let cacheDirectory, let object = keys.first(where: { $0.0 == unlocked.keyName }) {
+      try? KeyCache.save(
+        directory: cacheDirectory, key: unlocked.key, keyName: unlocked.keyName, keyObject: object.1,
+        password: password, secret: secret, repositoryID: id)
+    } else if let cacheDirectory {
+      KeyCache.remove(directory: cacheDirectory)
+    }
+    return unlocked
   }
 
   /// The store of `location`.

@@ -12,6 +12,8 @@ struct HTTPRequest {
   var headers: [(String, String)]
   /// The body; it must stay valid until `perform` returns.
   var body: UnsafeRawBufferPointer?
+  /// Certificate authorities to trust (https), instead of the system's.
+  var caFile: String?
 }
 
 /// What the server answered.
@@ -79,6 +81,7 @@ final class HTTPConnection {
     set(appbox_curl_set_long(handle, CURLOPT_LOW_SPEED_LIMIT, 1))
     set(appbox_curl_set_long(handle, CURLOPT_LOW_SPEED_TIME, Self.stallSeconds))
     set(appbox_curl_set_long(handle, CURLOPT_TCP_KEEPALIVE, 1))
+    if let caFile = request.caFile { set(appbox_curl_set_string(handle, CURLOPT_CAINFO, caFile)) }
     set(appbox_curl_set_pointer(handle, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(headerList)))
     set(appbox_curl_set_callback(handle, CURLOPT_HEADERFUNCTION, headerCallback))
     set(appbox_curl_set_pointer(handle, CURLOPT_HEADERDATA, context))

@@ -35,16 +35,19 @@ public struct S3Configuration: Sendable {
   public var attempts: Int
   /// The size of each part of a multipart upload (at least 5 MiB, S3's minimum).
   public var partSize: Int
+  /// Certificate authorities to trust for an https endpoint, instead of the system's.
+  public var caFile: String?
 
   public init(
     endpoint: String, region: String = "us-east-1", credentials: S3Credentials, attempts: Int = 5,
-    partSize: Int = 16 << 20
+    partSize: Int = 16 << 20, caFile: String? = nil
   ) {
     self.endpoint = endpoint
     self.region = region
     self.credentials = credentials
     self.attempts = max(1, attempts)
     self.partSize = max(5 << 20, partSize)
+    self.caFile = caFile
   }
 }
 
@@ -166,7 +169,8 @@ public final class S3Client: @unchecked Sendable {
       response = try (request.body ?? []).withUnsafeBytes { body in
         try connection.perform(
           HTTPRequest(
-            method: request.method, url: url, headers: headers, body: request.body == nil ? nil : body),
+            method: request.method, url: url, headers: headers, body: request.body == nil ? nil : body,
+            caFile: configuration.caFile),
           receive: receive)
       }
     } catch let failure as TransportFailure {
@@ -446,7 +450,15 @@ public final class S3Client: @unchecked Sendable {
     let request = Request(
       method: "POST", bucket: bucket, key: key, query: [("uploadId", uploadID)],
       headers: [("Content-Type", "application/xml")], body: body, operation: "complete upload of")
-    let response = try send(request)
+    let response: HTTPResponse
+    do {
+      response = try send(request)
+    } catch let error as S3Error where error.kind == .notFound {
+      // A completion retried after its answer was lost finds the upload gone: it is done
+      // when the object is there.
+      if try head(bucket, key) != nil { return }
+      throw error
+    }
     // S3 may answer 200 and put the failure in the body.
     if let document = XMLElement.parse(response.body), document.name == "Error" {
       throw error(for: HTTPResponse(status: 500, headers: [:], body: response.body), request)

@@ -28,11 +28,12 @@ final class LocalObjectStore: ObjectStore {
     return FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory) && isDirectory.boolValue
   }
 
-  /// Opens `directory` (creating it when `create`), or nil when it is missing.
-  private func openDirectory(_ directory: String, create: Bool) throws -> OwnedFileDescriptor? {
+  /// Opens `directory` (creating it when `create`), or nil when it is missing. The caller
+  /// closes it.
+  private func openDirectory(_ directory: String, create: Bool) throws -> FileDescriptor? {
     if create { try Repository.makeDirectories(path(directory)) }
     do {
-      return try OwnedFileDescriptor.open(path(directory), O_RDONLY | O_DIRECTORY)
+      return try FileDescriptor.open(path(directory), O_RDONLY | O_DIRECTORY)
     } catch let error as SystemError where error.errno == .noEntry {
       return nil
     }
@@ -40,9 +41,10 @@ final class LocalObjectStore: ObjectStore {
 
   func list(_ directory: String) throws -> [StoredObject] {
     guard let handle = try openDirectory(directory, create: false) else { return [] }
+    defer { handle.close() }
     var objects: [StoredObject] = []
-    for entry in try handle.borrowed.entries() where !entry.name.starts(with: [UInt8(ascii: ".")]) {
-      guard let status = try handle.borrowed.statusIfPresent(of: entry.nameString), status.type == .regular
+    for entry in try handle.entries() where !entry.name.starts(with: [UInt8(ascii: ".")]) {
+      guard let status = try handle.statusIfPresent(of: entry.nameString), status.type == .regular
       else { continue }
       objects.append(
         StoredObject(
@@ -57,7 +59,8 @@ final class LocalObjectStore: ObjectStore {
   /// Temp files and other dot-files in `directory` (debris of killed writers).
   func temporaryFiles(in directory: String) throws -> [String] {
     guard let handle = try openDirectory(directory, create: false) else { return [] }
-    return try handle.borrowed.entries().map(\.nameString).filter {
+    defer { handle.close() }
+    return try handle.entries().map(\.nameString).filter {
       $0.hasPrefix(Self.temporaryPrefix) || $0.hasPrefix(".") && $0.contains(".tmp-")
     }
   }
@@ -77,8 +80,9 @@ final class LocalObjectStore: ObjectStore {
     guard let handle = try openDirectory(directory, create: true) else {
       throw SystemError("open", path: path(directory), errno: .noEntry)
     }
+    defer { handle.close() }
     let staged = try StagedFile(
-      file, in: handle.borrowed,
+      file, in: handle,
       temporaryName: Self.temporaryPrefix + file + "-" + String(UInt32.random(in: 0...UInt32.max), radix: 16),
       mode: 0o600, displayPath: path(name))
     try staged.descriptor.writeAll(bytes)
@@ -130,7 +134,7 @@ final class LocalObjectStore: ObjectStore {
       }
     }
     for directory in touched {
-      if let handle = try openDirectory(directory, create: false) { try handle.borrowed.sync() }
+      if let handle = try openDirectory(directory, create: false) { try handle.closeAfter { try $0.sync() } }
     }
   }
 
@@ -145,25 +149,18 @@ final class LocalObjectStore: ObjectStore {
 
   func upload(_ name: String) throws -> ObjectUpload {
     let (directory, file) = split(name)
-    guard let handle = try openDirectory(directory, create: true) else {
-      throw SystemError("open", path: path(directory), errno: .noEntry)
-    }
-    return try LocalUpload(directory: handle, name: file, displayPath: path(name))
+    try Repository.makeDirectories(path(directory))
+    return try LocalUpload(directory: path(directory), name: file, displayPath: path(name))
   }
 
   func reader(_ name: String, size: Int64) throws -> ObjectReader {
-    let descriptor: OwnedFileDescriptor
+    let descriptor: FileDescriptor
     do {
-      descriptor = try OwnedFileDescriptor.open(path(name), O_RDONLY)
+      descriptor = try FileDescriptor.open(path(name), O_RDONLY | O_CLOEXEC)
     } catch let error as SystemError where error.errno == .noEntry {
       throw BackupError(.corruptArchive, "'\(path(name))' is missing")
     }
     return LocalReader(descriptor: descriptor, size: size, path: path(name))
-  }
-
-  /// The open archive file of `name`, for the engine's direct path (unsealed local archives).
-  func open(_ name: String) throws -> OwnedFileDescriptor {
-    try OwnedFileDescriptor.open(path(name), O_RDONLY)
   }
 
   private func split(_ name: String) -> (directory: String, file: String) {
@@ -173,24 +170,41 @@ final class LocalObjectStore: ObjectStore {
 }
 
 /// A staged file: `.tmp-<name>` beside the final name, renamed over nothing (`RENAME_NOREPLACE`)
-/// at the commit. Writeback of what is written starts every 8 MiB, so the commit's fsync does not
-/// find the whole archive still in memory.
+/// at the commit, after an fsync; the directory is fsynced after the rename. Writeback of what is
+/// written starts every 8 MiB, so the commit's fsync does not find the whole archive still in
+/// memory. Abandoned (released without a commit), the temp file is removed. (Plain descriptors,
+/// closed here exactly once: a noncopyable value kept in a class's optional storage was
+/// destroyed twice by the optimizer.)
 final class LocalUpload: ObjectUpload {
-  private let directory: OwnedFileDescriptor
-  private var staged: StagedFile?
+  private let directory: FileDescriptor
+  private var file: FileDescriptor?
+  private let name: String
+  private let temporary: String
+  private var renamed = false
   private var written: Int64 = 0
   private var flushed: Int64 = 0
 
-  init(directory: consuming OwnedFileDescriptor, name: String, displayPath: String) throws {
-    let borrowed = directory.borrowed
-    self.directory = directory
-    staged = try StagedFile(
-      name, in: borrowed, temporaryName: LocalObjectStore.temporaryPrefix + name, mode: 0o600,
-      displayPath: displayPath)
+  init(directory path: String, name: String, displayPath: String) throws {
+    directory = try FileDescriptor.open(path, O_RDONLY | O_DIRECTORY)
+    self.name = name
+    temporary = LocalObjectStore.temporaryPrefix + name
+    do {
+      file = try directory.open(
+        temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o600, displayPath: displayPath)
+    } catch {
+      directory.close()
+      throw error
+    }
+  }
+
+  deinit {
+    file?.close()
+    if !renamed { _ = unlinkat(directory.rawValue, temporary, 0) }
+    directory.close()
   }
 
   func write(_ bytes: UnsafeRawBufferPointer) throws {
-    guard let file = staged?.descriptor else { throw BackupError(.invalidRequest, "the upload is closed") }
+    guard let file else { throw BackupError(.invalidRequest, "the upload is closed") }
     try file.writeAll(bytes)
     written += Int64(bytes.count)
     if written - flushed >= 8 << 20 {
@@ -200,28 +214,40 @@ final class LocalUpload: ObjectUpload {
   }
 
   @discardableResult func commit(beforeVisible: () -> Void) throws -> Int64 {
-    guard let file = staged.take() else { throw BackupError(.invalidRequest, "the upload is closed") }
-    try file.commit(flags: .noReplace) { beforeVisible() }
+    guard let file else { throw BackupError(.invalidRequest, "the upload is closed") }
+    self.file = nil
+    defer { file.close() }
+    try file.setPermissions(0o600)
+    try file.sync()
+    beforeVisible()
+    try directory.rename(temporary, to: name, flags: .noReplace)
+    renamed = true
+    try directory.sync()
     return written
   }
 
-  func abort() { staged = nil }
+  func abort() {
+    file?.close()
+    file = nil
+  }
 }
 
 final class LocalReader: ObjectReader {
-  private let descriptor: OwnedFileDescriptor
+  private let descriptor: FileDescriptor
   let size: Int64
   let path: String
 
-  init(descriptor: consuming OwnedFileDescriptor, size: Int64, path: String) {
+  init(descriptor: FileDescriptor, size: Int64, path: String) {
     self.descriptor = descriptor
     self.size = size
     self.path = path
   }
 
+  deinit { descriptor.close() }
+
   func read(at offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
     do {
-      return try descriptor.borrowed.read(into: buffer, at: offset)
+      return try descriptor.read(into: buffer, at: offset)
     } catch let error as SystemError {
       throw SystemError("read", path: path, errno: error.errno)
     }

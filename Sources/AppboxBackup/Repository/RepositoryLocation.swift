@@ -7,7 +7,9 @@
 //                                     $AWS_ACCESS_KEY_ID and $AWS_SECRET_ACCESS_KEY, or
 //                                     --credentials-file F (the AWS CLI's `credentials` format:
 //                                     aws_access_key_id = …, aws_secret_access_key = …, the
-//                                     [default] profile or the only one; or the two on two lines)
+//                                     [default] profile or the only one; or the two on two lines);
+//                                     an https endpoint's certificate checked against the system's
+//                                     authorities, or those in $APPBOX_S3_CA_FILE
 
 import AppboxCore
 import AppboxS3
@@ -54,7 +56,7 @@ public enum RepositoryLocation: Sendable {
       bucket: bucket, prefix: prefix,
       configuration: S3Configuration(
         endpoint: endpoint, region: region ?? environment["APPBOX_S3_REGION"] ?? "us-east-1",
-        credentials: credentials, attempts: attempts))
+        credentials: credentials, attempts: attempts, caFile: environment["APPBOX_S3_CA_FILE"]))
   }
 
   /// For messages: the path, or `s3://bucket/prefix`.
@@ -152,15 +154,20 @@ public struct RepositoryOptions: Sendable {
   public var cacheDirectory: String?
   /// Asked for the password when the repository turns out to be encrypted (only then).
   public var password: (@Sendable () throws -> [UInt8])?
+  /// A secret bound to this device (from its device key), under which the device keeps the
+  /// key of an encrypted repository it has unlocked (Repository/KeyCache.swift); nil keeps none.
+  public var deviceSecret: (@Sendable () throws -> [UInt8])?
 
   public init(
     create: Bool = false, environment: [String: String] = ProcessInfo.processInfo.environment,
-    cacheDirectory: String? = nil, password: (@Sendable () throws -> [UInt8])? = nil
+    cacheDirectory: String? = nil, password: (@Sendable () throws -> [UInt8])? = nil,
+    deviceSecret: (@Sendable () throws -> [UInt8])? = nil
   ) {
     self.create = create
     self.environment = environment
     self.cacheDirectory = cacheDirectory
     self.password = password
+    self.deviceSecret = deviceSecret
   }
 
   var resolvedCacheDirectory: String {

@@ -97,6 +97,12 @@ final class SealingUpload: ObjectUpload {
     while !rest.isEmpty {
       // A full segment is sealed only once more bytes follow: the last one is marked last.
       if pending.count == segmentSize { try flush(last: false) }
+      if pending.isEmpty && rest.count > segmentSize {
+        // A whole segment straight from the caller's bytes (more follow): no copy.
+        try seal(UnsafeRawBufferPointer(rebasing: rest[..<segmentSize]), last: false)
+        rest = UnsafeRawBufferPointer(rebasing: rest[segmentSize...])
+        continue
+      }
       let taken = min(segmentSize - pending.count, rest.count)
       pending.append(contentsOf: rest[..<taken])
       rest = UnsafeRawBufferPointer(rebasing: rest[taken...])
@@ -104,19 +110,21 @@ final class SealingUpload: ObjectUpload {
   }
 
   private func flush(last: Bool) throws {
-    let count = pending.count + ObjectSealing.tagCount
-    try pending.withUnsafeBytes { plain in
-      try header.withUnsafeBytes { associated in
-        try sealed.withUnsafeMutableBytes { out in
-          try cipher.seal(
-            plain, nonce: ObjectSealing.nonce(index, last: last), associatedData: associated,
-            into: UnsafeMutableRawBufferPointer(rebasing: out[0..<count]))
-        }
+    try pending.withUnsafeBytes { try seal($0, last: last) }
+    pending.removeAll(keepingCapacity: true)
+  }
+
+  private func seal(_ plain: UnsafeRawBufferPointer, last: Bool) throws {
+    let count = plain.count + ObjectSealing.tagCount
+    try header.withUnsafeBytes { associated in
+      try sealed.withUnsafeMutableBytes { out in
+        try cipher.seal(
+          plain, nonce: ObjectSealing.nonce(index, last: last), associatedData: associated,
+          into: UnsafeMutableRawBufferPointer(rebasing: out[0..<count]))
       }
     }
     try sealed.withUnsafeBytes { try inner.write(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
     index += 1
-    pending.removeAll(keepingCapacity: true)
   }
 
   @discardableResult func commit(beforeVisible: () -> Void) throws -> Int64 {

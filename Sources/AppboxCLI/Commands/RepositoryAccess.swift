@@ -1,6 +1,7 @@
 import AppboxBackup
 import AppboxContainer
 import AppboxCore
+import AppboxKeychain
 import Foundation
 import Glibc
 
@@ -38,9 +39,11 @@ extension CommandContext {
   /// (--password-file, $APPBOX_PASSWORD_FILE, else standard input: asked for on a terminal).
   func repositoryOptions(_ arguments: ParsedArguments?, create: Bool) -> RepositoryOptions {
     let file = arguments?.value("password-file") ?? environment["APPBOX_PASSWORD_FILE"] ?? "-"
+    let keychains = deviceRoot.keychains
     return RepositoryOptions(
       create: create, environment: environment, cacheDirectory: repositoryCacheDirectory,
-      password: { try readPassword(file, prompt: "Repository password") })
+      password: { try readPassword(file, prompt: "Repository password") },
+      deviceSecret: { try Keychain(directory: keychains).deviceBoundSecret(purpose: "repository key cache v1") })
   }
 
   /// The repository named by --repo, else the device root's `Backups`.
