@@ -5,6 +5,7 @@ extension Keychain {
   /// backup repository's key cache): derived from the device key with HKDF, never stored, and
   /// independent of every key the keychain itself uses.
   public func deviceBoundSecret(purpose: String) throws -> [UInt8] {
-    try HKDF.derive(key: key.itemKey, salt: [], info: Array("appbox device-bound \(purpose)".utf8), length: 32)
+    try HKDF.derive(
+      key: key.itemKey, salt: [], info: Array("appbox device-bound \(purpose)".utf8), length: 32)
   }
 }

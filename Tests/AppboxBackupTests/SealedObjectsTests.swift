@@ -117,3 +117,51 @@ func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
   }
   return false
 }
+
+/// The hand-over to the sealing thread: everything arrives in order, and a failure of the
+/// upload behind it reaches the writer.
+struct PipelinedUploadTests {
+  final class Recording: ObjectUpload, @unchecked Sendable {
+    var bytes: [UInt8] = []
+    var failAfter: Int?
+    var committed = false
+    var aborted = false
+    func write(_ chunk: UnsafeRawBufferPointer) throws {
+      if let failAfter, bytes.count >= failAfter {
+        throw BackupError(.unreadable(.io), "the disk is full")
+      }
+      bytes.append(contentsOf: chunk)
+    }
+    func commit(beforeVisible: () -> Void) throws -> Int64 {
+      committed = true
+      return Int64(bytes.count)
+    }
+    func abort() { aborted = true }
+  }
+
+  @Test func bytesArriveInOrderAndTheCommitWaitsForThem() throws {
+    let inner = Recording()
+    let upload = PipelinedUpload(inner)
+    var expected: [UInt8] = []
+    for round in 0..<300 {
+      let chunk = [UInt8](repeating: UInt8(round % 251), count: 10_000 + round * 37)
+      expected += chunk
+      try chunk.withUnsafeBytes { try upload.write($0) }
+    }
+    try upload.commit()
+    #expect(inner.committed && inner.bytes == expected)
+  }
+
+  @Test func aFailureBehindIsWhatTheWriterGets() throws {
+    let inner = Recording()
+    inner.failAfter = 3 << 20
+    let upload = PipelinedUpload(inner)
+    let chunk = [UInt8](repeating: 1, count: 100_000)
+    #expect {
+      for _ in 0..<200 { try chunk.withUnsafeBytes { try upload.write($0) } }
+      try upload.commit()
+    } throws: { ($0 as? BackupError)?.message == "the disk is full" }
+    upload.abort()
+    #expect(inner.aborted && !inner.committed)
+  }
+}

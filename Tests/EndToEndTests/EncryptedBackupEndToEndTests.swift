@@ -127,7 +127,8 @@ struct EncryptedBackupEndToEndTests {
     // The device keeps the key it unlocked (sealed under its device key), checked against the
     // password: a wrong one is still refused.
     let caches = try FileManager.default.contentsOfDirectory(atPath: device.root + "/.appbox/cache")
-    #expect(caches.contains { FileManager.default.fileExists(atPath: device.root + "/.appbox/cache/\($0)/key") })
+    #expect(
+      caches.contains { FileManager.default.fileExists(atPath: device.root + "/.appbox/cache/\($0)/key") })
     let wrong = try device.run("snapshots", "--repo", repository, input: Array("not it\n".utf8))
     #expect(wrong.status == 77, "\(wrong.err)")
     #expect(wrong.err.contains("Wrong password") && wrong.err.split(separator: "\n").count == 1)

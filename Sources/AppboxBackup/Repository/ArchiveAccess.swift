@@ -108,7 +108,8 @@ extension Repository {
     let stored = ChecksummingUpload(try store.upload("archives/" + name))
     guard let key else { return StagedArchive(name: name, stored: stored, top: stored) }
     return StagedArchive(
-      name: name, stored: stored, top: try SealingUpload(stored, name: "archives/" + name, key: key))
+      name: name, stored: stored,
+      top: PipelinedUpload(try SealingUpload(stored, name: "archives/" + name, key: key)))
   }
 
   /// An archive of the catalog, to read.

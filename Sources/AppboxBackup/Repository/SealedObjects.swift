@@ -78,7 +78,9 @@ final class SealingUpload: ObjectUpload {
   private let header: [UInt8]
   private let segmentSize: Int
   private var pending: [UInt8] = []
+  /// Sealed segments waiting to be written: about 1 MiB at a time, not one write per segment.
   private var sealed: [UInt8]
+  private var sealedCount = 0
   private var index: Int64 = 0
 
   init(_ inner: ObjectUpload, name: String, key: RepositoryKey) throws {
@@ -88,8 +90,10 @@ final class SealingUpload: ObjectUpload {
     header = ObjectSealing.magic + seed
     cipher = try GCMCipher(key: try ObjectSealing.objectKey(key, name: name, seed: seed))
     pending.reserveCapacity(segmentSize)
-    sealed = [UInt8](repeating: 0, count: segmentSize + ObjectSealing.tagCount)
-    try header.withUnsafeBytes { try inner.write($0) }
+    let segmentsPerWrite = max(1, (1 << 20) / segmentSize)
+    sealed = [UInt8](repeating: 0, count: segmentsPerWrite * (segmentSize + ObjectSealing.tagCount))
+    sealed.replaceSubrange(0..<header.count, with: header)
+    sealedCount = header.count
   }
 
   func write(_ bytes: UnsafeRawBufferPointer) throws {
@@ -116,19 +120,28 @@ final class SealingUpload: ObjectUpload {
 
   private func seal(_ plain: UnsafeRawBufferPointer, last: Bool) throws {
     let count = plain.count + ObjectSealing.tagCount
+    if sealedCount + count > sealed.count { try writeSealed() }
+    let start = sealedCount
     try header.withUnsafeBytes { associated in
       try sealed.withUnsafeMutableBytes { out in
         try cipher.seal(
           plain, nonce: ObjectSealing.nonce(index, last: last), associatedData: associated,
-          into: UnsafeMutableRawBufferPointer(rebasing: out[0..<count]))
+          into: UnsafeMutableRawBufferPointer(rebasing: out[start..<(start + count)]))
       }
     }
-    try sealed.withUnsafeBytes { try inner.write(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+    sealedCount += count
     index += 1
+  }
+
+  private func writeSealed() throws {
+    guard sealedCount > 0 else { return }
+    try sealed.withUnsafeBytes { try inner.write(UnsafeRawBufferPointer(rebasing: $0[0..<sealedCount])) }
+    sealedCount = 0
   }
 
   @discardableResult func commit(beforeVisible: () -> Void) throws -> Int64 {
     try flush(last: true)
+    try writeSealed()
     return try inner.commit(beforeVisible: beforeVisible)
   }
 

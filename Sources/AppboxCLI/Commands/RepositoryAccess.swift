@@ -43,7 +43,9 @@ extension CommandContext {
     return RepositoryOptions(
       create: create, environment: environment, cacheDirectory: repositoryCacheDirectory,
       password: { try readPassword(file, prompt: "Repository password") },
-      deviceSecret: { try Keychain(directory: keychains).deviceBoundSecret(purpose: "repository key cache v1") })
+      deviceSecret: {
+        try Keychain(directory: keychains).deviceBoundSecret(purpose: "repository key cache v1")
+      })
   }
 
   /// The repository named by --repo, else the device root's `Backups`.
