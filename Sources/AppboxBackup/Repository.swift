@@ -103,7 +103,8 @@ public final class Repository {
       catalogPath = local.root + "/catalog.db"
     } else {
       let directory = try Repository.prepareCache(
-        options.resolvedCacheDirectory, location: location, config: config ?? RepositoryConfig(encrypted: false))
+        options.resolvedCacheDirectory, location: location,
+        config: config ?? RepositoryConfig(encrypted: false))
       cacheDirectory = directory
       catalogPath = directory + "/catalog.db"
       if let local = store as? LocalObjectStore {
