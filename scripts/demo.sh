@@ -250,7 +250,7 @@ step forget com.example.notes --keep-last 1 --repo "$FLEET"
 step repo show --repo "$FLEET"
 
 section "Encrypted backups: every object sealed; keychain items follow to a new device"
-printf 'correct horse battery staple\n' > "$DEMO_FILES/password"
+printf 'a long fleet vault password\n' > "$DEMO_FILES/password"
 VAULT=s3://demo-vault/notes
 step repo init --repo "$VAULT" --encrypt --password-file "$DEMO_FILES/password"
 VAULT_SNAPSHOT=$(capture backup com.example.notes --repo "$VAULT" --password-file "$DEMO_FILES/password")
@@ -264,10 +264,13 @@ refused snapshots --repo "$VAULT" --password-file "$DEMO_FILES/shared.txt"
 printf '%s(a new device restores Notes, and with it the keychain item that is not this-device-only)%s\n' "$dim" "$reset"
 step --root "$NEWDEVICE" restore com.example.notes --repo "$VAULT" --password-file "$DEMO_FILES/password"
 step --root "$NEWDEVICE" keychain com.example.notes get --service sync --account ada
+printf '\n'
 printf '%s(the plain pax tar of the encrypted archive, for GNU tar:)%s\n' "$dim" "$reset"
-show appbox archive decrypt "$VAULT_SNAPSHOT" --repo "$VAULT" --password-file password '|' tar -tv '|' head -n 5
+show appbox archive decrypt "$VAULT_SNAPSHOT" --repo "$VAULT" --password-file password '>' notes.tar
 "$APPBOX" archive decrypt "$VAULT_SNAPSHOT" --repo "$VAULT" --password-file "$DEMO_FILES/password" \
-  | tar --warning=no-unknown-keyword -tv | head -n 5
+  >"$DEMO_FILES/notes.tar"
+show tar -tvf notes.tar '|' sed -n 1,5p
+tar --warning=no-unknown-keyword -tvf "$DEMO_FILES/notes.tar" | sed -n 1,5p
 section "Why and advise: each backup decision explained, and what makes backups big and slow"
 JOURNAL_HOME=$("$APPBOX" path com.example.journal)
 mkdir -p "$JOURNAL_HOME/Documents/Exports" "$JOURNAL_HOME/Documents/Thumbnails" "$JOURNAL_HOME/Documents/Offline" \
