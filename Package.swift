@@ -23,6 +23,8 @@ let package = Package(
       name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
     .systemLibrary(  // imported by AppboxCrypto
       name: "COpenSSL", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+    .systemLibrary(  // imported by AppboxS3
+      name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
     .systemLibrary(  // used by appbox-sandbox (C) only: the seccomp filter
       name: "CSeccomp", pkgConfig: "libseccomp", providers: [.apt(["libseccomp-dev"])]),
     // Syscalls Swift cannot call directly (openat2, renameat2, xattrs, Landlock probe).
@@ -51,6 +53,8 @@ let package = Package(
     .target(name: "AppboxCrypto", dependencies: ["AppboxCore", "COpenSSL"]),
     // pax tar reading and writing over libarchive.
     .target(name: "AppboxArchive", dependencies: ["AppboxCore", "CArchive"]),
+    // A small S3 client (SigV4, streaming multipart uploads, ranged reads) over libcurl.
+    .target(name: "AppboxS3", dependencies: ["AppboxCore", "AppboxCrypto", "CCurl"]),
     // The device-bound encrypted item store: access groups, device key, backup hooks.
     .target(name: "AppboxKeychain", dependencies: ["AppboxCore", "AppboxStore", "AppboxCrypto"]),
     // The in-app keychain protocol and a SecItem-like client for Swift apps.
@@ -69,6 +73,7 @@ let package = Package(
       name: "AppboxBackup",
       dependencies: [
         "AppboxCore", "AppboxStore", "AppboxCrypto", "AppboxArchive", "AppboxKeychain", "AppboxContainer",
+        "AppboxS3",
       ]),
     // Command-line parsing, the commands, text and JSON output.
     .target(
@@ -100,6 +105,7 @@ let package = Package(
     .testTarget(name: "AppboxCoreTests", dependencies: ["AppboxCore", "AppboxTestSupport"]),
     .testTarget(name: "AppboxStoreTests", dependencies: ["AppboxStore", "AppboxTestSupport"]),
     .testTarget(name: "AppboxCryptoTests", dependencies: ["AppboxCrypto", "AppboxTestSupport"]),
+    .testTarget(name: "AppboxS3Tests", dependencies: ["AppboxS3", "AppboxCrypto", "AppboxTestSupport"]),
     .testTarget(name: "AppboxArchiveTests", dependencies: ["AppboxArchive", "AppboxTestSupport"]),
     .testTarget(name: "AppboxKeychainTests", dependencies: ["AppboxKeychain", "AppboxTestSupport"]),
     .testTarget(
@@ -114,6 +120,6 @@ let package = Package(
     .testTarget(name: "AppboxCLITests", dependencies: ["AppboxCLI", "AppboxTestSupport"]),
     .testTarget(
       name: "EndToEndTests",
-      dependencies: ["AppboxCore", "AppboxArchive", "AppboxBackup", "AppboxTestSupport"]),
+      dependencies: ["AppboxCore", "AppboxArchive", "AppboxBackup", "AppboxS3", "AppboxTestSupport"]),
   ]
 )

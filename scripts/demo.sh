@@ -6,8 +6,9 @@
 # change, incremental backup, restore, update (with the keychain item surviving), revert,
 # an app group shared by Notes and Journal, file protection (as root: on a small encrypted ext4 image), hostile homes (escaped names,
 # a planted preferences link, a deep tree, backups in parallel), why and advise (with a
-# screenshot of the advice page), export and import (an .xcappdata package, a whole-home tar,
-# holes kept), and the refusals.
+# screenshot of the advice page), a fleet of two devices sharing an S3 bucket (a Swift cluster
+# on loopback), encrypted backups restored on a new device with their keychain item, export
+# and import (an .xcappdata package, a whole-home tar, holes kept), and the refusals.
 set -euo pipefail
 
 BIN_DIR=${1:?usage: demo.sh BIN_DIR}
@@ -277,6 +278,53 @@ printf '%s$ appbox backup com.example.notes & appbox backup com.example.journal 
 "$APPBOX" backup com.example.journal & second=$!
 wait "$first" && wait "$second"
 step check --read-data
+section "A fleet: two devices back up to one S3 bucket (OpenStack Swift on loopback)"
+CLUSTER="$DEMO_FILES/swift"
+SPARE=$(mktemp -d /tmp/appbox-demo-spare.XXXXXX)
+NEWDEVICE=$(mktemp -d /tmp/appbox-demo-new.XXXXXX)
+trap 'bash "$HERE/scripts/swift-cluster.sh" stop "$CLUSTER" >/dev/null 2>&1 || true; rm -rf "$APPBOX_ROOT" "$DEMO_FILES" "$SPARE" "$NEWDEVICE"' EXIT
+show scripts/swift-cluster.sh start swift
+while IFS='=' read -r name value; do
+  case $name in APPBOX_S3_ENDPOINT | AWS_ACCESS_KEY_ID | AWS_SECRET_ACCESS_KEY) export "$name=$value" ;; esac
+done < <(bash "$HERE/scripts/swift-cluster.sh" start "$CLUSTER")
+printf 'APPBOX_S3_ENDPOINT=%s AWS_ACCESS_KEY_ID=%s AWS_SECRET_ACCESS_KEY=...\n' "$APPBOX_S3_ENDPOINT" "$AWS_ACCESS_KEY_ID"
+FLEET=s3://demo-fleet/devices
+step repo init --repo "$FLEET"
+KIOSK_SNAPSHOT=$(capture backup com.example.notes --repo "$FLEET")
+step --root "$SPARE" device init --name "Spare iPad"
+printf '%s(the spare device has never had Notes: restore installs it from the kiosk'"'"'s snapshot)%s\n' "$dim" "$reset"
+step --root "$SPARE" restore com.example.notes --snapshot "$KIOSK_SNAPSHOT" --repo "$FLEET"
+step --root "$SPARE" run com.example.notes -- /bin/sh -c 'echo "written on the spare" > Documents/spare.txt'
+printf '%s(its own backup stores only what the bucket lacks: the content is shared by the fleet)%s\n' "$dim" "$reset"
+step --root "$SPARE" backup com.example.notes --repo "$FLEET"
+step snapshots --repo "$FLEET"
+step check --read-data --repo "$FLEET"
+printf '%s(forget prunes under a lock object; what it drops is marked, and deleted an hour later)%s\n' "$dim" "$reset"
+step forget com.example.notes --keep-last 1 --repo "$FLEET"
+step repo show --repo "$FLEET"
+
+section "Encrypted backups: every object sealed; keychain items follow to a new device"
+printf 'a long fleet vault password\n' > "$DEMO_FILES/password"
+VAULT=s3://demo-vault/notes
+step repo init --repo "$VAULT" --encrypt --password-file "$DEMO_FILES/password"
+VAULT_SNAPSHOT=$(capture backup com.example.notes --repo "$VAULT" --password-file "$DEMO_FILES/password")
+LOCAL_VAULT="$DEMO_FILES/vault"
+step repo init --repo "$LOCAL_VAULT" --encrypt --password-file "$DEMO_FILES/password"
+step --quiet backup com.example.notes --repo "$LOCAL_VAULT" --password-file "$DEMO_FILES/password"
+printf '%s(files of the encrypted repository that mention the app, its bundle or a path: none)%s\n' "$dim" "$reset"
+show grep -rl -e com.example.notes -e Notes.app -e Documents/ vault '|' wc -l
+{ grep -rl -e com.example.notes -e Notes.app -e Documents/ "$LOCAL_VAULT" || true; } | wc -l
+refused snapshots --repo "$VAULT" --password-file "$DEMO_FILES/shared.txt"
+printf '%s(a new device restores Notes, and with it the keychain item that is not this-device-only)%s\n' "$dim" "$reset"
+step --root "$NEWDEVICE" restore com.example.notes --repo "$VAULT" --password-file "$DEMO_FILES/password"
+step --root "$NEWDEVICE" keychain com.example.notes get --service sync --account ada
+printf '\n'
+printf '%s(the plain pax tar of the encrypted archive, for GNU tar:)%s\n' "$dim" "$reset"
+show appbox archive decrypt "$VAULT_SNAPSHOT" --repo "$VAULT" --password-file password '>' notes.tar
+"$APPBOX" archive decrypt "$VAULT_SNAPSHOT" --repo "$VAULT" --password-file "$DEMO_FILES/password" \
+  >"$DEMO_FILES/notes.tar"
+show tar -tvf notes.tar '|' sed -n 1,5p
+tar --warning=no-unknown-keyword -tvf "$DEMO_FILES/notes.tar" | sed -n 1,5p
 section "Why and advise: each backup decision explained, and what makes backups big and slow"
 JOURNAL_HOME=$("$APPBOX" path com.example.journal)
 mkdir -p "$JOURNAL_HOME/Documents/Exports" "$JOURNAL_HOME/Documents/Thumbnails" "$JOURNAL_HOME/Documents/Offline" \

@@ -82,6 +82,16 @@ public final class ArchiveReader {
       name: name ?? "descriptor \(fileDescriptor)")
   }
 
+  /// Reads the archive on `fileDescriptor`, which the reader takes over (and closes when
+  /// released, or at once when this fails): from the beginning, or from `offset` as
+  /// `init(fileDescriptor:startingAt:)` does.
+  public convenience init(
+    takingDescriptor fileDescriptor: Int32, startingAt offset: Int64?, name: String
+  ) throws(ArchiveError) {
+    try self.init(
+      descriptor: fileDescriptor, owned: true, startingAt: offset, allowCompressed: offset == nil, name: name)
+  }
+
   /// Opens and reads the archive at `path`; the reader closes the file when released.
   ///
   /// Uses `open(2)`.
@@ -97,7 +107,19 @@ public final class ArchiveReader {
       descriptor: fd, owned: true, startingAt: nil, allowCompressed: allowCompressed, name: path)
   }
 
-  private init(
+  /// Reads an archive from `input`. With `offset` nil the input starts at the archive's
+  /// beginning (and may be compressed, unless `allowCompressed` is false); with an offset it
+  /// starts there, at a member's header of an uncompressed archive, and `headerOffset` counts
+  /// from the archive's beginning as for `init(fileDescriptor:startingAt:)`.
+  public convenience init(
+    input: ArchiveInput, startingAt offset: Int64? = nil, allowCompressed: Bool = true, name: String
+  ) throws(ArchiveError) {
+    try self.init(
+      source: DescriptorSource(input: input), descriptor: -1, owned: false, startingAt: offset,
+      allowCompressed: offset == nil && allowCompressed, name: name)
+  }
+
+  private convenience init(
     descriptor: Int32, owned: Bool, startingAt offset: Int64?, allowCompressed: Bool, name: String
   ) throws(ArchiveError) {
     let source: DescriptorSource
@@ -108,6 +130,17 @@ public final class ArchiveReader {
       throw ArchiveError(
         kind: error.kind, operation: .open, archive: name, message: error.message, errno: error.errno)
     }
+    try self.init(
+      source: source, descriptor: descriptor, owned: owned, startingAt: offset,
+      allowCompressed: allowCompressed,
+      name: name)
+  }
+
+  private init(
+    source: DescriptorSource, descriptor: Int32, owned: Bool, startingAt offset: Int64?,
+    allowCompressed: Bool,
+    name: String
+  ) throws(ArchiveError) {
     guard let handle = archive_read_new() else {
       if owned { close(descriptor) }
       throw ArchiveError(kind: .io, operation: .open, archive: name, message: "out of memory", errno: ENOMEM)
@@ -337,6 +370,11 @@ public final class ArchiveReader {
   private func failure(_ status: Int32, _ operation: ArchiveError.Operation) -> ArchiveError {
     state = .failed
     let path = operation == .readHeader ? nil : currentPath
+    if let streamError = source.streamError {
+      return ArchiveError(
+        kind: (streamError as? any AppboxFailure)?.kind ?? .io, operation: operation, archive: name,
+        entryPath: path, message: "\(streamError)")
+    }
     if let code = source.failure {
       return ArchiveError(
         kind: .io, operation: operation, archive: name, entryPath: path,

@@ -52,11 +52,29 @@ public final class ArchiveWriter {
   /// writing thread and must not keep the buffer.
   /// Uses `archive_write_set_format_pax`, `archive_write_add_filter_gzip` / `_zstd` and
   /// `archive_write_open2`.
-  public init(
+  public convenience init(
     fileDescriptor: Int32, compression: ArchiveCompression, compressionLevel: Int? = nil,
     name: String? = nil, outputObserver: ((UnsafeRawBufferPointer) -> Void)? = nil
   ) throws(ArchiveError) {
-    let name = name ?? "descriptor \(fileDescriptor)"
+    try self.init(
+      sink: DescriptorSink(fd: fileDescriptor, observer: outputObserver), compression: compression,
+      compressionLevel: compressionLevel, name: name ?? "descriptor \(fileDescriptor)")
+  }
+
+  /// Starts a pax archive whose bytes go to `output` (a repository's sealed or remote archive);
+  /// otherwise as `init(fileDescriptor:...)`. An error `output` throws is reported as it is.
+  public convenience init(
+    output: ArchiveOutput, compression: ArchiveCompression, compressionLevel: Int? = nil, name: String,
+    outputObserver: ((UnsafeRawBufferPointer) -> Void)? = nil
+  ) throws(ArchiveError) {
+    try self.init(
+      sink: DescriptorSink(output: output, observer: outputObserver), compression: compression,
+      compressionLevel: compressionLevel, name: name)
+  }
+
+  private init(
+    sink: DescriptorSink, compression: ArchiveCompression, compressionLevel: Int?, name: String
+  ) throws(ArchiveError) {
     let handle = archive_write_new()
     let scratchEntry = archive_entry_new()
     guard let handle, let scratchEntry else {
@@ -66,7 +84,7 @@ public final class ArchiveWriter {
     }
     self.handle = handle
     self.scratchEntry = scratchEntry
-    self.sink = DescriptorSink(fd: fileDescriptor, observer: outputObserver)
+    self.sink = sink
     self.name = name
     // From here on a throw runs deinit, which abandons and frees what was made.
     state = .failed
@@ -316,6 +334,12 @@ public final class ArchiveWriter {
   private func failure(
     _ status: Int32, _ operation: ArchiveError.Operation, _ path: [UInt8]?
   ) -> ArchiveError {
+    if let streamError = sink.streamError {
+      state = .failed
+      return ArchiveError(
+        kind: (streamError as? any AppboxFailure)?.kind ?? .io, operation: operation, archive: name,
+        entryPath: path, message: "\(streamError)")
+    }
     let kind: FailureKind
     if sink.failure != nil || status != ArchiveStatus.failed {
       kind = .io

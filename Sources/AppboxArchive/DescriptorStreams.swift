@@ -1,32 +1,69 @@
-// libarchive's client callbacks over a file descriptor the caller owns.
+// libarchive's client callbacks over a file descriptor the caller owns, or over a stream
+// object (`ArchiveInput`, `ArchiveOutput`: a repository's sealed or remote archives).
 //
 // We use our own callbacks instead of `archive_write_open_fd` / `archive_read_open_fd` so that
 // (1) a failure of the descriptor itself is told apart from malformed data: the callback records
 // the errno, and the reader and writer report `.io` for those and `.badData` / `.invalidArgument`
-// for everything libarchive decides on its own; and (2) the reader can start at any byte offset of
-// an uncompressed archive. The descriptor is never closed here.
+// for everything libarchive decides on its own (a stream's own error is kept whole and reported
+// as it is); and (2) the reader can start at any byte offset of an uncompressed archive. The
+// descriptor is never closed here.
 
+import AppboxCore
 import CArchive
 
 #if canImport(Glibc)
   import Glibc
 #endif
 
-/// The write side: hands libarchive's blocks to `write(2)`.
+/// Where an archive's bytes go when they do not go to a file descriptor.
+public protocol ArchiveOutput: AnyObject {
+  /// Takes all of `bytes`, or throws (the writer then reports that error).
+  func write(_ bytes: UnsafeRawBufferPointer) throws
+}
+
+/// Where an archive's bytes come from when not from a file descriptor.
+public protocol ArchiveInput: AnyObject {
+  /// Copies the next bytes into `buffer`; returns how many, 0 at the end.
+  func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int
+  /// Moves `count` bytes forward without delivering them, when that is cheaper than reading
+  /// them; returns false to have them read and dropped instead.
+  func skip(_ count: Int64) throws -> Bool
+}
+
+/// The write side: hands libarchive's blocks to `write(2)` or to an `ArchiveOutput`.
 final class DescriptorSink {
   let fd: Int32
-  /// The errno of the first failed `write(2)`, if any.
+  let output: ArchiveOutput?
+  /// The errno of the first failed `write(2)` (EIO for a failed output), if any.
   fileprivate(set) var failure: Int32?
+  /// What the output threw, kept to be reported as it is.
+  fileprivate(set) var streamError: (any Error)?
   /// Sees every block before it is written (e.g. to checksum the archive as it is made).
   let observer: ((UnsafeRawBufferPointer) -> Void)?
 
   init(fd: Int32, observer: ((UnsafeRawBufferPointer) -> Void)? = nil) {
     self.fd = fd
+    self.output = nil
+    self.observer = observer
+  }
+
+  init(output: ArchiveOutput, observer: ((UnsafeRawBufferPointer) -> Void)? = nil) {
+    self.fd = -1
+    self.output = output
     self.observer = observer
   }
 
   /// Writes all of `buffer`, retrying on EINTR and short writes. Uses `write(2)`.
   fileprivate func write(_ buffer: UnsafeRawBufferPointer) -> Int32? {
+    if let output {
+      do {
+        try output.write(buffer)
+        return nil
+      } catch {
+        if streamError == nil { streamError = error }
+        return EIO
+      }
+    }
     var done = 0
     while done < buffer.count {
       let count = Glibc.write(fd, buffer.baseAddress! + done, buffer.count - done)
@@ -64,11 +101,15 @@ private func writeCallback(
   return la_ssize_t(length)
 }
 
-/// The read side: `read(2)` into a private buffer, `lseek(2)` to skip when the descriptor can seek.
+/// The read side: `read(2)` into a private buffer, `lseek(2)` to skip when the descriptor can seek;
+/// or an `ArchiveInput`'s reads and skips.
 final class DescriptorSource {
   let fd: Int32
-  /// The errno of the first failed `read(2)` or `lseek(2)`, if any.
+  let input: ArchiveInput?
+  /// The errno of the first failed `read(2)` or `lseek(2)` (EIO for a failed input), if any.
   fileprivate(set) var failure: Int32?
+  /// What the input threw, kept to be reported as it is.
+  fileprivate(set) var streamError: (any Error)?
   /// Whether a `read(2)` found the end of the input (to tell truncation from other damage).
   fileprivate(set) var reachedEnd = false
   fileprivate let buffer: UnsafeMutableRawBufferPointer
@@ -81,6 +122,7 @@ final class DescriptorSource {
   /// Uses `lseek(2)`.
   init(fd: Int32, startingAt offset: Int64?) throws(ArchiveError) {
     self.fd = fd
+    self.input = nil
     // 64 KiB: a few tar records per read(2) without holding much memory.
     buffer = .allocate(byteCount: 64 * 1024, alignment: 16)
     var stats = stat()
@@ -94,19 +136,52 @@ final class DescriptorSource {
     }
   }
 
+  /// Reads from `input`, which is where the archive (or the member it starts at) begins.
+  init(input: ArchiveInput) {
+    self.fd = -1
+    self.input = input
+    buffer = .allocate(byteCount: 64 * 1024, alignment: 16)
+    canSeek = true
+  }
+
   deinit { buffer.deallocate() }
+
+  /// One read into the private buffer at `offset`: `read(2)`, or the input's. Returns -1
+  /// with `failure` (and `streamError`) set when it failed.
+  fileprivate func fill(at offset: Int) -> Int {
+    let room = UnsafeMutableRawBufferPointer(rebasing: buffer[offset...])
+    if let input {
+      do {
+        return try input.read(into: room)
+      } catch {
+        if streamError == nil { streamError = error }
+        if failure == nil { failure = EIO }
+        return -1
+      }
+    }
+    while true {
+      let count = read(fd, room.baseAddress, room.count)
+      if count >= 0 { return count }
+      if errno == EINTR { continue }
+      if failure == nil { failure = errno }
+      return -1
+    }
+  }
 
   /// Reads the start of the input (up to `minimum` bytes, fewer at the end) without losing it:
   /// libarchive's first read gets these bytes. Uses `read(2)`.
   func prefetch(minimum: Int) throws(ArchiveError) -> [UInt8] {
     while prefetched < min(minimum, buffer.count) {
-      let count = read(fd, buffer.baseAddress! + prefetched, buffer.count - prefetched)
+      let count = fill(at: prefetched)
       if count < 0 {
-        if errno == EINTR { continue }
-        failure = errno
+        if let streamError {
+          throw ArchiveError(
+            kind: (streamError as? any AppboxFailure)?.kind ?? .io, operation: .open, archive: "input",
+            message: "\(streamError)")
+        }
         throw ArchiveError(
           kind: .io, operation: .open, archive: "descriptor \(fd)", message: "reading the archive failed",
-          errno: errno)
+          errno: failure)
       }
       if count == 0 {
         reachedEnd = true
@@ -140,16 +215,11 @@ private func readCallback(
     defer { source.prefetched = 0 }
     return la_ssize_t(source.prefetched)
   }
-  while true {
-    let count = read(source.fd, source.buffer.baseAddress, source.buffer.count)
-    if count == 0 { source.reachedEnd = true }
-    if count >= 0 { return la_ssize_t(count) }
-    if errno == EINTR { continue }
-    let code = errno
-    if source.failure == nil { source.failure = code }
-    appbox_archive_set_error(handle, code, "read from the archive failed")
-    return -1
-  }
+  let count = source.fill(at: 0)
+  if count == 0 { source.reachedEnd = true }
+  if count >= 0 { return la_ssize_t(count) }
+  appbox_archive_set_error(handle, source.failure ?? EIO, "read from the archive failed")
+  return -1
 }
 
 private func skipCallback(
@@ -158,6 +228,16 @@ private func skipCallback(
   let source = Unmanaged<DescriptorSource>.fromOpaque(context!).takeUnretainedValue()
   // Returning 0 tells libarchive to read and discard instead (pipes, or nothing to skip).
   guard source.canSeek, request > 0, source.prefetched == 0 else { return 0 }
+  if let input = source.input {
+    do {
+      return try input.skip(request) ? request : 0
+    } catch {
+      if source.streamError == nil { source.streamError = error }
+      if source.failure == nil { source.failure = EIO }
+      appbox_archive_set_error(handle, EIO, "seek in the archive failed")
+      return -1
+    }
+  }
   if lseek(source.fd, off_t(request), SEEK_CUR) < 0 {
     let code = errno
     if source.failure == nil { source.failure = code }

@@ -2,20 +2,24 @@
 //
 // Algorithm for one subject (an app's home or an app group's container: BackupSubject.swift):
 // 1. Take the subject's writer lock and the repository lock (shared), removing debris first
-//    when no one else writes.
+//    when no one else writes (local repositories; an S3 repository's writers take no lock).
 // 2. Pick the parent: the subject's latest snapshot from this device (change detection trusts
 //    inode numbers and ctimes only there), else its latest from anywhere (for the bundle).
 // 3. Scan the directory with two workers, comparing with the parent's trees (Scanner).
 //    An app's bundle is not scanned when a snapshot recorded the same seal: its entry is reused.
-// 4. Archive what changed into `archives/.tmp-<id>.tar`: one thread reads and hashes
-//    (ContentReader), this one writes (Archiver) and checksums the archive stream.
+// 4. Archive what changed into a staged archive (Repository.stageArchive: a temp file, or a
+//    multipart upload; sealed when the repository is encrypted): one thread reads and hashes
+//    (ContentReader), this one writes (Archiver).
 // 5. Build the trees bottom-up (TreeBuilder); add the keychain member if any, then the
 //    manifest as the last member.
-// 6. fsync the archive, rename it to `<id>.tar`, fsync the directory, and only then commit
-//    the catalog rows (archive, new trees, new blobs, snapshot) in one transaction.
-// Invariants: a crash before step 6's commit leaves only debris (a temp file or an archive
-// the catalog does not name) that the next writer removes; every earlier snapshot is
-// untouched. A full backup stores everything and deduplicates nothing, so its archive
+// 6. Commit the archive (fsync and rename, or complete the upload), then the snapshot object,
+//    the manifest object (the commit point), and the catalog rows (Repository.commit). On a
+//    shared store, a backup that ran longer than half the grace period first checks that no
+//    archive it reuses content from has been marked for deletion meanwhile; if one has, it
+//    leaves its archive as debris and runs once more, reusing nothing marked.
+// Invariants: a crash before the manifest object leaves only debris (a temp file, an archive
+// or snapshot object without a manifest) that the next writer (or S3 forget) removes; every
+// earlier snapshot is untouched. A full backup stores everything and deduplicates nothing, so its archive
 // stands alone; an incremental one stores only content the repository lacks.
 
 import AppboxArchive
@@ -81,10 +85,21 @@ extension Repository {
     let repositoryLock = try lockForWriting()
     defer { withExtendedLifetime((subjectLock, repositoryLock)) {} }
     observer.engine(.started(operation: "backup", app: subject.name))
-    let result = try BackupRun(
-      repository: self, subject: subject, session: session, options: options, observer: observer
-    )
-    .run()
+    let result: BackupResult
+    do {
+      result = try BackupRun(
+        repository: self, subject: subject, session: session, options: options, observer: observer
+      )
+      .run()
+    } catch let error as ReusedContentMarked {
+      // A forget marked content this backup reused: once more, from a fresh view.
+      observer.engine(.warning(path: "", message: error.description))
+      try sync()
+      result = try BackupRun(
+        repository: self, subject: subject, session: session, options: options, observer: observer
+      )
+      .run()
+    }
     observer.engine(.finished(operation: "backup", app: subject.name))
     return result
   }
@@ -110,6 +125,7 @@ private struct BackupRun {
   }
 
   func run() throws -> BackupResult {
+    let startedAt = ContinuousClock.now
     if let app = subject.app { try session.requireProtectedDataAvailable(of: app, for: "back up") }
     let catalog = repository.catalog
     let device = session.identity.udid
@@ -150,31 +166,26 @@ private struct BackupRun {
 
     let id = try repository.newSnapshotID()
     let archiveName = id + options.compression.fileSuffix
-    let archives = try OwnedFileDescriptor.open(repository.archivesPath, O_RDONLY | O_DIRECTORY)
-    let staged = try StagedFile(
-      archiveName, in: archives.borrowed, temporaryName: Repository.temporaryPrefix + archiveName, mode: 0o600
-    )
-    let written = try writeArchive(
-      to: staged.descriptor, home: home.borrowed, scanner: scanner, name: archiveName, id: id, parent: parent,
+    let staged = try repository.stageArchive(archiveName)
+    var written = try writeArchive(
+      to: staged.output, home: home.borrowed, scanner: scanner, name: archiveName, id: id, parent: parent,
       bundleEntry: bundleEntry, start: start, sealed: sealed)
     observer.engine(.stage("sync"))
-    try staged.commit(flags: .noReplace) { CrashPoint.hit("backup.archive-synced") }
+    let stored = try staged.commit { CrashPoint.hit("backup.archive-synced") }
+    written.record.size = stored.size
+    written.record.checksum = stored.checksum
     CrashPoint.hit("backup.archive-renamed")
+    if repository.store.isShared, startedAt.duration(to: .now) > .seconds(repository.pruneGrace / 2) {
+      observer.engine(.stage("re-check"))
+      try repository.checkReusedContent(of: written.snapshot, manifest: written.manifest)
+    }
     do {
       observer.engine(.stage("commit"))
-      try catalog.database.inTransaction {
-        try catalog.insert(written.record)
-        for tree in written.trees { try catalog.insertTree(tree, archive: archiveName) }
-        try catalog.insertBlobs(written.blobs)
-        try catalog.insertChunks(written.chunks)
-        for (digest, list) in written.chunkLists {
-          try catalog.insertChunkList(digest, list, archive: archiveName)
-        }
-        try catalog.insert(written.snapshot)
-      }
+      try repository.commit(
+        record: written.record, manifest: written.manifest, snapshot: written.snapshot, crashPoints: true)
     } catch {
-      // Renamed but not recorded: the archive is debris; remove it now rather than later.
-      try? archives.borrowed.remove(archiveName)
+      // Renamed but not recorded (layout 1): the archive is debris; remove it now rather than later.
+      if repository.isLegacy { try? repository.store.delete(["archives/" + archiveName]) }
       throw error
     }
     CrashPoint.hit("backup.committed")
@@ -183,47 +194,33 @@ private struct BackupRun {
     }
     return BackupResult(
       snapshot: written.snapshot, archivePath: repository.archivePath(archiveName),
-      newTrees: written.trees.count,
-      newBlobs: written.blobs.count, warnings: written.warnings.map { "'\($0.path)' \($0.message)" })
+      newTrees: written.manifest.trees.count,
+      newBlobs: written.manifest.blobs.count, warnings: written.warnings.map { "'\($0.path)' \($0.message)" })
   }
 
   private struct Written {
     var snapshot: Snapshot
+    /// Size and checksum are the stored archive's, filled in once it is committed.
     var record: ArchiveRecord
-    var trees: [StoredTree]
-    var blobs: [BlobLocation]
-    var chunks: [ChunkLocation]
-    var chunkLists: [(digest: Digest, list: ChunkList)]
+    var manifest: Manifest
     var warnings: [(path: String, message: String)]
   }
 
-  /// Writes the whole archive to `file` and returns what the catalog will record.
+  /// Writes the whole archive to `output` and returns what the catalog will record.
   private func writeArchive(
-    to file: FileDescriptor, home: FileDescriptor, scanner: Scanner, name: String, id: String,
+    to output: ArchiveOutput, home: FileDescriptor, scanner: Scanner, name: String, id: String,
     parent: Snapshot?,
     bundleEntry: TreeEntry?, start: Date, sealed: [[UInt8]: Digest]
   ) throws -> Written {
-    nonisolated(unsafe) var checksum = CRC32C()
-    nonisolated(unsafe) var size: Int64 = 0
-    nonisolated(unsafe) var flushed: Int64 = 0
     let writer = try ArchiveWriter(
-      fileDescriptor: file.rawValue, compression: options.compression, name: repository.archivePath(name),
-      outputObserver: { block in
-        checksum.update(block)
-        // Start writeback of what is already written every 8 MiB, so the fsync before the
-        // commit does not find the whole archive still in memory.
-        if size - flushed >= 8 << 20 {
-          file.startWriteback(offset: flushed, length: size - flushed)
-          flushed = size
-        }
-        size += Int64(block.count)
-      })
+      output: output, compression: options.compression, name: repository.archivePath(name))
     let kind: SnapshotKind = parent == nil ? .full : .incremental
     let content = try archiveContent(
       writer: writer, home: home, scanner: scanner, name: name, kind: kind, bundleEntry: bundleEntry,
       start: start, sealed: sealed)
     var keychainOffset: Int64?
-    if let keychain = options.keychain, let app = subject.app, let items = try keychain.exportItems(for: app)
+    if let keychain = options.keychain, let app = subject.app,
+      let items = try keychain.exportItems(for: app, portableKey: repository.key?.keychainKey)
     {
       keychainOffset = writer.uncompressedOffset
       try writer.writeHeader(metadataMember(Manifest.keychainMemberPath, size: items.count, time: start))
@@ -250,10 +247,8 @@ private struct BackupRun {
     try writer.finishEntry()
     try writer.finish()
     let record = ArchiveRecord(
-      name: name, size: size, checksum: checksum.value, compression: options.compression, created: start)
-    return Written(
-      snapshot: snapshot, record: record, trees: trees.newTrees, blobs: blobs, chunks: content.chunks,
-      chunkLists: content.chunkLists, warnings: content.warnings)
+      name: name, size: 0, checksum: 0, compression: options.compression, created: start)
+    return Written(snapshot: snapshot, record: record, manifest: manifest, warnings: content.warnings)
   }
 
   /// What scanning and archiving produced, without the scan itself (which is large and
@@ -290,7 +285,8 @@ private struct BackupRun {
     let reader = ContentReader(
       home: home, plan: plan, queue: queue, pool: pool, afterRead: options.afterRead,
       hashOnReader: options.hashOnReader, protectionClasses: try session.protectionClassesByKey(),
-      chunking: (options.compression == .none, kind == .incremental), sealed: sealed)
+      chunking: (options.compression == .none && repository.readsDirectly, kind == .incremental),
+      sealed: sealed)
     let readerThread = WorkerThread(name: "appbox-read") { try reader.run() }
     do {
       try archiver.run(queue)

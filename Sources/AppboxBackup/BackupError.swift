@@ -23,6 +23,10 @@ public struct BackupError: AppboxFailure, Equatable {
     case invalidRequest
     /// Something exists that must not (exit 73).
     case cannotCreate
+    /// A wrong password, or a key that does not open (exit 77).
+    case denied
+    /// The repository is busy: another process holds what this one needs (exit 75).
+    case busy
   }
 
   public var code: Code
@@ -40,6 +44,8 @@ public struct BackupError: AppboxFailure, Equatable {
     case .unreadable(let kind): return kind
     case .invalidRequest: return .invalidArgument
     case .cannotCreate: return .cannotCreate
+    case .denied: return .denied
+    case .busy: return .busy
     }
   }
 

@@ -153,3 +153,18 @@ extension Catalog {
     }
   }
 }
+
+extension Catalog {
+  /// Adds what `manifest` (archive `archive`'s) records: its trees as stored (whole or deltas),
+  /// blob locations, chunk locations and chunk lists. Returns how many trees were new. The
+  /// caller holds a transaction and inserts the archive and snapshot rows.
+  @discardableResult
+  func ingest(_ manifest: Manifest, archive: String) throws -> Int {
+    var trees = 0
+    for tree in manifest.trees where try insertTree(tree, archive: archive) { trees += 1 }
+    try insertBlobs(manifest.blobs)
+    try insertChunks(manifest.chunks)
+    for (digest, list) in manifest.chunkLists { try insertChunkList(digest, list, archive: archive) }
+    return trees
+  }
+}

@@ -95,10 +95,36 @@ extension Catalog {
     return try Tree.decode(data)
   }
 
+  /// Whether the tree is stored where new snapshots may rely on it: in the manifest of an
+  /// archive not marked for deletion (`archives.retired`, set only in shared repositories).
   public func hasTree(_ digest: Digest) throws -> Bool {
-    let statement = try database.cachedStatement("SELECT 1 FROM trees WHERE digest = ?1")
+    let statement = try database.cachedStatement(
+      """
+      SELECT 1 FROM trees WHERE digest = ?1
+        AND NOT EXISTS (SELECT 1 FROM archives WHERE name = trees.archive AND retired IS NOT NULL)
+      """)
     try digest.withUnsafeBytes { try statement.bind($0, at: 1) }
     return try statement.first { _ in true } ?? false
+  }
+
+  /// The trees tree `digest` is read from, itself first, then its delta chain's bases to the
+  /// whole tree, with the archive whose manifest carries each: reading the tree needs all of
+  /// them. Empty when the catalog has no such tree.
+  public func treeChain(_ digest: Digest) throws -> [(digest: Digest, archive: String)] {
+    let statement = try database.cachedStatement("SELECT base, archive FROM trees WHERE digest = ?1")
+    var chain: [(digest: Digest, archive: String)] = []
+    var current: Digest? = digest
+    while let tree = current, chain.count <= 64 {
+      try tree.withUnsafeBytes { try statement.bind($0, at: 1) }
+      guard
+        let row = try statement.first({ row in
+          (base: row.isNull(0) ? nil : Digest(validating: row.blob(0)), archive: row.text(1) ?? "")
+        })
+      else { break }
+      chain.append((tree, row.archive))
+      current = row.base
+    }
+    return chain
   }
 
   /// The row of tree `digest` as stored (whole or a delta), or nil.

@@ -20,6 +20,11 @@
 // archive is durable under its final name, so a crash never leaves a row without its archive.
 // Rows are never updated in place except by `forget`, which moves blob and tree locations to a
 // new archive in the same transaction that drops snapshots.
+// Since repository layout 2 the catalog is a cache of the repository's objects (snapshot and
+// manifest objects), kept in step by RepositorySync.swift: `archives.retired` marks an archive
+// a fleet's `forget` has marked for deletion (its copies are not reused by new backups), and
+// `snapshots.committed` is when the snapshot's archive was committed, by the store's clock,
+// which orders snapshots synced from other devices among this device's own.
 
 import AppboxArchive
 import AppboxCore
@@ -218,6 +223,11 @@ public final class Catalog {
     ) WITHOUT ROWID;
     CREATE INDEX chunk_lists_by_archive ON chunk_lists(archive);
     """,
+    // 4: the catalog as a cache of a shared repository (layout 2).
+    """
+    ALTER TABLE archives ADD COLUMN retired REAL;
+    ALTER TABLE snapshots ADD COLUMN committed REAL;
+    """,
   ]
 
   /// Opens (creating and migrating when writable) the catalog at `path`. `walMode: false`
@@ -289,11 +299,13 @@ public final class Catalog {
     return try statement.first(snapshot)
   }
 
-  public func insert(_ snapshot: Snapshot) throws {
+  /// Adds a snapshot row; with `ignoringExisting`, a row of that id already there is kept.
+  /// `committed` is when its archive was committed (the store's clock), for ordering.
+  public func insert(_ snapshot: Snapshot, committed: Date? = nil, ignoringExisting: Bool = false) throws {
     let statement = try database.cachedStatement(
       """
-      INSERT INTO snapshots(\(Self.snapshotColumns))
-      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)
+      INSERT \(ignoringExisting ? "OR IGNORE " : "")INTO snapshots(\(Self.snapshotColumns), committed)
+      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)
       """)
     try statement.bind([
       .text(snapshot.id), .text(snapshot.app), .text(snapshot.device), .text(snapshot.containerID),
@@ -305,6 +317,7 @@ public final class Catalog {
       snapshot.keychainOffset.map(SQLValue.integer) ?? .null,
       .integer(Int64(snapshot.warnings)), .integer(Int64(snapshot.unreadable)),
       snapshot.unreadablePaths.isEmpty ? .null : .blob(Snapshot.joinedPaths(snapshot.unreadablePaths)),
+      committed.map { .real($0.timeIntervalSince1970) } ?? .null,
     ])
     try statement.execute()
   }
@@ -315,9 +328,11 @@ public final class Catalog {
 
   // MARK: Archives
 
-  public func insert(_ archive: ArchiveRecord) throws {
+  /// Adds an archive row; with `ignoringExisting`, a row of that name already there is kept.
+  public func insert(_ archive: ArchiveRecord, ignoringExisting: Bool = false) throws {
     try database.execute(
-      "INSERT INTO archives(name, size, crc32c, compression, created) VALUES (?1, ?2, ?3, ?4, ?5)",
+      "INSERT \(ignoringExisting ? "OR IGNORE " : "")INTO archives(name, size, crc32c, compression, created) "
+        + "VALUES (?1, ?2, ?3, ?4, ?5)",
       .text(archive.name), .integer(archive.size), .integer(Int64(archive.checksum)),
       .text(archive.compression.rawValue),
       .real(archive.created.timeIntervalSince1970))
@@ -385,8 +400,14 @@ public final class Catalog {
     }
   }
 
+  /// Whether the content is stored where new snapshots may rely on it (deduplication): in an
+  /// archive not marked for deletion (`archives.retired`, set only in shared repositories).
   public func hasBlob(_ digest: Digest) throws -> Bool {
-    let statement = try database.cachedStatement("SELECT 1 FROM blobs WHERE digest = ?1")
+    let statement = try database.cachedStatement(
+      """
+      SELECT 1 FROM blobs WHERE digest = ?1
+        AND NOT EXISTS (SELECT 1 FROM archives WHERE name = blobs.archive AND retired IS NOT NULL)
+      """)
     try digest.withUnsafeBytes { try statement.bind($0, at: 1) }
     return try statement.first { _ in true } ?? false
   }

@@ -1,4 +1,6 @@
-// Rebuilding `catalog.db` from the archives alone.
+// Rebuilding `catalog.db` from the archives alone (layout 1), or the catalog cache from the
+// repository's objects (layout 2: `rebuildCatalog(_:)`, which drops the cache and syncs it
+// whole from the manifest and snapshot objects).
 //
 // Every archive ends with a manifest naming its snapshot (if any), the trees first stored
 // with it (whole or as deltas), the blobs whose content it holds, the chunks first stored in
@@ -16,6 +18,7 @@
 // lost to the new catalog, but their files are left in place for a person to look at.
 
 import AppboxArchive
+import AppboxContainer
 import AppboxCore
 import AppboxCrypto
 import AppboxStore
@@ -33,9 +36,52 @@ public struct RebuildReport: Sendable {
 }
 
 extension Repository {
-  /// Replaces the catalog of the repository at `path` by one rebuilt from its archives.
-  /// Does not open the old catalog (it may be what is broken).
+  /// Rebuilds the catalog of the repository at `location` from scratch. Layout 2: the cache
+  /// (or the local repository's catalog.db) is removed, and opening the repository syncs it
+  /// whole from the objects. Layout 1 (a local directory without `config`): from the archives
+  /// alone, as `rebuildCatalog(at:environment:)`.
+  public static func rebuildCatalog(_ location: RepositoryLocation, options: RepositoryOptions) throws
+    -> RebuildReport
+  {
+    var probe = options
+    probe.create = false
+    if case .directory(let path) = location,
+      !FileManager.default.fileExists(atPath: path + "/config")
+    {
+      return try rebuildCatalog(at: path, environment: options.environment)
+    }
+    // Open once to find (and unlock) the catalog, then drop it and open again: the sync
+    // rebuilds it whole.
+    let catalogPath = try Repository(location: location, options: probe).catalogPath
+    let lock: FileLock? =
+      if case .directory(let path) = location {
+        try FileLock.acquire(
+          path + "/locks/repository.lock", exclusive: true,
+          timeout: max(.seconds(5), DeviceRoot.lockTimeout(environment: options.environment)),
+          what: "Repository '\(path)'")
+      } else { nil }
+    defer { withExtendedLifetime(lock) {} }
+    for suffix in ["", "-wal", "-shm"] { unlink(catalogPath + suffix) }
+    let rebuilt = try Repository(location: location, options: probe)
+    var report = RebuildReport()
+    report.archives = try rebuilt.catalog.count("archives")
+    report.snapshots = try rebuilt.catalog.count("snapshots")
+    report.trees = try rebuilt.catalog.count("trees")
+    report.blobs = try rebuilt.catalog.count("blobs")
+    return report
+  }
+
+  /// Replaces the catalog of the layout 1 repository at `path` by one rebuilt from its
+  /// archives. Does not open the old catalog (it may be what is broken). A layout 2
+  /// repository's is rebuilt from its objects instead.
   public static func rebuildCatalog(at path: String, environment: [String: String]) throws -> RebuildReport {
+    if FileManager.default.fileExists(atPath: path + "/config") {
+      return try rebuildCatalog(
+        .directory(path),
+        options: RepositoryOptions(
+          environment: environment,
+          password: Repository.passwordFile(environment)))
+    }
     let archivesPath = path + "/archives"
     guard FileManager.default.fileExists(atPath: archivesPath) else {
       throw BackupError(.snapshotNotFound, "No backup repository at '\(path)'")
@@ -65,14 +111,7 @@ extension Repository {
         for (record, manifest) in manifests {
           try catalog.insert(record)
           report.archives += 1
-          for tree in manifest.trees where try catalog.insertTree(tree, archive: record.name) {
-            report.trees += 1
-          }
-          try catalog.insertBlobs(manifest.blobs)
-          try catalog.insertChunks(manifest.chunks)
-          for (digest, list) in manifest.chunkLists {
-            try catalog.insertChunkList(digest, list, archive: record.name)
-          }
+          report.trees += try catalog.ingest(manifest, archive: record.name)
           if let snapshot = manifest.snapshot {
             try catalog.insert(snapshot)
             report.snapshots += 1

@@ -14,6 +14,8 @@
 //    bytes must hash to the chunk's digest (Checker+Chunks.swift).
 // Problems are collected, not thrown: the caller lists them (exit 65). Files in archives/
 // the catalog does not name are debris from an interrupted writer, reported as notes.
+// On S3, steps 1 and 2 read every archive whole, so they run with --read-data only; without it
+// the archives' presence and sizes are checked from a listing (and the trees as always).
 
 import AppboxArchive
 import AppboxCore
@@ -49,6 +51,21 @@ extension Repository {
       report.notes.append(
         "'\(name)' in archives/ is debris of an interrupted command; the next backup removes it")
     }
+    if store.isShared {
+      let committed = Set(try store.list("manifests").map(\.name))
+      let marked = Set(try store.list("garbage").map(\.name))
+      for object in try store.list("archives")
+      where !committed.contains(object.name) && !marked.contains(object.name) {
+        report.notes.append(
+          "'\(object.name)' in archives/ was never committed (a backup in progress, or interrupted); forget removes it"
+        )
+      }
+      if !marked.isEmpty {
+        report.notes.append(
+          "\(marked.count) archives are marked for deletion; forget deletes them after the grace period")
+      }
+    }
+    let readArchives = readData || local != nil
     var present: [ArchiveRecord] = []
     for record in records {
       do {
@@ -58,13 +75,15 @@ extension Repository {
       }
     }
     let checksumProblems = ProblemList()
-    let archivesPath = self.archivesPath
-    let checksums = WorkerThread(name: "appbox-check-archives") { [present] in
-      for record in present {
+    nonisolated(unsafe) let sources = readArchives ? present.map { openArchive($0) } : []
+    let checksums = WorkerThread(name: "appbox-check-archives") {
+      for source in sources {
         do {
-          try Repository.verifyChecksum(record, path: archivesPath + "/" + record.name)
+          try source.verifyChecksum()
         } catch let error as BackupError {
           checksumProblems.add(error.message)
+        } catch {
+          checksumProblems.add("Archive '\(source.location)' cannot be read: \(error)")
         }
       }
     }
@@ -76,7 +95,7 @@ extension Repository {
       report.problems.append(
         "\(locations.count) blob locations name archive '\(archive)', which the catalog lacks")
     }
-    for record in present {
+    for record in present where readArchives {
       let (problems, verified) = checkMembers(
         of: record, locations: byArchive[record.name] ?? [], readData: readData)
       report.problems += problems
@@ -110,9 +129,8 @@ extension Repository {
     var problems: [String] = []
     var verified: Int64 = 0
     var expected = Dictionary(locations.map { ($0.offset, $0) }, uniquingKeysWith: { first, _ in first })
-    let path = archivePath(record.name)
     do {
-      let reader = try ArchiveReader(path: path)
+      let reader = try openArchive(record).reader()
       let hasher = SHA256Hasher()
       let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
       defer { buffer.deallocate() }
@@ -139,7 +157,7 @@ extension Repository {
       }
       for warning in reader.warnings { problems.append("Archive '\(record.name)' is damaged: \(warning)") }
     } catch {
-      problems.append("Archive '\(record.name)' cannot be read: \(error.message)")
+      problems.append("Archive '\(record.name)' cannot be read: \(error)")
     }
     for location in expected.values.sorted(by: { $0.offset < $1.offset }) {
       problems.append(

@@ -68,16 +68,12 @@ final class ContentExtractor {
     try? hasherThread.join()
   }
 
-  /// Writes the content of `locations` (all in archive `record`) to the planned files.
-  func extract(from record: ArchiveRecord, path: String, locations: [BlobLocation]) throws {
+  /// Writes the content of `locations` (all in archive `source`) to the planned files.
+  func extract(from source: ArchiveSource, locations: [BlobLocation]) throws {
     let sorted = locations.sorted { $0.offset < $1.offset }
     guard let first = sorted.first else { return }
-    let fd = try FileDescriptor.open(path, O_RDONLY)
-    defer { fd.close() }
-    let reader =
-      record.compression == .none
-      ? try ArchiveReader(fileDescriptor: fd.rawValue, startingAt: first.offset, name: path)
-      : try ArchiveReader(fileDescriptor: fd.rawValue, name: path)
+    let path = source.location
+    let reader = try source.reader(startingAt: first.offset)
     func damaged(_ what: String) -> BackupError {
       BackupError(.corruptArchive, "Archive '\(path)' is damaged: \(what)")
     }

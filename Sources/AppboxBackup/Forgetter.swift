@@ -1,23 +1,42 @@
 // `forget`: drop an app's older snapshots and reclaim their space.
 //
-// Algorithm, holding the app's lock and the repository lock exclusively:
+// Algorithm, holding the app's lock and the repository lock exclusively (S3: the prune lock):
 // 1. Drop all but the app's last N snapshots. What stays reachable is computed from every
-//    remaining snapshot of every app (content is shared across snapshots and apps).
-// 2. The dropped snapshots' archives will be deleted, and so will archives no snapshot owns
-//    (written by an earlier forget) that no longer hold live content. Live content located in
-//    an archive to delete is copied, verified against its digest on the way, into one new
-//    archive, with a manifest carrying those blobs and the live trees first stored with the
-//    deleted archives (so a catalog rebuilt from archives still has them). Live chunks (those
-//    of live contents stored as chunks) in an archive to delete are copied the same way, as
-//    chunk members, and their chunk lists go into the new manifest. Live trees stored as
-//    deltas against a tree that is not live are written whole there too. The new archive
-//    is fsynced and renamed into place before anything else changes.
-// 3. One catalog transaction drops the snapshot rows, moves the blob, chunk, chunk-list and
-//    tree locations (making the trees that move whole), deletes unreachable trees, blobs,
-//    chunks and chunk lists and the deleted archives' rows, and adds the new one.
-// 4. Only then are the old archive files deleted.
-// Crash safety: before step 3 commits, the new archive is debris and nothing else changed;
-// after it, the old files are debris. Both are removed by the next writer.
+//    remaining snapshot of every app (content is shared across snapshots, apps and devices).
+// 2. The dropped snapshots' archives will go, and so will archives no snapshot owns (written by
+//    an earlier forget) that no longer hold live content. Live content located in an archive
+//    that goes is copied, verified against its digest on the way, into one new archive, with a
+//    manifest carrying those blobs and the live trees first stored with the archives that go
+//    (so a catalog rebuilt from the objects still has them). Live chunks (those of live
+//    contents stored as chunks, local unencrypted repositories only) in an archive that goes
+//    are copied the same way, as chunk members, and their chunk lists go into the new
+//    manifest. Live trees stored as deltas against a tree that is not live are written whole
+//    there too. The new archive and its manifest object are committed before anything else
+//    changes.
+// 3. The dropped snapshots' objects are deleted (from now on they are gone everywhere).
+// 4. Local repository (no other writer can run: they hold the repository lock shared): the
+//    manifest objects of the archives that go are deleted, one catalog transaction drops the
+//    snapshot rows, moves blob, chunk, chunk-list and tree locations (making the trees that
+//    move whole), deletes unreachable rows and the archives' rows; then the archive files are
+//    deleted.
+//    S3 repository (backups on other devices run at any time, without a lock): the archives
+//    that go are only marked, `garbage/<name>`, and the catalog's locations move to the new
+//    copies. Then the sweep: marks older than the grace period (`APPBOX_PRUNE_GRACE` seconds,
+//    default 3600) are looked at again against the snapshots that exist now; an archive some
+//    snapshot needs after all (a backup that had started before the mark and relied on its
+//    content) is unmarked, the others are deleted with their manifest and snapshot objects.
+//    Debris of killed writers (archives without a manifest, snapshot objects whose archive
+//    was never committed, uploads abandoned for a day) is marked and swept the same way.
+// Why a grace period, and why an hour: a backup decides what to reuse when it starts (its
+// catalog sync) and commits at the end; an archive marked after it started must not be
+// deleted before it commits, and once committed the sweep sees the snapshot and keeps what it
+// uses. Marks are timed by the store's clock, so devices' clocks do not matter. A backup that
+// runs for more than half the grace period checks again, just before it commits, that nothing
+// it reuses has been marked since (BackupEngine.swift), and starts over if something has: so
+// the hour needs to cover only the few seconds of a commit, with a wide margin for stalls.
+// Crash safety: before step 3, the new archive is an extra copy (a later forget drops it);
+// after it, leftovers are debris of the kinds above, removed by the next writer (local) or
+// marked and swept (S3).
 
 import AppboxArchive
 import AppboxCore
@@ -31,6 +50,10 @@ public struct ForgetReport: Sendable {
   public var removed: [Snapshot] = []
   public var kept: [Snapshot] = []
   public var deletedArchives: [String] = []
+  /// S3: archives marked for deletion after the grace period.
+  public var markedArchives: [String] = []
+  /// S3: marked archives a snapshot turned out to need (kept, unmarked).
+  public var keptMarkedArchives: [String] = []
   /// The archive live content was copied into, if any had to move.
   public var newArchive: String?
   /// Archive bytes deleted minus bytes written.
@@ -38,22 +61,42 @@ public struct ForgetReport: Sendable {
 }
 
 extension Repository {
+  /// The grace period between marking an archive garbage and deleting it (S3).
+  var pruneGrace: TimeInterval { environment["APPBOX_PRUNE_GRACE"].flatMap(Double.init) ?? 3600 }
+
   /// Keeps the last `keepLast` snapshots of `app` and drops the others.
   public func forget(app: String, keepLast: Int, observer: EngineObserver = SilentObserver()) throws
     -> ForgetReport
   {
     guard keepLast >= 1 else { throw BackupError(.invalidRequest, "--keep-last must be at least 1") }
     let appLock = try lockApp(app)
-    let repositoryLock = try lockRepository(exclusive: true)
+    let repositoryLock = try lockRepository(exclusive: true, purpose: "forget")
     defer { withExtendedLifetime((appLock, repositoryLock)) {} }
-    try removeDebris()
+    let pruneLock = repositoryLock as? PruneLock
+    if local != nil {
+      try upgradeLayout()
+      try removeDebris()
+    } else {
+      try sync()
+    }
     observer.engine(.started(operation: "forget", app: app))
     let history = try catalog.snapshots(app: app)
     var report = ForgetReport()
     report.removed = Array(history.dropLast(keepLast))
     report.kept = Array(history.suffix(keepLast))
-    if report.removed.isEmpty { return report }
+    if !report.removed.isEmpty {
+      try drop(&report, pruneLock: pruneLock)
+    }
+    if store.isShared {
+      try pruneLock?.verify()
+      try sweep(&report, pruneLock: pruneLock)
+    }
+    observer.engine(.finished(operation: "forget", app: app))
+    return report
+  }
 
+  /// Steps 1 to 4 (see the top of this file).
+  private func drop(_ report: inout ForgetReport, pruneLock: PruneLock?) throws {
     let droppedIDs = Set(report.removed.map(\.id))
     let remaining = try catalog.snapshots().filter { !droppedIDs.contains($0.id) }
     var liveTrees: Set<Digest> = []
@@ -62,7 +105,8 @@ extension Repository {
 
     let owned = Set(remaining.map(\.archive))
     let everOwned = Set(try catalog.snapshots().map(\.archive))
-    let records = try catalog.archives()
+    let retired = Set(try retiredArchiveNames())
+    let records = try catalog.archives().filter { !retired.contains($0.name) }
     let allBlobs = try catalog.blobs()
     let liveByArchive = Dictionary(grouping: allBlobs.filter { liveBlobs.contains($0.digest) }, by: \.archive)
     let doomed = records.filter { record in
@@ -84,6 +128,7 @@ extension Repository {
     var moved: [BlobLocation] = []
     var movedChunks: [ChunkLocation] = []
     if !moving.isEmpty || !movingTrees.isEmpty || !chunking.moving.isEmpty || !chunking.movingLists.isEmpty {
+      try pruneLock?.verify()
       let written = try writeRepack(
         moving: moving, trees: Array(movingTrees), chunks: chunking.moving, lists: chunking.movingLists)
       newRecord = written.record
@@ -92,8 +137,17 @@ extension Repository {
       report.newArchive = written.record.name
     }
     CrashPoint.hit("forget.repacked")
+    try pruneLock?.verify()
+    try store.delete(report.removed.map { "snapshots/" + $0.id })
+    CrashPoint.hit("forget.snapshots-deleted")
+    if store.isShared {
+      for record in doomed { try store.put("garbage/" + record.name, []) }
+      report.markedArchives = doomed.map(\.name)
+    } else {
+      try store.delete(doomed.map { "manifests/" + $0.name })
+    }
+    let now = store.now
     try catalog.database.inTransaction {
-      if let newRecord { try catalog.insert(newRecord) }
       for blob in moved {
         try catalog.database.execute(
           "UPDATE blobs SET archive = ?1, offset = ?2, data_offset = ?3 WHERE digest = ?4",
@@ -105,6 +159,15 @@ extension Repository {
       try moveChunks(
         movedChunks, lists: chunking.movingLists, into: newRecord?.name, live: chunking, doomed: doomed)
       for snapshot in report.removed { try catalog.deleteSnapshot(id: snapshot.id) }
+      if store.isShared {
+        // The archives stay until the sweep: only marked, so backups stop reusing them.
+        for record in doomed {
+          try catalog.database.execute(
+            "UPDATE archives SET retired = ?1 WHERE name = ?2", .real(now.timeIntervalSince1970),
+            .text(record.name))
+        }
+        return
+      }
       for blob in allBlobs where !liveBlobs.contains(blob.digest) {
         try catalog.database.execute("DELETE FROM blobs WHERE digest = ?1", .blob(blob.digest.bytes))
       }
@@ -116,17 +179,88 @@ extension Repository {
       for record in doomed { try catalog.deleteArchive(named: record.name) }
     }
     CrashPoint.hit("forget.committed")
-    let directory = try FileDescriptor.open(archivesPath, O_RDONLY | O_DIRECTORY)
-    defer { directory.close() }
-    for record in doomed {
-      try? directory.remove(record.name)
-      report.deletedArchives.append(record.name)
-      report.bytesReclaimed += record.size
+    if !store.isShared {
+      try store.delete(doomed.map { "archives/" + $0.name })
+      report.deletedArchives = doomed.map(\.name)
+      report.bytesReclaimed += doomed.reduce(0) { $0 + $1.size }
     }
-    try directory.sync()
     report.bytesReclaimed -= newRecord?.size ?? 0
-    observer.engine(.finished(operation: "forget", app: app))
-    return report
+  }
+
+  /// The S3 sweep: deletes what was marked at least the grace period ago and is still not
+  /// needed, and marks the debris of killed writers (see the top of this file).
+  private func sweep(_ report: inout ForgetReport, pruneLock: PruneLock?) throws {
+    let manifests = try store.list("manifests")
+    let archives = try store.list("archives")
+    let snapshotObjects = try store.list("snapshots")
+    var marks = try store.list("garbage")
+    let now = store.now
+    let committed = Set(manifests.map(\.name))
+    let marked = Set(marks.map(\.name))
+    // Debris: archives never committed, and snapshot objects whose archive was not.
+    var newMarks: [String] = []
+    for archive in archives where !committed.contains(archive.name) && !marked.contains(archive.name) {
+      newMarks.append(archive.name)
+    }
+    let archiveIDs = Set(archives.map { Repository.archiveID($0.name) })
+    let committedIDs = Set(manifests.map { Repository.archiveID($0.name) })
+    for object in snapshotObjects
+    where !committedIDs.contains(object.name) && !archiveIDs.contains(object.name) {
+      let name = object.name + ArchiveCompression.none.fileSuffix
+      if !marked.contains(name) { newMarks.append(name) }
+    }
+    for name in newMarks { try store.put("garbage/" + name, []) }
+    if let s3 = store as? S3ObjectStore {
+      for upload in try s3.abandonedUploads(before: now.addingTimeInterval(-max(pruneGrace, 86400))) {
+        try s3.abortUpload(key: upload.key, uploadID: upload.uploadID)
+      }
+    }
+    // A grace of 0 (tests, or a store no backup can be writing to) makes every mark due.
+    let due = marks.filter { pruneGrace <= 0 || now.timeIntervalSince($0.modified) >= pruneGrace }
+    marks.removeAll { mark in due.contains { $0.name == mark.name } }
+    guard !due.isEmpty else { return }
+    // A fresh view in which every content is located in an unmarked copy where one exists.
+    try rebuildCache(
+      manifests: manifests, snapshotObjects: snapshotObjects, marks: try store.list("garbage"))
+    let live = try catalog.snapshots()
+    var liveTrees: Set<Digest> = []
+    var liveBlobs: Set<Digest> = []
+    for snapshot in live { try reach(snapshot.rootTree, trees: &liveTrees, blobs: &liveBlobs) }
+    // A live tree stored as a delta needs every tree down its chain, wherever those are.
+    for digest in liveTrees {
+      for link in try catalog.treeChain(digest).dropFirst() { liveTrees.insert(link.digest) }
+    }
+    let sizes = Dictionary(archives.map { ($0.name, $0.size) }, uniquingKeysWith: { first, _ in first })
+    var deleted: [String] = []
+    for mark in due {
+      let name = mark.name
+      let needed =
+        try live.contains { $0.archive == name }
+        || catalog.blobs(inArchive: name).contains { liveBlobs.contains($0.digest) }
+        || catalog.database.all(
+          "SELECT digest FROM trees WHERE archive = ?1", .text(name), map: { $0.blob(0) }
+        )
+        .contains { Digest(validating: $0).map { liveTrees.contains($0) } ?? false }
+      try pruneLock?.verify()
+      if needed {
+        try store.delete(["garbage/" + name])
+        report.keptMarkedArchives.append(name)
+        continue
+      }
+      try store.delete([
+        "manifests/" + name, "archives/" + name, "snapshots/" + Repository.archiveID(name),
+      ])
+      try store.delete(["garbage/" + name])
+      deleted.append(name)
+      report.bytesReclaimed += sizes[name] ?? 0
+    }
+    CrashPoint.hit("forget.swept")
+    report.deletedArchives += deleted
+    try sync()
+  }
+
+  private func retiredArchiveNames() throws -> [String] {
+    try catalog.database.all("SELECT name FROM archives WHERE retired IS NOT NULL") { $0.text(0) ?? "" }
   }
 
   private func treeArchive(_ digest: Digest) throws -> String? {
@@ -150,32 +284,21 @@ extension Repository {
   }
 
   /// Copies `moving` and `chunks` (and the trees' data and the chunk lists) into a new
-  /// archive, verifying each blob's and chunk's digest. Trees are written whole.
+  /// archive, verifying each blob's and chunk's digest, and commits it (archive, then manifest
+  /// object). Trees are written whole.
   private func writeRepack(
     moving: [BlobLocation], trees: [Digest], chunks: [ChunkLocation],
     lists: [(digest: Digest, list: ChunkList)]
   ) throws -> (record: ArchiveRecord, blobs: [BlobLocation], chunks: [ChunkLocation]) {
     let name = try newSnapshotID() + ArchiveCompression.none.fileSuffix
-    let archives = try OwnedFileDescriptor.open(archivesPath, O_RDONLY | O_DIRECTORY)
-    let staged = try StagedFile(
-      name, in: archives.borrowed, temporaryName: Repository.temporaryPrefix + name, mode: 0o600)
-    let file = staged.descriptor
-    nonisolated(unsafe) var checksum = CRC32C()
-    nonisolated(unsafe) var size: Int64 = 0
-    let writer = try ArchiveWriter(
-      fileDescriptor: file.rawValue, compression: .none, name: archivePath(name),
-      outputObserver: { block in
-        checksum.update(block)
-        size += Int64(block.count)
-      })
+    let staged = try stageArchive(name)
+    let writer = try ArchiveWriter(output: staged.output, compression: .none, name: archivePath(name))
     var copied: [BlobLocation] = []
     let hasher = SHA256Hasher()
     let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
     defer { buffer.deallocate() }
     for (archive, locations) in Dictionary(grouping: moving, by: \.archive) {
-      let source = try FileDescriptor.open(archivePath(archive), O_RDONLY)
-      defer { source.close() }
-      let reader = try ArchiveReader(fileDescriptor: source.rawValue, name: archivePath(archive))
+      let reader = try openArchive(try archiveRecord(archive)).reader()
       var wanted = Dictionary(locations.map { ($0.offset, $0) }, uniquingKeysWith: { first, _ in first })
       while !wanted.isEmpty, let entry = try reader.nextEntry() {
         guard let offset = reader.headerOffset, let location = wanted.removeValue(forKey: offset) else {
@@ -218,15 +341,22 @@ extension Repository {
       return StoredTree(digest: digest, data: data)
     }
     let manifest = Manifest(
-      snapshot: nil, trees: treeData, blobs: copied, chunks: copiedChunks, chunkLists: lists
-    ).encoded()
-    try writer.writeHeader(metadataMember(Manifest.memberPath, size: manifest.count, time: Date()))
-    try writer.writeData(manifest)
+      snapshot: nil, trees: treeData, blobs: copied, chunks: copiedChunks, chunkLists: lists)
+    let encoded = manifest.encoded()
+    try writer.writeHeader(metadataMember(Manifest.memberPath, size: encoded.count, time: Date()))
+    try writer.writeData(encoded)
     try writer.finishEntry()
     try writer.finish()
-    try staged.commit(flags: .noReplace)
+    let stored = try staged.commit()
     let record = ArchiveRecord(
-      name: name, size: size, checksum: checksum.value, compression: .none, created: Date())
+      name: name, size: stored.size, checksum: stored.checksum, compression: .none, created: Date())
+    // The new archive is committed before anything refers to it: its manifest object, and the
+    // catalog row (the locations move in forget's own transaction).
+    try putObject("manifests/" + name, ManifestObject(record: record, manifestBytes: encoded).encoded())
+    try catalog.database.inTransaction {
+      try catalog.insert(record, ignoringExisting: true)
+      for tree in treeData { try catalog.insertTree(tree, archive: name) }
+    }
     return (record, copied, copiedChunks)
   }
 }

@@ -112,7 +112,8 @@ public enum HomeSwap {
     CrashPoint.hit("swap.journaled")
     defer { staging.applicationRoot.close() }
     try finish(
-      journal: PropertyListDictionary(journal), applicationRoot: staging.applicationRoot, journal: Journal(root: session.root))
+      journal: PropertyListDictionary(journal), applicationRoot: staging.applicationRoot,
+      journal: Journal(root: session.root))
   }
 
   /// Makes `staging` the contents of `app`'s home, carrying items over from the old ones.

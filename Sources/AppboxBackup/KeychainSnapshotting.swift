@@ -13,6 +13,9 @@ public enum KeychainRestoreOutcome: Sendable, Equatable {
   case restored(count: Int)
   /// The items belong to another device and cannot be decrypted here.
   case otherDevice(reason: String)
+  /// From another device through an encrypted repository: the portable items were restored;
+  /// `notes` say what was not (this-device-only items, locked classes).
+  case restoredFromElsewhere(count: Int, notes: [String])
 }
 
 /// Exports and imports one app's keychain items as opaque, encrypted bytes.
@@ -21,6 +24,23 @@ public protocol KeychainSnapshotting: Sendable {
   func exportItems(for app: AppRecord) throws -> [UInt8]?
   /// Replaces the app's items with those in `bytes`.
   func importItems(_ bytes: [UInt8], for app: AppRecord) throws -> KeychainRestoreOutcome
+  /// As `exportItems(for:)`; with a portable key (an encrypted repository's), items that are
+  /// not this-device-only are also sealed under it, so another device can restore them.
+  func exportItems(for app: AppRecord, portableKey: [UInt8]?) throws -> [UInt8]?
+  /// As `importItems(_:for:)`; with the portable key, items from another device come back too.
+  func importItems(_ bytes: [UInt8], for app: AppRecord, portableKey: [UInt8]?) throws
+    -> KeychainRestoreOutcome
+}
+
+extension KeychainSnapshotting {
+  public func exportItems(for app: AppRecord, portableKey: [UInt8]?) throws -> [UInt8]? {
+    try exportItems(for: app)
+  }
+  public func importItems(_ bytes: [UInt8], for app: AppRecord, portableKey: [UInt8]?) throws
+    -> KeychainRestoreOutcome
+  {
+    try importItems(bytes, for: app)
+  }
 }
 
 /// The device's own keychain (`<root>/Keychains`), as backups use it.
@@ -34,9 +54,23 @@ public struct DeviceKeychainSnapshotter: KeychainSnapshotting {
   }
 
   public func importItems(_ bytes: [UInt8], for app: AppRecord) throws -> KeychainRestoreOutcome {
-    switch try Keychain(directory: directory).importItems(bytes, for: app.keychainClient) {
+    try importItems(bytes, for: app, portableKey: nil)
+  }
+
+  public func exportItems(for app: AppRecord, portableKey: [UInt8]?) throws -> [UInt8]? {
+    try Keychain(directory: directory).exportItems(for: app.keychainClient, portableKey: portableKey)
+  }
+
+  public func importItems(_ bytes: [UInt8], for app: AppRecord, portableKey: [UInt8]?) throws
+    -> KeychainRestoreOutcome
+  {
+    switch try Keychain(directory: directory).importItems(
+      bytes, for: app.keychainClient, portableKey: portableKey)
+    {
     case .restored(let count): return .restored(count: count)
     case .otherDevice(let reason): return .otherDevice(reason: reason)
+    case .restoredFromElsewhere(let count, let notes):
+      return .restoredFromElsewhere(count: count, notes: notes)
     }
   }
 }

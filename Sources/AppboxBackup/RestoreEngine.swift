@@ -85,7 +85,8 @@ extension Repository {
 
     var outcome: KeychainRestoreOutcome?
     if let keychain, let offset = snapshot.keychainOffset {
-      outcome = try keychain.importItems(try keychainItems(of: snapshot, at: offset), for: app)
+      outcome = try keychain.importItems(
+        try keychainItems(of: snapshot, at: offset), for: app, portableKey: key?.keychainKey)
     }
     let groups = try restoreGroupsCreated(createdGroups, in: session, observer: observer)
     observer.engine(.finished(operation: "restore", app: bundleIdentifier))
@@ -127,13 +128,7 @@ extension Repository {
   /// The `.appbox/keychain` member of the snapshot's archive.
   func keychainItems(of snapshot: Snapshot, at offset: Int64) throws -> [UInt8] {
     let path = archivePath(snapshot.archive)
-    let fd = try FileDescriptor.open(path, O_RDONLY)
-    defer { fd.close() }
-    let record = try catalog.archive(named: snapshot.archive)
-    let reader =
-      record?.compression == ArchiveCompression.none
-      ? try ArchiveReader(fileDescriptor: fd.rawValue, startingAt: offset, name: path)
-      : try ArchiveReader(fileDescriptor: fd.rawValue, name: path)
+    let reader = try openArchive(try archiveRecord(snapshot.archive)).reader(startingAt: offset)
     while let entry = try reader.nextEntry() {
       if reader.headerOffset == offset && entry.path == Manifest.keychainMemberPath && entry.size <= 64 << 20
       {

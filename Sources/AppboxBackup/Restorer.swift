@@ -81,13 +81,13 @@ extension Repository {
     var needed = sources.archives
     needed.insert(snapshot.archive)
     let records = try checkPresence(of: needed.sorted())
-    let archivesPath = self.archivesPath
     // Archives that hold content are verified by the per-file SHA-256 of everything taken
     // from them (a second whole-file pass would only re-read them); the others (the
     // snapshot's own, when it holds only the manifest and keychain items) get their CRC-32C.
-    let unread = records.filter { !sources.archives.contains($0.name) }
+    let unread = records.filter { !sources.archives.contains($0.name) }.map { openArchive($0) }
+    nonisolated(unsafe) let unreadSources = unread
     let verifier = WorkerThread(name: "appbox-verify-archives") {
-      for record in unread { try Repository.verifyChecksum(record, path: archivesPath + "/" + record.name) }
+      for source in unreadSources { try source.verifyChecksum() }
     }
     var report = MaterializeReport(files: 0, bytes: 0, warnings: plan.warnings)
     do {
@@ -104,8 +104,7 @@ extension Repository {
       try direct.run(workers: 2) { observer.engine(.progress(files: $0, bytes: $1)) }
       let extractor = ContentExtractor(plan: plan, writer: writer, observer: observer)
       for record in records where sources.streamed[record.name] != nil {
-        try extractor.extract(
-          from: record, path: archivePath(record.name), locations: sources.streamed[record.name]!)
+        try extractor.extract(from: openArchive(record), locations: sources.streamed[record.name]!)
       }
       observer.engine(.stage("verify"))
       try extractor.finish()
@@ -196,7 +195,7 @@ extension Repository {
     for (digest, first) in contents {
       if let position = positions[digest] {
         sources.archives.insert(position.archive)
-        if let dataOffset = position.dataOffset,
+        if readsDirectly, let dataOffset = position.dataOffset,
           records[position.archive]?.compression == ArchiveCompression.none
         {
           sources.direct.blobs.append(
@@ -212,6 +211,11 @@ extension Repository {
       guard let list = try catalog.chunkList(digest, size: size) else {
         throw BackupError(
           .corruptCatalog, "The catalog has no archive holding the content of '\(display(path))'")
+      }
+      guard readsDirectly else {
+        throw BackupError(
+          .corruptArchive,
+          "'\(display(path))' is stored as chunks, which only a local unencrypted repository holds")
       }
       var chunks: [(archive: Int32, dataOffset: Int64, size: Int64)] = []
       for chunk in list.chunks {
@@ -235,34 +239,26 @@ extension Repository {
     return sources
   }
 
-  /// The records of archives `names`, each present with its recorded size.
+  /// The records of archives `names`, each present with its recorded size (a local file's
+  /// size, or an object's as the store lists it).
   func checkPresence(of names: [String]) throws -> [ArchiveRecord] {
-    try names.map { name in
+    let listed: [String: Int64]? =
+      local == nil
+      ? Dictionary(try store.list("archives").map { ($0.name, $0.size) }, uniquingKeysWith: { a, _ in a })
+      : nil
+    return try names.map { name in
       guard let record = try catalog.archive(named: name) else {
         throw BackupError(.corruptCatalog, "The catalog does not know archive '\(name)'")
       }
-      var st = stat()
-      guard lstat(archivePath(name), &st) == 0 else {
+      guard let size = try listed.map({ $0[name] }) ?? store.size(of: "archives/" + name) else {
         throw BackupError(.corruptArchive, "Archive '\(archivePath(name))' is missing")
       }
-      guard Int64(st.st_size) == record.size else {
+      guard size == record.size else {
         throw BackupError(
           .corruptArchive,
-          "Archive '\(archivePath(name))' is \(st.st_size) bytes; the catalog recorded \(record.size)")
+          "Archive '\(archivePath(name))' is \(size) bytes; the catalog recorded \(record.size)")
       }
       return record
-    }
-  }
-
-  /// Reads archive `record` (at `path`) whole and compares its CRC-32C with the catalog's.
-  static func verifyChecksum(_ record: ArchiveRecord, path: String) throws {
-    let fd = try FileDescriptor.open(path, O_RDONLY)
-    defer { fd.close() }
-    var checksum = CRC32C()
-    let size = try checksum.update(readingFrom: fd)
-    guard size == record.size, checksum.value == record.checksum else {
-      throw BackupError(
-        .corruptArchive, "Archive '\(path)' is damaged: its CRC-32C does not match the catalog")
     }
   }
 }

@@ -11,6 +11,11 @@ public enum CrashPoint {
   private static let target: String? = ProcessInfo.processInfo.environment["APPBOX_CRASH_AT"]
   private static let pause: String? = ProcessInfo.processInfo.environment["APPBOX_PAUSE_AT"]
 
+  /// Whether `name` is the crash or pause point this process was told to stop at.
+  public static func isArmed(_ name: StaticString) -> Bool {
+    target == name.description || pause == name.description
+  }
+
   @inline(__always)
   public static func hit(_ name: StaticString) {
     if let target, target == name.description { kill(getpid(), SIGKILL) }

@@ -24,9 +24,24 @@ import Foundation
 // distinct info strings), so the export stays encrypted under the device key, and an
 // import can tell "made on another device" (identifier differs: `.otherDevice`, nothing
 // restored) from "corrupt or tampered" (identifier matches, authentication fails: `.corrupt`).
-// So no item, this-device-only or not, restores to another device. An item sealed under a
-// class secret this device no longer has (a when-passcode-set item from before the passcode
-// was cleared) is not restored: it could never be opened.
+// So no item restores to another device from an export without a portable part. An item
+// sealed under a class secret this device no longer has (a when-passcode-set item from
+// before the passcode was cleared) is not restored: it could never be opened.
+//
+//     version 3 (written for an encrypted repository, which hands over a portable key):
+//     "APPBOXKC" · 3 · key identifier (16 bytes)
+//     · u32 length · AES-256-GCM(export key, version 2 payload; associated data = header)
+//     · AES-256-GCM(portable key, portable payload; associated data = header · "portable")
+//     portable payload = 3 · groups (as above) · item count (u32) · items: class, service,
+//               account, group, accessibility (u32 length + UTF-8 each), created, modified
+//               (i64 ms), data (u32 length + bytes), label?, comment?
+//     On the device that made it, version 3 restores from its first part exactly as version
+//     2 does. On another device with the same portable key (the repository's), the items
+//     that are not this-device-only come back from the portable part, sealed anew under this
+//     device's class keys; this-device-only items never enter the portable part, so they
+//     never leave the device. Items whose class key is locked when the backup runs cannot be
+//     opened and stay in the device part only. The portable part is sealed under a key
+//     derived from the repository's master key, inside an archive that is itself sealed.
 //
 // Import replaces rather than merges: the groups the app could see at export time (that it
 // is still entitled to) are emptied and refilled with the exported items, in one
@@ -40,7 +55,7 @@ extension Keychain {
   /// Every item the app can see, serialized and sealed under the device key (opaque bytes),
   /// or nil if it has none. Items stay sealed under their class keys: this works while the
   /// device is locked.
-  public func exportItems(for client: KeychainClient) throws -> [UInt8]? {
+  public func exportItems(for client: KeychainClient, portableKey: [UInt8]? = nil) throws -> [UInt8]? {
     let rows = try rows(inGroups: client.accessGroups, opening: false)
     if rows.isEmpty { return nil }
     var payload = ByteWriter()
@@ -68,35 +83,98 @@ extension Keychain {
       payload.append(row.modified)
       payload.append(field: row.sealed)
     }
-    let header = Self.exportMagic + [Self.exportVersion] + key.identifier
-    return header + (try AESGCM.seal(payload.bytes, key: key.exportKey, associatedData: header))
+    guard let portableKey else {
+      let header = Self.exportMagic + [Self.exportVersion] + key.identifier
+      return header + (try AESGCM.seal(payload.bytes, key: key.exportKey, associatedData: header))
+    }
+    let header = Self.exportMagic + [Self.portableExportVersion] + key.identifier
+    let devicePart = try AESGCM.seal(payload.bytes, key: key.exportKey, associatedData: header)
+    var out = ByteWriter()
+    out.append(raw: header)
+    out.append(field: devicePart)
+    out.append(
+      raw: try AESGCM.seal(
+        try portablePayload(client: client, rows: rows), key: portableKey,
+        associatedData: header + Array("portable".utf8)))
+    return out.bytes
+  }
+
+  static let portableExportVersion: UInt8 = 3
+
+  /// The items that may leave the device (not this-device-only), opened, for the portable part.
+  private func portablePayload(client: KeychainClient, rows: [Row]) throws -> [UInt8] {
+    var payload = ByteWriter()
+    payload.append(Self.portableExportVersion)
+    payload.append(UInt32(client.accessGroups.count))
+    for group in client.accessGroups { payload.append(group) }
+    var items: [(Row, SealedSecret)] = []
+    for row in rows where !row.accessibility.isThisDeviceOnly {
+      let rowKey: [UInt8]
+      do {
+        rowKey = row.keyVersion == 0 ? key.itemKey : try itemKey(for: row.accessibility)
+      } catch let error as KeychainError where error.kind == .unavailable {
+        continue  // locked: this item stays device-bound in this snapshot
+      }
+      items.append(
+        (
+          row,
+          try SealedSecret.open(
+            row.sealed, key: rowKey, associatedData: row.associatedData,
+            item: row.item(includingData: false).summary)
+        ))
+    }
+    payload.append(UInt32(items.count))
+    for (row, secret) in items {
+      payload.append(row.itemClass.rawValue)
+      payload.append(row.service)
+      payload.append(row.account)
+      payload.append(row.accessGroup)
+      payload.append(row.accessibility.rawValue)
+      payload.append(row.created)
+      payload.append(row.modified)
+      payload.append(field: secret.data)
+      payload.append(optional: secret.label)
+      payload.append(optional: secret.comment)
+    }
+    return payload.bytes
   }
 
   /// Restores items exported by `exportItems`; if the bytes were sealed under another
   /// device's key, restores nothing and returns .otherDevice(reason) — never throws for that
   /// case. Bytes that are not an export, or were altered, are `.corrupt` (bad data).
   /// Replaces the items of the exported groups the client is entitled to (see above).
-  public func importItems(_ bytes: [UInt8], for client: KeychainClient) throws -> KeychainImportResult {
+  public func importItems(_ bytes: [UInt8], for client: KeychainClient, portableKey: [UInt8]? = nil) throws
+    -> KeychainImportResult
+  {
     var reader = ByteReader(bytes, what: "keychain export")
     guard bytes.count >= Self.exportMagic.count, try reader.raw(Self.exportMagic.count) == Self.exportMagic
     else {
       throw reader.corrupt("it is not a keychain export")
     }
     let version = try reader.uint8()
-    guard version == 1 || version == 2 else { throw reader.corrupt("format version \(version) is unknown") }
+    guard (1...3).contains(version) else { throw reader.corrupt("format version \(version) is unknown") }
     let identifier = try reader.raw(key.identifier.count)
-    guard identifier == key.identifier else {
-      return .otherDevice(
-        reason:
-          "the keychain items were backed up on another device (key \(Self.hex(identifier.prefix(4)))…, "
-          + "this device's is \(Self.hex(key.identifier.prefix(4)))…); they can be restored only to that device"
-      )
-    }
     let headerCount = Self.exportMagic.count + 1 + key.identifier.count
+    let header = Array(bytes[..<headerCount])
+    let devicePart = version == 3 ? try reader.field() : Array(bytes[headerCount...])
+    guard identifier == key.identifier else {
+      let reason =
+        "the keychain items were backed up on another device (key \(Self.hex(identifier.prefix(4)))…, "
+        + "this device's is \(Self.hex(key.identifier.prefix(4)))…); they can be restored only to that device"
+      guard version == 3, let portableKey else { return .otherDevice(reason: reason) }
+      let portable: [UInt8]
+      do {
+        portable = try AESGCM.open(
+          Array(bytes[(headerCount + 4 + devicePart.count)...]), key: portableKey,
+          associatedData: header + Array("portable".utf8))
+      } catch let error as CryptoError where error.kind == .badData {
+        throw reader.corrupt("its portable part: \(error.reason) (altered, or another repository's)")
+      }
+      return try importPortable(portable, for: client, deviceOnlyReason: reason)
+    }
     let plaintext: [UInt8]
     do {
-      plaintext = try AESGCM.open(
-        Array(bytes[headerCount...]), key: key.exportKey, associatedData: Array(bytes[..<headerCount]))
+      plaintext = try AESGCM.open(devicePart, key: key.exportKey, associatedData: header)
     } catch let error as CryptoError where error.kind == .badData {
       throw reader.corrupt("\(error.reason) (it was altered after it was made)")
     }
@@ -135,6 +213,84 @@ extension Keychain {
       }
     }
     return .restored(count: sealedItems.count)
+  }
+
+  /// Restores the portable part on a device other than the one that made the export: the
+  /// items come opened and are sealed here under this device's class keys; an item whose class
+  /// key is unavailable here (locked, or no passcode) is left out and counted.
+  private func importPortable(_ plaintext: [UInt8], for client: KeychainClient, deviceOnlyReason: String)
+    throws
+    -> KeychainImportResult
+  {
+    var reader = ByteReader(plaintext, what: "keychain export")
+    guard try reader.uint8() == Self.portableExportVersion else {
+      throw reader.corrupt("unknown payload version")
+    }
+    var groups: [String] = []
+    for _ in 0..<(try reader.uint32()) { groups.append(try reader.string()) }
+    var items: [(KeychainItem, SealedSecret)] = []
+    for _ in 0..<(try reader.uint32()) {
+      let className = try reader.string()
+      guard let itemClass = KeychainItemClass(rawValue: className) else {
+        throw reader.corrupt("unknown item class '\(className)'")
+      }
+      let service = try reader.string()
+      let account = try reader.string()
+      let group = try reader.string()
+      let accessibilityName = try reader.string()
+      guard let accessibility = KeychainAccessibility(rawValue: accessibilityName),
+        !accessibility.isThisDeviceOnly
+      else { throw reader.corrupt("an item of accessibility '\(accessibilityName)' cannot be portable") }
+      let item = KeychainItem(
+        itemClass: itemClass, service: service, account: account, accessGroup: group,
+        created: try reader.date(), modified: try reader.date(), accessibility: accessibility)
+      let secret = SealedSecret(
+        data: try reader.field(), label: try reader.optionalString(), comment: try reader.optionalString())
+      items.append((item, secret))
+    }
+    try reader.expectEnd()
+    let restoring = groups.filter { client.isEntitled(to: $0) }
+    var sealedItems: [(item: KeychainItem, sealed: [UInt8])] = []
+    var unavailable = 0
+    for (item, secret) in items where restoring.contains(item.accessGroup ?? "") {
+      let classKey: [UInt8]
+      do {
+        classKey = try itemKey(for: item.accessibility)
+      } catch let error as KeychainError where error.kind == .unavailable {
+        unavailable += 1
+        continue
+      }
+      sealedItems.append(
+        (
+          item,
+          try secret.seal(
+            key: classKey,
+            associatedData: SealedSecret.associatedData(
+              itemClass: item.itemClass, service: item.service, account: item.account,
+              accessGroup: item.accessGroup!))
+        ))
+    }
+    try database.inTransaction(.immediate) {
+      if !restoring.isEmpty { _ = try deleteItems(inGroups: restoring) }
+      for (item, sealed) in sealedItems {
+        try database.execute(
+          """
+          INSERT OR REPLACE INTO items(class, service, account, access_group, created, modified, sealed,
+            accessible, key_version)
+          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 1)
+          """,
+          .text(item.itemClass.rawValue), .text(item.service), .text(item.account), .text(item.accessGroup!),
+          .integer(Self.milliseconds(item.created!)), .integer(Self.milliseconds(item.modified!)),
+          .blob(sealed), .text(item.accessibility.rawValue))
+      }
+    }
+    var notes: [String] = []
+    notes.append("this-device-only items, if the snapshot had any, were not restored: \(deviceOnlyReason)")
+    if unavailable > 0 {
+      notes.append(
+        "\(unavailable) items were not restored: their class keys are unavailable (locked device?)")
+    }
+    return .restoredFromElsewhere(count: sealedItems.count, notes: notes)
   }
 
   /// An exported item's secret: still sealed (version 2) or opened (version 1).

@@ -158,4 +158,7 @@ public enum KeychainImportResult: Sendable, Equatable {
   case restored(count: Int)
   /// The export was sealed under another device's key: nothing was restored.
   case otherDevice(reason: String)
+  /// The export came from another device through an encrypted repository: its portable items
+  /// (not this-device-only) were restored; `notes` say what was not.
+  case restoredFromElsewhere(count: Int, notes: [String])
 }

@@ -109,11 +109,19 @@ struct Bench {
       return report(
         scenarios, title: "appbox benchmark (\(size.rawValue), history only)", notes: notes)
     }
+    if only == "repository" {
+      scenarios += try encryption(home)
+      scenarios.append(try objectStore(home))
+      return report(
+        scenarios, title: "appbox benchmark (\(size.rawValue), encryption and S3)", notes: notes)
+    }
     scenarios.append(try floors(home))
     for state in FileSystemState.allCases { scenarios.append(try fullBackup(home, state)) }
     scenarios += try incrementals(home, workload: .atomicSaves)
     scenarios += try incrementals(home, workload: .inPlace)
     for state in FileSystemState.allCases { scenarios.append(try restore(home, state)) }
+    scenarios += try encryption(home)
+    scenarios.append(try objectStore(home))
     for state in FileSystemState.allCases { scenarios.append(try update(&home, state)) }
     scenarios.append(try history(home))
     return report(scenarios, title: "appbox benchmark (\(size.rawValue))", notes: notes)

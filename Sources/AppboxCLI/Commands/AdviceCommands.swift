@@ -7,7 +7,10 @@ extension CommandContext {
   /// The repository of --repo (which must exist), else the device's own when it has one.
   func existingRepository(_ arguments: ParsedArguments) throws -> Repository? {
     if arguments.value("repo") != nil { return try repository(arguments, create: false) }
-    guard FileManager.default.fileExists(atPath: deviceRoot.backups + "/catalog.db") else { return nil }
+    guard
+      FileManager.default.fileExists(atPath: deviceRoot.backups + "/catalog.db")
+        || FileManager.default.fileExists(atPath: deviceRoot.backups + "/config")
+    else { return nil }
     return try repository(arguments, create: false)
   }
 
@@ -36,7 +39,7 @@ struct WhyCommand: ParsableCommand {
       appArgument,
       .init("PATH", help: "Relative to the home, such as Documents/big.bin or Library/Caches/x."),
     ],
-    options: [repositoryOption])
+    options: [repositoryOption] + repositoryAccessOptions)
   let app: String
   let path: String
   let arguments: ParsedArguments
@@ -117,7 +120,7 @@ struct AdviseCommand: ParsableCommand {
       .init("last", value: "N", help: "How many of the latest snapshots to read (default: 20)."),
       .init("html", value: "FILE", help: "Also write the report as one self-contained HTML page."),
       repositoryOption,
-    ])
+    ] + repositoryAccessOptions)
   let app: String
   let last: Int
   let html: String?
@@ -245,10 +248,17 @@ extension CommandContext {
   /// `inspect` prints for it (also when there is none, or the repository cannot be read).
   func topAdvice(for app: AppRecord) -> (finding: Finding?, line: String) {
     do {
-      guard FileManager.default.fileExists(atPath: deviceRoot.backups + "/catalog.db") else {
+      guard
+        FileManager.default.fileExists(atPath: deviceRoot.backups + "/catalog.db")
+          || FileManager.default.fileExists(atPath: deviceRoot.backups + "/config")
+      else {
         return (nil, "no backups yet")
       }
-      let repository = try Repository(path: deviceRoot.backups, create: false, environment: environment)
+      let repository = try Repository(
+        location: .directory(deviceRoot.backups),
+        options: RepositoryOptions(
+          environment: environment, cacheDirectory: repositoryCacheDirectory,
+          password: Repository.passwordFile(environment)))
       guard !(try repository.catalog.snapshots(app: app.bundleIdentifier)).isEmpty else {
         return (nil, "no backups yet")
       }

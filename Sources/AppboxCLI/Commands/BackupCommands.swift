@@ -5,19 +5,7 @@ import AppboxCore
 import Foundation
 
 let repositoryOption = CommandDescription.Option(
-  "repo", value: "DIR", help: "The backup repository (default: <root>/Backups).")
-
-extension CommandContext {
-  /// The repository named by --repo, else the device root's `Backups`.
-  func repository(_ arguments: ParsedArguments, create: Bool) throws -> Repository {
-    let path = arguments.value("repo") ?? deviceRoot.backups
-    return try Repository(path: path, create: create, environment: environment)
-  }
-
-  /// The device's keychain as backups see it: snapshots carry the app's items, sealed
-  /// under the device key.
-  var keychainSnapshotter: (any KeychainSnapshotting)? { DeviceKeychainSnapshotter(root: deviceRoot) }
-}
+  "repo", value: "DIR|s3://BUCKET/PREFIX", help: "The backup repository (default: <root>/Backups).")
 
 struct BackupCommand: ParsableCommand {
   static let description = CommandDescription(
@@ -27,11 +15,11 @@ struct BackupCommand: ParsableCommand {
       Everything in the home is stored except the bundle (stored on an app's first snapshot and
       again only after it changes), Library/Caches, tmp, and files marked 'exclude from backup'.
       An app group's container (name it group.<id>) is a snapshot subject of its own: all of it
-      but Library/Caches. Prints one snapshot id per app or group. What the app made unreadable (permission denied) or nested
-      deeper than a 64 KiB path is left out: the snapshot is recorded as incomplete, with a warning
-      naming the paths, and the exit status stays 0 unless --strict is given (then 74). With --all,
-      every app is backed up even when one fails; the exit status is 0 only if all succeeded, else
-      that of the first failure.
+      but Library/Caches. Prints one snapshot id per app or group. What the app made unreadable
+      (permission denied) or nested deeper than a 64 KiB path is left out: the snapshot is
+      recorded as incomplete, with a warning naming the paths, and the exit status stays 0 unless
+      --strict is given (then 74). With --all, every app is backed up even when one fails; the
+      exit status is 0 only if all succeeded, else that of the first failure.
       """,
     positionals: [
       .init(
@@ -50,7 +38,7 @@ struct BackupCommand: ParsableCommand {
         "compress", value: "METHOD", help: "Compress the archive (default: none).",
         choices: ["none", "gzip", "zstd"]),
       .init("strict", help: "Exit 74 when a snapshot is incomplete (some entries could not be read)."),
-    ])
+    ] + repositoryAccessOptions)
   let apps: [String]
   let all: Bool
   let strict: Bool
@@ -175,7 +163,7 @@ struct SnapshotsCommand: ParsableCommand {
         "APP", help: "Only this app's (or app group's) snapshots: a bundle or group identifier.",
         optional: true)
     ],
-    options: [repositoryOption])
+    options: [repositoryOption] + repositoryAccessOptions)
   let app: String?
   let arguments: ParsedArguments
   init(_ arguments: ParsedArguments) throws {

@@ -10,7 +10,7 @@ struct DiffCommand: ParsableCommand {
       .init("SNAPSHOT-A", help: "The older snapshot's id."),
       .init("SNAPSHOT-B", help: "The newer snapshot's id."),
     ],
-    options: [repositoryOption])
+    options: [repositoryOption] + repositoryAccessOptions)
   let old: String
   let new: String
   let arguments: ParsedArguments
@@ -49,9 +49,9 @@ struct CheckCommand: ParsableCommand {
     name: "check", abstract: "Verify the repository: catalog against archives (sizes, checksums, members).",
     options: [
       .init("read-data", help: "Also hash every stored file and compare with its recorded SHA-256."),
-      .init("rebuild-catalog", help: "First rebuild catalog.db from the archives' manifests."),
+      .init("rebuild-catalog", help: "First rebuild the catalog from the repository's manifests."),
       repositoryOption,
-    ])
+    ] + repositoryAccessOptions)
   let readData: Bool
   let rebuild: Bool
   let arguments: ParsedArguments
@@ -64,8 +64,9 @@ struct CheckCommand: ParsableCommand {
   func run(_ context: CommandContext) throws -> CommandOutput {
     var lines: [String] = []
     if rebuild {
-      let path = arguments.value("repo") ?? context.deviceRoot.backups
-      let rebuilt = try Repository.rebuildCatalog(at: path, environment: context.environment)
+      let rebuilt = try Repository.rebuildCatalog(
+        try context.repositoryLocation(arguments),
+        options: context.repositoryOptions(arguments, create: false))
       for skipped in rebuilt.skipped { context.warn("archive skipped: \(skipped)") }
       lines.append(
         "Rebuilt the catalog from \(rebuilt.archives) archives: \(rebuilt.snapshots) snapshots, "
@@ -99,7 +100,7 @@ struct ForgetCommand: ParsableCommand {
     options: [
       .init("keep-last", value: "N", help: "How many of the newest snapshots to keep (required)."),
       repositoryOption,
-    ])
+    ] + repositoryAccessOptions)
   let app: String
   let keepLast: Int
   let arguments: ParsedArguments
@@ -121,12 +122,20 @@ struct ForgetCommand: ParsableCommand {
       name = record.bundleIdentifier
     }
     let report = try repository.forget(app: name, keepLast: keepLast, observer: ProgressBar(context))
-    let text =
+    var text =
       report.removed.isEmpty
       ? "Nothing to forget: \(name) has \(report.kept.count) snapshots."
       : "Forgot \(report.removed.count) snapshots of \(name) (\(report.removed.map(\.id).joined(separator: ", "))); "
         + "kept \(report.kept.count); deleted \(report.deletedArchives.count) archives, "
         + "reclaimed \(byteCount(max(0, report.bytesReclaimed)))"
+    if !report.markedArchives.isEmpty {
+      text += "\nMarked \(report.markedArchives.count) archives for deletion after the grace period"
+    }
+    if report.removed.isEmpty && !report.deletedArchives.isEmpty {
+      text +=
+        "\nDeleted \(report.deletedArchives.count) archives marked earlier, reclaimed "
+        + byteCount(max(0, report.bytesReclaimed))
+    }
     return CommandOutput(
       text: text,
       json: .object([
@@ -134,6 +143,7 @@ struct ForgetCommand: ParsableCommand {
         ("kept", .array(report.kept.map { .string($0.id) })),
         ("deletedArchives", .array(report.deletedArchives.map(JSONValue.string))),
         ("newArchive", .optional(report.newArchive)), ("bytesReclaimed", .int(report.bytesReclaimed)),
+        ("markedArchives", .array(report.markedArchives.map(JSONValue.string))),
       ]))
   }
 }

@@ -20,7 +20,7 @@ struct RestoreCommand: ParsableCommand {
     ],
     options: [
       .init("snapshot", value: "ID", help: "The snapshot to restore (default: latest)."), repositoryOption,
-    ])
+    ] + repositoryAccessOptions)
   let app: String
   let snapshot: String
   let arguments: ParsedArguments
@@ -48,6 +48,9 @@ struct RestoreCommand: ParsableCommand {
     case .otherDevice(let reason)?:
       keychainReason = reason
       context.warn("keychain items were not restored: \(reason)")
+    case .restoredFromElsewhere(_, let notes)?:
+      keychainRestored = true
+      for note in notes { context.warn("keychain: \(note)") }
     case nil:
       keychainReason =
         result.snapshot.keychainOffset == nil

@@ -129,7 +129,7 @@ extension CommandContext {
   /// The snapshot an update takes first (incremental, tagged "pre-update"), in the
   /// device's default repository, keychain items included; and one of each of its groups.
   func preUpdateSnapshot(of app: AppRecord, in session: DeviceSession) throws -> PreUpdateSnapshot? {
-    let repository = try Repository(path: session.root.backups, environment: environment)
+    let repository = try defaultRepository()
     let options = BackupOptions(tag: "pre-update", keychain: keychainSnapshotter)
     let snapshot = try repository.backup(app, in: session, options: options).snapshot
     return PreUpdateSnapshot(
@@ -164,7 +164,7 @@ struct RevertCommand: ParsableCommand {
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: true)
     let record = try session.lockApp(app)
-    let repository = try Repository(path: session.root.backups, environment: context.environment)
+    let repository = try context.defaultRepository()
     let report = try repository.revert(
       record, in: session, keychain: context.keychainSnapshotter, withGroups: withGroups,
       observer: ProgressBar(context))

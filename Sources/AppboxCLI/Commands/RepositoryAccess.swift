@@ -1,0 +1,92 @@
+import AppboxBackup
+import AppboxContainer
+import AppboxCore
+import AppboxKeychain
+import Foundation
+import Glibc
+
+// How commands reach a repository: `--repo DIR|s3://BUCKET/PREFIX`, the store's endpoint and
+// credentials, and the password of an encrypted one.
+
+let repositoryAccessOptions: [CommandDescription.Option] = [
+  .init(
+    "endpoint", value: "URL", help: "The S3 store of an s3:// repository (default: $APPBOX_S3_ENDPOINT)."),
+  .init(
+    "region", value: "R", help: "The S3 region to sign for (default: $APPBOX_S3_REGION, else us-east-1)."),
+  .init(
+    "credentials-file", value: "F",
+    help: "S3 keys from F (AWS credentials format) instead of $AWS_ACCESS_KEY_ID and $AWS_SECRET_ACCESS_KEY."),
+  .init(
+    "password-file", value: "F",
+    help:
+      "An encrypted repository's password from F's first line (default: $APPBOX_PASSWORD_FILE, else stdin)."),
+]
+
+extension CommandContext {
+  /// Where this device keeps its caches of remote and encrypted repositories.
+  var repositoryCacheDirectory: String { deviceRoot.stateDirectory + "/cache" }
+
+  /// The location --repo names (with --endpoint, --region, --credentials-file), else the
+  /// device root's `Backups`.
+  func repositoryLocation(_ arguments: ParsedArguments?) throws -> RepositoryLocation {
+    try RepositoryLocation.parse(
+      arguments?.value("repo"), defaultDirectory: deviceRoot.backups, endpoint: arguments?.value("endpoint"),
+      region: arguments?.value("region"), credentialsFile: arguments?.value("credentials-file"),
+      environment: environment)
+  }
+
+  /// What opening a repository takes: the cache directory and where a password comes from
+  /// (--password-file, $APPBOX_PASSWORD_FILE, else standard input: asked for on a terminal).
+  func repositoryOptions(_ arguments: ParsedArguments?, create: Bool) -> RepositoryOptions {
+    let file = arguments?.value("password-file") ?? environment["APPBOX_PASSWORD_FILE"] ?? "-"
+    let keychains = deviceRoot.keychains
+    return RepositoryOptions(
+      create: create, environment: environment, cacheDirectory: repositoryCacheDirectory,
+      password: { try readPassword(file, prompt: "Repository password") },
+      deviceSecret: {
+        try Keychain(directory: keychains).deviceBoundSecret(purpose: "repository key cache v1")
+      })
+  }
+
+  /// The repository named by --repo, else the device root's `Backups`.
+  func repository(_ arguments: ParsedArguments, create: Bool) throws -> Repository {
+    try Repository(
+      location: try repositoryLocation(arguments), options: repositoryOptions(arguments, create: create))
+  }
+
+  /// The device's own repository (`<root>/Backups`), as update and revert use it.
+  func defaultRepository(create: Bool = true) throws -> Repository {
+    try Repository(location: .directory(deviceRoot.backups), options: repositoryOptions(nil, create: create))
+  }
+
+  /// The device's keychain as backups see it: snapshots carry the app's items, sealed
+  /// under the device key (and, in an encrypted repository, the portable ones under its key).
+  var keychainSnapshotter: (any KeychainSnapshotting)? { DeviceKeychainSnapshotter(root: deviceRoot) }
+}
+
+/// A password: the first line of `file` ('-': standard input), or asked for without echo when
+/// standard input is a terminal.
+@Sendable func readPassword(_ file: String, prompt: String) throws -> [UInt8] {
+  if file == "-" && isatty(0) == 1 { return askWithoutEcho(prompt) }
+  return try Repository.readPasswordFile(file)
+}
+
+/// Asks on the terminal (the prompt on stderr) with echo off. Uses `tcgetattr(3)` and `tcsetattr(3)`.
+func askWithoutEcho(_ prompt: String) -> [UInt8] {
+  try? FileDescriptor(rawValue: 2).writeAll(Array((prompt + ": ").utf8))
+  var saved = termios()
+  let canSilence = tcgetattr(0, &saved) == 0
+  if canSilence {
+    var silent = saved
+    silent.c_lflag &= ~tcflag_t(ECHO)
+    tcsetattr(0, TCSANOW, &silent)
+  }
+  defer {
+    if canSilence { tcsetattr(0, TCSANOW, &saved) }
+    try? FileDescriptor(rawValue: 2).writeAll(Array("\n".utf8))
+  }
+  var line: [UInt8] = []
+  var byte: UInt8 = 0
+  while read(0, &byte, 1) == 1 && byte != UInt8(ascii: "\n") { line.append(byte) }
+  return line
+}

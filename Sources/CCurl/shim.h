@@ -1,0 +1,28 @@
+#ifndef APPBOX_CCURL_SHIM_H
+#define APPBOX_CCURL_SHIM_H
+#include <curl/curl.h>
+
+// curl_easy_setopt and curl_easy_getinfo are variadic, which Swift cannot call: one typed
+// wrapper per kind of argument.
+typedef size_t (*appbox_curl_data_callback)(char *data, size_t size, size_t count, void *context);
+
+static inline CURLcode appbox_curl_set_long(CURL *handle, CURLoption option, long value) {
+  return curl_easy_setopt(handle, option, value);
+}
+static inline CURLcode appbox_curl_set_offset(CURL *handle, CURLoption option, curl_off_t value) {
+  return curl_easy_setopt(handle, option, value);
+}
+static inline CURLcode appbox_curl_set_string(CURL *handle, CURLoption option, const char *value) {
+  return curl_easy_setopt(handle, option, value);
+}
+static inline CURLcode appbox_curl_set_pointer(CURL *handle, CURLoption option, void *value) {
+  return curl_easy_setopt(handle, option, value);
+}
+static inline CURLcode appbox_curl_set_callback(CURL *handle, CURLoption option,
+                                                appbox_curl_data_callback callback) {
+  return curl_easy_setopt(handle, option, callback);
+}
+static inline CURLcode appbox_curl_get_long(CURL *handle, CURLINFO info, long *value) {
+  return curl_easy_getinfo(handle, info, value);
+}
+#endif
