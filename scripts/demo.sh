@@ -178,6 +178,27 @@ printf '%s$ ls -R Documents && cat Documents/Drafts/letter.txt && ls Library/Cac
 (cd "$NOTES_HOME" && ls -R Documents && cat Documents/Drafts/letter.txt && ls Library/Caches tmp)
 step check --read-data
 
+section "A large file edited in place: only its changed chunks are stored"
+# Files of 1 MiB or more are cut into content-defined chunks (about 1 MiB each) as they are
+# read; after a 64 KiB edit in the middle, the next backup stores only the chunk around it, as
+# a member .appbox/chunks/<digest> that any tar lists; restore and export give whole files.
+head -c 8388608 /dev/urandom > "$NOTES_HOME/Documents/recording.mov"
+THIRD=$(capture backup com.example.notes)
+echo "$THIRD"
+printf '%s$ dd if=/dev/urandom of=Documents/recording.mov bs=64K seek=60 count=1 conv=notrunc%s\n' "$dim" "$reset"
+dd if=/dev/urandom of="$NOTES_HOME/Documents/recording.mov" bs=64K seek=60 count=1 conv=notrunc status=none
+FOURTH=$(capture backup com.example.notes)
+echo "$FOURTH"
+step snapshots com.example.notes
+printf '%s$ tar -tvf Backups/archives/%s.tar%s\n' "$dim" "$FOURTH" "$reset"
+tar --warning=no-unknown-keyword -tvf "$APPBOX_ROOT/Backups/archives/$FOURTH.tar"
+RECORDING_SUM=$(sha256sum < "$NOTES_HOME/Documents/recording.mov")
+rm "$NOTES_HOME/Documents/recording.mov"
+step restore com.example.notes --snapshot "$FOURTH"
+printf '%s$ sha256sum Documents/recording.mov  (the same as before the restore)%s\n' "$dim" "$reset"
+[ "$(sha256sum < "$NOTES_HOME/Documents/recording.mov")" = "$RECORDING_SUM" ] && echo "identical"
+rm "$NOTES_HOME/Documents/recording.mov"
+
 section "Update Notes 1.0 -> 2.0: a pre-update snapshot, a new home, the data moved with rename(2)"
 mkdir -p "$NOTES_HOME/Library/Application Support"
 printf '{"database": "%s/Documents/notes.db"}\n' "$NOTES_HOME" > "$NOTES_HOME/Library/Application Support/config.json"

@@ -212,6 +212,29 @@ struct AdvisorTests {
     }
   }
 
+  /// A file marked exclude-from-backup after it changed is still there: its size now is its
+  /// size, not "gone" (nil); a deleted one is gone.
+  @Test func aFileExcludedLaterKeepsItsSizeAndADeletedOneIsGone() throws {
+    let fixture = try Fixture()
+    for name in ["maps.bin", "old.bin"] {
+      try fixture.write("Documents/" + name, bytes: [UInt8](repeating: 1, count: 30_000))
+    }
+    _ = try fixture.backup()
+    for name in ["maps.bin", "old.bin"] {
+      try fixture.write("Documents/" + name, bytes: [UInt8](repeating: 2, count: 40_000))
+    }
+    try fixture.trustSnapshots()
+    _ = try fixture.backup()
+    try fixture.setAttribute("Documents/maps.bin", excludeFromBackupAttribute, Array("1".utf8))
+    try FileManager.default.removeItem(atPath: fixture.path("Documents/old.bin"))
+    try fixture.trustSnapshots()
+    _ = try fixture.backup()
+    let report = try fixture.repository.advise(app: fixture.app.bundleIdentifier)
+    let byPath = Dictionary(uniqueKeysWithValues: report.files.map { (display($0.path), $0) })
+    #expect(byPath["Documents/maps.bin"]?.size == 40_000)
+    #expect(byPath["Documents/old.bin"] != nil && byPath["Documents/old.bin"]?.size == nil)
+  }
+
   @Test func namesAreClassifiedByWordsNotSubstrings() {
     func directory(_ name: String) -> RegenerableKind? {
       NameClassifier.regenerableKind(ofDirectory: Array(name.utf8))

@@ -46,6 +46,8 @@ struct Bench {
   var only: String?
   /// Leave the work directory in place (to profile against it).
   var keep = false
+  /// Where the results so far are written after each scenario (removed once all are in).
+  var partialPath: String?
   /// Files the churn tree holds (set when it is first made).
   var churnFiles = "?"
 
@@ -115,16 +117,27 @@ struct Bench {
       return report(
         scenarios, title: "appbox benchmark (\(size.rawValue), encryption and S3)", notes: notes)
     }
-    scenarios.append(try floors(home))
-    for state in FileSystemState.allCases { scenarios.append(try fullBackup(home, state)) }
-    scenarios += try incrementals(home, workload: .atomicSaves)
-    scenarios += try incrementals(home, workload: .inPlace)
-    for state in FileSystemState.allCases { scenarios.append(try restore(home, state)) }
-    scenarios += try encryption(home)
-    scenarios.append(try objectStore(home))
-    for state in FileSystemState.allCases { scenarios.append(try update(&home, state)) }
-    scenarios.append(try history(home))
-    return report(scenarios, title: "appbox benchmark (\(size.rawValue))", notes: notes)
+    let title = "appbox benchmark (\(size.rawValue))"
+    // What is measured so far is written after each scenario, so a run that fails late (a
+    // full disk, a peer's error) still leaves its results.
+    func measured(_ new: [Scenario]) {
+      scenarios += new
+      if let partialPath {
+        try? report(scenarios, title: title + ", partial", notes: notes).write(
+          toFile: partialPath, atomically: true, encoding: .utf8)
+      }
+    }
+    measured([try floors(home)])
+    for state in FileSystemState.allCases { measured([try fullBackup(home, state)]) }
+    measured(try incrementals(home, workload: .atomicSaves))
+    measured(try incrementals(home, workload: .inPlace))
+    for state in FileSystemState.allCases { measured([try restore(home, state)]) }
+    measured(try encryption(home))
+    measured([try objectStore(home)])
+    for state in FileSystemState.allCases { measured([try update(&home, state)]) }
+    measured([try history(home)])
+    if let partialPath { unlink(partialPath) }
+    return report(scenarios, title: title, notes: notes)
   }
 
   /// Where the benchmark runs: the work directory's own file system. With APPBOX_BENCH_LOOP=1

@@ -140,6 +140,9 @@ extension Bench {
       for (tool, command) in rotated(restores, run: run) {
         rows[tool, default: []].append(try s3.time(command))
       }
+      // This run's local copies go now (about ten times the data in all), so the runs do not
+      // add up on disk; the buckets stay until the cluster is stopped.
+      try shell.run("rm -rf \(local) \(local)-restic \(target) && sync")
       progress("object store run \(run + 1)/\(runs)")
     }
     let order = [

@@ -60,10 +60,11 @@ do {
     bench.only = option("only", in: arguments)
     bench.keep = arguments.contains("--keep")
     let results = option("results", in: arguments) ?? "Benchmarks/results"
-    let text = try bench.runAll()
-    print(text, terminator: "")
     let name = size.rawValue + (bench.only.map { "-" + $0 } ?? "")
     try makeDirectories(results)
+    bench.partialPath = results + "/\(name).partial.md"
+    let text = try bench.runAll()
+    print(text, terminator: "")
     try text.write(toFile: results + "/\(name).md", atomically: true, encoding: .utf8)
     progress("results written to \(results)/\(name).md")
   case "archive-throughput":

@@ -86,6 +86,8 @@ struct FindingCollector {
         let name = buffer[entry.nameRange]
         let entryPath = joinPath(directory.path, Array(name))
         if entry.isExcluded {
+          // Still there, only no longer backed up: its size now, not "gone".
+          if entry.type == .file, files[entryPath] != nil { files[entryPath]!.sizeNow = entry.size }
           if directory.inDocuments {
             excluded.append(
               (entryPath, entry.type == .directory, entry.type == .directory ? nil : entry.size))
