@@ -207,7 +207,7 @@ extension Repository {
 
 /// Problems found on another thread.
 final class ProblemList: @unchecked Sendable {
-  private let mutex = Mutex()
+  private let mutex = Monitor()
   private var items: [String] = []
   func add(_ problem: String) { mutex.withLock { items.append(problem) } }
   var all: [String] { mutex.withLock { items } }

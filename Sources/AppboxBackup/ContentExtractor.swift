@@ -164,7 +164,7 @@ final class ContentExtractor {
 
 /// Paths whose content did not match, filled by the hashing thread.
 private final class MismatchList: @unchecked Sendable {
-  private let mutex = Mutex()
+  private let mutex = Monitor()
   private var paths: [[UInt8]] = []
   func add(_ path: [UInt8]) { mutex.withLock { paths.append(path) } }
   var first: [UInt8]? { mutex.withLock { paths.first } }

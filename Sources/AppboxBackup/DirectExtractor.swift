@@ -72,7 +72,7 @@ final class DirectExtractor: @unchecked Sendable {
   private var archives: [FileDescriptor] = []
   private let nextUnit = Atomic<Int>(0)
   private let stopped = Atomic<Bool>(false)
-  private let failure = Mutex()
+  private let failure = Monitor()
   private var firstError: Error?
   /// By index into `plan.files`: written here. Each file is set by exactly one worker.
   let written: UnsafeMutableBufferPointer<Bool>

@@ -1,6 +1,8 @@
 // Engines never print: they report these events to an injected observer. The CLI renders
 // them (a progress bar on a terminal, warnings as lines); tests collect them.
 
+import AppboxCore
+
 /// Something an engine reports while it works.
 public enum EngineEvent: Sendable, Equatable {
   /// An operation on an app began ("backup", "restore", "export", "import", "forget", "check").
@@ -31,7 +33,7 @@ public final class SilentObserver: EngineObserver {
 
 /// An observer that keeps every event, for tests and for summaries.
 public final class RecordingObserver: EngineObserver, @unchecked Sendable {
-  private let lock = Mutex()
+  private let lock = Monitor()
   private var stored: [EngineEvent] = []
   public init() {}
   public func engine(_ event: EngineEvent) { lock.withLock { stored.append(event) } }

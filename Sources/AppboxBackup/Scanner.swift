@@ -204,7 +204,7 @@ final class Scanner: @unchecked Sendable {
     var parent: DirectoryHandle?
   }
 
-  private let mutex = Mutex()
+  private let mutex = Monitor()
   private var directories: [ScannedDirectory] = []
   private var pending: [Job] = []
   private var active = 0

@@ -1,49 +1,12 @@
-// The few threading tools the engines use: a mutex with a condition, a thread one can join,
+// The few threading tools the engines use (besides AppboxCore's Monitor): a thread one can join,
 // and a bounded hand-off queue. Engines run their stages on plain threads (not Swift
 // concurrency): each stage is a tight loop of blocking system calls, and each C handle
 // (SQLite connection, libarchive object, hash context) must stay on one thread.
 
+import AppboxCore
 import AppboxCrypto
 import Foundation
 import Glibc
-
-/// A pthread mutex with one condition variable. The pthread objects live in memory of
-/// their own (allocated once, never moved): a pthread_mutex_t must keep its address while
-/// in use, which a stored property of a class, passed with `&`, does not promise.
-final class Mutex: @unchecked Sendable {
-  private let mutex: UnsafeMutablePointer<pthread_mutex_t>
-  private let condition: UnsafeMutablePointer<pthread_cond_t>
-
-  init() {
-    mutex = .allocate(capacity: 1)
-    mutex.initialize(to: pthread_mutex_t())
-    condition = .allocate(capacity: 1)
-    condition.initialize(to: pthread_cond_t())
-    pthread_mutex_init(mutex, nil)
-    pthread_cond_init(condition, nil)
-  }
-
-  deinit {
-    pthread_cond_destroy(condition)
-    pthread_mutex_destroy(mutex)
-    condition.deinitialize(count: 1)
-    condition.deallocate()
-    mutex.deinitialize(count: 1)
-    mutex.deallocate()
-  }
-
-  func withLock<T>(_ body: () throws -> T) rethrows -> T {
-    pthread_mutex_lock(mutex)
-    defer { pthread_mutex_unlock(mutex) }
-    return try body()
-  }
-
-  /// Waits for a signal; call with the lock held (inside `withLock`).
-  func wait() { pthread_cond_wait(condition, mutex) }
-
-  /// Wakes every waiter.
-  func broadcast() { pthread_cond_broadcast(condition) }
-}
 
 /// A thread running one closure; `join()` waits for it and returns what it threw, if anything.
 final class WorkerThread: @unchecked Sendable {
@@ -81,7 +44,7 @@ final class WorkerThread: @unchecked Sendable {
 /// capacity. Waking a thread per element costs a futex round trip each, which for many small
 /// files is more than the work itself.
 final class HandoffQueue<Element>: @unchecked Sendable {
-  private let mutex = Mutex()
+  private let mutex = Monitor()
   private var items: [(Element, Int)] = []
   private var head = 0
   private var cost = 0
@@ -177,7 +140,7 @@ final class HandoffQueue<Element>: @unchecked Sendable {
 /// large allocations (which glibc would keep around after the first few are freed).
 final class BufferPool: @unchecked Sendable {
   let bufferSize: Int
-  private let mutex = Mutex()
+  private let mutex = Monitor()
   private var free: [UnsafeMutableRawBufferPointer] = []
   private var all: [UnsafeMutableRawBufferPointer] = []
   private var waiting = false

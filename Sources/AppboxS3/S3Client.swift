@@ -67,7 +67,7 @@ public final class S3Client: @unchecked Sendable {
   private let scheme: String
   private let hostHeader: String
   private let basePath: String
-  private let lock = Condition()
+  private let lock = Monitor()
   private var idle: [HTTPConnection] = []
   /// The store's clock minus ours, from the last response's `Date` header.
   private var clockOffset: TimeInterval = 0
@@ -363,7 +363,7 @@ public final class S3Client: @unchecked Sendable {
       start += batch.count
       let body = Array(
         ("<?xml version=\"1.0\" encoding=\"UTF-8\"?><Delete><Quiet>true</Quiet>"
-          + batch.map { "<Object><Key>\(xmlEscaped($0))</Key></Object>" }.joined() + "</Delete>").utf8)
+          + batch.map { "<Object><Key>\(escapeMarkup($0))</Key></Object>" }.joined() + "</Delete>").utf8)
       let md5 = Data(try MD5.hash(body)).base64EncodedString()
       let response = try send(
         Request(
@@ -445,7 +445,7 @@ public final class S3Client: @unchecked Sendable {
     let body = Array(
       ("<CompleteMultipartUpload>"
         + etags.enumerated().map {
-          "<Part><PartNumber>\($0.offset + 1)</PartNumber><ETag>\(xmlEscaped($0.element))</ETag></Part>"
+          "<Part><PartNumber>\($0.offset + 1)</PartNumber><ETag>\(escapeMarkup($0.element))</ETag></Part>"
         }.joined() + "</CompleteMultipartUpload>").utf8)
     let request = Request(
       method: "POST", bucket: bucket, key: key, query: [("uploadId", uploadID)],
@@ -546,37 +546,4 @@ public final class S3Client: @unchecked Sendable {
     let days = era * 146097 + dayOfEra - 719468
     return Date(timeIntervalSince1970: Double(days * 86400 + hour * 3600 + minute * 60) + second)
   }
-}
-
-/// A pthread mutex with one condition variable, in memory of its own (a pthread object must
-/// not move while in use).
-final class Condition: @unchecked Sendable {
-  private let mutex: UnsafeMutablePointer<pthread_mutex_t>
-  private let condition: UnsafeMutablePointer<pthread_cond_t>
-
-  init() {
-    mutex = .allocate(capacity: 1)
-    mutex.initialize(to: pthread_mutex_t())
-    condition = .allocate(capacity: 1)
-    condition.initialize(to: pthread_cond_t())
-    pthread_mutex_init(mutex, nil)
-    pthread_cond_init(condition, nil)
-  }
-
-  deinit {
-    pthread_cond_destroy(condition)
-    pthread_mutex_destroy(mutex)
-    condition.deallocate()
-    mutex.deallocate()
-  }
-
-  func withLock<T>(_ body: () throws -> T) rethrows -> T {
-    pthread_mutex_lock(mutex)
-    defer { pthread_mutex_unlock(mutex) }
-    return try body()
-  }
-
-  /// Waits for a broadcast; call with the lock held.
-  func wait() { pthread_cond_wait(condition, mutex) }
-  func broadcast() { pthread_cond_broadcast(condition) }
 }

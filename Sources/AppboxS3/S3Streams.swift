@@ -13,7 +13,7 @@ import Glibc
 /// `S3Client.read`). `close()` (or releasing the stream) stops the download.
 public final class S3ObjectStream: @unchecked Sendable {
   public let offset: Int64
-  private let condition = Condition()
+  private let condition = Monitor()
   private let capacity: Int
   private var buffer: [UInt8] = []
   private var start = 0
@@ -116,7 +116,7 @@ public final class S3StreamingUpload: @unchecked Sendable {
   private let partSize: Int
   private var current: [UInt8] = []
   private var uploadID: String?
-  private let condition = Condition()
+  private let condition = Monitor()
   /// The part waiting for the sender thread, and what it reported.
   private var queued: (number: Int, bytes: [UInt8])?
   private var etags: [Int: String] = [:]

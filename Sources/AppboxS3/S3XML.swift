@@ -129,19 +129,3 @@ struct XMLElement {
     return result + String(decoding: plain, as: UTF8.self)
   }
 }
-
-/// Escapes text for an XML element's content.
-func xmlEscaped(_ text: String) -> String {
-  var result = ""
-  for character in text {
-    switch character {
-    case "&": result += "&amp;"
-    case "<": result += "&lt;"
-    case ">": result += "&gt;"
-    case "\"": result += "&quot;"
-    case "'": result += "&apos;"
-    default: result.append(character)
-    }
-  }
-  return result
-}
