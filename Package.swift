@@ -23,8 +23,8 @@ let package = Package(
       name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
     .systemLibrary(  // imported by AppboxCrypto
       name: "COpenSSL", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
-    .systemLibrary(  // imported by AppboxS3
-      name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+    .systemLibrary(  // imported by AppboxS3; headers only: libcurl is loaded when S3 needs it
+      name: "CCurl", providers: [.apt(["libcurl4-openssl-dev"])]),
     .systemLibrary(  // used by appbox-sandbox (C) only: the seccomp filter
       name: "CSeccomp", pkgConfig: "libseccomp", providers: [.apt(["libseccomp-dev"])]),
     // Syscalls Swift cannot call directly (openat2, renameat2, xattrs, Landlock probe).

@@ -33,8 +33,9 @@ struct TransportFailure: Error {
   var couldNotConnect: Bool
 }
 
-/// libcurl's global state, set up once per process. Uses `curl_global_init`.
-private let curlReady: Bool = curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK
+/// libcurl's global state, set up once per process (which loads libcurl: see CCurl's shim.h).
+/// Uses `curl_global_init`.
+private let curlReady: Bool = appbox_curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK
 
 /// One connection (a libcurl easy handle). Not thread-safe: one request at a time.
 final class HTTPConnection {
@@ -42,14 +43,16 @@ final class HTTPConnection {
 
   /// Uses `curl_easy_init`.
   init() throws(TransportFailure) {
-    guard curlReady, let handle = curl_easy_init() else {
-      throw TransportFailure(code: 2, message: "libcurl could not be initialised", couldNotConnect: true)
+    guard curlReady, let handle = appbox_curl_easy_init() else {
+      throw TransportFailure(
+        code: 2, message: "libcurl (libcurl.so.4, Debian libcurl4) could not be loaded or initialised",
+        couldNotConnect: true)
     }
     self.handle = handle
   }
 
   /// Uses `curl_easy_cleanup`.
-  deinit { curl_easy_cleanup(handle) }
+  deinit { appbox_curl_easy_cleanup(handle) }
 
   /// How long to wait for a connection, and how long a transfer may stall (under one byte a
   /// second) before it is given up as a dropped connection.
@@ -63,15 +66,15 @@ final class HTTPConnection {
   func perform(_ request: HTTPRequest, receive: ((UnsafeRawBufferPointer) -> Bool)? = nil)
     throws(TransportFailure) -> HTTPResponse
   {
-    curl_easy_reset(handle)
+    appbox_curl_easy_reset(handle)
     let state = TransferState(receive: receive)
     let context = Unmanaged.passUnretained(state).toOpaque()
     var headerList: UnsafeMutablePointer<curl_slist>?
-    defer { curl_slist_free_all(headerList) }
+    defer { appbox_curl_slist_free_all(headerList) }
     // No "Expect: 100-continue" round trip before a body; no Accept header of curl's own.
     for (name, value) in request.headers + [("Expect", ""), ("Accept", "")] {
       let line = value.isEmpty ? "\(name):" : "\(name): \(value)"
-      headerList = curl_slist_append(headerList, line)
+      headerList = appbox_curl_slist_append(headerList, line)
     }
     var status = CURLE_OK
     func set(_ code: CURLcode) { if status == CURLE_OK { status = code } }
@@ -103,7 +106,7 @@ final class HTTPConnection {
     guard status == CURLE_OK else {
       throw TransportFailure(code: status.rawValue, message: Self.describe(status), couldNotConnect: false)
     }
-    let result = curl_easy_perform(handle)
+    let result = appbox_curl_easy_perform(handle)
     if result != CURLE_OK && !(result == CURLE_WRITE_ERROR && state.stoppedByReceiver) {
       let connectFailures: [CURLcode] = [
         CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY,
@@ -119,7 +122,7 @@ final class HTTPConnection {
   }
 
   static func describe(_ code: CURLcode) -> String {
-    String(cString: curl_easy_strerror(code))
+    String(cString: appbox_curl_easy_strerror(code))
   }
 }
 
