@@ -16,6 +16,18 @@ struct S3ClientTests {
         attempts: 3, partSize: partSize))
   }
 
+  /// libcurl is loaded by the first S3 request, not by every appbox command: the executable
+  /// does not need it, and a request loads it into the process.
+  @Test func libcurlIsLoadedOnFirstUseNotAtStart() throws {
+    let needed = try runProcess("/usr/bin/ldd", [productsDirectory + "/appbox"])
+    #expect(needed.status == 0, "\(needed.err)")
+    #expect(needed.out.contains("libsqlite3") && !needed.out.contains("libcurl"))
+    let cluster = try SwiftCluster.shared()
+    _ = try client(cluster).bucketExists(SwiftCluster.uniqueBucket())
+    let maps = try runProcess("/bin/cat", ["/proc/\(getpid())/maps"])
+    #expect(maps.out.contains("libcurl"))
+  }
+
   @Test func objectsGoInComeOutListAndGo() throws {
     let cluster = try SwiftCluster.shared()
     let s3 = try client(cluster)
