@@ -137,6 +137,17 @@ extension Catalog {
     }
   }
 
+  /// The trees `archive`'s manifest carries, as stored (whole or deltas).
+  public func storedTrees(inArchive archive: String) throws -> [StoredTree] {
+    try database.all("SELECT digest, base, data FROM trees WHERE archive = ?1", .text(archive)) { row in
+      guard let digest = Digest(validating: row.blob(0)) else {
+        throw BackupError(.corruptCatalog, "Catalog row of a tree of '\(archive)' is malformed")
+      }
+      return StoredTree(
+        digest: digest, base: row.isNull(1) ? nil : Digest(validating: row.blob(1)), data: row.blob(2))
+    }
+  }
+
   /// How many deltas tree `digest` is from a whole tree (an upper bound), or nil.
   public func treeDepth(_ digest: Digest) throws -> Int? {
     let statement = try database.cachedStatement("SELECT depth FROM trees WHERE digest = ?1")

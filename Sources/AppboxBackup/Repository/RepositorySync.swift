@@ -249,22 +249,13 @@ extension Repository {
     guard isLegacy, local != nil else { return }
     let snapshots = try catalog.snapshots()
     let owners = Dictionary(snapshots.map { ($0.archive, $0) }, uniquingKeysWith: { first, _ in first })
+    let listsByArchive = Dictionary(grouping: try catalog.chunkLists(), by: \.archive)
     for record in try catalog.archives() {
       guard try store.size(of: "manifests/" + record.name) == nil else { continue }
-      let trees = try catalog.database.all(
-        "SELECT digest, base, data FROM trees WHERE archive = ?1", .text(record.name)
-      ) { row -> StoredTree in
-        guard let digest = Digest(validating: row.blob(0)) else {
-          throw BackupError(.corruptCatalog, "Catalog row of a tree of '\(record.name)' is malformed")
-        }
-        return StoredTree(
-          digest: digest, base: row.isNull(1) ? nil : Digest(validating: row.blob(1)), data: row.blob(2))
-      }
       let manifest = Manifest(
-        snapshot: owners[record.name], trees: trees, blobs: try catalog.blobs(inArchive: record.name),
-        chunks: try catalog.chunks(inArchive: record.name),
-        chunkLists: try catalog.chunkLists().filter { $0.archive == record.name }.map { ($0.digest, $0.list) }
-      )
+        snapshot: owners[record.name], trees: try catalog.storedTrees(inArchive: record.name),
+        blobs: try catalog.blobs(inArchive: record.name), chunks: try catalog.chunks(inArchive: record.name),
+        chunkLists: (listsByArchive[record.name] ?? []).map { ($0.digest, $0.list) })
       try putObject(
         "manifests/" + record.name,
         ManifestObject(record: record, manifestBytes: manifest.encoded()).encoded())

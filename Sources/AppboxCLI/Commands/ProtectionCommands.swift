@@ -15,7 +15,11 @@ private func readPasscodes(_ arguments: ParsedArguments, prompts: [String], cont
   -> [[UInt8]]
 {
   let file = arguments.value("passcode-file") ?? "-"
-  if file == "-" && isatty(0) == 1 { return try prompts.map { try promptWithoutEcho($0, context: context) } }
+  if file == "-" && isatty(0) == 1 {
+    return prompts.map {
+      askWithoutEcho($0.prefix(1).uppercased() + $0.dropFirst(), write: context.stderr.write)
+    }
+  }
   let bytes: [UInt8]
   do {
     bytes =
@@ -35,26 +39,6 @@ private func readPasscodes(_ arguments: ParsedArguments, prompts: [String], cont
     throw arguments.usage("expected \(what) on \(file == "-" ? "standard input" : "'\(file)'")")
   }
   return Array(lines.prefix(prompts.count))
-}
-
-/// Asks on the terminal (stderr for the prompt) with echo off. Uses `tcgetattr(3)` and `tcsetattr(3)`.
-private func promptWithoutEcho(_ prompt: String, context: CommandContext) throws -> [UInt8] {
-  context.stderr.write(prompt.prefix(1).uppercased() + prompt.dropFirst() + ": ")
-  var saved = termios()
-  let canSilence = tcgetattr(0, &saved) == 0
-  if canSilence {
-    var silent = saved
-    silent.c_lflag &= ~tcflag_t(ECHO)
-    tcsetattr(0, TCSANOW, &silent)
-  }
-  defer {
-    if canSilence { tcsetattr(0, TCSANOW, &saved) }
-    context.stderr.write("\n")
-  }
-  var line: [UInt8] = []
-  var byte: UInt8 = 0
-  while read(0, &byte, 1) == 1 && byte != UInt8(ascii: "\n") { line.append(byte) }
-  return line
 }
 
 func protectionLines(_ status: ProtectionStatus) -> [String] {

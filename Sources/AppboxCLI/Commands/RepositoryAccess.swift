@@ -71,9 +71,12 @@ extension CommandContext {
   return try Repository.readPasswordFile(file)
 }
 
-/// Asks on the terminal (the prompt on stderr) with echo off. Uses `tcgetattr(3)` and `tcsetattr(3)`.
-func askWithoutEcho(_ prompt: String) -> [UInt8] {
-  try? FileDescriptor(rawValue: 2).writeAll(Array((prompt + ": ").utf8))
+/// Asks on the terminal with echo off: `write` shows the prompt (default: straight to stderr,
+/// for callers without a command context). Uses `tcgetattr(3)` and `tcsetattr(3)`.
+func askWithoutEcho(
+  _ prompt: String, write: (String) -> Void = { try? FileDescriptor(rawValue: 2).writeAll(Array($0.utf8)) }
+) -> [UInt8] {
+  write(prompt + ": ")
   var saved = termios()
   let canSilence = tcgetattr(0, &saved) == 0
   if canSilence {
@@ -83,7 +86,7 @@ func askWithoutEcho(_ prompt: String) -> [UInt8] {
   }
   defer {
     if canSilence { tcsetattr(0, TCSANOW, &saved) }
-    try? FileDescriptor(rawValue: 2).writeAll(Array("\n".utf8))
+    write("\n")
   }
   var line: [UInt8] = []
   var byte: UInt8 = 0
