@@ -332,7 +332,10 @@ public final class Repository {
       for name in temporary { try FileTree.remove(atPath: local.path(directory + "/" + name)) }
       removed += temporary
     }
-    let debris = try local.list("archives").map(\.name).filter { !known.contains($0) }
+    // Never an archive some row still names, whatever its manifest says: deleting it would
+    // lose content (a catalog out of step keeps the file; `check` reports the rows).
+    let named = try catalog.namedArchives()
+    let debris = try local.list("archives").map(\.name).filter { !known.contains($0) && !named.contains($0) }
     try local.delete(debris.map { "archives/" + $0 })
     removed += debris
     if !isLegacy {

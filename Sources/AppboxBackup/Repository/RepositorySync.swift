@@ -202,7 +202,7 @@ extension Repository {
     }
     snapshots.sort { ($0.committed, $0.snapshot.time) < ($1.committed, $1.snapshot.time) }
     try catalog.database.inTransaction {
-      for table in ["snapshots", "blobs", "trees", "archives"] {
+      for table in ["snapshots", "blobs", "trees", "chunks", "chunk_lists", "archives"] {
         try catalog.database.execute("DELETE FROM \(table)")
       }
       for (record, manifest) in loaded { try ingest(record, manifest) }
