@@ -27,6 +27,8 @@ public struct BackupError: AppboxFailure, Equatable {
     case denied
     /// The repository is busy: another process holds what this one needs (exit 75).
     case busy
+    /// Writing or syncing failed: a disk full or an I/O error (exit 74).
+    case io
   }
 
   public var code: Code
@@ -46,6 +48,7 @@ public struct BackupError: AppboxFailure, Equatable {
     case .cannotCreate: return .cannotCreate
     case .denied: return .denied
     case .busy: return .busy
+    case .io: return .io
     }
   }
 

@@ -80,7 +80,9 @@ extension Repository {
     guard let app else { preconditionFailure("the app is installed by now") }
     CrashPoint.hit("restore.staged")
     observer.engine(.stage("swap"))
-    try HomeSwap.swap(staging, into: app, carrying: .bundle, session: session, dataOwned: owner != nil)
+    // From here on the home holds the snapshot: what fails after the swap is a warning.
+    let swapWarnings = try HomeSwap.swap(
+      staging, into: app, carrying: .bundle, session: session, dataOwned: owner != nil)
     CrashPoint.hit("restore.swapped")
 
     var outcome: KeychainRestoreOutcome?
@@ -92,7 +94,7 @@ extension Repository {
     observer.engine(.finished(operation: "restore", app: bundleIdentifier))
     return RestoreResult(
       snapshot: snapshot, app: app, installedBundle: installed, files: report.files, bytes: report.bytes,
-      keychain: outcome, warnings: report.warnings, groups: groups)
+      keychain: outcome, warnings: report.warnings + swapWarnings, groups: groups)
   }
 
   /// Writes the bundle of `snapshot` as `<directory>/<Name>.app` (the directory must exist;

@@ -88,6 +88,7 @@ public enum Strace {
     _ executable: String, _ arguments: [String], environment: [String: String]? = nil, input: [UInt8] = []
   ) throws -> (result: ProcessResult, counts: [DurableSyscall: Int]) {
     let directory = TemporaryDirectory("strace")
+    defer { withExtendedLifetime(directory) {} }
     let log = directory.url("trace")
     let names = DurableSyscall.allCases.flatMap(\.systemCalls).joined(separator: ",")
     let result = try runProcess(
@@ -96,9 +97,10 @@ public enum Strace {
     var perThread: [String: Int] = [:]
     let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
     for line in text.split(separator: "\n") {
-      // "1234 fsync(7) = 0", "1234 fsync(7 <unfinished ...>"; a "<... fsync resumed>" line is
-      // the same call again.
-      let fields = line.split(separator: " ", maxSplits: 1)
+      // "1234 fsync(7) = 0", "1234 fsync(7 <unfinished ...>" (no pid while only one process
+      // was ever traced); a "<... fsync resumed>" line is the same call again.
+      var fields = line.split(separator: " ", maxSplits: 1).map { $0.drop { $0 == " " } }
+      if let first = fields.first, first.contains("(") { fields.insert("main", at: 0) }
       guard fields.count == 2, !fields[1].hasPrefix("<..."), let open = fields[1].firstIndex(of: "("),
         let call = DurableSyscall.of(fields[1][..<open])
       else { continue }

@@ -71,6 +71,9 @@ public final class FaultWorkspace: @unchecked Sendable {
   public var repositoryOptions: [String] = []
   /// Added to every command's environment.
   public var environment: [String: String] = [:]
+  /// Environments the verification tries in turn, keeping the first that lists the snapshots
+  /// (after `repo passwd`, either password may open the repository).
+  public var verificationEnvironments: [[String: String]] = [[:]]
   public let app: String
   public var ledger = SnapshotLedger()
   private var templateLedger = SnapshotLedger()
@@ -120,7 +123,13 @@ public final class FaultWorkspace: @unchecked Sendable {
     let apps = (try? JSONSerialization.jsonObject(with: Data(list.stdout))) as? [[String: Any]] ?? []
     let version = apps.first { $0["bundleIdentifier"] as? String == app }?["version"] as? String
     let bundle = (try? FileManager.default.contentsOfDirectory(atPath: home))?.first { $0.hasSuffix(".app") }
-    return AppState(version: version, data: try captureHomeData(home, bundle: bundle ?? "Notes.app"))
+    // The container's metadata file is made with each home (an update's new one too).
+    let data = try captureTree(
+      home,
+      skipping: [
+        bundle ?? "Notes.app", "tmp", "Library/Caches", ".com.apple.mobile_container_manager.metadata.plist",
+      ])
+    return AppState(version: version, data: data)
   }
 
   /// Backs the app up (`extra`: more options) and records the snapshot in the ledger.
@@ -216,7 +225,7 @@ public struct FaultSweep {
     let after = try workspace.state()
     var problems: [String] = []
     let points = Self.isFull ? Self.everyPoint(counts) : bounded(counts)
-    if points.isEmpty { problems.append("\(name): no fault points (counts \(counts))") }
+    if points.isEmpty { problems.append("\(name): no fault points (counts \(counts)): \(reference.err)") }
     var reached = 0
     for point in points {
       try workspace.reset()
@@ -284,9 +293,15 @@ public struct FaultSweep {
   public func verifyRepository(madeByTheCommand pending: [[UInt8]: CapturedEntry]? = nil) throws -> [String] {
     var problems: [String] = []
     let repository = ["--repo", workspace.repository] + workspace.repositoryOptions
-    let check = try workspace.run(["check", "--read-data"] + repository)
+    var environment: [String: String] = [:]
+    var listing = ProcessResult(status: 1, stdout: [], stderr: [])
+    for candidate in workspace.verificationEnvironments {
+      environment = candidate
+      listing = try workspace.run(["--json", "snapshots"] + repository, environment: candidate)
+      if listing.status == 0 { break }
+    }
+    let check = try workspace.run(["check", "--read-data"] + repository, environment: environment)
     if check.status != 0 { problems.append("check --read-data: \(check.status) \(check.out) \(check.err)") }
-    let listing = try workspace.run(["--json", "snapshots"] + repository)
     guard listing.status == 0,
       let snapshots = try? JSONSerialization.jsonObject(with: Data(listing.stdout)) as? [[String: Any]]
     else { return problems + ["snapshots: \(listing.status) \(listing.err)"] }
@@ -299,8 +314,10 @@ public struct FaultSweep {
         continue
       }
       let fresh = workspace.freshRoot()
+      defer { withExtendedLifetime(fresh) {} }
       let root = fresh.url("root")
-      let restored = try workspace.run(["restore", app, "--snapshot", id] + repository, root: root)
+      let restored = try workspace.run(
+        ["restore", app, "--snapshot", id] + repository, environment: environment, root: root)
       guard restored.status == 0 else {
         problems.append("restore of \(id) on a new device: \(restored.status) \(restored.err)")
         continue

@@ -46,6 +46,44 @@ extension FaultWorkspace {
   }
 }
 
+/// The starting states of the sweeps.
+enum FaultScenarios {
+  /// The sample home (every kind of entry) and a large file stored as chunks, backed up once.
+  static func sampleDevice() throws -> FaultWorkspace {
+    let workspace = FaultWorkspace()
+    try workspace.install("Notes-1.0/Notes.app")
+    try writeSampleData(home: try workspace.home()!)
+    try workspace.writeRandom("Documents/store.db", size: 3 << 20, seed: 1)
+    try workspace.backup()
+    return workspace
+  }
+
+  /// Changes the sample home so that it differs from its snapshot.
+  static func change(_ workspace: FaultWorkspace, seed: UInt64) throws {
+    let home = try workspace.home()!
+    try workspace.editInPlace("Documents/store.db", seed: seed)
+    try Data("changed \(seed)".utf8).write(to: URL(fileURLWithPath: home + "/Documents/a.txt"))
+    try FileTree.remove(atPath: home + "/Documents/Nested")
+    try Data("new".utf8).write(to: URL(fileURLWithPath: home + "/Library/new-\(seed).txt"))
+  }
+
+  /// An encrypted repository (`work/enc`, password in `work/pw`) with one snapshot.
+  static func encryptedRepository() throws -> FaultWorkspace {
+    let workspace = FaultWorkspace()
+    try workspace.install("Notes-1.0/Notes.app")
+    try writeSampleData(home: try workspace.home()!)
+    try Data("old password\n".utf8).write(to: URL(fileURLWithPath: workspace.path("pw")))
+    workspace.repository = workspace.path("enc")
+    workspace.environment["APPBOX_PASSWORD_FILE"] = workspace.path("pw")
+    let created = try workspace.run("repo", "init", "--repo", workspace.repository, "--encrypt")
+    guard created.status == 0 else {
+      throw SystemError("repo init: \(created.err)", path: "", errno: .ioError)
+    }
+    try workspace.backup(["--repo", workspace.repository])
+    return workspace
+  }
+}
+
 /// Faults at durable system calls (SIGKILL, EIO, ENOSPC through strace) in every command that
 /// writes a repository or a home; see FaultSweep.swift for what is checked after each.
 @Suite(.enabled(if: Strace.isAvailable, "strace is not installed (make deps installs it)"))
@@ -89,6 +127,136 @@ struct FaultSweepTests {
       (1...max(1, counts[.fsync] ?? 0)).map { FaultPoint(.fsync, $0, .kill) }
         + (1...max(1, counts[.unlink] ?? 0)).map { FaultPoint(.unlink, $0, .kill) }
     }
+    #expect(problems == [])
+  }
+}
+
+/// Every writing command under the sweep. The bounded form (a few faults each) runs in
+/// `make test`; `make test-faults` (APPBOX_FAULTS_FULL=1) runs every fault at every call.
+@Suite(.enabled(if: Strace.isAvailable, "strace is not installed (make deps installs it)"))
+struct CommandFaultTests {
+  /// A few faults: a kill at the middle and last of each kind of call, an EIO and an ENOSPC
+  /// at the middle fsync.
+  static func representative(_ counts: [DurableSyscall: Int]) -> [FaultPoint] {
+    var points: [FaultPoint] = []
+    for syscall in DurableSyscall.allCases {
+      guard let count = counts[syscall], count > 0 else { continue }
+      points.append(FaultPoint(syscall, (count + 1) / 2, .kill))
+    }
+    if let fsyncs = counts[.fsync], fsyncs > 0 {
+      points.append(FaultPoint(.fsync, (fsyncs + 1) / 2, .error("EIO")))
+      points.append(FaultPoint(.fsync, fsyncs, .error("ENOSPC")))
+    }
+    return points
+  }
+
+  static func backupNext(_ workspace: FaultWorkspace) throws -> [String] {
+    try workspace.backup(["--repo", workspace.repository])
+    return []
+  }
+
+  @Test func backup() throws {
+    let workspace = try FaultScenarios.sampleDevice()
+    try FaultScenarios.change(workspace, seed: 2)
+    var sweep = FaultSweep(
+      "backup", workspace: workspace, command: ["backup", workspace.app], expectation: .unchanged)
+    sweep.next = Self.backupNext
+    let problems = try sweep.run(bounded: Self.representative)
+    #expect(problems == [])
+  }
+
+  @Test func encryptedBackup() throws {
+    let workspace = try FaultScenarios.encryptedRepository()
+    try FaultScenarios.change(workspace, seed: 2)
+    var sweep = FaultSweep(
+      "encrypted backup", workspace: workspace,
+      command: ["backup", workspace.app, "--repo", workspace.repository],
+      expectation: .unchanged)
+    sweep.next = Self.backupNext
+    let problems = try sweep.run(bounded: Self.representative)
+    #expect(problems == [])
+  }
+
+  @Test func restore() throws {
+    let workspace = try FaultScenarios.sampleDevice()
+    let first = workspace.ledger.ids[0]
+    try FaultScenarios.change(workspace, seed: 3)
+    let sweep = FaultSweep(
+      "restore", workspace: workspace, command: ["restore", workspace.app, "--snapshot", first],
+      expectation: .allOrNothing)
+    let problems = try sweep.run(bounded: Self.representative)
+    #expect(problems == [])
+  }
+
+  @Test func importArchive() throws {
+    let workspace = try FaultScenarios.sampleDevice()
+    try FaultScenarios.change(workspace, seed: 4)
+    let tar = workspace.path("export.tar")
+    #expect(try workspace.run("export", workspace.app, tar).status == 0)
+    try FaultScenarios.change(workspace, seed: 5)
+    let sweep = FaultSweep(
+      "import", workspace: workspace, command: ["import", workspace.app, tar], expectation: .allOrNothing)
+    let problems = try sweep.run(bounded: Self.representative)
+    #expect(problems == [])
+  }
+
+  @Test func update() throws {
+    let workspace = try FaultScenarios.sampleDevice()
+    try FaultScenarios.change(workspace, seed: 6)
+    let sweep = FaultSweep(
+      "update", workspace: workspace,
+      command: ["update", workspace.app, fixturePath("bundles/Notes-2.0/Notes.app")],
+      expectation: .allOrNothing)
+    let problems = try sweep.run(bounded: Self.representative)
+    #expect(problems == [])
+  }
+
+  @Test func revert() throws {
+    let workspace = try FaultScenarios.sampleDevice()
+    let before = try workspace.state().data
+    let update = try workspace.run("update", workspace.app, fixturePath("bundles/Notes-2.0/Notes.app"))
+    #expect(update.status == 0, "\(update.err)")
+    // The update's pre-update snapshot holds the data as it was.
+    let listing = try workspace.run("--json", "snapshots")
+    for snapshot in (try JSONSerialization.jsonObject(with: Data(listing.stdout)) as? [[String: Any]]) ?? [] {
+      if let id = snapshot["snapshot"] as? String, workspace.ledger.data(of: id) == nil {
+        workspace.ledger.record(id, before)
+      }
+    }
+    try FaultScenarios.change(workspace, seed: 7)
+    let sweep = FaultSweep(
+      "revert", workspace: workspace, command: ["revert", workspace.app], expectation: .allOrNothing)
+    let problems = try sweep.run(bounded: Self.representative)
+    #expect(problems == [])
+  }
+
+  @Test func repositoryPassword() throws {
+    let workspace = try FaultScenarios.encryptedRepository()
+    try Data("new password\n".utf8).write(to: URL(fileURLWithPath: workspace.path("pw2")))
+    workspace.verificationEnvironments = [[:], ["APPBOX_PASSWORD_FILE": workspace.path("pw2")]]
+    var sweep = FaultSweep(
+      "repo passwd", workspace: workspace,
+      command: [
+        "repo", "passwd", "--repo", workspace.repository, "--new-password-file", workspace.path("pw2"),
+      ],
+      expectation: .unchanged)
+    sweep.next = { _ in [] }
+    let problems = try sweep.run(bounded: Self.representative)
+    #expect(problems == [])
+  }
+
+  @Test func layoutUpgrade() throws {
+    let workspace = try FaultScenarios.sampleDevice()
+    try FaultScenarios.change(workspace, seed: 8)
+    try workspace.backup()
+    for name in ["config", "manifests", "snapshots"] {
+      try FileTree.remove(atPath: workspace.repository + "/" + name)
+    }
+    try FaultScenarios.change(workspace, seed: 9)
+    var sweep = FaultSweep(
+      "layout upgrade", workspace: workspace, command: ["backup", workspace.app], expectation: .unchanged)
+    sweep.next = Self.backupNext
+    let problems = try sweep.run(bounded: Self.representative)
     #expect(problems == [])
   }
 }

@@ -263,6 +263,7 @@ struct ImportCommand: ParsableCommand {
       into: record, from: file,
       options: ImportOptions(limits: limits, lenient: lenient, allowEmpty: allowEmpty),
       observer: ProgressBar(context))
+    for warning in report.cleanupWarnings { context.warn(warning) }
     var text =
       "Imported \(file) into \(record.bundleIdentifier): \(report.files) files, \(report.directories) "
       + "directories, \(byteCount(report.bytes))"
