@@ -110,14 +110,14 @@ extension Repository {
     CrashPoint.hit("revert.staged")
     var warnings: [String] = []
     let record = try session.replaceHome(
-      of: app, with: staged, event: "revert", snapshot: current.snapshot.id, warnings: { warnings.append($0) }
-    ) {
-      staging, _ in
-      let data = try staging.open(dataName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
-      defer { data.close() }
-      try HomeStaging.moveData(from: data, into: staging)
-      try FileTree.remove(dataName, in: staging)
-    }
+      of: app, with: staged, event: "revert", snapshot: current.snapshot.id,
+      warnings: { warnings.append($0) },
+      migrate: { staging, _ in
+        let data = try staging.open(dataName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+        defer { data.close() }
+        try HomeStaging.moveData(from: data, into: staging)
+        try FileTree.remove(dataName, in: staging)
+      })
     var restoredGroups: [String: String] = [:]
     for (group, groupSnapshot) in groupSnapshots {
       // The old bundle lists the group again (its container was kept, or made anew).

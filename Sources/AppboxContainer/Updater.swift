@@ -117,10 +117,8 @@ extension DeviceSession {
       let record = try replaceHome(
         of: app, with: staged, event: "update", snapshot: snapshotID,
         groupSnapshots: preUpdate?.groups ?? [:],
-        groups: groups, warnings: { warnings.append($0) }
-      ) { staging, old in
-        try HomeStaging.moveData(from: old, into: staging)
-      }
+        groups: groups, warnings: { warnings.append($0) },
+        migrate: { staging, old in try HomeStaging.moveData(from: old, into: staging) })
       let migrationSeconds = seconds(since: migrationStart)
 
       let surveyStart = DispatchTime.now().uptimeNanoseconds
