@@ -236,7 +236,8 @@ public final class Catalog {
     database = try Database(path: path, mode: readOnly ? .readOnly : .readWriteCreate)
     if !readOnly {
       if walMode {
-        try database.setJournalModeWAL()
+        // A backup's transaction can hold thousands of pages: wal-index for 32 Ki frames.
+        try database.setJournalModeWAL(walIndexBytes: 256 << 10)
         // A backup commits megabytes of trees at once; checkpointing after every one of them
         // (the default threshold is 4 MiB) would add a database fsync to each backup.
         try database.execute("PRAGMA wal_autocheckpoint = 8192")

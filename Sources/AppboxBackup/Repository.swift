@@ -124,13 +124,30 @@ public final class Repository {
       key = nil
       keyName = nil
     }
-    catalog = try Catalog(path: catalogPath)
-    if !isLegacy {
+    let writable: Catalog
+    do {
+      writable = try Catalog(path: catalogPath)
+    } catch where options.readOnly && Repository.cannotWrite(error) {
+      // Reading needs no space: the catalog as the last sync left it.
+      catalog = try Catalog(path: catalogPath, readOnly: true)
+      return
+    }
+    catalog = writable
+    if config != nil {
       // Layout 2: the catalog is a cache of the objects, which are durable before it is
       // written; a transaction lost to a power cut is synced back in. No fsync per commit.
-      try catalog.database.setSynchronous(.normal)
-      try sync()
+      do {
+        try catalog.database.setSynchronous(.normal)
+        try sync()
+      } catch where options.readOnly && Repository.cannotWrite(error) {
+        // The sync's transaction rolled back: the catalog reads as the last sync left it.
+      }
     }
+  }
+
+  /// Whether `error` says the catalog cannot be written here (a full or read-only file system).
+  static func cannotWrite(_ error: any Error) -> Bool {
+    error.isOutOfSpace || (error as? any AppboxFailure)?.kind == .denied
   }
 
   /// Unlocks an encrypted repository's key with the password: from this device's copy when it

@@ -1,5 +1,6 @@
 import AppboxCore
 import CSQLite
+import Glibc
 
 /// Owns one `sqlite3*`. `Database` and every `Statement` hold a reference, so the handle is
 /// closed only after the last statement prepared on it has been finalized.
@@ -7,14 +8,30 @@ final class Connection {
   let handle: OpaquePointer
   let path: String
 
+  /// The wal-index (`-shm`) file, held open after its space was allocated (see
+  /// `Database.preallocateWALIndex`): closed only after the handle, because closing any
+  /// descriptor of a file drops the process's POSIX locks on it, SQLite's included.
+  var walIndex: Int32 = -1
+  /// The wal-index is kept in memory (`locking_mode = EXCLUSIVE`): there is no `-shm`.
+  var walIndexInMemory = false
+
   init(handle: OpaquePointer, path: String) {
     self.handle = handle
     self.path = path
   }
 
-  /// Uses `sqlite3_close_v2`.
+  /// Checkpoints the WAL first (what closing would do, with its errors ignored), keeping a
+  /// failure for `Database.takeCloseFailures()`: a checkpoint's fdatasync that fails is a
+  /// write that did not reach the disk. Uses `sqlite3_wal_checkpoint_v2` and `sqlite3_close_v2`.
   deinit {
+    if sqlite3_db_readonly(handle, "main") == 0 {
+      let code = sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
+      if code != SQLITE_OK && code & 0xFF != SQLITE_BUSY && code & 0xFF != SQLITE_LOCKED {
+        CloseFailures.add(error(code, operation: "checkpoint the WAL", sql: nil))
+      }
+    }
     sqlite3_close_v2(handle)
+    if walIndex >= 0 { close(walIndex) }
   }
 
   /// The error for a failed call on this connection, with SQLite's current message.
@@ -53,5 +70,20 @@ extension StoreError {
     return StoreError(
       extendedCode: resultCode, message: message, sql: sql, path: path, operation: operation,
       systemErrno: systemErrno)
+  }
+}
+
+/// Failures of connections as they closed (their checkpoints), kept for whoever reports.
+enum CloseFailures {
+  nonisolated(unsafe) private static var failures: [StoreError] = []
+  private static let lock = Monitor()
+
+  static func add(_ failure: StoreError) { lock.withLock { failures.append(failure) } }
+
+  static func take() -> [StoreError] {
+    lock.withLock {
+      defer { failures.removeAll() }
+      return failures
+    }
   }
 }

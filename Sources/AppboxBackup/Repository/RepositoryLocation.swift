@@ -157,6 +157,9 @@ public struct RepositoryOptions: Sendable {
   /// A secret bound to this device (from its device key), under which the device keeps the
   /// key of an encrypted repository it has unlocked (Repository/KeyCache.swift); nil keeps none.
   public var deviceSecret: (@Sendable () throws -> [UInt8])?
+  /// The command only reads the repository: when the catalog cannot be written (a full or
+  /// read-only file system), it is read as the last sync left it instead of failing.
+  public var readOnly = false
 
   public init(
     create: Bool = false, environment: [String: String] = ProcessInfo.processInfo.environment,

@@ -172,7 +172,7 @@ struct SnapshotsCommand: ParsableCommand {
   }
 
   func run(_ context: CommandContext) throws -> CommandOutput {
-    let repository = try context.repository(arguments, create: false)
+    let repository = try context.repository(arguments, create: false, readOnly: true)
     var name = app
     if let app, UUID(uuidString: app) != nil, let registry = try? context.openDevice(mutating: false).registry
     {

@@ -21,7 +21,7 @@ struct DiffCommand: ParsableCommand {
   }
 
   func run(_ context: CommandContext) throws -> CommandOutput {
-    let repository = try context.repository(arguments, create: false)
+    let repository = try context.repository(arguments, create: false, readOnly: true)
     let a = try repository.snapshot(old)
     let b = try repository.snapshot(new)
     let diff = try repository.diff(a, b)
@@ -72,7 +72,7 @@ struct CheckCommand: ParsableCommand {
         "Rebuilt the catalog from \(rebuilt.archives) archives: \(rebuilt.snapshots) snapshots, "
           + "\(rebuilt.trees) trees, \(rebuilt.blobs) blobs")
     }
-    let repository = try context.repository(arguments, create: false)
+    let repository = try context.repository(arguments, create: false, readOnly: true)
     let report = try repository.check(readData: readData, observer: ProgressBar(context))
     for note in report.notes { context.note("note: \(note)") }
     lines.append(

@@ -33,7 +33,7 @@ struct RestoreCommand: ParsableCommand {
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: true)
-    let repository = try context.repository(arguments, create: false)
+    let repository = try context.repository(arguments, create: false, readOnly: true)
     if namesGroup(app) { return try restoreGroup(session: session, repository: repository, context: context) }
     // The app may be missing (the restore installs it): its lock is taken by identifier.
     let identifier = try session.registry.appIfPresent(app)?.bundleIdentifier ?? app

@@ -1,4 +1,5 @@
 import AppboxCore
+import AppboxStore
 import Foundation
 
 /// Runs one command line start to finish: parse, validate, run, print, and map any
@@ -13,6 +14,20 @@ public struct CommandRunner: Sendable {
   }
 
   public func run(
+    _ arguments: [String], environment: [String: String], stdout: OutputSink, stderr: OutputSink
+  )
+    -> Int32
+  {
+    let status = execute(arguments, environment: environment, stdout: stdout, stderr: stderr)
+    // Writes that failed after the command thought it was done: a checkpoint of a database
+    // as it closed, or the output itself. Every failed write or sync is the command's failure.
+    let late: [any Error] = Database.takeCloseFailures() + (stdout.failure.map { [$0] } ?? [])
+    guard status == 0, let first = late.first else { return status }
+    stderr.write("Error: \(Terminal.sanitize(errorMessage(shown(first))))\n")
+    return ExitStatus.of(first)
+  }
+
+  private func execute(
     _ arguments: [String], environment: [String: String], stdout: OutputSink, stderr: OutputSink
   )
     -> Int32
@@ -84,14 +99,20 @@ func errorMessage(_ error: Error) -> String {
 
 /// `{"status", "message"}` for an error, as `--json` reports failures.
 func errorJSON(_ error: Error) -> JSONValue {
-  .object([("status", .int(ExitStatus.of(error))), ("message", .string(errorMessage(error)))])
+  .object([("status", .int(ExitStatus.of(error))), ("message", .string(errorMessage(shown(error))))])
 }
 
 extension CommandContext {
   /// The one stderr line of a failure: "Error: " and the message (app-chosen bytes escaped).
   func report(_ error: Error, prefix: String = "") {
-    stderr.write("Error: \(Terminal.sanitize(prefix + errorMessage(error)))\n")
+    stderr.write("Error: \(Terminal.sanitize(prefix + errorMessage(shown(error))))\n")
   }
+}
+
+/// The error as reported: a full file system said as such ("no space left on DEVICE").
+func shown(_ error: Error) -> Error { NoSpaceError.from(error) ?? error }
+
+extension CommandContext {
 }
 
 /// The sysexits statuses of the command-line contract.
