@@ -73,9 +73,15 @@ public struct Snapshot: Sendable, Equatable {
   public var unreadable: Int = 0
   /// The first of their paths, shortened for display (`Snapshot.shortened`).
   public var unreadablePaths: [[UInt8]] = []
+  /// Files that kept changing while the backup read them: the snapshot holds a reading that
+  /// may mix two versions (torn). 0 for a snapshot whose every file held still.
+  public var torn: Int = 0
+  /// The first of their paths, shortened.
+  public var tornPaths: [[UInt8]] = []
 
-  /// Whether some entries could not be read, so the snapshot lacks them.
-  public var isIncomplete: Bool { unreadable > 0 }
+  /// Whether some entries could not be read (the snapshot lacks them) or were torn (the
+  /// snapshot holds a copy no version of them ever had).
+  public var isIncomplete: Bool { unreadable > 0 || torn > 0 }
 
   /// How many unreadable paths a snapshot keeps, and their total size at most.
   public static let unreadablePathLimit = 20
@@ -228,6 +234,11 @@ public final class Catalog {
     ALTER TABLE archives ADD COLUMN retired REAL;
     ALTER TABLE snapshots ADD COLUMN committed REAL;
     """,
+    // 5: files that kept changing while they were read (torn copies).
+    """
+    ALTER TABLE snapshots ADD COLUMN torn INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE snapshots ADD COLUMN torn_paths BLOB;
+    """,
   ]
 
   /// Opens (creating and migrating when writable) the catalog at `path`. `walMode: false`
@@ -260,7 +271,7 @@ public final class Catalog {
 
   static let snapshotColumns = """
     id, app, device, container, version, bundle_name, seal, time, kind, tag, parent, root_tree, files, bytes,
-    bytes_added, archive, keychain_offset, warnings, unreadable, unreadable_paths
+    bytes_added, archive, keychain_offset, warnings, unreadable, unreadable_paths, torn, torn_paths
     """
 
   private func snapshot(_ row: Statement) throws -> Snapshot {
@@ -275,7 +286,8 @@ public final class Catalog {
       rootTree: rootTree, files: row.int(12), bytes: row.int64(13), bytesAdded: row.int64(14),
       archive: row.text(15) ?? "", keychainOffset: row.isNull(16) ? nil : row.int64(16),
       warnings: row.int(17),
-      unreadable: row.int(18), unreadablePaths: Snapshot.splitPaths(row.isNull(19) ? [] : row.blob(19))
+      unreadable: row.int(18), unreadablePaths: Snapshot.splitPaths(row.isNull(19) ? [] : row.blob(19)),
+      torn: row.int(20), tornPaths: Snapshot.splitPaths(row.isNull(21) ? [] : row.blob(21))
     )
   }
 
@@ -306,7 +318,8 @@ public final class Catalog {
     let statement = try database.cachedStatement(
       """
       INSERT \(ignoringExisting ? "OR IGNORE " : "")INTO snapshots(\(Self.snapshotColumns), committed)
-      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)
+      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22,
+        ?23)
       """)
     try statement.bind([
       .text(snapshot.id), .text(snapshot.app), .text(snapshot.device), .text(snapshot.containerID),
@@ -318,6 +331,8 @@ public final class Catalog {
       snapshot.keychainOffset.map(SQLValue.integer) ?? .null,
       .integer(Int64(snapshot.warnings)), .integer(Int64(snapshot.unreadable)),
       snapshot.unreadablePaths.isEmpty ? .null : .blob(Snapshot.joinedPaths(snapshot.unreadablePaths)),
+      .integer(Int64(snapshot.torn)),
+      snapshot.tornPaths.isEmpty ? .null : .blob(Snapshot.joinedPaths(snapshot.tornPaths)),
       committed.map { .real($0.timeIntervalSince1970) } ?? .null,
     ])
     try statement.execute()

@@ -127,7 +127,7 @@ public final class Repository {
     let writable: Catalog
     do {
       writable = try Catalog(path: catalogPath)
-    } catch where options.readOnly && Repository.cannotWrite(error) {
+    } catch  where options.readOnly && Repository.cannotWrite(error) {
       // Reading needs no space: the catalog as the last sync left it.
       catalog = try Catalog(path: catalogPath, readOnly: true)
       return
@@ -139,7 +139,7 @@ public final class Repository {
       do {
         try catalog.database.setSynchronous(.normal)
         try sync()
-      } catch where options.readOnly && Repository.cannotWrite(error) {
+      } catch  where options.readOnly && Repository.cannotWrite(error) {
         // The sync's transaction rolled back: the catalog reads as the last sync left it.
       }
     }

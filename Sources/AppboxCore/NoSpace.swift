@@ -45,7 +45,9 @@ public struct NoSpaceError: AppboxFailure {
 
   /// `error` as a NoSpaceError when a full disk is behind it (keeping an estimate it had),
   /// else nil.
-  public static func from(_ error: any Error, path fallback: String? = nil, needed: Int64? = nil) -> NoSpaceError? {
+  public static func from(_ error: any Error, path fallback: String? = nil, needed: Int64? = nil)
+    -> NoSpaceError?
+  {
     if let error = error as? NoSpaceError {
       var copy = error
       if copy.needed == nil { copy.needed = needed }
@@ -85,16 +87,20 @@ public enum FileSystemName {
     let major = (device >> 8) & 0xfff | (device >> 32) & ~UInt64(0xfff)
     let minor = device & 0xff | (device >> 12) & ~UInt64(0xff)
     let wanted = "\(major):\(minor)"
-    guard let table = try? FileDescriptor.open("/proc/self/mountinfo", O_RDONLY).closeAfter({ try $0.readAll() })
+    guard
+      let table = try? FileDescriptor.open("/proc/self/mountinfo", O_RDONLY).closeAfter({ try $0.readAll() })
     else { return candidate }
     // id parent major:minor root mountpoint options [optional...] - type source superoptions
     var best: (point: String, source: String)?
     for line in String(decoding: table, as: UTF8.self).split(separator: "\n") {
       let fields = line.split(separator: " ").map(String.init)
-      guard fields.count > 6, fields[2] == wanted, let dash = fields.firstIndex(of: "-"), dash + 2 < fields.count
+      guard fields.count > 6, fields[2] == wanted, let dash = fields.firstIndex(of: "-"),
+        dash + 2 < fields.count
       else { continue }
       let point = unescapeMountField(fields[4])
-      if best == nil || point.count > best!.point.count { best = (point, unescapeMountField(fields[dash + 2])) }
+      if best == nil || point.count > best!.point.count {
+        best = (point, unescapeMountField(fields[dash + 2]))
+      }
     }
     guard let best else { return candidate }
     return best.source.hasPrefix("/") ? "\(best.source) at \(best.point)" : best.point

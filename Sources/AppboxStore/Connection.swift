@@ -12,19 +12,19 @@ final class Connection {
   /// `Database.preallocateWALIndex`): closed only after the handle, because closing any
   /// descriptor of a file drops the process's POSIX locks on it, SQLite's included.
   var walIndex: Int32 = -1
-  /// The wal-index is kept in memory (`locking_mode = EXCLUSIVE`): there is no `-shm`.
-  var walIndexInMemory = false
 
   init(handle: OpaquePointer, path: String) {
     self.handle = handle
     self.path = path
   }
 
-  /// Checkpoints the WAL first (what closing would do, with its errors ignored), keeping a
+  /// Checkpoints the WAL first when this connection wrote (what closing would do, with its
+  /// errors ignored), keeping a
   /// failure for `Database.takeCloseFailures()`: a checkpoint's fdatasync that fails is a
   /// write that did not reach the disk. Uses `sqlite3_wal_checkpoint_v2` and `sqlite3_close_v2`.
   deinit {
-    if sqlite3_db_readonly(handle, "main") == 0 {
+    // Only a connection that wrote: what others left in the WAL is theirs to checkpoint.
+    if sqlite3_db_readonly(handle, "main") == 0 && sqlite3_total_changes64(handle) > 0 {
       let code = sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
       if code != SQLITE_OK && code & 0xFF != SQLITE_BUSY && code & 0xFF != SQLITE_LOCKED {
         CloseFailures.add(error(code, operation: "checkpoint the WAL", sql: nil))

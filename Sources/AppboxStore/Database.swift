@@ -68,20 +68,14 @@ public final class Database {
     case .readWriteCreate: flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
     }
     let timeout = Database.busyTimeoutMilliseconds(busyTimeout)
-    // Nearly no space left: the wal-index goes in memory (no `-shm` to map, none to fault on
-    // when the file system fills; see `preallocateWALIndex`), at the price of holding the
-    // database's lock while the connection is open.
-    let walIndexInMemory = mode != .readOnly && Database.freeSpace(besides: path).map { $0 < 1 << 20 } == true
     let connection: Connection
     do {
-      connection = try Database.open(
-        path, name: path, flags: flags, busyTimeout: timeout,
-        setup: walIndexInMemory ? "PRAGMA locking_mode = EXCLUSIVE" : nil)
-      connection.walIndexInMemory = walIndexInMemory
+      connection = try Database.open(path, name: path, flags: flags, busyTimeout: timeout)
     } catch let error as StoreError where mode == .readOnly && error.isOutOfSpace {
       if Database.hasEmptyLog(path) {
         connection = try Database.open(
-          Database.uri(path) + "?immutable=1", name: path, flags: flags | SQLITE_OPEN_URI, busyTimeout: timeout)
+          Database.uri(path) + "?immutable=1", name: path, flags: flags | SQLITE_OPEN_URI,
+          busyTimeout: timeout)
       } else {
         connection = try Database.open(
           path, name: path, flags: SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_READWRITE, busyTimeout: timeout,
@@ -119,16 +113,6 @@ public final class Database {
   /// The checkpoints that failed as connections closed since the last call (an fdatasync
   /// that failed there is a write that did not reach the disk): the command line reports them.
   public static func takeCloseFailures() -> [StoreError] { CloseFailures.take() }
-
-  /// Bytes an unprivileged writer may still use on the file system of `path`'s directory.
-  /// Uses `statvfs(3)`.
-  static func freeSpace(besides path: String) -> Int64? {
-    var directory = splitPath(path).directory
-    if directory.isEmpty { directory = "." }
-    var st = statvfs()
-    guard statvfs(directory, &st) == 0 else { return nil }
-    return Int64(st.f_bavail) * Int64(st.f_frsize)
-  }
 
   /// Whether the database's WAL is missing or empty (every transaction is in the file).
   private static func hasEmptyLog(_ path: String) -> Bool {

@@ -100,7 +100,7 @@ public final class FaultWorkspace: @unchecked Sendable {
   public func run(_ arguments: String...) throws -> ProcessResult { try run(arguments) }
 
   /// The command line and environment of `appbox --root ROOT arguments`.
-  func commandLine(_ arguments: [String]) -> (
+  public func commandLine(_ arguments: [String]) -> (
     executable: String, arguments: [String], environment: [String: String]
   ) {
     var environment = ProcessInfo.processInfo.environment

@@ -60,7 +60,7 @@ struct RestoreCommand: ParsableCommand {
     if result.snapshot.isIncomplete {
       context.warn(
         "snapshot \(result.snapshot.id) is incomplete: when it was taken, "
-          + unreadableSummary(result.snapshot.unreadable, result.snapshot.unreadablePaths))
+          + incompleteSummary(result.snapshot))
     }
     var lines = [
       "Restored \(result.app.bundleIdentifier) from snapshot \(result.snapshot.id) "
@@ -108,7 +108,7 @@ struct RestoreCommand: ParsableCommand {
     if result.snapshot.isIncomplete {
       context.warn(
         "snapshot \(result.snapshot.id) is incomplete: when it was taken, "
-          + unreadableSummary(result.snapshot.unreadable, result.snapshot.unreadablePaths))
+          + incompleteSummary(result.snapshot))
     }
     return CommandOutput(
       text: "Restored the app group \(group.identifier) from snapshot \(result.snapshot.id) "

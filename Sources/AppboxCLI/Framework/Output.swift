@@ -55,7 +55,9 @@ public final class DescriptorSink: OutputSink, @unchecked Sendable {
   /// The first write that failed, named after the stream.
   public var failure: SystemError? {
     lock.withLock {
-      firstFailure.map { SystemError("write \(fd == 1 ? "standard output" : "standard error")", errno: $0.errno) }
+      firstFailure.map {
+        SystemError("write \(fd == 1 ? "standard output" : "standard error")", errno: $0.errno)
+      }
     }
   }
 }
