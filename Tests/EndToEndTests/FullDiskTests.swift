@@ -104,7 +104,10 @@ struct FullDiskTests {
         #expect(backup.errorLines.count == 1, "\(free) KB free: \(backup.err)")
       }
     }
+    // With room again, the next backup works and the repository checks clean.
     try FileManager.default.removeItem(atPath: volume.path + "/filler")
+    let again = try run("backup", "com.example.notes")
+    #expect(again.status == 0, "\(again.err)")
     let check = try run("check")
     #expect(check.status == 0, "\(check.out) \(check.err)")
   }
