@@ -49,6 +49,8 @@ public final class Repository {
   let keyName: String?
   /// The directory of this device's cache of the repository (remote or encrypted ones).
   let cacheDirectory: String?
+  /// Damaged objects the last sync met, and the snapshots they cost (RepositoryDamage.swift).
+  public internal(set) var damage = RepositoryDamage()
   public let catalogPath: String
 
   /// Whether the archives are sealed (an encrypted repository).
@@ -352,7 +354,12 @@ public final class Repository {
     // Never an archive some row still names, whatever its manifest says: deleting it would
     // lose content (a catalog out of step keeps the file; `check` reports the rows).
     let named = try catalog.namedArchives()
-    let debris = try local.list("archives").map(\.name).filter { !known.contains($0) && !named.contains($0) }
+    // Layout 2: debris has no manifest object at all (one whose manifest is only damaged is
+    // not debris: its content may be all that is left of some snapshot).
+    let committed = isLegacy ? known : Set(try local.list("manifests").map(\.name))
+    let debris = try local.list("archives").map(\.name).filter {
+      !known.contains($0) && !named.contains($0) && !committed.contains($0)
+    }
     try local.delete(debris.map { "archives/" + $0 })
     removed += debris
     if !isLegacy {
@@ -367,7 +374,8 @@ public final class Repository {
   /// Archive files (and temp files) no committed archive accounts for: debris not yet removed.
   public func unknownArchiveFiles() throws -> [String] {
     guard let local else { return [] }
-    let known = Set(try catalog.archives().map(\.name))
+    var known = Set(try catalog.archives().map(\.name))
+    if !isLegacy { known.formUnion(try local.list("manifests").map(\.name)) }
     let names = try local.list("archives").map(\.name).filter { !known.contains($0) }
     return (names + (try local.temporaryFiles(in: "archives"))).sorted()
   }
@@ -400,6 +408,16 @@ public final class Repository {
 
   // MARK: Snapshots
 
+  /// The snapshots to list (the catalog's, and those only damaged objects name), each with
+  /// why it cannot be restored whole (nil: it can).
+  public func listing(app: String? = nil) throws -> [(snapshot: Snapshot, damage: String?)] {
+    var result = try catalog.snapshots(app: app).map { ($0, damage.affected[$0.id]) }
+    for snapshot in damage.unlisted where app.map({ $0 == snapshot.app }) ?? true {
+      result.append((snapshot, "the manifest of its archive '\(snapshot.archive)' is damaged"))
+    }
+    return result
+  }
+
   /// The app's most recent snapshot, or its most recent one carrying `tag` ("pre-update").
   public func latestSnapshot(app: String, tag: String? = nil) throws -> Snapshot? {
     try catalog.snapshots(app: app).last { tag == nil || $0.tag == tag }
@@ -415,6 +433,12 @@ public final class Repository {
       return last
     }
     guard let snapshot = try catalog.snapshot(id: id), app.map({ $0 == snapshot.app }) ?? true else {
+      if let unlisted = damage.unlisted.first(where: { $0.id == id.lowercased() }) {
+        throw BackupError(
+          .corruptArchive,
+          "Snapshot \(unlisted.id) cannot be restored: the manifest of its archive '\(unlisted.archive)' is damaged"
+        )
+      }
       throw BackupError(
         .snapshotNotFound, "No snapshot '\(id)'\(app.map { " of '\($0)'" } ?? "") in '\(path)'")
     }

@@ -53,6 +53,9 @@ extension Repository {
     var app = try session.registry.appIfPresent(name)
     let bundleIdentifier = app?.bundleIdentifier ?? name
     let snapshot = try self.snapshot(id, app: bundleIdentifier)
+    if let why = damage.affected[snapshot.id] {
+      throw BackupError(.corruptArchive, "Snapshot \(snapshot.id) cannot be restored: \(why)")
+    }
     let running = try app.map { try holdNotRunning($0, session: session) }
     defer { withExtendedLifetime(running) {} }
     observer.engine(.started(operation: "restore", app: bundleIdentifier))

@@ -218,31 +218,42 @@ struct SnapshotsCommand: ParsableCommand {
         (try? registry.appIfPresent(app)?.bundleIdentifier) ?? (try? registry.groupIfPresent(app)?.identifier)
         ?? app
     }
-    let snapshots = try repository.catalog.snapshots(app: name)
+    let listed = try repository.listing(app: name)
+    let snapshots = listed.map(\.snapshot)
     let tagged = snapshots.contains { $0.tag != nil }
     let incomplete = snapshots.contains { $0.isIncomplete }
+    let damaged = listed.contains { $0.damage != nil }
+    for (snapshot, why) in listed {
+      if let why { context.warn("snapshot \(snapshot.id) cannot be restored: \(why)") }
+    }
     let text =
       snapshots.isEmpty
       ? "No snapshots."
       : table(
         ["ID", "APP", "TIME", "KIND", "FILES", "SIZE"] + (tagged ? ["TAG"] : [])
-          + (incomplete ? ["INCOMPLETE"] : []),
-        snapshots.map {
-          [$0.id, $0.app, timestamp($0.time), $0.kind.rawValue, String($0.files), byteCount($0.bytes)]
-            + (tagged ? [$0.tag ?? ""] : [])
-            + (incomplete ? [incompleteColumn($0)] : [])
+          + (incomplete ? ["INCOMPLETE"] : []) + (damaged ? ["DAMAGED"] : []),
+        listed.map { snapshot, why in
+          [
+            snapshot.id, snapshot.app, timestamp(snapshot.time), snapshot.kind.rawValue,
+            String(snapshot.files),
+            byteCount(snapshot.bytes),
+          ]
+            + (tagged ? [snapshot.tag ?? ""] : [])
+            + (incomplete ? [incompleteColumn(snapshot)] : [])
+            + (damaged ? [why == nil ? "" : "damaged"] : [])
         })
     return CommandOutput(
       text: text,
       json: .array(
-        snapshots.map { snapshot in
+        listed.map { snapshot, why in
           .object(
             [
               ("snapshot", .string(snapshot.id)), ("app", .string(snapshot.app)),
               ("time", .string(timestamp(snapshot.time))),
               ("kind", .string(snapshot.kind.rawValue)), ("files", .int(snapshot.files)),
               ("bytes", .int(snapshot.bytes)),
-            ] + incompleteMembers(snapshot))
+            ] + incompleteMembers(snapshot)
+              + (why.map { [("damaged", JSONValue.bool(true)), ("damage", .string($0))] } ?? []))
         }))
   }
 }

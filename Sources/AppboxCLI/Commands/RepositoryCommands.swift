@@ -68,6 +68,11 @@ struct CheckCommand: ParsableCommand {
         try context.repositoryLocation(arguments),
         options: context.repositoryOptions(arguments, create: false))
       for skipped in rebuilt.skipped { context.warn("archive skipped: \(skipped)") }
+      if rebuilt.keptFromPrevious > 0 {
+        context.warn(
+          "kept \(rebuilt.keptFromPrevious) snapshots the previous catalog knew, whose archives' manifests "
+            + "cannot be read")
+      }
       lines.append(
         "Rebuilt the catalog from \(rebuilt.archives) archives: \(rebuilt.snapshots) snapshots, "
           + "\(rebuilt.trees) trees, \(rebuilt.blobs) blobs")
