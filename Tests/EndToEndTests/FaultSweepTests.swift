@@ -173,6 +173,20 @@ struct CommandFaultTests {
     #expect(problems == [])
   }
 
+  @Test func encryptedForget() throws {
+    let workspace = try FaultScenarios.encryptedRepository()
+    for seed in [21, 22] as [UInt64] {
+      try FaultScenarios.change(workspace, seed: seed)
+      try workspace.backup(["--repo", workspace.repository])
+    }
+    var sweep = FaultSweep(
+      "encrypted forget", workspace: workspace,
+      command: ["forget", workspace.app, "--keep-last", "1", "--repo", workspace.repository], expectation: .unchanged)
+    sweep.next = Self.backupNext
+    let problems = try sweep.run(bounded: Self.representative)
+    #expect(problems == [])
+  }
+
   @Test func restore() throws {
     let workspace = try FaultScenarios.sampleDevice()
     let first = workspace.ledger.ids[0]
