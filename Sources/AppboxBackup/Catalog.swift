@@ -496,17 +496,6 @@ public final class Catalog {
       "SELECT digest, archive, offset, path, size, data_offset FROM blobs ORDER BY archive, offset", map: map)
   }
 
-  /// Every archive name some row (a snapshot, blob, tree, chunk or chunk list) refers to.
-  public func namedArchives() throws -> Set<String> {
-    var names: Set<String> = []
-    for table in ["snapshots", "blobs", "trees", "chunks", "chunk_lists"] {
-      for name in try database.all("SELECT DISTINCT archive FROM \(table)", map: { $0.text(0) ?? "" }) {
-        names.insert(name)
-      }
-    }
-    return names
-  }
-
   /// Row counts, for tests and `check`.
   public func count(_ table: String) throws -> Int {
     precondition(["archives", "snapshots", "trees", "blobs", "chunks", "chunk_lists"].contains(table))

@@ -16,6 +16,11 @@
 // forward: carried items still in the home are moved, the exchange is done unless the
 // home's inode already is the staging inode, the old tree is removed. A staging directory
 // without a journal was still being built: it is removed, and the home never changed.
+// A failure (not a crash) decides the outcome at once, so that a command that reports a
+// failure has not replaced the home: before the exchange, the swap is undone (carried items
+// back, the staged directory renamed to a name no journal gives, so no recovery can swap it
+// in, then the journal removed); after it, the swap has happened, and a failure cleaning up
+// is retried once, then returned as a warning (the journal stays for the next command).
 // Invariant: at every instant the home is either entirely the old contents (possibly minus
 // carried items sitting in the staging directory, which the journal brings back to a
 // consistent state) or entirely the new ones.

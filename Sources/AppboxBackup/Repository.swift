@@ -408,16 +408,6 @@ public final class Repository {
 
   // MARK: Snapshots
 
-  /// The snapshots to list (the catalog's, and those only damaged objects name), each with
-  /// why it cannot be restored whole (nil: it can).
-  public func listing(app: String? = nil) throws -> [(snapshot: Snapshot, damage: String?)] {
-    var result = try catalog.snapshots(app: app).map { ($0, damage.affected[$0.id]) }
-    for snapshot in damage.unlisted where app.map({ $0 == snapshot.app }) ?? true {
-      result.append((snapshot, "the manifest of its archive '\(snapshot.archive)' is damaged"))
-    }
-    return result
-  }
-
   /// The app's most recent snapshot, or its most recent one carrying `tag` ("pre-update").
   public func latestSnapshot(app: String, tag: String? = nil) throws -> Snapshot? {
     try catalog.snapshots(app: app).last { tag == nil || $0.tag == tag }

@@ -181,7 +181,8 @@ struct CommandFaultTests {
     }
     var sweep = FaultSweep(
       "encrypted forget", workspace: workspace,
-      command: ["forget", workspace.app, "--keep-last", "1", "--repo", workspace.repository], expectation: .unchanged)
+      command: ["forget", workspace.app, "--keep-last", "1", "--repo", workspace.repository],
+      expectation: .unchanged)
     sweep.next = Self.backupNext
     let problems = try sweep.run(bounded: Self.representative)
     #expect(problems == [])

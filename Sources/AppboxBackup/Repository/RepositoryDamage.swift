@@ -37,6 +37,16 @@ public struct RepositoryDamage: Sendable {
 }
 
 extension Repository {
+  /// The snapshots to list (the catalog's, and those only damaged objects name), each with
+  /// why it cannot be restored whole (nil: it can).
+  public func listing(app: String? = nil) throws -> [(snapshot: Snapshot, damage: String?)] {
+    var result = try catalog.snapshots(app: app).map { ($0, damage.affected[$0.id]) }
+    for snapshot in damage.unlisted where app.map({ $0 == snapshot.app }) ?? true {
+      result.append((snapshot, "the manifest of its archive '\(snapshot.archive)' is damaged"))
+    }
+    return result
+  }
+
   /// Whether `error` says an object is damaged (not that the store could not be reached).
   static func isDamage(_ error: any Error) -> Bool {
     (error as? any AppboxFailure)?.kind == .badData

@@ -13,6 +13,8 @@
 //    archive is committed are added, in the order of their commits by the store's clock;
 // 5. `archives.retired` is set from the garbage marks, so backups stop reusing what `forget`
 //    is about to delete.
+// A damaged manifest or snapshot object is skipped and recorded, not thrown: it costs only the
+// snapshots that need it (Repository/RepositoryDamage.swift).
 // A remote repository's manifest and snapshot objects are kept in the cache directory too
 // (`objects/`), so a rebuild needs no download. A backup commits by writing its snapshot
 // object, then its manifest object (the commit point), then the catalog rows; a crash after
