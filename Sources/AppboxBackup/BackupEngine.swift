@@ -201,6 +201,10 @@ private struct BackupRun {
       throw error
     }
     CrashPoint.hit("backup.committed")
+    // The catalog's commits are not synced (a cache of the objects): a checkpoint that fails
+    // is a write that did not reach the disk, and fails the backup here, before anything
+    // (an update) builds on it.
+    try repository.catalog.database.checkpoint()
     for warning in written.warnings {
       observer.engine(.warning(path: warning.path, message: warning.message))
     }

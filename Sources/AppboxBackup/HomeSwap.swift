@@ -20,7 +20,7 @@
 // failure has not replaced the home: before the exchange, the swap is undone (carried items
 // back, the staged directory renamed to a name no journal gives, so no recovery can swap it
 // in, then the journal removed); after it, the swap has happened, and a failure cleaning up
-// is retried once, then returned as a warning (the journal stays for the next command).
+// is returned as a warning (the journal stays: the next command finishes it).
 // Invariant: at every instant the home is either entirely the old contents (possibly minus
 // carried items sitting in the staging directory, which the journal brings back to a
 // consistent state) or entirely the new ones.
@@ -220,8 +220,8 @@ public enum HomeSwap {
   /// Carries the items over and exchanges the directories; then cleans up. A failure before
   /// the exchange undoes the swap (carried items go back, the staged directory is retired,
   /// the journal removed) and is thrown; once the exchange is made the swap has happened, so
-  /// a failure cleaning up is tried once more and then returned as a warning, the journal
-  /// left for the next command's recovery.
+  /// a failure cleaning up is returned as a warning, the journal left for the next command's
+  /// recovery.
   static func commit(_ record: SwapRecord, in applicationRoot: FileDescriptor, journal entries: Journal)
     throws
     -> [String]
@@ -245,14 +245,12 @@ public enum HomeSwap {
     do {
       try record.cleanUp(in: applicationRoot, journal: entries)
     } catch {
-      do {
-        try record.cleanUp(in: applicationRoot, journal: entries)
-      } catch {
-        return [
-          "the new contents are in place, but cleaning up after the swap failed (\(error)); "
-            + "the next appbox command finishes it"
-        ]
-      }
+      // No second try: a sync that failed once may report success the next time without
+      // its data having reached the disk. The journal stays; the next command finishes it.
+      return [
+        "the new contents are in place, but cleaning up after the swap failed (\(error)); "
+          + "the next appbox command finishes it"
+      ]
     }
     return []
   }

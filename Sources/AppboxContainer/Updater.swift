@@ -215,14 +215,19 @@ extension DeviceSession {
       CrashPoint.hit("update.finished")
       deferRemoval(ofTrash: trash)
     } catch {
+      // Said either way: a sync that failed once may pass the second time without its data
+      // having reached the disk.
+      let retried: Bool
       do {
         try groups.finish(root: root)
         try UpdateRecovery().recover(self, scope: .app(bundleIdentifier: app.bundleIdentifier))
+        retried = true
       } catch {
-        warnings?(
-          "the new home is committed, but finishing the switch failed (\(error)); the next appbox command "
-            + "finishes it")
+        retried = false
       }
+      warnings?(
+        "the new home is committed, but finishing the switch failed (\(error)); "
+          + (retried ? "a second try finished it" : "the next appbox command finishes it"))
     }
     removeRunningLock(of: app)
     return record

@@ -12,6 +12,9 @@ final class Connection {
   /// `Database.preallocateWALIndex`): closed only after the handle, because closing any
   /// descriptor of a file drops the process's POSIX locks on it, SQLite's included.
   var walIndex: Int32 = -1
+  /// Whether commits sync the WAL (`synchronous` FULL or EXTRA, SQLite's default): then a
+  /// checkpoint that fails loses nothing (the WAL keeps what it could not copy).
+  var commitsAreDurable = true
 
   init(handle: OpaquePointer, path: String) {
     self.handle = handle
@@ -27,7 +30,7 @@ final class Connection {
     if sqlite3_db_readonly(handle, "main") == 0 && sqlite3_total_changes64(handle) > 0 {
       let code = sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
       if code != SQLITE_OK && code & 0xFF != SQLITE_BUSY && code & 0xFF != SQLITE_LOCKED {
-        CloseFailures.add(error(code, operation: "checkpoint the WAL", sql: nil))
+        CloseFailures.add(error(code, operation: "checkpoint the WAL", sql: nil), harmless: commitsAreDurable)
       }
     }
     sqlite3_close_v2(handle)
@@ -75,12 +78,14 @@ extension StoreError {
 
 /// Failures of connections as they closed (their checkpoints), kept for whoever reports.
 enum CloseFailures {
-  nonisolated(unsafe) private static var failures: [StoreError] = []
+  nonisolated(unsafe) private static var failures: [(error: StoreError, harmless: Bool)] = []
   private static let lock = Monitor()
 
-  static func add(_ failure: StoreError) { lock.withLock { failures.append(failure) } }
+  static func add(_ failure: StoreError, harmless: Bool) {
+    lock.withLock { failures.append((failure, harmless)) }
+  }
 
-  static func take() -> [StoreError] {
+  static func take() -> [(error: StoreError, harmless: Bool)] {
     lock.withLock {
       defer { failures.removeAll() }
       return failures

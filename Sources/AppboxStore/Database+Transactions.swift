@@ -160,6 +160,7 @@ extension Database {
   /// Sets how often SQLite waits for data to reach the disk. Uses `PRAGMA synchronous`.
   public func setSynchronous(_ level: Synchronous) throws {
     try execute("PRAGMA synchronous = \(level.rawValue)")
+    connection.commitsAreDurable = level == .full || level == .extra
   }
 
   /// The current synchronous level. Uses `PRAGMA synchronous`.

@@ -110,9 +110,23 @@ public final class Database {
     return connection
   }
 
-  /// The checkpoints that failed as connections closed since the last call (an fdatasync
-  /// that failed there is a write that did not reach the disk): the command line reports them.
-  public static func takeCloseFailures() -> [StoreError] { CloseFailures.take() }
+  /// The checkpoints that failed as connections closed since the last call: `lost` those of
+  /// databases whose commits do not sync (a write that did not reach the disk: the command
+  /// fails), `harmless` those whose WAL was synced at each commit (a warning).
+  public static func takeCloseFailures() -> (lost: [StoreError], harmless: [StoreError]) {
+    let all = CloseFailures.take()
+    return (all.filter { !$0.harmless }.map(\.error), all.filter(\.harmless).map(\.error))
+  }
+
+  /// Copies the WAL into the database now, syncing both, and fails when that fails (a
+  /// database whose commits do not sync is durable only once checkpointed). Another
+  /// connection reading is no failure: it is copied later. Uses `sqlite3_wal_checkpoint_v2`.
+  public func checkpoint() throws {
+    let code = sqlite3_wal_checkpoint_v2(connection.handle, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
+    guard code == SQLITE_OK || code & 0xFF == SQLITE_BUSY || code & 0xFF == SQLITE_LOCKED else {
+      throw connection.error(code, operation: "checkpoint the WAL", sql: nil)
+    }
+  }
 
   /// Whether the database's WAL is missing or empty (every transaction is in the file).
   private static func hasEmptyLog(_ path: String) -> Bool {

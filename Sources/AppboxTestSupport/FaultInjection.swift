@@ -119,14 +119,34 @@ public enum Strace {
     _ executable: String, _ arguments: [String], injecting point: FaultPoint,
     environment: [String: String]? = nil, input: [UInt8] = []
   ) throws -> ProcessResult {
+    try runReporting(executable, arguments, injecting: point, environment: environment, input: input).result
+  }
+
+  /// `run`, also saying whether the fault was injected at all (the call was reached), and on
+  /// which file's descriptor, when it had one.
+  public static func runReporting(
+    _ executable: String, _ arguments: [String], injecting point: FaultPoint,
+    environment: [String: String]? = nil, input: [UInt8] = []
+  ) throws -> (result: ProcessResult, injected: Bool, file: String?) {
+    let directory = TemporaryDirectory("strace")
+    defer { withExtendedLifetime(directory) {} }
+    let log = directory.url("trace")
     // strace 6.1 does not deliver an injected signal under --seccomp-bpf (errors it injects).
     let filter = point.fault == .kill ? [] : ["--seccomp-bpf"]
-    return try runProcess(
+    let result = try runProcess(
       path,
       ["-f", "-qq"] + filter + [
-        "-o", "/dev/null", "-e", "trace=" + point.syscall.systemCalls.joined(separator: ","), "-e",
+        "-y", "-o", log, "-e", "trace=" + point.syscall.systemCalls.joined(separator: ","), "-e",
         point.injection, "--", executable,
       ] + arguments, environment: environment, input: input)
+    let trace = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+    let line = trace.split(separator: "\n").first { $0.contains("(INJECTED)") }
+    // "fsync(7</root/Backups>) = -1 EIO (...) (INJECTED)": the descriptor's path.
+    var file: String?
+    if let line, let open = line.firstIndex(of: "<"), let close = line[open...].firstIndex(of: ">") {
+      file = String(line[line.index(after: open)..<close])
+    }
+    return (result, line != nil || trace.contains("killed by SIGKILL"), file)
   }
 }
 

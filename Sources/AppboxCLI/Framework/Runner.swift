@@ -20,8 +20,13 @@ public struct CommandRunner: Sendable {
   {
     let status = execute(arguments, environment: environment, stdout: stdout, stderr: stderr)
     // Writes that failed after the command thought it was done: a checkpoint of a database
-    // as it closed, or the output itself. Every failed write or sync is the command's failure.
-    let late: [any Error] = Database.takeCloseFailures() + (stdout.failure.map { [$0] } ?? [])
+    // as it closed, or the output itself. Every failed write or sync is the command's failure,
+    // but a checkpoint of a database whose commits were synced loses nothing (a warning).
+    let closing = Database.takeCloseFailures()
+    for harmless in closing.harmless {
+      stderr.write("warning: \(Terminal.sanitize(errorMessage(shown(harmless)))); its log keeps the data\n")
+    }
+    let late: [any Error] = closing.lost + (stdout.failure.map { [$0] } ?? [])
     guard status == 0, let first = late.first else { return status }
     stderr.write("Error: \(Terminal.sanitize(errorMessage(shown(first))))\n")
     return ExitStatus.of(first)
