@@ -15,7 +15,7 @@ BENCH_PACKAGES := libarchive-tools restic time
 DEMO_PACKAGES := chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build release test demo demo-deps bench bench-large bench-startup bench-secitem bench-deps format lint clean
+.PHONY: all deps build release install install-files test demo demo-deps bench bench-large bench-startup bench-secitem bench-deps format lint clean
 
 all: build
 
@@ -46,6 +46,19 @@ build: deps
 RELEASE_FLAGS := -c release --static-swift-stdlib
 release: deps
 	@$(SWIFT) build $(RELEASE_FLAGS) 1>&2
+
+# Installs the release build's three executables side by side in $(DESTDIR)$(PREFIX)/bin:
+# appbox finds appbox-sandbox and appbox-secitem in the directory of its own executable.
+PREFIX ?= /usr/local
+INSTALLED := appbox appbox-sandbox appbox-secitem
+install: release
+	@$(MAKE) --no-print-directory install-files BIN_DIR="$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)"
+
+# The copy alone, from the products directory BIN_DIR (the README tour's test passes the debug build's).
+install-files:
+	@test -n "$(BIN_DIR)" || { echo "make install-files: set BIN_DIR to a products directory" >&2; exit 2; }
+	install -d "$(DESTDIR)$(PREFIX)/bin"
+	install -m 0755 $(addprefix $(BIN_DIR)/,$(INSTALLED)) "$(DESTDIR)$(PREFIX)/bin/"
 
 # Builds everything (the appbox and appbox-sandbox executables too) and runs every test.
 test: deps
