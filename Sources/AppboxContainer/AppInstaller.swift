@@ -30,6 +30,7 @@ extension DeviceSession {
         )
       }
       let app = staged.record(uid: try registry.uid(for: staged.info.identifier))
+      try refuseTeamLookalike(app)
       let change = try prepareMembershipChange(
         bundleIdentifier: app.bundleIdentifier, team: app.teamIdentifier,
         groups: staged.info.entitlements?.applicationGroups ?? [])
@@ -58,6 +59,21 @@ extension DeviceSession {
       }
       throw error
     }
+  }
+
+  /// Refuses (65) a bundle identifier whose first label is the team identifier of another
+  /// installed app's team: it would read as that team's application identifier (the shape of
+  /// the platform's team identifiers is refused for every bundle, BundleInfo.swift).
+  func refuseTeamLookalike(_ app: AppRecord) throws {
+    let first = String(app.bundleIdentifier.prefix { $0 != "." })
+    guard first.count < app.bundleIdentifier.count, first != app.teamIdentifier,
+      let owner = try registry.apps().first(where: { $0.teamIdentifier == first })
+    else { return }
+    throw ContainerError(
+      .invalidBundle,
+      "Invalid bundle '\(app.bundleDirectoryName)': CFBundleIdentifier '\(app.bundleIdentifier.prefix(60))' starts "
+        + "with '\(first).', the team identifier of \(owner.bundleIdentifier): it would pass for that team's "
+        + "application identifier")
   }
 
   /// Validates, copies and seals the bundle at `bundlePath` into a new staging home (with
