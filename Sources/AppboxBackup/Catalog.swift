@@ -73,6 +73,9 @@ public struct Snapshot: Sendable, Equatable {
   public var unreadable: Int = 0
   /// The first of their paths, shortened for display (`Snapshot.shortened`).
   public var unreadablePaths: [[UInt8]] = []
+  /// For an app group's snapshot: the team that owned the group when it was taken (nil for an
+  /// app's, and for a group's taken before teams were recorded).
+  public var team: String? = nil
 
   /// Whether some entries could not be read, so the snapshot lacks them.
   public var isIncomplete: Bool { unreadable > 0 }
@@ -228,6 +231,10 @@ public final class Catalog {
     ALTER TABLE archives ADD COLUMN retired REAL;
     ALTER TABLE snapshots ADD COLUMN committed REAL;
     """,
+    // 5: the team owning a group when its snapshot was taken.
+    """
+    ALTER TABLE snapshots ADD COLUMN team TEXT;
+    """,
   ]
 
   /// Opens (creating and migrating when writable) the catalog at `path`. `walMode: false`
@@ -259,7 +266,7 @@ public final class Catalog {
 
   static let snapshotColumns = """
     id, app, device, container, version, bundle_name, seal, time, kind, tag, parent, root_tree, files, bytes,
-    bytes_added, archive, keychain_offset, warnings, unreadable, unreadable_paths
+    bytes_added, archive, keychain_offset, warnings, unreadable, unreadable_paths, team
     """
 
   private func snapshot(_ row: Statement) throws -> Snapshot {
@@ -274,7 +281,8 @@ public final class Catalog {
       rootTree: rootTree, files: row.int(12), bytes: row.int64(13), bytesAdded: row.int64(14),
       archive: row.text(15) ?? "", keychainOffset: row.isNull(16) ? nil : row.int64(16),
       warnings: row.int(17),
-      unreadable: row.int(18), unreadablePaths: Snapshot.splitPaths(row.isNull(19) ? [] : row.blob(19))
+      unreadable: row.int(18), unreadablePaths: Snapshot.splitPaths(row.isNull(19) ? [] : row.blob(19)),
+      team: row.text(20)
     )
   }
 
@@ -305,7 +313,8 @@ public final class Catalog {
     let statement = try database.cachedStatement(
       """
       INSERT \(ignoringExisting ? "OR IGNORE " : "")INTO snapshots(\(Self.snapshotColumns), committed)
-      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)
+      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21,
+        ?22)
       """)
     try statement.bind([
       .text(snapshot.id), .text(snapshot.app), .text(snapshot.device), .text(snapshot.containerID),
@@ -317,6 +326,7 @@ public final class Catalog {
       snapshot.keychainOffset.map(SQLValue.integer) ?? .null,
       .integer(Int64(snapshot.warnings)), .integer(Int64(snapshot.unreadable)),
       snapshot.unreadablePaths.isEmpty ? .null : .blob(Snapshot.joinedPaths(snapshot.unreadablePaths)),
+      snapshot.team.map(SQLValue.text) ?? .null,
       committed.map { .real($0.timeIntervalSince1970) } ?? .null,
     ])
     try statement.execute()

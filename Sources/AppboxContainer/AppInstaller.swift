@@ -14,7 +14,12 @@ extension DeviceSession {
   /// Installs the bundle at `bundlePath` into a new home: validates and seals a staged
   /// copy, commits the registry row, then renames the home into place. All or nothing:
   /// a refused bundle leaves nothing under ApplicationRoot.
-  public func install(bundleAt bundlePath: String) throws -> InstallResult {
+  /// `checkingGroups`, when given, sees the app (its team) and the groups the install would
+  /// create before anything is committed, and may refuse by throwing (a restore checks that
+  /// the snapshots it would put into them are the team's).
+  public func install(
+    bundleAt bundlePath: String, checkingGroups: ((AppRecord, [GroupRecord]) throws -> Void)? = nil
+  ) throws -> InstallResult {
     precondition(isLocked, "install needs a mutating session")
     let staged = try HomeStaging.stage(bundleAt: bundlePath, root: root, device: identity)
     let applicationRoot = try FileDescriptor.open(root.applicationRoot, O_RDONLY | O_DIRECTORY)
@@ -35,6 +40,7 @@ extension DeviceSession {
         bundleIdentifier: app.bundleIdentifier, team: app.teamIdentifier,
         groups: staged.info.entitlements?.applicationGroups ?? [])
       groups = change
+      try checkingGroups?(app, change.created.map(\.record))
       if let owner = AppUser.dataOwner(of: app) {
         let staging = try applicationRoot.open(staged.stagingName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
         try staging.closeAfter { try DataOwnership.handOverStandardDirectories(in: $0, to: owner) }
