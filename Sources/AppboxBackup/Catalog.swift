@@ -28,6 +28,7 @@
 
 import AppboxArchive
 import AppboxCore
+import Glibc
 import AppboxCrypto
 import AppboxStore
 import Foundation
@@ -240,6 +241,9 @@ public final class Catalog {
   /// Opens (creating and migrating when writable) the catalog at `path`. `walMode: false`
   /// keeps a new database in one file (for a rebuild that is renamed into place).
   public init(path: String, readOnly: Bool = false, walMode: Bool = true) throws {
+    // Created 0600 by us, not by SQLite with the umask's 0644: it names every app and file
+    // backed up (SQLite gives its -wal and -shm the same mode).
+    if !readOnly { try FileDescriptor.open(path, O_RDWR | O_CREAT | O_NOFOLLOW, mode: 0o600).close() }
     database = try Database(path: path, mode: readOnly ? .readOnly : .readWriteCreate)
     if !readOnly {
       if walMode {
