@@ -42,10 +42,11 @@ public struct FileTransfer: Sendable, Equatable {
 public final class SharedDocuments {
   public let app: AppRecord
   private let documents: ContainedDirectory
-  /// The lock state: a pull reads a protected file only while its class is available.
-  private let gate: ProtectionGate?
+  /// The lock state, read when a pull needs it: a pull reads a protected file only while its
+  /// class is available.
+  private let gate: () throws -> ProtectionGate?
 
-  init(home: Home, gate: ProtectionGate?) throws {
+  init(home: Home, gate: @escaping () throws -> ProtectionGate?) throws {
     app = home.app
     self.gate = gate
     guard app.fileSharingEnabled else {
@@ -229,7 +230,7 @@ public final class SharedDocuments {
         .invalidRequest, "Cannot pull 'Documents/\(relativePath)': it is not a regular file")
     }
     // Opening is not enough: a file the app holds open after a lock still opens.
-    if let locked = try gate?.lockedClass(of: file.borrowed) {
+    if try file.borrowed.encryptionPolicy() != nil, let locked = try gate()?.lockedClass(of: file.borrowed) {
       throw ContainerError(
         .unavailable,
         "Cannot pull 'Documents/\(relativePath)' of \(app.bundleIdentifier): it is protected "
@@ -242,6 +243,6 @@ public final class SharedDocuments {
 extension DeviceSession {
   /// `app`'s Documents for file sharing; denied (77) unless the app opts in.
   public func sharedDocuments(of app: AppRecord) throws -> SharedDocuments {
-    try SharedDocuments(home: home(of: app), gate: try protectionGate())
+    try SharedDocuments(home: home(of: app)) { [self] in try protectionGate() }
   }
 }
