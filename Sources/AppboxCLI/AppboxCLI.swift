@@ -29,7 +29,8 @@ public enum AppboxCLI {
         "appbox install Notes.app", "appbox inspect com.example.notes"),
       .init(
         "Back the app up, change its data, and restore the snapshot:", "appbox backup com.example.notes",
-        "appbox files com.example.notes rm notes.txt", "appbox restore com.example.notes"),
+        "appbox defaults com.example.notes write launchCount 4 --type int", "appbox restore com.example.notes"
+      ),
       .init("Run a shell in the app's sandbox:", "appbox run com.example.notes -- /bin/sh"),
       .init("Read a command's page:", "appbox help backup"),
     ])

@@ -14,7 +14,7 @@ struct ProgressStatusTests {
 
   @Test func aWideLineShowsEverything() {
     let line = Self.midway.line(width: 199)
-    #expect(line.hasPrefix("[0:04]  backup com.example.notes  archiving  44%  ["))
+    #expect(line.hasPrefix("[0:04]  com.example.notes  archiving  44%  ["))
     #expect(line.hasSuffix("]  1234/2890 files  12.3 MB/27.4 MB  3.1 MB/s  ETA 0:04"), "\(line)")
   }
 

@@ -53,7 +53,10 @@ struct BackupCommand: ParsableCommand {
     exitStatuses: [
       ExitCode.ioError(
         "An I/O error, or with --strict a snapshot is incomplete; with --all, the first failure's status."),
-      .noInput("No such app or app group, or no such repository."), .protectedData,
+      .noInput("No such app or app group, or no such repository."),
+      .unavailable(
+        "The device is locked (the app's protected files are unavailable), or the S3 store cannot be reached."
+      ),
     ] + ExitCode.repository,
     environment: EnvironmentVariable.repository + EnvironmentVariable.progress)
   let apps: [String]
@@ -187,7 +190,7 @@ struct SnapshotsCommand: ParsableCommand {
         "The snapshots of an encrypted repository:",
         "appbox snapshots --repo /srv/vault --password-file pw.txt"),
     ],
-    exitStatuses: ExitCode.repository,
+    exitStatuses: [ExitCode.noSnapshot] + ExitCode.repository,
     environment: EnvironmentVariable.repository)
   let app: String?
   let arguments: ParsedArguments

@@ -51,7 +51,7 @@ extension EnvironmentVariable {
   static let trace = EnvironmentVariable(
     "APPBOX_TRACE", "1: print every engine event on stderr with the milliseconds since the first.")
   static let columns = EnvironmentVariable(
-    "COLUMNS", "The width help and the progress bar fit when the terminal's own cannot be read.")
+    "COLUMNS", "The width help pages and the progress line fit, instead of the terminal's (else 80).")
 
   /// What reaching a repository reads: S3 settings and credentials, the password, the key cache.
   static let repository: [EnvironmentVariable] = [s3CAFile, s3Attempts, keyCache]

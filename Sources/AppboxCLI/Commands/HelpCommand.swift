@@ -23,7 +23,7 @@ struct HelpCommand: ParsableCommand {
         "A subcommand's page, three ways:", "appbox help keychain get", "appbox keychain get --help",
         "appbox keychain com.example.notes get --help"),
     ],
-    exitStatuses: [.usage("an unknown command or subcommand (the error names the nearest)")])
+    exitStatuses: [.usage("An unknown command or subcommand (the error names the nearest one).")])
 
   init(_ arguments: ParsedArguments) throws { throw arguments.usage("give a command name to 'help'") }
   func run(_ context: CommandContext) throws -> CommandOutput { CommandOutput() }

@@ -115,7 +115,7 @@ final class ProgressBar: EngineObserver, @unchecked Sendable {
     switch mode {
     case .terminal:
       // One column short of the width: some terminals wrap on a line that fills the last one.
-      let width = (context.stderr.columns ?? TextLayout.environmentColumns(context.environment) ?? 80) - 1
+      let width = (TextLayout.environmentColumns(context.environment) ?? context.stderr.columns ?? 80) - 1
       context.stderr.write("\r\u{1B}[2K" + Terminal.sanitize(status.line(width: max(1, width))))
       visible = true
     case .log: context.stderr.write(Terminal.sanitize(status.plainLine) + "\n")

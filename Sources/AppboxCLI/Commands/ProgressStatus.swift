@@ -74,7 +74,8 @@ struct ProgressStatus: Equatable {
   private func pieces() -> [Piece] {
     var pieces = [
       Piece(kind: .elapsed, text: "[\(clock(elapsed))]", priority: 7),
-      Piece(kind: .label, text: label, priority: 3),
+      // The app (the operation is the command just typed); the operation when it has none.
+      Piece(kind: .label, text: app ?? operation, priority: 3),
     ]
     if let phase { pieces.append(Piece(kind: .phase, text: phase.rawValue, priority: 9)) }
     if let fraction {

@@ -84,7 +84,7 @@ struct RepoPasswd: ParsableCommand {
         "Change the password, both read from files:",
         "appbox repo passwd --repo /srv/vault --password-file pw.txt --new-password-file new.txt")
     ],
-    exitStatuses: ExitCode.repository,
+    exitStatuses: [ExitCode.noRepository] + ExitCode.repository,
     environment: EnvironmentVariable.repository)
   let arguments: ParsedArguments
   init(_ arguments: ParsedArguments) throws { self.arguments = arguments }
@@ -132,7 +132,7 @@ struct RepoShow: ParsableCommand {
     examples: [
       .init("The device's repository, then another:", "appbox repo", "appbox repo show --repo /srv/vault")
     ],
-    exitStatuses: ExitCode.repository,
+    exitStatuses: [ExitCode.noRepository] + ExitCode.repository,
     environment: EnvironmentVariable.repository)
   let arguments: ParsedArguments
   init(_ arguments: ParsedArguments) throws { self.arguments = arguments }
@@ -189,8 +189,10 @@ struct ArchiveDecrypt: ParsableCommand {
         "appbox archive decrypt 1a2b3c4d --repo /srv/vault | tar -tv",
         "appbox archive decrypt 1a2b3c4d --repo /srv/vault --output snapshot.tar")
     ],
-    exitStatuses: [.usage("Malformed, or --json without --output (stdout carries the JSON).")]
-      + ExitCode.repository,
+    exitStatuses: [
+      .usage("Malformed, or --json without --output (stdout carries the JSON)."),
+      .noInput("No such archive or snapshot, or no such repository."),
+    ] + ExitCode.repository,
     environment: EnvironmentVariable.repository)
   let archive: String
   let output: String?

@@ -15,7 +15,7 @@ struct DiffCommand: ParsableCommand {
       .init("What changed between two snapshots:", "appbox diff 1a2b3c4d 5e6f7a8b"),
       .init("Only the added paths, for a script:", "appbox --json diff 1a2b3c4d 5e6f7a8b | jq -r '.added[]'"),
     ],
-    exitStatuses: ExitCode.repository,
+    exitStatuses: [ExitCode.noSnapshot] + ExitCode.repository,
     environment: EnvironmentVariable.repository)
   let old: String
   let new: String
@@ -69,7 +69,8 @@ struct CheckCommand: ParsableCommand {
     exitStatuses: [
       .dataError(
         "The repository is damaged: the error and the warnings name what (a missing archive, a hash "
-          + "that does not match).")
+          + "that does not match)."),
+      .noRepository,
     ] + ExitCode.repository,
     environment: EnvironmentVariable.repository + EnvironmentVariable.progress)
   let readData: Bool
@@ -124,7 +125,7 @@ struct ForgetCommand: ParsableCommand {
     examples: [
       .init("Keep an app's three newest snapshots:", "appbox forget com.example.notes --keep-last 3")
     ],
-    exitStatuses: [.usage("Malformed, or --keep-last missing.")] + ExitCode.repository,
+    exitStatuses: [.usage("Malformed, or --keep-last missing."), .noSnapshot] + ExitCode.repository,
     environment: EnvironmentVariable.repository + [.pruneGrace, .lockSettle, .lockStale]
       + EnvironmentVariable.progress)
   let app: String

@@ -30,7 +30,9 @@ struct RestoreCommand: ParsableCommand {
     exitStatuses: [
       .noInput("No such snapshot of the app (or group), or no such repository."),
       .dataError("A damaged archive or catalog, or restored data that does not match its recorded hash."),
-      .protectedData,
+      .unavailable(
+        "The device is locked (the app's protected files are unavailable), or the S3 store cannot be reached."
+      ),
       .busy("The app (or a member of the group) is running, or another appbox holds its lock (--wait)."),
     ] + ExitCode.repository,
     environment: EnvironmentVariable.repository + EnvironmentVariable.progress)

@@ -219,9 +219,9 @@ struct ExcludeCommand: ParsableCommand {
         "appbox exclude com.example.notes Documents/big.bin --undo")
     ],
     exitStatuses: [
+      .usage("Malformed, or a path never backed up (outside Documents and Library, or in Library/Caches)."),
       .noInput("No such app, or no such file or folder."),
-      .denied("The path is outside Documents and Library (or in Library/Caches), or a symbolic link."),
-      .appBusy,
+      .denied("The path goes through a symbolic link (mark what it points to)."), .appBusy,
     ])
   let app: String
   let path: String

@@ -33,7 +33,7 @@ struct UpdateCommand: ParsableCommand {
       .unavailable("The app's protected files are unavailable while the device is locked."), .appBusy,
       .denied("The device's own repository is encrypted and its password is wrong."),
     ],
-    environment: [.passwordFile] + EnvironmentVariable.repository + EnvironmentVariable.progress)
+    environment: [.passwordFile, .keyCache] + EnvironmentVariable.progress)
   let app: String
   let bundle: String
   let allowDowngrade: Bool
@@ -179,7 +179,7 @@ struct RevertCommand: ParsableCommand {
       .protectedData, .appBusy,
       .denied("The device's own repository is encrypted and its password is wrong."),
     ],
-    environment: [.passwordFile] + EnvironmentVariable.repository + EnvironmentVariable.progress)
+    environment: [.passwordFile, .keyCache] + EnvironmentVariable.progress)
   let app: String
   let withGroups: Bool
   init(_ arguments: ParsedArguments) throws {

@@ -30,9 +30,9 @@ enum HelpFormatter {
     lines += ["", "EXIT STATUS:"]
     for (status, meaning) in ExitStatus.meanings { lines += page.statusRow(String(status), meaning) }
     lines += page.environment(GlobalOptions.descriptions.flatMap(\.environment))
+    lines += [""]
     lines += TextLayout.wrap(
-      "Each command's page lists the variables it reads (docs/environment.md has every one).", width: width,
-      indent: 2, firstIndent: 2)
+      "Each command's page lists the variables it reads (docs/environment.md has every one).", width: width)
     lines += [""]
     lines += TextLayout.wrap("See 'appbox help COMMAND' for a command's page.", width: width)
     return lines.joined(separator: "\n") + "\n"
@@ -79,8 +79,7 @@ enum HelpFormatter {
       for status in statuses {
         lines += page.statusRow(String(status), ExitStatus.meaning(of: status) ?? "")
       }
-      lines += TextLayout.wrap(
-        "Each subcommand's page says what they mean for it.", width: width, indent: 2, firstIndent: 2)
+      lines += [""] + TextLayout.wrap("Each subcommand's page says what a status means for it.", width: width)
     } else {
       for code in description.allExitCodes {
         lines += page.statusRow(code.label, code.meaning ?? ExitStatus.meaning(of: code.status) ?? "")

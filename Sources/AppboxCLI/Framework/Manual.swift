@@ -84,12 +84,12 @@ extension CommandDescription {
     return codes.filter { seen.insert($0.label).inserted }.sorted { $0.status < $1.status }
   }
 
-  /// The variables the page lists: the command's own, those its options' defaults come from,
+  /// The variables the page lists: those its options' defaults come from, the command's own,
   /// then those of the global options; each once.
   var allEnvironment: [EnvironmentVariable] {
     var seen = Set<String>()
     let all =
-      environment + options.flatMap(\.environment) + GlobalOptions.descriptions.flatMap(\.environment)
+      options.flatMap(\.environment) + environment + GlobalOptions.descriptions.flatMap(\.environment)
     return all.filter { seen.insert($0.name).inserted }
   }
 }

@@ -50,6 +50,10 @@ private struct ParseState {
   var unknownName: UsageError?
   /// The group whose positionals were left out before its subcommand, and the first missing.
   var skippedPositional: (group: String, name: String)?
+  /// The `help` command, when the command line began with it (`appbox help …`).
+  var helpCommand: (any ParsableCommand.Type)?
+  /// Whether `--help` or `-h` was given (`appbox help --help` is the page of `help`).
+  var helpFlag = false
 
   init(_ arguments: [String]) {
     tokens = arguments[...]
@@ -74,6 +78,7 @@ private struct ParseState {
         option(token)
       } else if token == "-h" {
         globals.help = true
+        helpFlag = true
       } else if token.count > 1 && token.hasPrefix("-")
         && !token.dropFirst().allSatisfy({ $0.isNumber || $0 == "." })
       {
@@ -111,6 +116,7 @@ private struct ParseState {
       return state.tokens[state.index]
     }
     if globals.setFlag(name) {
+      if name == "help" { helpFlag = true }
       if inline != nil { fail("--\(name) does not take a value") }
       return
     }
@@ -151,10 +157,11 @@ private struct ParseState {
   /// A token that is no option: a command, a group's positional or subcommand, a positional.
   mutating func word(_ token: String, commands: [any ParsableCommand.Type]) {
     guard let command = chain.last else {
-      if token == ArgumentParser.helpCommandName, !globals.help,
-        commands.contains(where: { $0.description.name == token })
+      if token == ArgumentParser.helpCommandName, helpCommand == nil, !helpFlag,
+        let help = commands.first(where: { $0.description.name == token })
       {
         globals.help = true  // `help CMD [SUB]` is `CMD [SUB] --help`
+        helpCommand = help
         return
       }
       guard let found = commands.first(where: { $0.description.name == token }) else {
@@ -215,6 +222,7 @@ private struct ParseState {
 
   mutating func finish() throws -> Invocation {
     if let unknownName, !globals.version { throw unknownName }
+    if let helpCommand, helpFlag, chain.isEmpty { chain = [helpCommand] }
     // A group given no subcommand runs its default one, if it has one (not when its page is asked for).
     if !globals.help, let group = chain.last, !group.description.subcommands.isEmpty,
       parsed.groupPositionals.count == group.description.groupPositionals.count,

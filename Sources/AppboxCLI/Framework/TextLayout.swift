@@ -90,8 +90,18 @@ enum TextLayout {
     let first = String(repeating: " ", count: indent) + prompt
     if first.count + command.count <= width { return [first + command] }
     let continuation = indent + prompt.count + 2
-    var lines = wrap(
-      words: shellWords(command), width: width - 2, indent: continuation, firstIndent: first.count)
+    // An option stays with its value ("--service sync") when the line breaks.
+    var units: [String] = []
+    for word in shellWords(command) {
+      if let last = units.last, last.hasPrefix("--"), !last.contains(" "), !last.contains("="),
+        !word.hasPrefix("-"), word != "|"
+      {
+        units[units.count - 1] += " " + word
+      } else {
+        units.append(word)
+      }
+    }
+    var lines = wrap(words: units, width: width - 2, indent: continuation, firstIndent: first.count)
     lines[0] = first + String(lines[0].dropFirst(first.count))
     for index in lines.indices.dropLast() { lines[index] += " \\" }
     return lines
