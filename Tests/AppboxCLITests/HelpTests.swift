@@ -207,6 +207,20 @@ struct HelpContentTests {
   }
 }
 
+struct ExitStatusTableTests {
+  /// The shared table (`ExitStatus.meanings`, the overview's EXIT STATUS) is the one
+  /// docs/command-line.md shows: the same statuses, in the same order.
+  @Test func theDocumentedTableHasTheSameStatuses() throws {
+    let text = try String(contentsOfFile: repositoryRoot + "/docs/command-line.md", encoding: .utf8)
+    let section = try #require(text.components(separatedBy: "## Exit statuses").last)
+    let documented = section.split(separator: "\n").compactMap { line -> Int32? in
+      guard line.hasPrefix("| "), let cell = line.split(separator: "|").first else { return nil }
+      return Int32(cell.trimmingCharacters(in: .whitespaces))
+    }
+    #expect(documented == ExitStatus.meanings.map(\.status))
+  }
+}
+
 struct SuggestionTests {
   /// `appbox instal` said "unknown command" and no more.
   @Test func didYouMean() {

@@ -275,7 +275,7 @@ struct KeychainList: ParsableCommand {
   static let description = CommandDescription(
     name: "list", abstract: "List the items the app can see: attributes only, never secrets.",
     examples: [.init("The items an app can see:", "appbox keychain com.example.notes list")],
-    exitStatuses: KeychainCommand.exitCodes)
+    exitStatuses: [.noApp])
   let app: String
   init(_ arguments: ParsedArguments) throws { app = arguments.app }
 

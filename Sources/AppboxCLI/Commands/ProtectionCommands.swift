@@ -211,7 +211,10 @@ struct DeviceUnlock: ParsableCommand {
     abstract: "Unlock with the passcode (wrong: exit 77, growing delays; during one: exit 75).",
     options: [passcodeFileOption],
     examples: [.init("Unlock with the passcode in a file:", "appbox device unlock --passcode-file pin.txt")],
-    exitStatuses: DevicePasscode.exitCodes)
+    exitStatuses: [
+      .busy("After repeated wrong passcodes, attempts wait; or another appbox holds the device's lock."),
+      .denied("The passcode is wrong (each wrong one makes the next attempt wait longer)."),
+    ])
   let arguments: ParsedArguments
   init(_ arguments: ParsedArguments) throws { self.arguments = arguments }
 

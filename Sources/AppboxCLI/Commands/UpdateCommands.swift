@@ -146,7 +146,8 @@ extension CommandContext {
   func preUpdateSnapshot(of app: AppRecord, in session: DeviceSession) throws -> PreUpdateSnapshot? {
     let repository = try defaultRepository()
     let options = BackupOptions(tag: "pre-update", keychain: keychainSnapshotter)
-    let snapshot = try repository.backup(app, in: session, options: options).snapshot
+    let snapshot = try repository.backup(app, in: session, options: options, observer: ProgressBar(self))
+      .snapshot
     return PreUpdateSnapshot(
       id: snapshot.id, unreadable: snapshot.unreadable, unreadablePaths: snapshot.unreadablePaths,
       groups: try preUpdateGroupSnapshots(of: app, in: session, repository: repository))
