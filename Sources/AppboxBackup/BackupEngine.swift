@@ -237,7 +237,7 @@ private struct BackupRun {
       tag: options.tag, parent: parent?.id, rootTree: trees.root, files: trees.files, bytes: trees.bytes,
       bytesAdded: content.bytesAdded, archive: name, keychainOffset: keychainOffset,
       warnings: content.warnings.count, unreadable: content.unreadableCount,
-      unreadablePaths: Snapshot.keptPaths(content.unreadable.map(\.path)))
+      unreadablePaths: Snapshot.keptPaths(content.unreadable.map(\.path)), team: subject.team)
     observer.engine(.stage("manifest"))
     let manifest = Manifest(
       snapshot: snapshot, trees: trees.newTrees, blobs: blobs, chunks: content.chunks,

@@ -112,8 +112,20 @@ extension Repository {
   }
 
   /// Installs the snapshot's bundle on the device of `session`.
+  /// Installs the snapshot's bundle. The groups the install creates get their latest
+  /// snapshots afterwards (`restoreGroupsCreated`): one taken of another team's group refuses
+  /// the whole restore first (77), nothing installed.
   private func installBundle(of snapshot: Snapshot, in session: DeviceSession) throws -> InstallResult {
-    try withExtractedBundle(of: snapshot, in: session) { try session.install(bundleAt: $0) }
+    try withExtractedBundle(of: snapshot, in: session) {
+      try session.install(bundleAt: $0) { app, created in
+        for group in created {
+          guard let latest = try self.latestSnapshot(app: group.identifier), latest.team != nil else {
+            continue
+          }
+          try Self.checkTeam(of: latest, for: group, installing: app)
+        }
+      }
+    }
   }
 
   /// Extracts the snapshot's bundle into a temporary directory of the device's state

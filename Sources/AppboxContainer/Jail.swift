@@ -40,8 +40,9 @@ public enum JailNetwork: String, Sendable, CaseIterable {
 
 /// Per-app resource limits.
 public struct JailLimits: Sendable, Equatable {
-  /// Processes (and threads) the app may have at once: RLIMIT_NPROC of its uid, and
-  /// pids.max when a delegated cgroup exists.
+  /// Processes (and threads) one run of the app may have at once: RLIMIT_NPROC, which the
+  /// kernel counts per user namespace (each run has its own, so every run gets this many),
+  /// and pids.max of the run's cgroup when a delegated cgroup exists.
   public var processes: Int
   /// memory.max, applied only when a delegated cgroup exists.
   public var memoryBytes: Int64

@@ -11,7 +11,7 @@ public struct SandboxOptions: Sendable {
   /// The app's network: the host's (the default, as apps on the platform have network),
   /// or none (an empty network namespace with only a loopback of its own).
   public var network: JailNetwork
-  /// Per-app limits: processes (RLIMIT_NPROC, and pids.max with a delegated cgroup) and
+  /// Per-run limits: processes (RLIMIT_NPROC, and pids.max with a delegated cgroup) and
   /// memory (memory.max, only with a delegated cgroup).
   public var limits: JailLimits
   /// Replacements for the child's stdin, stdout and stderr (nil: this process's own).

@@ -8,8 +8,9 @@
  * In order, this:
  *  1. closes every descriptor above 2 except the --keep-fd ones (the app inherits its
  *     stdio and nothing else unless appbox asks: appbox never passes its own state in);
- *  2. sets RLIMIT_NPROC to --max-processes: the app has a uid of its own, so this bounds
- *     every process of the app (a fork bomb stops there);
+ *  2. sets RLIMIT_NPROC to --max-processes: the kernel counts it per user namespace and
+ *     uid, and each run has a user namespace of its own, so this bounds every process of
+ *     this run (a fork bomb stops there), not those of another run of the same app;
  *  3. drops every capability, including from the bounding set, and sets no_new_privs;
  *  4. restricts itself with Landlock for the ABI the kernel reports: every filesystem
  *     right that ABI knows is handled (denied unless a rule grants it), plus signal and

@@ -109,6 +109,13 @@ struct InspectCommand: ParsableCommand {
     if !record.keychainAccessGroups.isEmpty {
       lines.append("  keychain      \(record.keychainAccessGroups.joined(separator: ", "))")
     }
+    // Best effort: a keychain that cannot be opened does not stop the rest of the report.
+    let keychainUsage = try? session.keychainUsage(of: record)
+    if let usage = keychainUsage {
+      lines.append(
+        "  keychain use  \(usage.items) of \(usage.quota.items) items, \(byteCount(usage.bytes)) of "
+          + "\(byteCount(usage.quota.bytes))")
+    }
     for (index, usage) in report.groups.enumerated() {
       lines.append(
         (index == 0 ? "  app groups    " : "                ")
@@ -140,6 +147,15 @@ struct InspectCommand: ParsableCommand {
         ("fileSharingEnabled", .bool(record.fileSharingEnabled)),
         ("teamIdentifier", .optional(record.teamIdentifier)),
         ("keychainAccessGroups", .array(record.keychainAccessGroups.map(JSONValue.string))),
+        (
+          "keychainUsage",
+          keychainUsage.map { usage in
+            .object([
+              ("items", .int(usage.items)), ("bytes", .int(usage.bytes)),
+              ("maximumItems", .int(usage.quota.items)), ("maximumBytes", .int(usage.quota.bytes)),
+            ])
+          } ?? .null
+        ),
         (
           "groups",
           .array(

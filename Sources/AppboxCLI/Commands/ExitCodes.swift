@@ -10,7 +10,9 @@ extension ExitCode {
     "The device is locked and the app's protected files are unavailable (appbox device unlock).")
   static let noSnapshot = noInput("No such snapshot, app or repository.")
   static let noRepository = noInput("No such repository.")
-  static let damaged = dataError("A damaged archive, manifest or catalog (appbox check says more).")
+  static let damaged = dataError(
+    "A damaged archive, manifest or catalog (appbox check says more), or a plain repository where this "
+      + "device used an encrypted one (see repo init --allow-plain).")
   static let repositoryDenied = denied("A wrong repository password, or S3 credentials the store refused.")
   static let storeUnavailable = unavailable("The S3 store cannot be reached, or keeps failing.")
   static let repositoryBusy = busy(

@@ -119,7 +119,9 @@ private func attributes(_ item: KeychainItem) -> [(String, JSONValue)] {
 
 struct KeychainAdd: ParsableCommand {
   static let description = CommandDescription(
-    name: "add", abstract: "Add an item (an existing one is a duplicate: exit 73).",
+    name: "add",
+    abstract:
+      "Add an item (an existing one is a duplicate: exit 73; so is one beyond the app's quota of 1,000 items and 16 MiB).",
     options: [
       KeychainOptions.service, KeychainOptions.account, KeychainOptions.data, KeychainOptions.dataFile,
       .init("class", help: "The item's class (default: generic).", choices: ["generic", "internet"]),
@@ -136,7 +138,9 @@ struct KeychainAdd: ParsableCommand {
           + "--group ABCDE12345.shared --data-file -")
     ],
     exitStatuses: KeychainCommand.exitCodes + [
-      .cannotCreate("An item with that class, service and account exists in the group."), .appBusy,
+      .cannotCreate(
+        "An item with that class, service and account exists in the group, or the app's quota is full."),
+      .appBusy,
     ])
   let app: String
   let item: KeychainItem

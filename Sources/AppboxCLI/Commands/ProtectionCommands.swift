@@ -20,6 +20,7 @@ private func readPasscodes(_ arguments: ParsedArguments, prompts: [String], cont
       askWithoutEcho($0.prefix(1).uppercased() + $0.dropFirst(), write: context.stderr.write)
     }
   }
+  warnIfOthersCanRead(file, what: "passcode", warn: context.warn)
   let bytes: [UInt8]
   do {
     bytes =

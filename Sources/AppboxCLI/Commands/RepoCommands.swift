@@ -24,9 +24,16 @@ struct RepoInit: ParsableCommand {
       $APPBOX_PASSWORD_FILE, else standard input (asked twice on a terminal); an encrypted repository
       cannot be made where one exists already (73). Every command reading or writing it then needs
       the password. There is no way around a lost password: the data cannot be recovered without it.
+      A device remembers the repositories it has used encrypted: finding a plain one (or none) there
+      later, every command refuses it (65) until 'repo init --allow-plain' says that was meant. A
+      password given for a plain repository is refused likewise (65), never ignored.
       """,
     options: [
       repositoryOption, .init("encrypt", help: "Encrypt the repository under a password."),
+      .init(
+        "allow-plain",
+        help:
+          "Accept a plain repository where this device used an encrypted one (it was reset on purpose)."),
     ] + repositoryAccessOptions,
     examples: [
       .init(
@@ -40,10 +47,15 @@ struct RepoInit: ParsableCommand {
     ] + ExitCode.repository,
     environment: EnvironmentVariable.repository)
   let encrypt: Bool
+  let allowPlain: Bool
   let arguments: ParsedArguments
   init(_ arguments: ParsedArguments) throws {
     encrypt = arguments.flag("encrypt")
+    allowPlain = arguments.flag("allow-plain")
     self.arguments = arguments
+    if encrypt && allowPlain {
+      throw arguments.usage("--allow-plain is for a plain repository; drop --encrypt")
+    }
   }
 
   func run(_ context: CommandContext) throws -> CommandOutput {
@@ -51,14 +63,16 @@ struct RepoInit: ParsableCommand {
     var password: [UInt8]?
     if encrypt {
       let file = arguments.value("password-file") ?? context.environment["APPBOX_PASSWORD_FILE"] ?? "-"
-      let first = try readPassword(file, prompt: "New repository password")
+      let first = try readPassword(file, prompt: "New repository password", warn: context.warn)
       if file == "-" && isatty(0) == 1 && askWithoutEcho("Repeat the password") != first {
         throw arguments.usage("the two passwords differ")
       }
       password = first
     }
-    let repository = try Repository.initialize(
-      location, password: password, options: context.repositoryOptions(arguments, create: true))
+    var options = context.repositoryOptions(arguments, create: true)
+    options.allowPlain = allowPlain
+    if encrypt { options.passwordGiven = false }  // the new password is for the new repository
+    let repository = try Repository.initialize(location, password: password, options: options)
     let summary = try repository.summary()
     return CommandOutput(
       text: "Initialized \(summary.encrypted ? "an encrypted" : "a") repository at \(summary.location)",
@@ -113,7 +127,7 @@ struct RepoPasswd: ParsableCommand {
     if !lines.isEmpty {
       newPassword = lines[1]
     } else {
-      newPassword = try readPassword(newFile ?? "-", prompt: "New repository password")
+      newPassword = try readPassword(newFile ?? "-", prompt: "New repository password", warn: context.warn)
       if newFile == nil && isatty(0) == 1 && askWithoutEcho("Repeat the new password") != newPassword {
         throw arguments.usage("the two passwords differ")
       }

@@ -15,9 +15,10 @@ private let sandboxDiscussion = """
   registry, the keychain, backups) exists in its view. Inside, Landlock repeats these rules and
   scopes signals and abstract sockets, and a seccomp filter denies terminal injection (TIOCSTI,
   TIOCLINUX), mounts, new namespaces, ptrace attach, keyrings, bpf, userfaultfd, perf and module
-  calls. Processes: at most 256 (RLIMIT_NPROC of the app's uid); with a delegated cgroup v2
-  ($APPBOX_CGROUP, or appbox's own when it lets children use pids and memory) also pids.max 256
-  and memory.max 4 GiB, else memory is not capped. The network is the host's (localhost
+  calls. Processes: at most 256 per run (RLIMIT_NPROC, counted in the run's own user namespace,
+  so each run of the app has its own 256: two runs at once may have 512); with a delegated cgroup
+  v2 ($APPBOX_CGROUP, or appbox's own when it lets children use pids and memory) also pids.max
+  256 and memory.max 4 GiB per run, else memory is not capped. The network is the host's (localhost
   services included) unless --network none. stdin, stdout and stderr are passed as they are.
   The environment is HOME and CFFIXED_USER_HOME = the home, TMPDIR = its tmp, plus PATH, LANG,
   LANGUAGE, LC_*, TERM and TZ from appbox's own; nothing else is passed. The working directory is
