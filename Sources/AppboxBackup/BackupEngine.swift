@@ -271,11 +271,13 @@ private struct BackupRun {
     writer: ArchiveWriter, home: FileDescriptor, scanner: Scanner, name: String, kind: SnapshotKind,
     bundleEntry: TreeEntry?, start: Date, sealed: [[UInt8]: Digest]
   ) throws -> ArchivedContent {
+    observer.engine(.phase(.scanning))
     let plan = ArchivePlan(directories: try scanner.scan(), full: kind == .full)
     observer.engine(
       .planned(
         entries: plan.directories.reduce(0) { $0 + $1.entries.count }, files: plan.fileCount,
         bytes: plan.fileBytes))
+    observer.engine(.phase(.archiving))
     let pool = BufferPool(count: 16, bufferSize: ContentReader.wholeReadLimit)
     let archiver = Archiver(
       plan: plan, writer: writer, catalog: repository.catalog, archiveName: name,
@@ -295,6 +297,7 @@ private struct BackupRun {
       throw error
     }
     try readerThread.join()
+    observer.engine(.phase(.committing))
     observer.engine(.stage("trees"))
     let trees = try TreeBuilder(
       plan: plan, results: archiver.results, catalog: repository.catalog, bundleEntry: bundleEntry

@@ -61,6 +61,7 @@ extension Repository {
       staging.discard()
       throw error
     }
+    observer.engine(.phase(.swapping))
     observer.engine(.stage("swap"))
     try HomeSwap.swap(staging, intoGroup: group, session: session)
     observer.engine(.finished(operation: "restore", app: group.identifier))

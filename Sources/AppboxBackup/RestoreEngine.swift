@@ -68,6 +68,7 @@ extension Repository {
         snapshot, part: .data, into: staging.descriptor, standardDirectories: true, protectingOn: session,
         owner: owner, observer: observer)
       if app == nil {
+        observer.engine(.phase(.installing))
         let install = try installBundle(of: snapshot, in: session)
         app = install.app
         createdGroups = install.createdGroups
@@ -79,6 +80,7 @@ extension Repository {
     }
     guard let app else { preconditionFailure("the app is installed by now") }
     CrashPoint.hit("restore.staged")
+    observer.engine(.phase(.swapping))
     observer.engine(.stage("swap"))
     try HomeSwap.swap(staging, into: app, carrying: .bundle, session: session, dataOwned: owner != nil)
     CrashPoint.hit("restore.swapped")

@@ -161,14 +161,17 @@ extension PropertyList {
 /// stdio, typing `input` first (the hostile program's `pty-run` mode, run on the host).
 /// `raw`: no line editing or echo, so a single injected byte is readable at once. Returns
 /// what the command wrote, its status, and the bytes left in the terminal's input queue
-/// (what the user's shell would have read next).
-func runOnTerminal(_ command: [String], input: String = "", raw: Bool, environment: [String: String]) throws
+/// (what the user's shell would have read next). `columns`: the terminal's width, when set.
+func runOnTerminal(
+  _ command: [String], input: String = "", raw: Bool, columns: Int? = nil, environment: [String: String]
+) throws
   -> (
     output: String, status: Int32?, pending: Int?
   )
 {
+  let mode = (raw ? "raw" : "cooked") + (columns.map { ":\($0)" } ?? "")
   let result = try runProcess(
-    productsDirectory + "/appbox-hostile", ["pty-run", raw ? "raw" : "cooked", input, "--"] + command,
+    productsDirectory + "/appbox-hostile", ["pty-run", mode, input, "--"] + command,
     environment: environment)
   let report = parseReport(result.out)
   return (result.out, report["pty-status"].flatMap(Int32.init), report["pty-pending"].flatMap(Int.init))

@@ -8,8 +8,9 @@
  * Usage: appbox-hostile ATTACK [ARG...]; see main() for the attacks.
  *
  * One mode is not an attack but the tests' terminal, run on the host:
- *   appbox-hostile pty-run raw|cooked INPUT -- COMMAND [ARG...]
- * runs COMMAND in a new session whose controlling terminal (and stdio) is a fresh pty,
+ *   appbox-hostile pty-run raw|cooked[:COLUMNS] INPUT -- COMMAND [ARG...]
+ * runs COMMAND in a new session whose controlling terminal (and stdio) is a fresh pty
+ * (COLUMNS wide when given),
  * as a user's shell would, types INPUT into it, copies what COMMAND writes there to
  * stdout, and ends with "pty-pending N" (bytes left in the terminal's input queue: what
  * the user's shell would read next, such as injected keystrokes) and "pty-status N".
@@ -377,11 +378,15 @@ int _swift_backtrace_isThunkFunction(const char *name) {
 }
 
 /* The tests' terminal (see the header). */
-static int pty_run(int raw, const char *input, char **command) {
+static int pty_run(int raw, int columns, const char *input, char **command) {
   int master = posix_openpt(O_RDWR | O_NOCTTY);
   if (master < 0 || grantpt(master) != 0 || unlockpt(master) != 0) {
     perror("pty");
     return 71;
+  }
+  if (columns > 0) {
+    struct winsize size = {.ws_row = 24, .ws_col = (unsigned short)columns};
+    if (ioctl(master, TIOCSWINSZ, &size) != 0) perror("TIOCSWINSZ");
   }
   char slave_path[256];
   snprintf(slave_path, sizeof slave_path, "%s", ptsname(master));
@@ -436,7 +441,8 @@ static int pty_run(int raw, const char *input, char **command) {
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc >= 6 && strcmp(argv[1], "pty-run") == 0 && strcmp(argv[4], "--") == 0) {
-    return pty_run(strcmp(argv[2], "raw") == 0, argv[3], argv + 5);
+    const char *colon = strchr(argv[2], ':');
+    return pty_run(strncmp(argv[2], "raw", 3) == 0, colon ? atoi(colon + 1) : 0, argv[3], argv + 5);
   }
   if (argc < 2) {
     fprintf(stderr, "usage: appbox-hostile ATTACK [ARG...]\n");

@@ -34,7 +34,18 @@ struct RepoInit: ParsableCommand {
         "allow-plain",
         help:
           "Accept a plain repository where this device used an encrypted one (it was reset on purpose)."),
-    ] + repositoryAccessOptions)
+    ] + repositoryAccessOptions,
+    examples: [
+      .init(
+        "An encrypted repository in a directory, then one in an S3 bucket:",
+        "appbox repo init --repo /srv/vault --encrypt --password-file pw.txt",
+        "appbox repo init --repo s3://backups/ci --endpoint https://s3.example.net")
+    ],
+    exitStatuses: [
+      .cannotCreate(
+        "An encrypted repository cannot be made where one exists, or the directory cannot be made.")
+    ] + ExitCode.repository,
+    environment: EnvironmentVariable.repository)
   let encrypt: Bool
   let allowPlain: Bool
   let arguments: ParsedArguments
@@ -81,7 +92,14 @@ struct RepoPasswd: ParsableCommand {
     options: [
       repositoryOption,
       .init("new-password-file", value: "F", help: "The new password from F's first line."),
-    ] + repositoryAccessOptions)
+    ] + repositoryAccessOptions,
+    examples: [
+      .init(
+        "Change the password, both read from files:",
+        "appbox repo passwd --repo /srv/vault --password-file pw.txt --new-password-file new.txt")
+    ],
+    exitStatuses: [ExitCode.noRepository] + ExitCode.repository,
+    environment: EnvironmentVariable.repository)
   let arguments: ParsedArguments
   init(_ arguments: ParsedArguments) throws { self.arguments = arguments }
 
@@ -124,7 +142,12 @@ struct RepoPasswd: ParsableCommand {
 struct RepoShow: ParsableCommand {
   static let description = CommandDescription(
     name: "show", abstract: "Describe a repository: where, whether encrypted, its snapshots and archives.",
-    options: [repositoryOption] + repositoryAccessOptions)
+    options: [repositoryOption] + repositoryAccessOptions,
+    examples: [
+      .init("The device's repository, then another:", "appbox repo", "appbox repo show --repo /srv/vault")
+    ],
+    exitStatuses: [ExitCode.noRepository] + ExitCode.repository,
+    environment: EnvironmentVariable.repository)
   let arguments: ParsedArguments
   init(_ arguments: ParsedArguments) throws { self.arguments = arguments }
 
@@ -173,7 +196,18 @@ struct ArchiveDecrypt: ParsableCommand {
     options: [
       repositoryOption,
       .init("output", value: "FILE", help: "Write the tar to FILE (replaced atomically) instead."),
-    ] + repositoryAccessOptions)
+    ] + repositoryAccessOptions,
+    examples: [
+      .init(
+        "List a snapshot's archive with GNU tar, then write it to a file:",
+        "appbox archive decrypt 1a2b3c4d --repo /srv/vault | tar -tv",
+        "appbox archive decrypt 1a2b3c4d --repo /srv/vault --output snapshot.tar")
+    ],
+    exitStatuses: [
+      .usage("Malformed, or --json without --output (stdout carries the JSON)."),
+      .noInput("No such archive or snapshot, or no such repository."),
+    ] + ExitCode.repository,
+    environment: EnvironmentVariable.repository)
   let archive: String
   let output: String?
   let arguments: ParsedArguments

@@ -10,16 +10,20 @@ import Glibc
 
 let repositoryAccessOptions: [CommandDescription.Option] = [
   .init(
-    "endpoint", value: "URL", help: "The S3 store of an s3:// repository (default: $APPBOX_S3_ENDPOINT)."),
+    "endpoint", value: "URL", help: "The S3 store of an s3:// repository (default: $APPBOX_S3_ENDPOINT).",
+    environment: [.s3Endpoint]),
   .init(
-    "region", value: "R", help: "The S3 region to sign for (default: $APPBOX_S3_REGION, else us-east-1)."),
+    "region", value: "R", help: "The S3 region to sign for (default: $APPBOX_S3_REGION, else us-east-1).",
+    environment: [.s3Region]),
   .init(
     "credentials-file", value: "F",
-    help: "S3 keys from F (AWS credentials format) instead of $AWS_ACCESS_KEY_ID and $AWS_SECRET_ACCESS_KEY."),
+    help: "S3 keys from F (AWS credentials format) instead of $AWS_ACCESS_KEY_ID and $AWS_SECRET_ACCESS_KEY.",
+    environment: [.accessKey, .secretKey]),
   .init(
     "password-file", value: "F",
     help:
-      "An encrypted repository's password from F's first line (default: $APPBOX_PASSWORD_FILE, else stdin)."),
+      "An encrypted repository's password from F's first line (default: $APPBOX_PASSWORD_FILE, else stdin).",
+    environment: [.passwordFile]),
 ]
 
 extension CommandContext {

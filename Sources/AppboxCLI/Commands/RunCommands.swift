@@ -55,6 +55,25 @@ private let lockedDiscussion = """
   its protected files fails with ENOKEY; APPBOX_PROTECTED_DATA_AVAILABLE is 1 or 0 as it starts.
   """
 
+/// Why `run` and `launch` refuse --json (exit 64).
+private let jsonRefusal =
+  "the app writes its own output to stdout, which cannot be one JSON document (leave --json out)"
+
+/// What `run` and `launch` exit with: the app's own status, or appbox's when it could not start it.
+private func confinedExitCodes(launch: Bool) -> [ExitCode] {
+  [
+    ExitCode(
+      label: "N", sortingAs: 1000,
+      "The \(launch ? "app's executable" : "command")'s own status, as it exited (128+N: killed by signal N)."
+    ),
+    .usage("Malformed, or --json given: the app's output cannot be one JSON document."),
+    .noApp,
+    .unavailable("No bubblewrap, no user namespaces, or no Landlock (see --allow-unconfined)."),
+  ]
+    + (launch
+      ? [.dataError("The bundle's seal is broken: a file changed since install (the error names it).")] : [])
+}
+
 /// Runs a confined process and passes its exit status through. appbox ignores SIGINT and
 /// SIGQUIT meanwhile, as a shell does for its foreground job: the app gets them from the
 /// terminal and decides; appbox reports how it ended.
@@ -86,8 +105,16 @@ struct RunCommand: ParsableCommand {
     discussion: sandboxDiscussion + "\n\ntmp is left as it is. A command killed by signal N exits 128+N.\n"
       + lockedDiscussion,
     positionals: [appArgument], options: [networkOption, allowUnconfinedOption, prewarmOption],
-    trailing: .init("CMD [ARG...]", help: "The program (searched in PATH) and its arguments.", required: true)
-  )
+    trailing: .init(
+      "CMD [ARG...]", help: "The program (searched in PATH) and its arguments.", required: true),
+    examples: [
+      .init("A shell in the app's sandbox, as its own user:", "appbox run com.example.notes -- /bin/sh"),
+      .init(
+        "One command, with no network:", "appbox run com.example.notes --network none -- ls -la Documents"),
+    ],
+    exitStatuses: confinedExitCodes(launch: false),
+    environment: EnvironmentVariable.sandbox,
+    json: .refused(jsonRefusal))
   let app: String
   let command: [String]
   let options: SandboxOptions
@@ -113,7 +140,16 @@ struct LaunchCommand: ParsableCommand {
       + "\n\nA bundle whose seal is broken is refused (exit 65, naming the changed file). When no process\n"
       + "of the app runs, tmp is emptied first.\n" + lockedDiscussion,
     positionals: [appArgument], options: [networkOption, allowUnconfinedOption, prewarmOption],
-    trailing: .init("ARG...", help: "Arguments for the app's executable.", required: false))
+    trailing: .init("ARG...", help: "Arguments for the app's executable.", required: false),
+    examples: [
+      .init("Check the seal and run the app:", "appbox launch com.example.notes"),
+      .init(
+        "Start it as the platform prewarms it, with arguments:",
+        "appbox launch com.example.notes --prewarm -- --verbose"),
+    ],
+    exitStatuses: confinedExitCodes(launch: true),
+    environment: EnvironmentVariable.sandbox,
+    json: .refused(jsonRefusal))
   let app: String
   let arguments: [String]
   let options: SandboxOptions
