@@ -80,7 +80,7 @@ struct SandboxTests {
     }
     #expect(Array(confine.suffix(2)) == ["--", "/bin/true"])
     let shared = jail.bubblewrapArguments(
-      staged: jail.staged(helper: "/h"), network: .shared, descriptors: .init(status: 3, passwd: 4, group: 5))
+      staged: jail.staged(helper: "/h"), network: .host, descriptors: .init(status: 3, passwd: 4, group: 5))
     #expect(shared.contains("--share-net"))
   }
 
