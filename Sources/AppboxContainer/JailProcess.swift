@@ -110,7 +110,7 @@ enum JailProcess {
         throw error
       }
     }
-    defer { network?.stop() }
+    defer { network?.stopInBackground() }
 
     var report = StatusReport()
     report.read(from: status.read, until: { $0.childPID != nil })
@@ -119,6 +119,7 @@ enum JailProcess {
     let target = SharedProcessID()
     target.set(report.childPID.map { -$0 } ?? pid)
     let exit = try ChildProcess.wait(for: pid, forwardingTo: { target.pid })
+    network?.requestStop()  // the app's first process is gone: pasta ends while the rest does
     report.read(from: status.read, until: { _ in false })
     reaper?.waitUntilGone()
 

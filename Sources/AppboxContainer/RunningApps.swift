@@ -176,7 +176,8 @@ private struct ConfinedCommand {
     let secItemTool = try Sandbox.secItemToolPath(environment: environment)
     self.keychainDirectory = keychainDirectory
     bubblewrap = try Sandbox.bubblewrapPath(environment: environment, for: home.app)
-    pasta = options.network == .own ? try UserModeNetwork.pastaPath(environment: environment, for: home.app) : nil
+    pasta =
+      options.network == .own ? try UserModeNetwork.pastaPath(environment: environment, for: home.app) : nil
     if let missing = Sandbox.userNamespacesUnavailable() {
       throw ContainerError(
         .unavailable, "Cannot confine \(home.app.bundleIdentifier): \(missing); bubblewrap needs them")

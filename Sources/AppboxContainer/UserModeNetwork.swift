@@ -15,9 +15,10 @@
 //    once it is ready (its -P file is that pipe, handed to its uid).
 // 3. appbox reads that pid and writes the byte `confine` waits for. bubblewrap builds the
 //    jail meanwhile: pasta's start overlaps the jail's.
-// 4. After the jail is gone, appbox stops pasta (SIGTERM, then waits). If pasta fails
-//    before it is ready, appbox kills the jail before the app starts and reports pasta's
-//    own words (exit 69).
+// 4. Once the app's first process has ended (bubblewrap exits then, and the kernel kills
+//    the rest of the jail), appbox kills pasta (SIGKILL) and reaps it on another thread. If
+//    pasta fails before it is ready, appbox kills the jail before the app starts and reports
+//    pasta's own words (exit 69).
 // Invariants: the app never starts before its network is up; pasta never runs as root and
 // never outlives the run (PR_SET_PDEATHSIG, and the stop above); nothing of appbox's state
 // reaches pasta (it gets /dev/null, its readiness pipe and an error pipe only).
@@ -112,7 +113,8 @@ final class UserModeNetwork: @unchecked Sendable {
       if let user { arguments += ["--user", "\(user):\(user)"] }
       arguments += ["--", pasta] + pastaOptions
       arguments += [
-        "--userns", "/proc/\(jailPID)/ns/user", "--netns", "/proc/\(jailPID)/ns/net", "--pid", "/proc/self/fd/3",
+        "--userns", "/proc/\(jailPID)/ns/user", "--netns", "/proc/\(jailPID)/ns/net", "--pid",
+        "/proc/self/fd/3",
       ]
       let pid: pid_t
       do {
@@ -185,19 +187,31 @@ final class UserModeNetwork: @unchecked Sendable {
     var reason = said.isEmpty ? "exit status \(status)" : said
     var st = stat()
     if said.contains("tun"), stat("/dev/net/tun", &st) == 0, st.st_mode & 0o006 != 0o006 {
-      reason += "; /dev/net/tun is mode \(String(st.st_mode & 0o777, radix: 8)): pasta needs it readable and "
+      reason +=
+        "; /dev/net/tun is mode \(String(st.st_mode & 0o777, radix: 8)): pasta needs it readable and "
         + "writable by every user, as udev makes it (chmod 0666 /dev/net/tun)"
     }
     return reason
   }
 
-  /// Step 4: stops pasta and waits for it; returns its exit status.
+  /// Ends pasta (SIGKILL: it has nothing to save), without waiting for it.
+  func requestStop() { kill(pid, SIGKILL) }
+
+  /// Step 4: ends pasta and waits for it; returns its exit status.
   @discardableResult
   func stop() -> Int32 {
-    kill(pid, SIGTERM)
+    requestStop()
     let status = ChildProcess.reap(pid)
     drained.wait()
     errors.close()
     return status
+  }
+
+  /// Step 4 when the run is over: ends pasta and reaps it on another thread. Tearing down
+  /// its buffers and namespaces takes the kernel tens of milliseconds, which the caller
+  /// need not wait for: pasta is dead to the app from the signal on.
+  func stopInBackground() {
+    requestStop()
+    Thread.detachNewThread { [self] in stop() }
   }
 }

@@ -23,7 +23,8 @@ struct NetworkTests {
     #expect(own["connect-tcp"] == "ECONNREFUSED", "\(own)")
     if let gateway = defaultGateway() {
       let through = try device.attack(["connect-tcp-to", gateway, port])
-      #expect(through["connect-tcp-to"] != nil && through["connect-tcp-to"] != "ok", "via \(gateway): \(through)")
+      #expect(
+        through["connect-tcp-to"] != nil && through["connect-tcp-to"] != "ok", "via \(gateway): \(through)")
     }
     let none = try device.attack(["connect-tcp", port], options: ["--network", "none"])
     #expect(none["connect-tcp"] == "ECONNREFUSED", "\(none)")
@@ -60,7 +61,8 @@ struct NetworkTests {
     let port = String(service.port)
     let own = try device.attack(["connect-tcp-to", interface.address, port])
     #expect(own["connect-tcp-to"] == "ok", "\(own)")
-    let none = try device.attack(["connect-tcp-to", interface.address, port], options: ["--network", "none"])
+    let none = try device.attack(
+      ["connect-tcp-to", interface.address, port], options: ["--network", "none"])
     #expect(none["connect-tcp-to"] == "ENETUNREACH", "\(none)")
   }
 
@@ -102,7 +104,8 @@ struct NetworkTests {
     let refused = try device.appbox(["launch", "com.example.hostile", "--", "id"], environment: environment)
     #expect(refused.status == 69, "\(refused.err)")
     #expect(refused.err.split(separator: "\n").count == 1, "\(refused.err)")
-    #expect(refused.err.contains("pasta is not installed") && refused.err.contains("'passt'"), "\(refused.err)")
+    #expect(
+      refused.err.contains("pasta is not installed") && refused.err.contains("'passt'"), "\(refused.err)")
     #expect(refused.err.contains("--network none") && refused.err.contains("--network host"))
     for choice in ["none", "host"] {
       let run = try device.appbox(
@@ -201,7 +204,8 @@ func defaultGateway() -> String? {
   guard let table = try? String(contentsOfFile: "/proc/net/route", encoding: .utf8) else { return nil }
   for line in table.split(separator: "\n").dropFirst() {
     let fields = line.split(whereSeparator: { $0 == " " || $0 == "\t" })
-    guard fields.count > 2, fields[1] == "00000000", let value = UInt32(fields[2], radix: 16), value != 0 else {
+    guard fields.count > 2, fields[1] == "00000000", let value = UInt32(fields[2], radix: 16), value != 0
+    else {
       continue
     }
     return "\(value & 0xFF).\((value >> 8) & 0xFF).\((value >> 16) & 0xFF).\(value >> 24)"
