@@ -17,8 +17,8 @@
 //    jail meanwhile: pasta's start overlaps the jail's.
 // 4. Once the app's first process has ended (bubblewrap exits then, and the kernel kills
 //    the rest of the jail), appbox kills pasta (SIGKILL) and reaps it on another thread. If
-//    pasta fails before it is ready, appbox kills the jail before the app starts and reports
-//    pasta's own words (exit 69).
+//    pasta fails before it is ready, appbox closes the second pipe instead of writing: `confine`
+//    exits without starting the app, and appbox reports pasta's own words (exit 69).
 // Invariants: the app never starts before its network is up; pasta never runs as root and
 // never outlives the run (PR_SET_PDEATHSIG, and the stop above); nothing of appbox's state
 // reaches pasta (it gets /dev/null, its readiness pipe and an error pipe only).
@@ -88,7 +88,7 @@ final class UserModeNetwork: @unchecked Sendable {
   /// Step 2 and 3: waits for the jail's namespace, starts pasta in it and, once pasta is
   /// ready, lets the app start. Returns nil when the jail failed first (`enter` before making
   /// the namespace, or bubblewrap: their message is on stderr, and waiting for the jail
-  /// reports it). When pasta fails, the jail `jailPID` is killed before the app started (the
+  /// reports it). When pasta fails, the jail `jailPID` ends without starting the app (the
   /// caller reaps it), and the error says why.
   static func start(
     for app: AppRecord, pipes: Pipes, jailPID: pid_t, helper: String, pasta: String,
@@ -100,14 +100,14 @@ final class UserModeNetwork: @unchecked Sendable {
     guard got == 1 else { return nil }
     let ready = try FileDescriptor.pipe()
     defer { ready.read.close() }
-    let errors: (read: FileDescriptor, write: FileDescriptor)
-    let null: FileDescriptor
+    let network: UserModeNetwork
     do {
+      // Only pasta may hold the write ends once it runs: their end of file is its end.
       defer { ready.write.close() }
       if let user { try ready.write.setOwner(user, user) }  // pasta reopens it as that uid
-      errors = try FileDescriptor.pipe()
+      let errors = try FileDescriptor.pipe()
       defer { errors.write.close() }
-      null = try FileDescriptor.open("/dev/null", O_RDWR)
+      let null = try FileDescriptor.open("/dev/null", O_RDWR)
       defer { null.close() }
       var arguments = [Sandbox.helperName, "network"]
       if let user { arguments += ["--user", "\(user):\(user)"] }
@@ -116,21 +116,20 @@ final class UserModeNetwork: @unchecked Sendable {
         "--userns", "/proc/\(jailPID)/ns/user", "--netns", "/proc/\(jailPID)/ns/net", "--pid",
         "/proc/self/fd/3",
       ]
-      let pid: pid_t
       do {
-        pid = try ChildProcess.spawn(
+        let pid = try ChildProcess.spawn(
           helper, arguments: arguments, environment: ["PATH": environment["PATH"] ?? "/usr/bin:/bin"],
           inherited: [
             .init(source: null, target: 0), .init(source: null, target: 1),
             .init(source: errors.write, target: 2), .init(source: ready.write, target: 3),
           ])
+        network = UserModeNetwork(app: app, pid: pid, errors: errors.read)
       } catch {
         errors.read.close()
         throw error
       }
-      let network = UserModeNetwork(app: app, pid: pid, errors: errors.read)
-      return try network.awaitReady(ready.read, pipes: pipes, jailPID: jailPID)
     }
+    return try network.awaitReady(ready.read, pipes: pipes, jailPID: jailPID)
   }
 
   private init(app: AppRecord, pid: pid_t, errors: FileDescriptor) {
@@ -164,14 +163,17 @@ final class UserModeNetwork: @unchecked Sendable {
       try? pipes.up.write.writeAll([UInt8(ascii: "u")])
       return self
     }
+    let status = stop()
     if ChildProcess.hasEnded(jailPID) {
       // bubblewrap failed first (and so did pasta, its namespaces gone): waiting for the
       // jail reports bubblewrap's own failure.
-      stop()
       return nil
     }
-    kill(jailPID, SIGKILL)  // the app has not started: confine still waits for the byte
-    let status = stop()
+    // The app has not started: `confine` waits for the byte. Seeing the pipe close instead
+    // (`start` closes it as it returns), it exits 69 without a word, bubblewrap ends the jail
+    // the usual way, and the caller reaps it. (Killing bubblewrap instead could leave its
+    // jail's first process behind, if it came before that process asked to die with its
+    // parent.)
     throw ContainerError(
       .unavailable,
       "Cannot give \(app.bundleIdentifier) a network of its own: pasta failed (\(failureReason(status: status)))"

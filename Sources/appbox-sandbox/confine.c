@@ -26,7 +26,7 @@
  *  7. with --wait-fd, waits for one byte on that descriptor (appbox writes it once the app's
  *     own network is up: pasta has configured the namespace), closes it, and execs CMD
  *     (searched in PATH). Should the descriptor close without a byte, the network did not
- *     come up and the command is not run (exit 69).
+ *     come up: the command is not run (exit 69, silently: appbox reports why).
  *
  * Without Landlock (an old kernel, or --assume-no-landlock in tests) it refuses with 69,
  * unless --allow-no-landlock: then it warns and runs the command in the jail without
@@ -302,7 +302,9 @@ int confine_main(int argc, char **argv) {
     do {
       got = read(wait_fd, &byte, 1);
     } while (got < 0 && errno == EINTR);
-    if (got != 1) fail(69, "the app's network did not come up; not running '%s'", command[0]);
+    /* No byte: appbox decided not to start the app (its network did not come up) and says
+     * why itself; one line is enough. */
+    if (got != 1) _exit(69);
     close(wait_fd);
   }
   execvp(command[0], command);

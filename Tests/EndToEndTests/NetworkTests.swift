@@ -115,6 +115,38 @@ struct NetworkTests {
   }
 }
 
+extension NetworkTests {
+  /// When pasta fails before it is ready, the app never starts (not even without its network):
+  /// exit 69, one line carrying pasta's own words.
+  @Test(arguments: Privilege.testable)
+  func whenPastaFailsTheAppDoesNotStart(_ privilege: Privilege) throws {
+    let device = try HostileDevice(privilege)
+    let id = try device.installHostile()
+    let bin = try device.dir.makeDirectoryPath("failing")
+    try FileManager.default.createSymbolicLink(atPath: bin + "/bwrap", withDestinationPath: "/usr/bin/bwrap")
+    // Written through a close-on-exec descriptor: a child another test spawns meanwhile must not
+    // inherit it open for writing (exec would then fail with ETXTBSY).
+    let script = try FileDescriptor.open(bin + "/pasta", O_WRONLY | O_CREAT | O_EXCL, mode: 0o755)
+    try script.closeAfter {
+      try $0.writeAll(
+        Array(
+          "#!/bin/sh\necho 'Failed to send 40 bytes to syslog' >&2\necho 'no tap for you' >&2\nexit 1\n".utf8)
+      )
+    }
+    chmod(bin + "/pasta", 0o755)
+    let marker = device.jailHome(id) + "/Documents/started"
+    let result = try device.appbox(
+      ["launch", "com.example.hostile", "--", "write", marker], environment: ["PATH": bin + ":/usr/bin:/bin"])
+    #expect(result.status == 69, "\(result.err)")
+    #expect(result.err.split(separator: "\n").count == 1, "\(result.err)")
+    #expect(result.err.contains("pasta failed (no tap for you)"), "\(result.err)")
+    #expect(!result.err.contains("syslog"), "\(result.err)")
+    #expect(!exists(device.home(id) + "/Documents/started"), "the app ran")
+    #expect(
+      try device.appbox(["uninstall", "com.example.hostile"]).status == 0, "nothing of the app is left")
+  }
+}
+
 /// A TCP service on the host that answers every connection with one byte.
 final class TCPService: @unchecked Sendable {
   let fd: Int32
