@@ -4,7 +4,7 @@
 SWIFT ?= swift
 APT_PACKAGES := libarchive-dev libsqlite3-dev libssl-dev pkg-config libarchive-tools tar bubblewrap \
   libseccomp-dev util-linux e2fsprogs python3 gzip bzip2 xz-utils lzip lz4 zstd ncompress lzop lrzip \
-  libcurl4-openssl-dev
+  libcurl4-openssl-dev passt iproute2
 # The object store the S3 tests, the demo and the benchmark run against: OpenStack Swift with its
 # s3api middleware, started on loopback by scripts/swift-cluster.sh. Installed without
 # recommends (74 packages, about 70 s and 53 MB installed here; with recommends it pulls 159, a desktop
@@ -28,6 +28,11 @@ deps:
 	  echo "make deps: installing" $$missing; \
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	@# pasta (passt), the apps' own network, opens /dev/net/tun as the app's uid: udev makes it 0666
+	@# on Debian; a machine without udev (a container) may have it 0600.
+	@if [ -c /dev/net/tun ] && [ "$$(stat -c %a /dev/net/tun)" != 666 ]; then \
+	  echo "make deps: chmod 0666 /dev/net/tun (as udev does), for pasta"; $(SUDO) chmod 0666 /dev/net/tun; \
 	fi
 	@missing=$$(for p in $(S3_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
