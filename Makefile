@@ -4,7 +4,7 @@
 SWIFT ?= swift
 APT_PACKAGES := libarchive-dev libsqlite3-dev libssl-dev pkg-config libarchive-tools tar bubblewrap \
   libseccomp-dev util-linux e2fsprogs python3 gzip bzip2 xz-utils lzip lz4 zstd ncompress lzop lrzip \
-  libcurl4-openssl-dev strace
+  libcurl4-openssl-dev passt iproute2 strace
 # The object store the S3 tests, the demo and the benchmark run against: OpenStack Swift with its
 # s3api middleware, started on loopback by scripts/swift-cluster.sh. Installed without
 # recommends (74 packages, about 70 s and 53 MB installed here; with recommends it pulls 159, a desktop
@@ -15,7 +15,7 @@ BENCH_PACKAGES := libarchive-tools restic time
 DEMO_PACKAGES := chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build release test test-faults demo demo-deps bench bench-large bench-startup bench-secitem bench-deps format lint clean
+.PHONY: all deps build release install install-files test test-faults demo demo-deps bench bench-large bench-startup bench-secitem bench-deps format lint clean
 
 all: build
 
@@ -28,6 +28,11 @@ deps:
 	  echo "make deps: installing" $$missing; \
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	@# pasta (passt), the apps' own network, opens /dev/net/tun as the app's uid: udev makes it 0666
+	@# on Debian; a machine without udev (a container) may have it 0600.
+	@if [ -c /dev/net/tun ] && [ "$$(stat -c %a /dev/net/tun)" != 666 ]; then \
+	  echo "make deps: chmod 0666 /dev/net/tun (as udev does), for pasta"; $(SUDO) chmod 0666 /dev/net/tun; \
 	fi
 	@missing=$$(for p in $(S3_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
@@ -46,6 +51,19 @@ build: deps
 RELEASE_FLAGS := -c release --static-swift-stdlib
 release: deps
 	@$(SWIFT) build $(RELEASE_FLAGS) 1>&2
+
+# Installs the release build's three executables side by side in $(DESTDIR)$(PREFIX)/bin:
+# appbox finds appbox-sandbox and appbox-secitem in the directory of its own executable.
+PREFIX ?= /usr/local
+INSTALLED := appbox appbox-sandbox appbox-secitem
+install: release
+	@$(MAKE) --no-print-directory install-files BIN_DIR="$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)"
+
+# The copy alone, from the products directory BIN_DIR (the README tour's test passes the debug build's).
+install-files:
+	@test -n "$(BIN_DIR)" || { echo "make install-files: set BIN_DIR to a products directory" >&2; exit 2; }
+	install -d "$(DESTDIR)$(PREFIX)/bin"
+	install -m 0755 $(addprefix $(BIN_DIR)/,$(INSTALLED)) "$(DESTDIR)$(PREFIX)/bin/"
 
 # Builds everything (the appbox and appbox-sandbox executables too) and runs every test.
 test: deps

@@ -253,7 +253,8 @@ private struct BackupRun {
       tag: options.tag, parent: parent?.id, rootTree: trees.root, files: trees.files, bytes: trees.bytes,
       bytesAdded: content.bytesAdded, archive: name, keychainOffset: keychainOffset,
       warnings: content.warnings.count, unreadable: content.unreadableCount,
-      unreadablePaths: Snapshot.keptPaths(content.unreadable.map(\.path)), torn: content.tornCount,
+      unreadablePaths: Snapshot.keptPaths(content.unreadable.map(\.path)), team: subject.team,
+      torn: content.tornCount,
       tornPaths: Snapshot.keptPaths(content.torn.sorted { $0.lexicographicallyPrecedes($1) }))
     observer.engine(.stage("manifest"))
     let manifest = Manifest(
@@ -291,12 +292,14 @@ private struct BackupRun {
     writer: ArchiveWriter, home: FileDescriptor, scanner: Scanner, name: String, kind: SnapshotKind,
     bundleEntry: TreeEntry?, start: Date, sealed: [[UInt8]: Digest]
   ) throws -> ArchivedContent {
+    observer.engine(.phase(.scanning))
     let plan = ArchivePlan(directories: try scanner.scan(), full: kind == .full)
     needed.bytes = plan.fileBytes + (1 << 20)
     observer.engine(
       .planned(
         entries: plan.directories.reduce(0) { $0 + $1.entries.count }, files: plan.fileCount,
         bytes: plan.fileBytes))
+    observer.engine(.phase(.archiving))
     let pool = BufferPool(count: 16, bufferSize: ContentReader.wholeReadLimit)
     let archiver = Archiver(
       plan: plan, writer: writer, catalog: repository.catalog, archiveName: name,
@@ -325,6 +328,7 @@ private struct BackupRun {
       throw error
     }
     try readerThread.join()
+    observer.engine(.phase(.committing))
     observer.engine(.stage("trees"))
     let trees = try TreeBuilder(
       plan: plan, results: archiver.results, catalog: repository.catalog, bundleEntry: bundleEntry

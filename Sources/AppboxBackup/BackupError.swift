@@ -27,6 +27,9 @@ public struct BackupError: AppboxFailure, Equatable {
     case denied
     /// The repository is busy: another process holds what this one needs (exit 75).
     case busy
+    /// A repository this device used encrypted is plain now, or a password was given for a
+    /// plain one (exit 65; Repository/EncryptionMemory.swift).
+    case downgraded
     /// Writing or syncing failed: a disk full or an I/O error (exit 74).
     case io
   }
@@ -42,7 +45,7 @@ public struct BackupError: AppboxFailure, Equatable {
   public var kind: FailureKind {
     switch code {
     case .snapshotNotFound: return .notFound
-    case .corruptArchive, .corruptCatalog, .refusedArchive: return .badData
+    case .corruptArchive, .corruptCatalog, .refusedArchive, .downgraded: return .badData
     case .unreadable(let kind): return kind
     case .invalidRequest: return .invalidArgument
     case .cannotCreate: return .cannotCreate

@@ -34,6 +34,9 @@ public struct BackupSubject: Sendable {
   public let version: String
   public let bundleDirectoryName: String
   public let seal: String
+  /// For a group: the team that owns it on this device, recorded with its snapshots so that a
+  /// restore puts them back only into that team's group (GroupRestore.swift). nil for an app.
+  public var team: String? = nil
 
   /// `app`'s home on the device of `session`.
   public static func app(_ app: AppRecord, in session: DeviceSession) -> BackupSubject {
@@ -47,7 +50,8 @@ public struct BackupSubject: Sendable {
   public static func group(_ group: GroupRecord, in session: DeviceSession) -> BackupSubject {
     BackupSubject(
       kind: .group(group), name: group.identifier, containerID: group.containerID,
-      path: session.root.groupContainer(group.containerID), version: "", bundleDirectoryName: "", seal: "")
+      path: session.root.groupContainer(group.containerID), version: "", bundleDirectoryName: "", seal: "",
+      team: group.teamIdentifier)
   }
 
   /// Whether the subject has a bundle (stored by its own rule).

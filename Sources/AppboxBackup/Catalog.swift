@@ -28,6 +28,7 @@
 
 import AppboxArchive
 import AppboxCore
+import Glibc
 import AppboxCrypto
 import AppboxStore
 import Foundation
@@ -73,6 +74,9 @@ public struct Snapshot: Sendable, Equatable {
   public var unreadable: Int = 0
   /// The first of their paths, shortened for display (`Snapshot.shortened`).
   public var unreadablePaths: [[UInt8]] = []
+  /// For an app group's snapshot: the team that owned the group when it was taken (nil for an
+  /// app's, and for a group's taken before teams were recorded).
+  public var team: String? = nil
   /// Files that kept changing while the backup read them: the snapshot holds a reading that
   /// may mix two versions (torn). 0 for a snapshot whose every file held still.
   public var torn: Int = 0
@@ -234,7 +238,11 @@ public final class Catalog {
     ALTER TABLE archives ADD COLUMN retired REAL;
     ALTER TABLE snapshots ADD COLUMN committed REAL;
     """,
-    // 5: files that kept changing while they were read (torn copies).
+    // 5: the team owning a group when its snapshot was taken.
+    """
+    ALTER TABLE snapshots ADD COLUMN team TEXT;
+    """,
+    // 6: files that kept changing while they were read (torn copies).
     """
     ALTER TABLE snapshots ADD COLUMN torn INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE snapshots ADD COLUMN torn_paths BLOB;
@@ -244,6 +252,9 @@ public final class Catalog {
   /// Opens (creating and migrating when writable) the catalog at `path`. `walMode: false`
   /// keeps a new database in one file (for a rebuild that is renamed into place).
   public init(path: String, readOnly: Bool = false, walMode: Bool = true) throws {
+    // Created 0600 by us, not by SQLite with the umask's 0644: it names every app and file
+    // backed up (SQLite gives its -wal and -shm the same mode).
+    if !readOnly { try FileDescriptor.open(path, O_RDWR | O_CREAT | O_NOFOLLOW, mode: 0o600).close() }
     database = try Database(path: path, mode: readOnly ? .readOnly : .readWriteCreate)
     if !readOnly {
       if walMode {
@@ -271,7 +282,7 @@ public final class Catalog {
 
   static let snapshotColumns = """
     id, app, device, container, version, bundle_name, seal, time, kind, tag, parent, root_tree, files, bytes,
-    bytes_added, archive, keychain_offset, warnings, unreadable, unreadable_paths, torn, torn_paths
+    bytes_added, archive, keychain_offset, warnings, unreadable, unreadable_paths, team, torn, torn_paths
     """
 
   private func snapshot(_ row: Statement) throws -> Snapshot {
@@ -287,7 +298,8 @@ public final class Catalog {
       archive: row.text(15) ?? "", keychainOffset: row.isNull(16) ? nil : row.int64(16),
       warnings: row.int(17),
       unreadable: row.int(18), unreadablePaths: Snapshot.splitPaths(row.isNull(19) ? [] : row.blob(19)),
-      torn: row.int(20), tornPaths: Snapshot.splitPaths(row.isNull(21) ? [] : row.blob(21))
+      team: row.text(20), torn: row.int(21),
+      tornPaths: Snapshot.splitPaths(row.isNull(22) ? [] : row.blob(22))
     )
   }
 
@@ -318,8 +330,8 @@ public final class Catalog {
     let statement = try database.cachedStatement(
       """
       INSERT \(ignoringExisting ? "OR IGNORE " : "")INTO snapshots(\(Self.snapshotColumns), committed)
-      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22,
-        ?23)
+      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21,
+        ?22, ?23, ?24)
       """)
     try statement.bind([
       .text(snapshot.id), .text(snapshot.app), .text(snapshot.device), .text(snapshot.containerID),
@@ -331,6 +343,7 @@ public final class Catalog {
       snapshot.keychainOffset.map(SQLValue.integer) ?? .null,
       .integer(Int64(snapshot.warnings)), .integer(Int64(snapshot.unreadable)),
       snapshot.unreadablePaths.isEmpty ? .null : .blob(Snapshot.joinedPaths(snapshot.unreadablePaths)),
+      snapshot.team.map(SQLValue.text) ?? .null,
       .integer(Int64(snapshot.torn)),
       snapshot.tornPaths.isEmpty ? .null : .blob(Snapshot.joinedPaths(snapshot.tornPaths)),
       committed.map { .real($0.timeIntervalSince1970) } ?? .null,

@@ -45,6 +45,7 @@ extension Repository {
     let lock = try lockRepository(exclusive: false)
     defer { withExtendedLifetime(lock) {} }
     observer.engine(.started(operation: "check", app: nil))
+    observer.engine(.phase(.verifying))
     var report = CheckReport()
     let records = try catalog.archives()
     let snapshots = try catalog.snapshots()

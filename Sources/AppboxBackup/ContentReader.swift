@@ -228,6 +228,11 @@ final class ContentReader: @unchecked Sendable {
       } catch let error as SystemError where error.errno == .permissionDenied || error.errno == .notPermitted
       {
         return queue.push(.unreadable(item: item, reason: "cannot open it (\(error.errno))"))
+      } catch let error as SystemError where error.errno == .keyNotAvailable {
+        // Encrypted under a key that is not there: a class key is checked before the backup
+        // starts (a locked device refuses it), so this one is a key appbox never had.
+        return queue.push(
+          .unreadable(item: item, reason: "cannot open it (encrypted with a key that is not available)"))
       } catch let error as SystemError {
         throw backupFailure(error, path: display(path))
       }

@@ -15,8 +15,19 @@ public enum EngineEvent: Sendable, Equatable {
   case warning(path: String?, message: String)
   /// A named stage began ("archive", "sync", "commit"): for timing traces.
   case stage(String)
+  /// A phase people are shown began (progress bars name it). Phases are coarser than stages.
+  case phase(Phase)
   /// The operation completed.
   case finished(operation: String, app: String?)
+}
+
+/// The phases of an operation, in the order they come, as progress displays name them.
+/// backup: scanning, archiving, committing; restore: planning, writing, verifying,
+/// installing (the bundle, when the app was absent), swapping (making the new data durable
+/// and putting it in place); export: scanning, writing; import: checking, writing, swapping;
+/// check: verifying.
+public enum Phase: String, Sendable, Equatable, CaseIterable {
+  case scanning, archiving, committing, planning, checking, writing, verifying, installing, swapping
 }
 
 /// Receives engine events. Called from the engine's threads (one at a time per engine run),

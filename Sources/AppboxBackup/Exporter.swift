@@ -44,6 +44,7 @@ extension DeviceSession {
     let scanner = Scanner(
       home: home.borrowed, rules: rules, catalogPath: nil, previousRoot: nil, trustedBefore: 0,
       observer: observer)
+    observer.engine(.phase(.scanning))
     let plan = ArchivePlan(directories: try scanner.scan(), full: true)
     let special = plan.directories.indices.filter { !plan.directories[$0].isExcluded }.flatMap { index in
       let directory = plan.directories[index]
@@ -57,6 +58,7 @@ extension DeviceSession {
         entries: plan.directories.reduce(0) { $0 + $1.entries.count }, files: plan.fileCount,
         bytes: plan.fileBytes))
 
+    observer.engine(.phase(.writing))
     let (directoryPath, name) = splitPath(path)
     let directory = try OwnedFileDescriptor.open(directoryPath, O_RDONLY | O_DIRECTORY)
     let staged = try StagedFile(name, in: directory.borrowed, mode: 0o644, displayPath: path)

@@ -11,6 +11,12 @@
 // 3. Swap it with the container (HomeSwap, journaled), as root giving everything to the
 //    group's uid first. The container keeps its id.
 // The group must exist on the device: it comes with its first member's install.
+//
+// A group belongs to a team (its registry row, kept since its first member's install, and its
+// snapshots, which record it): a snapshot restores only into a group of the team it was taken
+// of, or else 77 naming both teams. A snapshot from before teams were recorded restores only
+// into the container it was taken of (same container id: the same group, so the same team);
+// after a restore installed an app, such a snapshot is left out with a warning.
 
 import AppboxContainer
 import AppboxCore
@@ -35,6 +41,7 @@ extension Repository {
     let lock = try lockRepository(exclusive: false)
     defer { withExtendedLifetime(lock) {} }
     let snapshot = try self.snapshot(id, app: group.identifier)
+    try Self.checkTeam(of: snapshot, for: group)
     var running: [AnyObject] = []
     for member in group.members {
       if let app = try session.registry.appIfPresent(member) {
@@ -54,6 +61,7 @@ extension Repository {
       staging.discard()
       throw error
     }
+    observer.engine(.phase(.swapping))
     observer.engine(.stage("swap"))
     let swapWarnings = try HomeSwap.swap(staging, intoGroup: group, session: session)
     observer.engine(.finished(operation: "restore", app: group.identifier))
@@ -69,10 +77,46 @@ extension Repository {
     throws -> [GroupRestoreResult]
   {
     try identifiers.compactMap { identifier in
-      guard try latestSnapshot(app: identifier) != nil,
+      guard let latest = try latestSnapshot(app: identifier),
         let group = try session.registry.groupIfPresent(identifier)
       else { return nil }
-      return try restore(group: group, in: session, observer: observer)
+      guard latest.team != nil else {
+        observer.engine(
+          .warning(
+            path: nil,
+            message:
+              "app group \(identifier) was not restored: its latest snapshot \(latest.id) records no team (it was "
+              + "taken before appbox recorded them), so it may be another team's; it stays empty"))
+        return nil
+      }
+      return try restore(group: group, snapshot: latest.id, in: session, observer: observer)
+    }
+  }
+
+  /// Refuses (77) to put `snapshot` into `group`: when it was taken of another team's group,
+  /// or records no team and was taken of another container. `installing`: the app whose
+  /// install is creating the group (named in the message).
+  static func checkTeam(of snapshot: Snapshot, for group: GroupRecord, installing app: AppRecord? = nil)
+    throws
+  {
+    let what =
+      app.map { "Cannot restore \($0.bundleIdentifier) with its app group \(group.identifier)" }
+      ?? "Cannot restore \(group.identifier) from snapshot \(snapshot.id)"
+    guard let team = snapshot.team else {
+      guard snapshot.containerID == group.containerID else {
+        throw BackupError(
+          .denied,
+          "\(what): the snapshot records no team (it was taken before appbox recorded them) and is of another "
+            + "container, so it may be another team's; on this device the group belongs to team "
+            + "\(group.teamIdentifier)")
+      }
+      return
+    }
+    guard team == group.teamIdentifier else {
+      throw BackupError(
+        .denied,
+        "\(what): snapshot \(snapshot.id) is of team \(team)'s group, and on this device the group belongs to team "
+          + "\(group.teamIdentifier)")
     }
   }
 }

@@ -89,6 +89,7 @@ extension DeviceSession {
     let limits = options.limits ?? ImportLimits.from(environment: environment)
     let room = try freeSpaceForImport()
 
+    observer.engine(.phase(.checking))
     observer.engine(.stage("plan"))
     let plan = try refusing(path) { try ImportPlan.make(source, limits: limits, room: room) }
     try plan.check(options, path: path)
@@ -104,6 +105,7 @@ extension DeviceSession {
     let staging = try HomeStagingArea.create(in: self)
     var report: ImportReport
     do {
+      observer.engine(.phase(.writing))
       observer.engine(.stage("extract"))
       var build = ImportBuild(staging: staging.descriptor, limits: limits, room: room, observer: observer)
       try refusing(path) { try build.run(source, plan: plan) }
@@ -115,6 +117,7 @@ extension DeviceSession {
     report.format = plan.format
     report.skipped = plan.skipped.groups.map { ImportSkip(path: $0.name, members: $0.count) }
     report.warnings = plan.warnings.map(\.description)
+    observer.engine(.phase(.swapping))
     observer.engine(.stage("swap"))
     report.cleanupWarnings = try HomeSwap.swap(staging, into: app, carrying: .allButData, session: self)
     observer.engine(.finished(operation: "import", app: app.bundleIdentifier))

@@ -141,6 +141,7 @@ struct Manifest {
       ("bytesAdded", String(snapshot.bytesAdded)), ("warnings", String(snapshot.warnings)),
     ]
     if let tag = snapshot.tag { fields.append(("tag", tag)) }
+    if let team = snapshot.team { fields.append(("team", team)) }
     if let parent = snapshot.parent { fields.append(("parent", parent)) }
     if let offset = snapshot.keychainOffset { fields.append(("keychain", String(offset))) }
     if snapshot.unreadable > 0 { fields.append(("unreadable", String(snapshot.unreadable))) }
@@ -282,6 +283,6 @@ struct Manifest {
       version: try field("version"), bundleDirectoryName: try field("bundle"), seal: try field("seal"),
       time: Date(timeIntervalSince1970: time), kind: kind, tag: fields["tag"], parent: fields["parent"],
       rootTree: root, files: files, bytes: bytes, bytesAdded: added, archive: archive,
-      keychainOffset: fields["keychain"].flatMap { Int64($0) }, warnings: warnings)
+      keychainOffset: fields["keychain"].flatMap { Int64($0) }, warnings: warnings, team: fields["team"])
   }
 }

@@ -78,7 +78,8 @@ public final class Repository {
       location: .directory(RepositoryLocation.absolute(path)),
       options: RepositoryOptions(
         create: create, environment: environment,
-        password: Repository.passwordFile(environment)))
+        password: Repository.passwordFile(environment),
+        passwordGiven: environment["APPBOX_PASSWORD_FILE"] != nil))
   }
 
   /// Opens the repository at `location`: reads its config, unlocks its key when it is
@@ -90,6 +91,7 @@ public final class Repository {
     let store = try Repository.makeStore(location)
     self.store = store
     var config = try Repository.readConfig(store)
+    try Repository.refuseUnexpectedPlain(config, location: location, options: options)
     if config == nil {
       let legacyCatalog = (store as? LocalObjectStore).map {
         FileManager.default.fileExists(atPath: $0.path("catalog.db"))
@@ -122,6 +124,7 @@ public final class Repository {
         store, config: config, options: options, cacheDirectory: cacheDirectory, location: location)
       key = unlocked.key
       keyName = unlocked.keyName
+      if let cacheDirectory { try EncryptionMemory.remember(id: config.id ?? "", directory: cacheDirectory) }
     } else {
       key = nil
       keyName = nil

@@ -71,6 +71,7 @@ extension Repository {
         snapshot, part: .data, into: staging.descriptor, standardDirectories: true, protectingOn: session,
         owner: owner, observer: observer)
       if app == nil {
+        observer.engine(.phase(.installing))
         let install = try installBundle(of: snapshot, in: session)
         app = install.app
         createdGroups = install.createdGroups
@@ -82,6 +83,7 @@ extension Repository {
     }
     guard let app else { preconditionFailure("the app is installed by now") }
     CrashPoint.hit("restore.staged")
+    observer.engine(.phase(.swapping))
     observer.engine(.stage("swap"))
     // From here on the home holds the snapshot: what fails after the swap is a warning.
     let swapWarnings = try HomeSwap.swap(
@@ -115,8 +117,20 @@ extension Repository {
   }
 
   /// Installs the snapshot's bundle on the device of `session`.
+  /// Installs the snapshot's bundle. The groups the install creates get their latest
+  /// snapshots afterwards (`restoreGroupsCreated`): one taken of another team's group refuses
+  /// the whole restore first (77), nothing installed.
   private func installBundle(of snapshot: Snapshot, in session: DeviceSession) throws -> InstallResult {
-    try withExtractedBundle(of: snapshot, in: session) { try session.install(bundleAt: $0) }
+    try withExtractedBundle(of: snapshot, in: session) {
+      try session.install(bundleAt: $0) { app, created in
+        for group in created {
+          guard let latest = try self.latestSnapshot(app: group.identifier), latest.team != nil else {
+            continue
+          }
+          try Self.checkTeam(of: latest, for: group, installing: app)
+        }
+      }
+    }
   }
 
   /// Extracts the snapshot's bundle into a temporary directory of the device's state

@@ -65,6 +65,7 @@ extension Repository {
       root = digest
       skipping = []
     }
+    observer.engine(.phase(.planning))
     observer.engine(.stage("plan"))
     let (plan, sources) = try catalog.reading { () throws -> (RestorePlan, ContentSources) in
       let plan = try RestorePlan(
@@ -98,6 +99,7 @@ extension Repository {
       writer.protectedFiles = protectedFiles
       defer { writer.closeAll() }
       for item in plan.directories { try writer.makeDirectory(item.path) }
+      observer.engine(.phase(.writing))
       observer.engine(.stage("extract"))
       let direct = DirectExtractor(
         plan: plan, work: sources.direct, target: directory, owner: owner, protectedFiles: protectedFiles)
@@ -106,6 +108,7 @@ extension Repository {
       for record in records where sources.streamed[record.name] != nil {
         try extractor.extract(from: openArchive(record), locations: sources.streamed[record.name]!)
       }
+      observer.engine(.phase(.verifying))
       observer.engine(.stage("verify"))
       try extractor.finish()
       observer.engine(.stage("links and times"))

@@ -23,7 +23,8 @@
 // (unless asked) the bundle are skipped by name at their fixed places; an entry that vanishes between
 // listing and stat never existed as far as the snapshot is concerned. What the app made
 // unreadable (permission denied) or too deep to store (a path over 64 KiB) does not stop the
-// scan: a directory that cannot be listed is recorded empty, an entry that cannot be read is
+// scan: a directory that cannot be listed (permission denied, or encrypted under a key the
+// file system does not hold) is recorded empty, an entry that cannot be read is
 // left out, and each is reported in `unreadable`, which makes the snapshot incomplete. Any
 // other failure (an I/O error, a device file) stops the whole scan with an error naming the
 // path.
@@ -428,6 +429,10 @@ final class Scanner: @unchecked Sendable {
         result.isExcluded = result.attributes.contains { $0.name == excludeFromBackupAttribute }
       }
       if result.isExcluded { return Visit(directory: result) }
+      if let reason = try unlistableEncryption(of: directory) {
+        result.isUnreadable = true
+        return Visit(directory: result, unreadable: [UnreadableEntry(path: path(), reason: reason)])
+      }
     }
     var visit = Visit(directory: result)
     var names: [UInt8] = []
@@ -539,6 +544,18 @@ final class Scanner: @unchecked Sendable {
     }
     return visit
   }
+}
+
+/// Why the open directory `directory` cannot be listed for a snapshot, or nil when it can: it
+/// is encrypted (an fscrypt policy no protection class of appbox sets on a directory) under a
+/// key the file system does not hold, so its names are placeholders and its files cannot be
+/// opened. It is then recorded as a folder appbox cannot read is: without content, in
+/// `unreadable`. Uses `ioctl(FS_IOC_GET_ENCRYPTION_POLICY_EX)` and
+/// `ioctl(FS_IOC_GET_ENCRYPTION_KEY_STATUS)`.
+func unlistableEncryption(of directory: FileDescriptor) throws -> String? {
+  guard let identifier = try directory.encryptionPolicy() else { return nil }
+  if try directory.encryptionKeyStatus(identifier) == .present { return nil }
+  return "cannot list it (encrypted with a key that is not available)"
 }
 
 /// Compares two names held in byte buffers, as `[UInt8].lexicographicallyPrecedes` orders them.

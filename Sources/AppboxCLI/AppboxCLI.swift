@@ -17,10 +17,25 @@ public enum AppboxCLI {
     RestoreCommand.self,
     DiffCommand.self, CheckCommand.self, ForgetCommand.self, RepoCommand.self, ArchiveCommand.self,
     ExportCommand.self, ImportCommand.self,
-    WhyCommand.self, AdviseCommand.self, KeychainCommand.self,
+    WhyCommand.self, AdviseCommand.self, KeychainCommand.self, HelpCommand.self,
   ]
 
-  public static let runner = CommandRunner(commands: commands, version: version)
+  /// The root page's examples (`appbox --help`).
+  static let manual = CommandDescription(
+    name: "appbox", abstract: "iOS-style sandboxed app containers on Linux.",
+    examples: [
+      .init(
+        "Make a device, install an app and look at its home:", "appbox device init --name \"QA iPhone\"",
+        "appbox install Notes.app", "appbox inspect com.example.notes"),
+      .init(
+        "Back the app up, change its data, and restore the snapshot:", "appbox backup com.example.notes",
+        "appbox defaults com.example.notes write launchCount 4 --type int", "appbox restore com.example.notes"
+      ),
+      .init("Run a shell in the app's sandbox:", "appbox run com.example.notes -- /bin/sh"),
+      .init("Read a command's page:", "appbox help backup"),
+    ])
+
+  public static let runner = CommandRunner(commands: commands, version: version, manual: manual)
 
   /// Runs the process's command line and exits with its status.
   public static func main() -> Never {
@@ -42,6 +57,13 @@ extension CommandContext {
     let session = try DeviceSession.open(
       root: deviceRoot, mutating: mutating, recovery: recoverySteps, environment: environment)
     if mutating { afterOutput { session.finishDeferredWork() } }
+    if case .released(let inodes, let bytes) = session.reserve {
+      note(
+        "note: the file system of \(session.root.path) is full (\(inodes) inodes and \(bytes / 1024) KiB free): "
+          + "appbox released its reserve (\(SpaceReserve.inodeCount) inodes, "
+          + "\(SpaceReserve.byteCount >> 10) KiB) for this command; free some space (an app's data: "
+          + "'appbox inspect APP' shows its size)")
+    }
     return session
   }
 

@@ -14,7 +14,12 @@ extension DeviceSession {
   /// Installs the bundle at `bundlePath` into a new home: validates and seals a staged
   /// copy, commits the registry row, then renames the home into place. All or nothing:
   /// a refused bundle leaves nothing under ApplicationRoot.
-  public func install(bundleAt bundlePath: String) throws -> InstallResult {
+  /// `checkingGroups`, when given, sees the app (its team) and the groups the install would
+  /// create before anything is committed, and may refuse by throwing (a restore checks that
+  /// the snapshots it would put into them are the team's).
+  public func install(
+    bundleAt bundlePath: String, checkingGroups: ((AppRecord, [GroupRecord]) throws -> Void)? = nil
+  ) throws -> InstallResult {
     precondition(isLocked, "install needs a mutating session")
     let staged = try HomeStaging.stage(bundleAt: bundlePath, root: root, device: identity)
     let applicationRoot = try FileDescriptor.open(root.applicationRoot, O_RDONLY | O_DIRECTORY)
@@ -30,10 +35,12 @@ extension DeviceSession {
         )
       }
       let app = staged.record(uid: try registry.uid(for: staged.info.identifier))
+      try refuseTeamLookalike(app)
       let change = try prepareMembershipChange(
         bundleIdentifier: app.bundleIdentifier, team: app.teamIdentifier,
         groups: staged.info.entitlements?.applicationGroups ?? [])
       groups = change
+      try checkingGroups?(app, change.created.map(\.record))
       if let owner = AppUser.dataOwner(of: app) {
         let staging = try applicationRoot.open(staged.stagingName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
         try staging.closeAfter { try DataOwnership.handOverStandardDirectories(in: $0, to: owner) }
@@ -58,6 +65,21 @@ extension DeviceSession {
       }
       throw error
     }
+  }
+
+  /// Refuses (65) a bundle identifier whose first label is the team identifier of another
+  /// installed app's team: it would read as that team's application identifier (the shape of
+  /// the platform's team identifiers is refused for every bundle, BundleInfo.swift).
+  func refuseTeamLookalike(_ app: AppRecord) throws {
+    let first = String(app.bundleIdentifier.prefix { $0 != "." })
+    guard first.count < app.bundleIdentifier.count, first != app.teamIdentifier,
+      let owner = try registry.apps().first(where: { $0.teamIdentifier == first })
+    else { return }
+    throw ContainerError(
+      .invalidBundle,
+      "Invalid bundle '\(app.bundleDirectoryName)': CFBundleIdentifier '\(app.bundleIdentifier.prefix(60))' starts "
+        + "with '\(first).', the team identifier of \(owner.bundleIdentifier): it would pass for that team's "
+        + "application identifier")
   }
 
   /// Validates, copies and seals the bundle at `bundlePath` into a new staging home (with

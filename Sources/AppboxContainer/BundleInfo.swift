@@ -1,4 +1,5 @@
 import AppboxCore
+import AppboxKeychain
 import Foundation
 
 /// A bundle version: dotted non-negative integers ("1", "2.0.1"), compared numerically,
@@ -90,6 +91,11 @@ public struct BundleInfo: Sendable {
       throw invalid(
         "CFBundleIdentifier '\(shown.replacingOccurrences(of: "\0", with: "\\0"))' is not a reverse-DNS identifier "
           + "(1-255 letters, digits, '-' and '.')")
+    }
+    guard !KeychainAccessGroup.isAmbiguous(identifier) else {
+      throw invalid(
+        "CFBundleIdentifier '\(identifier.prefix(60))' starts with '\(identifier.prefix(11))', which reads as a team "
+          + "identifier: it would pass for another team's application identifier; choose a reverse-DNS name")
     }
     guard !AppGroupIdentifier.hasGroupPrefix(identifier) else {
       throw invalid(

@@ -42,9 +42,13 @@ public struct FileTransfer: Sendable, Equatable {
 public final class SharedDocuments {
   public let app: AppRecord
   private let documents: ContainedDirectory
+  /// The lock state, read when a pull needs it: a pull reads a protected file only while its
+  /// class is available.
+  private let gate: () throws -> ProtectionGate?
 
-  init(home: Home) throws {
+  init(home: Home, gate: @escaping () throws -> ProtectionGate?) throws {
     app = home.app
+    self.gate = gate
     guard app.fileSharingEnabled else {
       throw ContainerError(
         .denied,
@@ -225,6 +229,13 @@ public final class SharedDocuments {
       throw ContainerError(
         .invalidRequest, "Cannot pull 'Documents/\(relativePath)': it is not a regular file")
     }
+    // Opening is not enough: a file the app holds open after a lock still opens.
+    if try file.borrowed.encryptionPolicy() != nil, let locked = try gate()?.lockedClass(of: file.borrowed) {
+      throw ContainerError(
+        .unavailable,
+        "Cannot pull 'Documents/\(relativePath)' of \(app.bundleIdentifier): it is protected "
+          + "(\(locked.rawValue)) and the device is locked; unlock it first")
+    }
     return file
   }
 }
@@ -232,6 +243,6 @@ public final class SharedDocuments {
 extension DeviceSession {
   /// `app`'s Documents for file sharing; denied (77) unless the app opts in.
   public func sharedDocuments(of app: AppRecord) throws -> SharedDocuments {
-    try SharedDocuments(home: home(of: app))
+    try SharedDocuments(home: home(of: app)) { [self] in try protectionGate() }
   }
 }

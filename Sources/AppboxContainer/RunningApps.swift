@@ -59,8 +59,7 @@ extension DeviceSession {
   {
     guard !command.isEmpty else { throw ContainerError(.invalidRequest, "No command given to run") }
     var confined = try ConfinedCommand(
-      home: home(of: app), command: command, options: options, environment: environment,
-      keychainDirectory: root.keychains)
+      home: home(of: app), command: command, options: options, environment: environment, device: root)
     try addGroupContainers(of: app, to: &confined.jail)
     let lock = try holdRunningLock(of: app, purgingTemporaryFiles: false)
     try prepareDataOwnership(of: app)
@@ -87,7 +86,7 @@ extension DeviceSession {
     let executable = try executablePath(in: home)
     var confined = try ConfinedCommand(
       home: home, command: [Jail(home: home).path(of: .bundle) + "/" + executable] + arguments,
-      options: options, environment: environment, keychainDirectory: root.keychains)
+      options: options, environment: environment, device: root)
     try addGroupContainers(of: app, to: &confined.jail)
     let lock = try holdRunningLock(of: app, purgingTemporaryFiles: true)
     try prepareDataOwnership(of: app)
@@ -160,20 +159,25 @@ private struct ConfinedCommand {
   let command: [String]
   let helper: String
   let bubblewrap: String
+  /// pasta, for a network of its own.
+  let pasta: String?
   let landlock: Bool
   let cgroup: DelegatedCgroup?
   let environment: [String: String]
   let options: SandboxOptions
-  let keychainDirectory: String
+  /// The device, whose keychain the broker serves.
+  let device: DeviceRoot
 
   init(
     home: Home, command: [String], options: SandboxOptions, environment: [String: String],
-    keychainDirectory: String
+    device: DeviceRoot
   ) throws {
     helper = try Sandbox.helperPath(environment: environment)
     let secItemTool = try Sandbox.secItemToolPath(environment: environment)
-    self.keychainDirectory = keychainDirectory
+    self.device = device
     bubblewrap = try Sandbox.bubblewrapPath(environment: environment, for: home.app)
+    pasta =
+      options.network == .own ? try UserModeNetwork.pastaPath(environment: environment, for: home.app) : nil
     if let missing = Sandbox.userNamespacesUnavailable() {
       throw ContainerError(
         .unavailable, "Cannot confine \(home.app.bundleIdentifier): \(missing); bubblewrap needs them")
@@ -207,13 +211,14 @@ private struct ConfinedCommand {
         "Descriptor number \(SecItemWire.descriptorNumber) is the app's keychain broker; pass others above it"
       )
     }
-    let broker = try SecItemBroker(client: jail.app.keychainClient, keychainDirectory: keychainDirectory)
+    let device = self.device
+    let broker = try SecItemBroker(client: jail.app.keychainClient) { try device.openKeychain() }
     defer { broker.stop() }
     if let door = broker.appDescriptor {
       options.passedDescriptors.append((door, SecItemWire.descriptorNumber))
     }
     return try JailProcess.run(
       jail, command: command, options: options, helper: helper, bubblewrap: bubblewrap,
-      environment: environment, cgroup: cgroup, landlock: landlock)
+      environment: environment, cgroup: cgroup, landlock: landlock, pasta: pasta)
   }
 }

@@ -163,18 +163,17 @@ extension Keychain {
   @discardableResult
   public func resealLegacyItems() throws -> Int {
     try database.inTransaction(.immediate) {
-      let statement = try database.prepare(
-        "SELECT id, class, service, account, access_group, created, modified, sealed, accessible, key_version "
-          + "FROM items WHERE key_version = 0")
+      let statement = try database.prepare("SELECT \(Row.columns) FROM items WHERE key_version = 0")
       let rows = try statement.rows { try Row($0, path: database.path) }
       for row in rows {
         let secret = try SealedSecret.open(
           row.sealed, key: key.itemKey, associatedData: row.associatedData,
           item: row.item(includingData: false).summary)
         let sealed = try secret.seal(
-          key: try itemKey(for: row.accessibility), associatedData: row.associatedData)
+          key: try itemKey(for: row.accessibility), associatedData: row.currentAssociatedData)
         try database.execute(
-          "UPDATE items SET sealed = ?1, key_version = 1 WHERE id = ?2", .blob(sealed), .integer(row.id))
+          "UPDATE items SET sealed = ?1, key_version = 1, sealed_group = NULL WHERE id = ?2", .blob(sealed),
+          .integer(row.id))
       }
       return rows.count
     }

@@ -1,4 +1,5 @@
 import AppboxCrypto
+import AppboxStore
 import Foundation
 
 // The keychain's part of a backup: the items an app can see, as opaque bytes the backup
@@ -16,6 +17,9 @@ import Foundation
 //               · item count (u32) · items: class, service, account, group, accessibility
 //               (u32 length + UTF-8 each), key version (1 byte), created, modified (i64 ms
 //               since 1970), sealed value (u32 length + bytes)
+//     payload version 4 (written instead of 2 when a row keeps the group it was sealed under,
+//               Keychain+Identity.swift): as 2, with each item's sealed group (u32 length +
+//               UTF-8, empty when it is the item's group) after its group
 //     version 1 (still read): items opened, with label?, comment? (presence byte, then u32
 //               length + UTF-8) and data (u32 length + bytes) in place of accessibility,
 //               key version and sealed value; they restore as when-unlocked.
@@ -56,10 +60,12 @@ extension Keychain {
   /// or nil if it has none. Items stay sealed under their class keys: this works while the
   /// device is locked.
   public func exportItems(for client: KeychainClient, portableKey: [UInt8]? = nil) throws -> [UInt8]? {
+    try requireCurrentIdentities()
     let rows = try rows(inGroups: client.accessGroups, opening: false)
     if rows.isEmpty { return nil }
+    let keepsSealedGroups = rows.contains { $0.sealedGroup != nil }
     var payload = ByteWriter()
-    payload.append(Self.exportVersion)
+    payload.append(keepsSealedGroups ? Self.sealedGroupPayloadVersion : Self.exportVersion)
     payload.append(UInt32(client.accessGroups.count))
     for group in client.accessGroups { payload.append(group) }
     var secrets: [(String, [UInt8])] = []
@@ -77,6 +83,7 @@ extension Keychain {
       payload.append(row.service)
       payload.append(row.account)
       payload.append(row.accessGroup)
+      if keepsSealedGroups { payload.append(row.sealedGroup ?? "") }
       payload.append(row.accessibility.rawValue)
       payload.append(UInt8(truncatingIfNeeded: row.keyVersion))
       payload.append(row.created)
@@ -100,6 +107,7 @@ extension Keychain {
   }
 
   static let portableExportVersion: UInt8 = 3
+  static let sealedGroupPayloadVersion: UInt8 = 4
 
   /// The items that may leave the device (not this-device-only), opened, for the portable part.
   private func portablePayload(client: KeychainClient, rows: [Row]) throws -> [UInt8] {
@@ -146,6 +154,7 @@ extension Keychain {
   public func importItems(_ bytes: [UInt8], for client: KeychainClient, portableKey: [UInt8]? = nil) throws
     -> KeychainImportResult
   {
+    try requireCurrentIdentities()
     var reader = ByteReader(bytes, what: "keychain export")
     guard bytes.count >= Self.exportMagic.count, try reader.raw(Self.exportMagic.count) == Self.exportMagic
     else {
@@ -178,15 +187,21 @@ extension Keychain {
     } catch let error as CryptoError where error.kind == .badData {
       throw reader.corrupt("\(error.reason) (it was altered after it was made)")
     }
-    let (groups, items) =
+    let (exportedGroups, items) =
       version == 1 ? try Self.parseOpenedPayload(plaintext) : try parseSealedPayload(plaintext)
-    let restoring = groups.filter { client.isEntitled(to: $0) }
-    let restored = items.filter { restoring.contains($0.item.accessGroup ?? "") }
-    // Version 1 items arrive opened and are sealed here, under their class key.
-    var sealedItems: [(item: KeychainItem, keyVersion: Int64, sealed: [UInt8])] = []
-    for entry in restored {
+    let restoring = exportedGroups.map { currentGroup($0, for: client) }.filter { client.isEntitled(to: $0) }
+    // Version 1 items arrive opened and are sealed here, under their class key. Sealed ones
+    // keep the group they were sealed under when an export's group is a legacy name.
+    var sealedItems: [(item: KeychainItem, keyVersion: Int64, sealed: [UInt8], sealedGroup: String?)] = []
+    for var entry in items {
+      let exported = entry.item.accessGroup ?? ""
+      let group = currentGroup(exported, for: client)
+      guard restoring.contains(group) else { continue }
+      entry.item.accessGroup = group
       switch entry.content {
-      case .sealed(let keyVersion, let sealed): sealedItems.append((entry.item, keyVersion, sealed))
+      case .sealed(let keyVersion, let sealed, let sealedGroup):
+        sealedItems.append(
+          (entry.item, keyVersion, sealed, sealedGroup ?? (group == exported ? nil : exported)))
       case .opened(let data):
         let item = entry.item
         let sealed = try SealedSecret(data: data, label: item.label, comment: item.comment)
@@ -195,21 +210,22 @@ extension Keychain {
             associatedData: SealedSecret.associatedData(
               itemClass: item.itemClass, service: item.service, account: item.account,
               accessGroup: item.accessGroup!))
-        sealedItems.append((item, 1, sealed))
+        sealedItems.append((item, 1, sealed, nil))
       }
     }
     try database.inTransaction(.immediate) {
       if !restoring.isEmpty { _ = try deleteItems(inGroups: restoring) }
-      for (item, keyVersion, sealed) in sealedItems {
+      for (item, keyVersion, sealed, sealedGroup) in sealedItems {
         try database.execute(
           """
           INSERT OR REPLACE INTO items(class, service, account, access_group, created, modified, sealed,
-            accessible, key_version)
-          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+            accessible, key_version, sealed_group)
+          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
           """,
           .text(item.itemClass.rawValue), .text(item.service), .text(item.account), .text(item.accessGroup!),
           .integer(Self.milliseconds(item.created!)), .integer(Self.milliseconds(item.modified!)),
-          .blob(sealed), .text(item.accessibility.rawValue), .integer(keyVersion))
+          .blob(sealed), .text(item.accessibility.rawValue), .integer(keyVersion),
+          sealedGroup.map(SQLValue.text) ?? .null)
       }
     }
     return .restored(count: sealedItems.count)
@@ -236,7 +252,7 @@ extension Keychain {
       }
       let service = try reader.string()
       let account = try reader.string()
-      let group = try reader.string()
+      let group = currentGroup(try reader.string(), for: client)
       let accessibilityName = try reader.string()
       guard let accessibility = KeychainAccessibility(rawValue: accessibilityName),
         !accessibility.isThisDeviceOnly
@@ -249,7 +265,7 @@ extension Keychain {
       items.append((item, secret))
     }
     try reader.expectEnd()
-    let restoring = groups.filter { client.isEntitled(to: $0) }
+    let restoring = groups.map { currentGroup($0, for: client) }.filter { client.isEntitled(to: $0) }
     var sealedItems: [(item: KeychainItem, sealed: [UInt8])] = []
     var unavailable = 0
     for (item, secret) in items where restoring.contains(item.accessGroup ?? "") {
@@ -295,7 +311,8 @@ extension Keychain {
 
   /// An exported item's secret: still sealed (version 2) or opened (version 1).
   private enum ExportedContent {
-    case sealed(keyVersion: Int64, sealed: [UInt8])
+    /// `sealedGroup`: the group it was sealed under, when not its own (payload version 4).
+    case sealed(keyVersion: Int64, sealed: [UInt8], sealedGroup: String?)
     case opened(data: [UInt8])
   }
 
@@ -305,7 +322,10 @@ extension Keychain {
   /// does not have (or no longer has).
   private func parseSealedPayload(_ plaintext: [UInt8]) throws -> (groups: [String], items: [ExportedItem]) {
     var reader = ByteReader(plaintext, what: "keychain export")
-    guard try reader.uint8() == 2 else { throw reader.corrupt("unknown payload version") }
+    let payloadVersion = try reader.uint8()
+    guard payloadVersion == 2 || payloadVersion == Self.sealedGroupPayloadVersion else {
+      throw reader.corrupt("unknown payload version")
+    }
     var groups: [String] = []
     for _ in 0..<(try reader.uint32()) { groups.append(try reader.string()) }
     var exportedSecrets: [String: [UInt8]] = [:]
@@ -319,6 +339,7 @@ extension Keychain {
       let service = try reader.string()
       let account = try reader.string()
       let group = try reader.string()
+      let sealedGroup = payloadVersion == Self.sealedGroupPayloadVersion ? try reader.string() : ""
       let accessibilityName = try reader.string()
       guard let accessibility = KeychainAccessibility(rawValue: accessibilityName) else {
         throw reader.corrupt("unknown accessibility '\(accessibilityName)'")
@@ -334,7 +355,12 @@ extension Keychain {
         guard let current = try recordedIdentifier(of: secret), exportedSecrets[secret.rawValue] == current
         else { continue }
       }
-      items.append((item, .sealed(keyVersion: keyVersion, sealed: sealed)))
+      items.append(
+        (
+          item,
+          .sealed(
+            keyVersion: keyVersion, sealed: sealed, sealedGroup: sealedGroup.isEmpty ? nil : sealedGroup)
+        ))
     }
     try reader.expectEnd()
     return (groups, items)

@@ -16,6 +16,7 @@ extension Keychain {
   /// Running it again deletes nothing more, so an interrupted uninstall can simply repeat it.
   @discardableResult
   public func deleteItems(onlyReachableBy client: KeychainClient, others: [KeychainClient]) throws -> Int {
+    try requireCurrentIdentities()
     let groups = Self.groups(onlyReachableBy: client, others: others)
     if groups.isEmpty { return 0 }
     return try database.inTransaction(.immediate) {

@@ -26,6 +26,10 @@ public final class Keychain {
   let key: DeviceKey
   /// Class secrets read so far (see Accessibility.swift).
   var classSecrets: [KeychainClassSecret: [UInt8]] = [:]
+  /// Set once the keychain is known to hold no rows from before access-group namespaces.
+  var identitiesChecked = false
+  /// What one app may keep (Keychain+Quota.swift).
+  public var quota = KeychainQuota.standard
 
   static let migrations = [
     """
@@ -48,6 +52,14 @@ public final class Keychain {
     ALTER TABLE items ADD COLUMN accessible TEXT NOT NULL DEFAULT 'when-unlocked';
     ALTER TABLE items ADD COLUMN key_version INTEGER NOT NULL DEFAULT 0;
     CREATE TABLE class_secrets(name TEXT PRIMARY KEY, identifier BLOB NOT NULL);
+    """,
+    // Access-group namespaces (Keychain+Identity.swift): a teamless app's group moves from its
+    // bare bundle identifier to "noteam:…" once the installed apps are known; until then the
+    // keychain is marked legacy. `sealed_group`: the group a moved row was sealed under.
+    """
+    ALTER TABLE items ADD COLUMN sealed_group TEXT;
+    CREATE TABLE settings(name TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL);
+    INSERT INTO settings(name, value) SELECT 'identities', 'legacy' WHERE EXISTS (SELECT 1 FROM items);
     """,
   ]
 
@@ -105,6 +117,7 @@ public final class Keychain {
       throw KeychainError(.invalidParameter, "An item needs data to be added")
     }
     try Self.checkData(data)
+    try requireCurrentIdentities()
     let group = try accessGroup(item.accessGroup, for: client)
     var stored = item
     stored.accessGroup = group
@@ -123,6 +136,9 @@ public final class Keychain {
       if existing != nil {
         throw KeychainError(.duplicateItem, "The keychain already holds a \(stored.summary)")
       }
+      try checkQuota(
+        for: client, adding: 1,
+        bytes: Int64(sealed.count + item.service.utf8.count + item.account.utf8.count), doing: "add")
       try database.execute(
         """
         INSERT INTO items(class, service, account, access_group, created, modified, sealed, accessible,
@@ -170,16 +186,24 @@ public final class Keychain {
       let matches = try rows(matching: query, for: client, opening: true)
       guard !matches.isEmpty else { throw notFound(query, client) }
       let now = Self.milliseconds(Self.now())
+      var resealed: [(id: Int64, sealed: [UInt8])] = []
+      var growth: Int64 = 0
       for row in matches {
         var secret = row.secret!
         if let data = changes.data { secret.data = data }
         if let label = changes.label { secret.label = label }
         if let comment = changes.comment { secret.comment = comment }
+        // Sealed again, so bound to the group the row is in now (a migrated row may not be).
         let sealed = try secret.seal(
-          key: try itemKey(for: row.accessibility), associatedData: row.associatedData)
+          key: try itemKey(for: row.accessibility), associatedData: row.currentAssociatedData)
+        resealed.append((row.id, sealed))
+        growth += Int64(sealed.count - row.sealed.count)
+      }
+      if growth > 0 { try checkQuota(for: client, adding: 0, bytes: growth, doing: "update") }
+      for (id, sealed) in resealed {
         try database.execute(
-          "UPDATE items SET sealed = ?1, modified = ?2, key_version = 1 WHERE id = ?3", .blob(sealed),
-          .integer(now), .integer(row.id))
+          "UPDATE items SET sealed = ?1, modified = ?2, key_version = 1, sealed_group = NULL WHERE id = ?3",
+          .blob(sealed), .integer(now), .integer(id))
       }
       return matches.count
     }
@@ -246,6 +270,7 @@ public final class Keychain {
     for (value, name) in [(query.service, "service"), (query.account, "account")] {
       if let value { try Self.checkAttribute(value, name: name) }
     }
+    try requireCurrentIdentities()
     let groups = try query.accessGroup.map { [try accessGroup($0, for: client)] } ?? client.accessGroups
     return try rows(
       inGroups: groups, query: query, opening: opening, skippingUnavailable: skippingUnavailable)
@@ -261,7 +286,7 @@ public final class Keychain {
     if groups.isEmpty { return [] }
     var values = groups.map(SQLValue.text)
     var sql = """
-      SELECT id, class, service, account, access_group, created, modified, sealed, accessible, key_version
+      SELECT \(Row.columns)
       FROM items
       WHERE access_group IN (\(groups.indices.map { "?\($0 + 1)" }.joined(separator: ", ")))
       """
@@ -340,57 +365,4 @@ public final class Keychain {
   static func milliseconds(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded()) }
 
   static func date(milliseconds: Int64) -> Date { Date(timeIntervalSince1970: Double(milliseconds) / 1000) }
-}
-
-/// One row of `items`, with its secret once opened.
-struct Row {
-  var id: Int64
-  var itemClass: KeychainItemClass
-  var service: String
-  var account: String
-  var accessGroup: String
-  var created: Date
-  var modified: Date
-  var sealed: [UInt8]
-  var accessibility: KeychainAccessibility
-  /// 0: sealed under the device key alone (before accessibility classes); 1: under the class key.
-  var keyVersion: Int64
-  var secret: SealedSecret?
-
-  /// Reads the columns `id, class, service, account, access_group, created, modified, sealed,
-  /// accessible, key_version`.
-  init(_ row: Statement, path: String) throws {
-    guard let itemClass = KeychainItemClass(rawValue: row.text(1) ?? "") else {
-      throw KeychainError(
-        .corrupt, "The keychain has an item of unknown class '\(row.text(1) ?? "")'", path: path)
-    }
-    guard let accessibility = KeychainAccessibility(rawValue: row.text(8) ?? "") else {
-      throw KeychainError(
-        .corrupt, "The keychain has an item of unknown accessibility '\(row.text(8) ?? "")'", path: path)
-    }
-    self.accessibility = accessibility
-    keyVersion = row.int64(9)
-    id = row.int64(0)
-    self.itemClass = itemClass
-    service = row.text(2) ?? ""
-    account = row.text(3) ?? ""
-    accessGroup = row.text(4) ?? ""
-    created = Keychain.date(milliseconds: row.int64(5))
-    modified = Keychain.date(milliseconds: row.int64(6))
-    sealed = row.blob(7)
-  }
-
-  var associatedData: [UInt8] {
-    SealedSecret.associatedData(
-      itemClass: itemClass, service: service, account: account, accessGroup: accessGroup)
-  }
-
-  func item(includingData: Bool) -> KeychainItem {
-    KeychainItem(
-      itemClass: itemClass, service: service, account: account, accessGroup: accessGroup,
-      label: secret?.label,
-      comment: secret?.comment, data: includingData ? secret?.data : nil, created: created,
-      modified: modified,
-      accessibility: accessibility)
-  }
 }

@@ -26,6 +26,11 @@ public struct KeychainError: AppboxFailure, Equatable {
     case interactionNotAllowed
     /// The item's class needs a device passcode and none is set (exit 69).
     case passcodeRequired
+    /// The app would keep more items or bytes than its quota allows (exit 73).
+    case quotaExceeded
+    /// The keychain's rows from before access-group namespaces have not been migrated yet
+    /// (exit 69; Keychain+Identity.swift).
+    case migrationPending
   }
 
   public var code: Code
@@ -41,12 +46,12 @@ public struct KeychainError: AppboxFailure, Equatable {
 
   public var kind: FailureKind {
     switch code {
-    case .duplicateItem: return .cannotCreate
+    case .duplicateItem, .quotaExceeded: return .cannotCreate
     case .itemNotFound: return .notFound
     case .missingEntitlement: return .denied
     case .invalidParameter: return .invalidArgument
     case .corrupt: return .badData
-    case .interactionNotAllowed, .passcodeRequired: return .unavailable
+    case .interactionNotAllowed, .passcodeRequired, .migrationPending: return .unavailable
     }
   }
 

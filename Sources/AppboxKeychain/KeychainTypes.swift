@@ -124,23 +124,36 @@ public struct KeychainClient: Sendable, Equatable {
   /// The groups the app may read and write, in order; the first is where `add` puts an item
   /// that names no group.
   public var accessGroups: [String]
+  /// The name this app's only group had before access groups had namespaces (its bare bundle
+  /// identifier, for an app without a team), under which exports made then carry its items;
+  /// nil when there is none, or when that name is ambiguous (see Keychain+Identity.swift).
+  public var legacyGroup: String?
 
-  public init(name: String, accessGroups: [String]) {
+  public init(name: String, accessGroups: [String], legacyGroup: String? = nil) {
     self.name = name
     var unique: [String] = []
     for group in accessGroups where !unique.contains(group) { unique.append(group) }
     self.accessGroups = unique
+    self.legacyGroup = legacyGroup
   }
 
   /// The platform rule: the entitlements' `keychain-access-groups` (each prefixed by the
   /// team id), then the application identifier `TEAMID.bundle.id`. An app without a team gets
-  /// only its bundle identifier. Groups not prefixed by the app's own team are dropped (the
-  /// installer refuses such bundles; this keeps the rule true for any caller), and the
-  /// application identifier is built from the team rather than taken from the entitlements,
-  /// which the installer checks against the same `TEAMID.bundle.id` only when a team is given.
+  /// one group of its own in the teamless namespace (`KeychainAccessGroup.teamless`), which no
+  /// team-prefixed group can equal. Groups not prefixed by the app's own team are dropped (the
+  /// installer refuses such bundles; this keeps the rule true for any caller), a team
+  /// identifier that is not letters and digits gets no group at all, and the application
+  /// identifier is built from the team rather than taken from the entitlements, which the
+  /// installer checks against the same `TEAMID.bundle.id` only when a team is given.
   public init(bundleIdentifier: String, teamIdentifier: String?, keychainAccessGroups: [String]) {
     guard let team = teamIdentifier, !team.isEmpty else {
-      self.init(name: bundleIdentifier, accessGroups: [bundleIdentifier])
+      self.init(
+        name: bundleIdentifier, accessGroups: [KeychainAccessGroup.teamless(bundleIdentifier)],
+        legacyGroup: KeychainAccessGroup.isAmbiguous(bundleIdentifier) ? nil : bundleIdentifier)
+      return
+    }
+    guard KeychainAccessGroup.isValidTeam(team) else {
+      self.init(name: bundleIdentifier, accessGroups: [])
       return
     }
     let prefix = team + "."

@@ -15,6 +15,8 @@ public let errSecSuccess: OSStatus = 0
 /// The broker could not be reached, or hung up.
 public let errSecIO: OSStatus = -36
 /// A malformed request: an unknown key, a value of the wrong type, a missing attribute.
+/// The app's keychain quota (items or bytes) is used up.
+public let errSecDiskFull: OSStatus = -34
 public let errSecParam: OSStatus = -50
 /// A reply beyond the size limit.
 public let errSecAllocate: OSStatus = -108
@@ -38,6 +40,7 @@ public func SecItemStatusName(_ status: OSStatus) -> String? {
   switch status {
   case errSecSuccess: return "errSecSuccess"
   case errSecIO: return "errSecIO"
+  case errSecDiskFull: return "errSecDiskFull"
   case errSecParam: return "errSecParam"
   case errSecAllocate: return "errSecAllocate"
   case errSecInternalComponent: return "errSecInternalComponent"
@@ -57,6 +60,7 @@ public func SecCopyErrorMessageString(_ status: OSStatus, _ reserved: UnsafeMuta
   switch status {
   case errSecSuccess: return "No error."
   case errSecIO: return "I/O error: the keychain broker could not be reached."
+  case errSecDiskFull: return "The disk is full (the app's keychain quota is used up)."
   case errSecParam: return "One or more parameters passed to a function were not valid."
   case errSecAllocate: return "Failed to allocate memory: the reply is larger than the protocol allows."
   case errSecInternalComponent: return "An internal component failed."

@@ -47,6 +47,11 @@ public final class SecItemBroker: @unchecked Sendable {
     try self.init(service: SecItemService(client: client, keychainDirectory: keychainDirectory))
   }
 
+  /// Starts serving `client` with the keychain `openKeychain` opens, on a thread of its own.
+  public convenience init(client: KeychainClient, openKeychain: @escaping () throws -> Keychain) throws {
+    try self.init(service: SecItemService(client: client, openKeychain: openKeychain))
+  }
+
   /// Starts serving requests with `service` on a thread of its own.
   public init(service: SecItemService) throws {
     var pair: [Int32] = [-1, -1]

@@ -26,16 +26,22 @@ import Foundation
 public final class SecItemService {
   /// The app the broker serves.
   public let client: KeychainClient
-  private let keychainDirectory: String
+  private let opener: () throws -> Keychain
   private var keychain: Keychain?
   /// The largest reply sent (`SecItemWire.maximumReplySize`; smaller in tests).
   var maximumReplySize = SecItemWire.maximumReplySize
 
   /// Serves `client` with the keychain in `keychainDirectory`, opened on the first request
   /// (an app that never uses the keychain costs nothing).
-  public init(client: KeychainClient, keychainDirectory: String) {
+  public convenience init(client: KeychainClient, keychainDirectory: String) {
+    self.init(client: client) { try Keychain(directory: keychainDirectory) }
+  }
+
+  /// Serves `client` with the keychain `openKeychain` opens on the first request (the
+  /// device's, migrated to access-group namespaces first: `DeviceRoot.openKeychain`).
+  public init(client: KeychainClient, openKeychain: @escaping () throws -> Keychain) {
     self.client = client
-    self.keychainDirectory = keychainDirectory
+    opener = openKeychain
   }
 
   /// The reply (a binary property list) to the request `body`.
@@ -74,6 +80,8 @@ public final class SecItemService {
     case .corrupt: return errSecDecode
     case .interactionNotAllowed: return errSecInteractionNotAllowed
     case .passcodeRequired: return errSecAuthFailed
+    case .quotaExceeded: return errSecDiskFull
+    case .migrationPending: return errSecNotAvailable
     }
   }
 
@@ -82,7 +90,7 @@ public final class SecItemService {
       keychain.forgetClassSecrets()
       return keychain
     }
-    let opened = try Keychain(directory: keychainDirectory)
+    let opened = try opener()
     keychain = opened
     return opened
   }

@@ -70,10 +70,27 @@ extension StoreError {
       let value = sqlite3_system_errno(handle)
       systemErrno = value == 0 ? nil : value
     }
+    if primary == SQLITE_CANTOPEN, systemErrno == ENOENT, isFullFileSystem(creating: path) {
+      // SQLite retries a failed create read-only, and keeps that attempt's errno: the file is
+      // missing because there was no room to make it (it, or its -wal or -shm).
+      systemErrno = ENOSPC
+    }
     return StoreError(
       extendedCode: resultCode, message: message, sql: sql, path: path, operation: operation,
       systemErrno: systemErrno)
   }
+}
+
+/// Whether `path`'s directory exists while its file system has no inode or block left for
+/// this process (so a file cannot be created there). Uses `statvfs(3)`.
+private func isFullFileSystem(creating path: String) -> Bool {
+  let directory = path.hasPrefix("/") ? String(path[..<(path.lastIndex(of: "/") ?? path.startIndex)]) : "."
+  var info = statvfs()
+  guard statvfs(directory.isEmpty ? "/" : directory, &info) == 0 else { return false }
+  let root = geteuid() == 0
+  let inodes = root ? info.f_ffree : info.f_favail
+  let blocks = root ? info.f_bfree : info.f_bavail
+  return (info.f_files > 0 && inodes == 0) || blocks == 0
 }
 
 /// Failures of connections as they closed (their checkpoints), kept for whoever reports.

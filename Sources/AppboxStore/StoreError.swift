@@ -48,6 +48,7 @@ public struct StoreError: AppboxFailure {
     case SQLITE_CANTOPEN:
       switch systemErrno {
       case EACCES, EPERM, EROFS: return .denied
+      case ENOSPC, EDQUOT: return .io
       case ENOENT: return .notFound
       default: return .cannotCreate
       }
@@ -66,6 +67,9 @@ public struct StoreError: AppboxFailure {
   /// One line: operation, path, message, code, and the SQL with whitespace collapsed.
   public var description: String {
     var line = "Unable to \(operation) on '\(path)': \(message) (SQLite code \(extendedCode))"
+    if systemErrno == ENOSPC || systemErrno == EDQUOT {
+      line += ": " + (systemErrno == ENOSPC ? "no space left on device" : "disk quota exceeded")
+    }
     if let sql {
       line += "; SQL: \(StoreError.oneLine(sql, limit: 300))"
     }

@@ -78,3 +78,14 @@ public let repositoryRoot: String = {
 
 /// A fixture bundle: `fixtureBundle("Notes-1.0/Notes.app")`.
 public func fixturePath(_ relative: String) -> String { repositoryRoot + "/Fixtures/" + relative }
+
+/// Extracts the device root kept in `Fixtures/devices/<name>.tar.gz` (a root an earlier
+/// appbox made; `Fixtures/devices/README.md` says how) into `directory`; returns its path.
+public func extractFixtureDevice(_ name: String, into directory: TemporaryDirectory) throws -> String {
+  let result = try runProcess(
+    "/bin/tar", ["-xzf", fixturePath("devices/\(name).tar.gz"), "-C", directory.path])
+  guard result.status == 0 else {
+    throw SystemError("extract the fixture device '\(name)'", path: directory.path, errno: .ioError)
+  }
+  return directory.url("device")
+}

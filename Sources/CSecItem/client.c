@@ -41,6 +41,7 @@ const char *appbox_secitem_status_name(appbox_status status) {
   switch (status) {
     case errSecSuccess: return "errSecSuccess";
     case errSecIO: return "errSecIO";
+    case errSecDiskFull: return "errSecDiskFull";
     case errSecParam: return "errSecParam";
     case errSecAllocate: return "errSecAllocate";
     case errSecInternalComponent: return "errSecInternalComponent";

@@ -206,6 +206,12 @@ int appbox_mark_top_directory(int fd) {
   return ioctl(fd, FS_IOC_SETFLAGS, &flags);
 }
 
+int appbox_terminal_columns(int fd) {
+  struct winsize size;
+  if (ioctl(fd, TIOCGWINSZ, &size) != 0) return -1;
+  return size.ws_col;
+}
+
 static void appbox_key_specifier(struct fscrypt_key_specifier *spec, const uint8_t *identifier) {
   memset(spec, 0, sizeof *spec);
   spec->type = FSCRYPT_KEY_SPEC_TYPE_IDENTIFIER;

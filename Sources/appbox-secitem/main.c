@@ -17,7 +17,8 @@
  * a limit other than one, a base64 string for data alone. `list` prints attributes, never
  * data. Failures print one line on stderr and exit as `appbox keychain` does: 64 usage or
  * errSecParam, 65 errSecDecode, 66 errSecItemNotFound, 69 locked device (errSecInteraction-
- * NotAllowed), no passcode (errSecAuthFailed) or no broker, 73 errSecDuplicateItem, 74 I/O,
+ * NotAllowed), no passcode (errSecAuthFailed) or no broker, 73 errSecDuplicateItem or the app's
+ * keychain quota used up (errSecDiskFull), 74 I/O,
  * 77 errSecMissingEntitlement.
  *
  * Plain C, linked statically: it runs inside the jail, where only /usr exists.
@@ -64,7 +65,8 @@ static const char *usage_text =
     "default), after-first-unlock, when-passcode-set-this-device-only, when-unlocked-this-device-only\n"
     "or after-first-unlock-this-device-only.\n"
     "Exit status: 0 ok, 64 usage or errSecParam, 65 errSecDecode, 66 errSecItemNotFound, 69 device\n"
-    "locked, no passcode or no broker, 73 errSecDuplicateItem, 74 I/O, 77 errSecMissingEntitlement.\n";
+    "locked, no passcode or no broker, 73 errSecDuplicateItem or quota used up (errSecDiskFull), 74 I/O,\n"
+    "77 errSecMissingEntitlement.\n";
 
 static void fail(int status, const char *format, ...) {
   char line[1024];
@@ -192,7 +194,8 @@ static int exit_status(appbox_status status) {
     case errSecInteractionNotAllowed:
     case errSecAuthFailed:
     case errSecNotAvailable: return 69;
-    case errSecDuplicateItem: return 73;
+    case errSecDuplicateItem:
+    case errSecDiskFull: return 73;
     case errSecMissingEntitlement: return 77;
     default: return 74;
   }

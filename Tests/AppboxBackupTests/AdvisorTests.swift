@@ -285,9 +285,32 @@ struct AdvisorTests {
     #expect(printablePath(Array("a\nb\u{1B}[2J".utf8)) == "a\\x0ab\\x1b[2J")
     #expect(printablePath([0x66, 0xFF, 0x2F, 0x78]) == "f\\xff/x")
     #expect(printablePath(Array("café\\".utf8)) == "café\\\\")
-    #expect(shellQuoted(Array("Documents/a b's".utf8)) == "'Documents/a b'\\''s'")
-    #expect(shellQuoted(Array("Documents/x\ny".utf8)) == "$'Documents/x\\x0ay'")
-    #expect(shellQuoted(Array("Documents/plain.txt".utf8)) == "Documents/plain.txt")
+    #expect(printablePath(Array("a\u{202E}b\u{2066}".utf8)) == "a\\u{202e}b\\u{2066}")
+    #expect(shellCommand([Array("Documents/a b's".utf8)]) == "'Documents/a b'\\''s'")
+    #expect(shellCommand([Array("Documents/x\ny".utf8)]) == "p1=$(printf 'Documents/x\\012y.'); \"${p1%.}\"")
+    #expect(shellCommand([Array("Documents/plain.txt".utf8)]) == "Documents/plain.txt")
     #expect(formattedByteCount(999) == "999 B" && formattedByteCount(1_500_000) == "1.5 MB")
+  }
+
+  /// Each command runs in dash, sh and bash as one command of exactly its words, whatever the
+  /// names hold, and shows no control or direction character.
+  @Test func suggestedCommandsAreOneCommandInEveryPOSIXShell() throws {
+    let directory = TemporaryDirectory("shell-words")
+    let names: [[UInt8]] = [
+      Array("Documents/x'$(touch PWNED)'\ny".utf8), Array("Documents/x'$(touch PWNED) #\n.bin".utf8),
+      Array("Documents/a\\b%s%%\t`touch PWNED`\u{1B}[2J".utf8),
+      Array("Documents/\u{202E}nib.exe".utf8), Array("Documents/ends in newlines\n\n".utf8),
+      Array("Documents/'\"'\"".utf8), Array("".utf8), [0x44, 0xFF, 0x0A, 0x27],
+      Array("Documents/\u{85}".utf8),
+    ]
+    for name in names {
+      let command = shellCommand([Array("/usr/bin/printf".utf8), Array("%s|".utf8), name, Array("end".utf8)])
+      #expect(!command.unicodeScalars.contains { $0.value < 0x20 || $0.value >= 0x7F }, "\(command)")
+      for shell in ["/usr/bin/dash", "/bin/sh", "/usr/bin/bash"] {
+        let result = try runProcess(shell, ["-c", command], currentDirectory: directory.path)
+        #expect(result.status == 0 && result.stdout == name + Array("|end|".utf8), "\(shell): \(command)")
+      }
+      #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).isEmpty, "\(command)")
+    }
   }
 }

@@ -100,7 +100,7 @@ struct ParserTests {
     let out = CapturingSink()
     let err = CapturingSink()
     #expect(runner.run(["sample"], environment: [:], stdout: out, stderr: err) == 64)
-    #expect(err.text == "Error: missing APP\nSee 'appbox sample --help'\n")
+    #expect(err.text == "Error: missing APP\nSee 'appbox help sample'\n")
     #expect(out.text.isEmpty)
   }
 }
@@ -108,28 +108,14 @@ struct ParserTests {
 /// `--help` for the root and every command matches the committed golden files
 /// (Fixtures/golden/help). Set APPBOX_UPDATE_GOLDEN=1 to rewrite them after a deliberate change.
 struct GoldenHelpTests {
-  static func helpPaths() -> [[String]] {
-    var paths: [[String]] = [[]]
-    for command in AppboxCLI.commands {
-      paths.append([command.description.name])
-      for sub in command.description.subcommands {
-        paths.append([command.description.name, sub.description.name])
-      }
-    }
-    return paths
-  }
+  static func helpPaths() -> [[String]] { PagePath.all.map(\.names) }
 
   @Test(arguments: helpPaths())
   func helpMatchesGolden(_ path: [String]) throws {
     let out = CapturingSink()
     let err = CapturingSink()
-    // Group positionals (APP) go before the subcommand; help needs a placeholder there.
-    var arguments = path
-    if path.count == 2, let group = AppboxCLI.commands.first(where: { $0.description.name == path[0] }),
-      !group.description.groupPositionals.isEmpty
-    {
-      arguments = [path[0], "APP", path[1]]
-    }
+    // Group positionals (APP) go before the subcommand: the filled form reached every page before.
+    let arguments = PagePath.all.first { $0.names == path }!.filled
     let status = AppboxCLI.runner.run(arguments + ["--help"], environment: [:], stdout: out, stderr: err)
     #expect(status == 0)
     #expect(err.text.isEmpty)

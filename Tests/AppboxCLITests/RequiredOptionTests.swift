@@ -42,7 +42,7 @@ struct RequiredOptionTests {
     #expect(sub.contains("USAGE: appbox box APP needy --service S [--label L]\n"))
     let group = HelpFormatter.commandHelp(chain: [NeedyGroup.self])
     #expect(group.contains("USAGE: appbox box APP SUBCOMMAND\n"))
-    #expect(group.contains("  APP                         An app.\n"))
-    #expect(group.contains("See 'appbox box APP SUBCOMMAND --help'"))
+    #expect(group.contains("  APP                     An app.\n"))
+    #expect(group.contains("See 'appbox help box SUBCOMMAND'"))
   }
 }

@@ -9,10 +9,10 @@ struct AccessGroupTests {
       bundleIdentifier: "com.example.a", teamIdentifier: "ABCDE12345",
       keychainAccessGroups: ["ABCDE12345.shared"])
     #expect(listed.accessGroups == ["ABCDE12345.shared", "ABCDE12345.com.example.a"])
-    // No entitlements at all: only the bundle identifier.
+    // No team at all: one group of its own, in the teamless namespace.
     let bare = KeychainClient(
       bundleIdentifier: "com.example.c", teamIdentifier: nil, keychainAccessGroups: [])
-    #expect(bare.accessGroups == ["com.example.c"])
+    #expect(bare.accessGroups == ["noteam:com.example.c"])
     // Groups of another team, or groups without a team, are never granted.
     let stray = KeychainClient(
       bundleIdentifier: "com.example.d", teamIdentifier: "ZZZZZ99999",
@@ -20,7 +20,7 @@ struct AccessGroupTests {
     #expect(stray.accessGroups == ["ZZZZZ99999.team", "ZZZZZ99999.com.example.d"])
     let teamless = KeychainClient(
       bundleIdentifier: "com.example.e", teamIdentifier: nil, keychainAccessGroups: ["ABCDE12345.shared"])
-    #expect(teamless.accessGroups == ["com.example.e"])
+    #expect(teamless.accessGroups == ["noteam:com.example.e"])
   }
 
   @Test func appsOfOneTeamShareThroughTheCommonGroup() throws {

@@ -23,12 +23,17 @@ enum Privilege: String, CustomTestStringConvertible, Sendable {
 /// `attack` launches it and parses its "<label> <result>" lines.
 final class HostileDevice: @unchecked Sendable {
   static let nobody: uid_t = 65534
-  let dir = TemporaryDirectory("hostile")
+  let dir: TemporaryDirectory
   let privilege: Privilege
+  /// The file system the device lives on, when not /tmp's (kept mounted as long as the device).
+  let volume: EncryptedVolume?
   var root: String { dir.url("device/root") }
 
-  init(_ privilege: Privilege) throws {
+  /// A device in a fresh directory under /tmp, or on `volume` (whose root must let everyone in).
+  init(_ privilege: Privilege, on volume: EncryptedVolume? = nil) throws {
     self.privilege = privilege
+    self.volume = volume
+    dir = TemporaryDirectory("hostile", base: volume?.path ?? "/tmp")
     guard chmod(dir.path, 0o755) == 0 else { throw SystemError("chmod", path: dir.path) }
     try dir.makeDirectory("device")
     try dir.makeDirectory("bundles")
@@ -89,9 +94,12 @@ final class HostileDevice: @unchecked Sendable {
 
   /// Runs `appbox --root ROOT ARGS` as this device's user.
   @discardableResult
-  func appbox(_ arguments: [String], environment extra: [String: String] = [:]) throws -> ProcessResult {
+  func appbox(_ arguments: [String], environment extra: [String: String] = [:], input: String = "") throws
+    -> ProcessResult
+  {
     let (executable, rest) = command([appboxPath, "--root", root] + arguments)
-    return try runProcess(executable, rest, environment: environment.merging(extra) { $1 })
+    return try runProcess(
+      executable, rest, environment: environment.merging(extra) { $1 }, input: Array(input.utf8))
   }
 
   /// Installs a copy of the hostile app as `identifier`; returns its container id.
@@ -161,14 +169,17 @@ extension PropertyList {
 /// stdio, typing `input` first (the hostile program's `pty-run` mode, run on the host).
 /// `raw`: no line editing or echo, so a single injected byte is readable at once. Returns
 /// what the command wrote, its status, and the bytes left in the terminal's input queue
-/// (what the user's shell would have read next).
-func runOnTerminal(_ command: [String], input: String = "", raw: Bool, environment: [String: String]) throws
+/// (what the user's shell would have read next). `columns`: the terminal's width, when set.
+func runOnTerminal(
+  _ command: [String], input: String = "", raw: Bool, columns: Int? = nil, environment: [String: String]
+) throws
   -> (
     output: String, status: Int32?, pending: Int?
   )
 {
+  let mode = (raw ? "raw" : "cooked") + (columns.map { ":\($0)" } ?? "")
   let result = try runProcess(
-    productsDirectory + "/appbox-hostile", ["pty-run", raw ? "raw" : "cooked", input, "--"] + command,
+    productsDirectory + "/appbox-hostile", ["pty-run", mode, input, "--"] + command,
     environment: environment)
   let report = parseReport(result.out)
   return (result.out, report["pty-status"].flatMap(Int32.init), report["pty-pending"].flatMap(Int.init))

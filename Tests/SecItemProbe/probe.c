@@ -605,10 +605,15 @@ static void hostile(void) {
   /* Not a request frame: the broker closes that session. */
   {
     int fd = open_session();
-    int ok = fd >= 0 && send_frame(fd, "XXXX", "abc", 3) == 0;
+    int ok = fd >= 0;
+    /* The broker may close the session as soon as it has read the magic, before the body is
+     * written: a write that fails with EPIPE or ECONNRESET is that close, seen early. */
+    int sent = ok && send_frame(fd, "XXXX", "abc", 3) == 0;
+    int closed_early = ok && !sent && (errno == EPIPE || errno == ECONNRESET);
+    ok = ok && (sent || closed_early);
     char byte;
     /* Closed with our bytes unread: end of file, or ECONNRESET. */
-    ssize_t n = recv(fd, &byte, 1, 0);
+    ssize_t n = closed_early ? 0 : recv(fd, &byte, 1, 0);
     int closed = n == 0 || (n < 0 && errno == ECONNRESET);
     close(fd);
     report("hostile bad-magic", ok && closed && broker_answers(), "ok=%d read=%zd", ok, n);

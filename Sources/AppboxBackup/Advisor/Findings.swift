@@ -276,6 +276,8 @@ struct Ranking {
       kind: kind, path: activity.path, isDirectory: activity.isDirectory, regenerable: regenerable,
       bytesPerBackup: activity.bytesPerBackup, size: size, changes: activity.changes, backups: backups,
       observation: observation, advice: advice,
-      command: command ? "appbox exclude \(shellQuoted(Array(app.utf8))) \(shellQuoted(activity.path))" : nil)
+      // `exclude` takes its path as text: a name that is not UTF-8 gets no command.
+      command: command && String(validating: activity.path, as: UTF8.self) != nil
+        ? shellCommand([Array("appbox".utf8), Array("exclude".utf8), Array(app.utf8), activity.path]) : nil)
   }
 }

@@ -38,6 +38,12 @@ extension Repository {
     let legacy =
       (store as? LocalObjectStore).map { FileManager.default.fileExists(atPath: $0.path("catalog.db")) }
       ?? false
+    if password == nil {
+      // Before anything is created: a plain repository where this device had an encrypted one
+      // needs --allow-plain, which forgets the encrypted one.
+      if options.allowPlain { try EncryptionMemory.forget(location, options: options) }
+      try refuseUnexpectedPlain(existing, location: location, options: options)
+    }
     if let password {
       guard existing == nil && !legacy else {
         throw BackupError(

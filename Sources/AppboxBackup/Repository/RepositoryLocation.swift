@@ -157,6 +157,11 @@ public struct RepositoryOptions: Sendable {
   /// A secret bound to this device (from its device key), under which the device keeps the
   /// key of an encrypted repository it has unlocked (Repository/KeyCache.swift); nil keeps none.
   public var deviceSecret: (@Sendable () throws -> [UInt8])?
+  /// Whether the user gave a password (a file), so expects an encrypted repository: a plain
+  /// one is then refused (Repository/EncryptionMemory.swift).
+  public var passwordGiven = false
+  /// Accept a plain repository where this device used an encrypted one (`repo init --allow-plain`).
+  public var allowPlain = false
   /// The command only reads the repository: when the catalog cannot be written (a full or
   /// read-only file system), it is read as the last sync left it instead of failing.
   public var readOnly = false
@@ -164,8 +169,9 @@ public struct RepositoryOptions: Sendable {
   public init(
     create: Bool = false, environment: [String: String] = ProcessInfo.processInfo.environment,
     cacheDirectory: String? = nil, password: (@Sendable () throws -> [UInt8])? = nil,
-    deviceSecret: (@Sendable () throws -> [UInt8])? = nil
+    deviceSecret: (@Sendable () throws -> [UInt8])? = nil, passwordGiven: Bool = false
   ) {
+    self.passwordGiven = passwordGiven
     self.create = create
     self.environment = environment
     self.cacheDirectory = cacheDirectory

@@ -39,7 +39,17 @@ struct WhyCommand: ParsableCommand {
       appArgument,
       .init("PATH", help: "Relative to the home, such as Documents/big.bin or Library/Caches/x."),
     ],
-    options: [repositoryOption] + repositoryAccessOptions)
+    options: [repositoryOption] + repositoryAccessOptions,
+    examples: [
+      .init(
+        "Why a file is (or is not) backed up, and what the next backup does with it:",
+        "appbox why com.example.notes Documents/big.bin"),
+      .init(
+        "The same for a file deleted since, from the snapshots:",
+        "appbox why com.example.notes Documents/old.pdf"),
+    ],
+    exitStatuses: [.noInput("No such app, and no snapshot of it either.")] + ExitCode.repository,
+    environment: EnvironmentVariable.repository)
   let app: String
   let path: String
   let arguments: ParsedArguments
@@ -120,7 +130,17 @@ struct AdviseCommand: ParsableCommand {
       .init("last", value: "N", help: "How many of the latest snapshots to read (default: 20)."),
       .init("html", value: "FILE", help: "Also write the report as one self-contained HTML page."),
       repositoryOption,
-    ] + repositoryAccessOptions)
+    ] + repositoryAccessOptions,
+    examples: [
+      .init(
+        "What makes an app's backups big and slow, over its last 30 snapshots:",
+        "appbox advise com.example.notes --last 30"),
+      .init(
+        "The same as one self-contained page with a chart:",
+        "appbox advise com.example.notes --html advice.html"),
+    ],
+    exitStatuses: [.noInput("No such app, or no snapshots of it.")] + ExitCode.repository,
+    environment: EnvironmentVariable.repository)
   let app: String
   let last: Int
   let html: String?

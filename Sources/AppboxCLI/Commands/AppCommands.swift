@@ -5,7 +5,19 @@ import Foundation
 struct InstallCommand: ParsableCommand {
   static let description = CommandDescription(
     name: "install", abstract: "Validate and seal a bundle, and install it into a new home.",
-    positionals: [.init("BUNDLE.app", help: "The app bundle directory to install.")])
+    positionals: [.init("BUNDLE.app", help: "The app bundle directory to install.")],
+    examples: [
+      .init("Install an app and print its container id and home:", "appbox install Notes.app"),
+      .init("Install into another device root:", "appbox --root /tmp/ci-device install Notes.app"),
+    ],
+    exitStatuses: [
+      .dataError(
+        "The bundle is invalid (Info.plist, entitlements, a seal a file no longer matches) or needs a device "
+          + "capability this device lacks."),
+      .noInput("No such bundle directory."),
+      .cannotCreate("The app is installed already (appbox update replaces it)."),
+      .deviceBusy,
+    ])
   let bundle: String
   init(_ arguments: ParsedArguments) throws { bundle = arguments.positional(0)! }
 
@@ -32,7 +44,12 @@ struct InstallCommand: ParsableCommand {
 struct ListCommand: ParsableCommand {
   static let description = CommandDescription(
     name: "list", abstract: "List installed apps.",
-    options: [.init("groups", help: "List app group containers with their team and members instead.")])
+    options: [.init("groups", help: "List app group containers with their team and members instead.")],
+    examples: [
+      .init("The installed apps, then the app groups:", "appbox list", "appbox list --groups"),
+      .init(
+        "The bundle identifiers alone, for a script:", "appbox --json list | jq -r '.[].bundleIdentifier'"),
+    ])
   let groups: Bool
   init(_ arguments: ParsedArguments) throws { groups = arguments.flag("groups") }
 
@@ -63,7 +80,13 @@ struct InspectCommand: ParsableCommand {
     name: "inspect",
     abstract:
       "Show an app's home, version, seal, each standard directory's files, bytes and backup policy, and the backup advisor's top finding.",
-    positionals: [appArgument])
+    positionals: [appArgument],
+    examples: [
+      .init("An app's home, seal and backup policy:", "appbox inspect com.example.notes"),
+      .init(
+        "Whether its seal holds, for a script:", "appbox --json inspect com.example.notes | jq .seal.valid"),
+    ],
+    exitStatuses: [.noApp])
   let app: String
   init(_ arguments: ParsedArguments) throws { app = arguments.positional(0)! }
 
@@ -85,6 +108,13 @@ struct InspectCommand: ParsableCommand {
     if let team = record.teamIdentifier { lines.append("  team          \(team)") }
     if !record.keychainAccessGroups.isEmpty {
       lines.append("  keychain      \(record.keychainAccessGroups.joined(separator: ", "))")
+    }
+    // Best effort: a keychain that cannot be opened does not stop the rest of the report.
+    let keychainUsage = try? session.keychainUsage(of: record)
+    if let usage = keychainUsage {
+      lines.append(
+        "  keychain use  \(usage.items) of \(usage.quota.items) items, \(byteCount(usage.bytes)) of "
+          + "\(byteCount(usage.quota.bytes))")
     }
     for (index, usage) in report.groups.enumerated() {
       lines.append(
@@ -117,6 +147,15 @@ struct InspectCommand: ParsableCommand {
         ("fileSharingEnabled", .bool(record.fileSharingEnabled)),
         ("teamIdentifier", .optional(record.teamIdentifier)),
         ("keychainAccessGroups", .array(record.keychainAccessGroups.map(JSONValue.string))),
+        (
+          "keychainUsage",
+          keychainUsage.map { usage in
+            .object([
+              ("items", .int(usage.items)), ("bytes", .int(usage.bytes)),
+              ("maximumItems", .int(usage.quota.items)), ("maximumBytes", .int(usage.quota.bytes)),
+            ])
+          } ?? .null
+        ),
         (
           "groups",
           .array(
@@ -158,7 +197,16 @@ struct PathCommand: ParsableCommand {
           "bundle, data (the home; the default), documents, library, preferences, caches or tmp; or "
           + "group.<id>: the container of an app group the app is a member of (else exit 77).",
         optional: true),
-    ])
+    ],
+    examples: [
+      .init(
+        "The home, then its Documents folder:", "appbox path com.example.notes",
+        "appbox path com.example.notes documents"),
+      .init(
+        "The container of an app group the app is a member of:",
+        "appbox path com.example.notes group.com.example.shared"),
+    ],
+    exitStatuses: [.noApp, .denied("The app is not a member of that app group.")])
   let app: String
   let location: HomeLocation
   let group: String?
@@ -196,7 +244,11 @@ struct PathCommand: ParsableCommand {
 struct UninstallCommand: ParsableCommand {
   static let description = CommandDescription(
     name: "uninstall", abstract: "Remove an app: its home, its registry entry and its keychain items.",
-    positionals: [appArgument])
+    positionals: [appArgument],
+    examples: [
+      .init("Remove an app (its snapshots stay in the repository):", "appbox uninstall com.example.notes")
+    ],
+    exitStatuses: [.noApp, .appBusy])
   let app: String
   init(_ arguments: ParsedArguments) throws { app = arguments.positional(0)! }
 

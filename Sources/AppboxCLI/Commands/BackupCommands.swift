@@ -43,7 +43,27 @@ struct BackupCommand: ParsableCommand {
         "strict",
         help:
           "Exit 74 when a snapshot is incomplete (entries could not be read, or kept changing as they were)."),
-    ] + repositoryAccessOptions)
+    ] + repositoryAccessOptions,
+    examples: [
+      .init(
+        "Back up one app, then every app and app group:", "appbox backup com.example.notes",
+        "appbox backup --all"),
+      .init(
+        "Into an S3 bucket, compressed:",
+        "appbox backup --all --repo s3://backups/ci --compress zstd"),
+      .init(
+        "The new snapshot's id, for a script:",
+        "appbox --json backup com.example.notes | jq -r '.[0].snapshot'"),
+    ],
+    exitStatuses: [
+      ExitCode.ioError(
+        "An I/O error, or with --strict a snapshot is incomplete; with --all, the first failure's status."),
+      .noInput("No such app or app group, or no such repository."),
+      .unavailable(
+        "The device is locked (the app's protected files are unavailable), or the S3 store cannot be reached."
+      ),
+    ] + ExitCode.repository,
+    environment: EnvironmentVariable.repository + EnvironmentVariable.progress)
   let apps: [String]
   let all: Bool
   let strict: Bool
@@ -201,7 +221,15 @@ struct SnapshotsCommand: ParsableCommand {
         "APP", help: "Only this app's (or app group's) snapshots: a bundle or group identifier.",
         optional: true)
     ],
-    options: [repositoryOption] + repositoryAccessOptions)
+    options: [repositoryOption] + repositoryAccessOptions,
+    examples: [
+      .init("Every snapshot, then one app's:", "appbox snapshots", "appbox snapshots com.example.notes"),
+      .init(
+        "The snapshots of an encrypted repository:",
+        "appbox snapshots --repo /srv/vault --password-file pw.txt"),
+    ],
+    exitStatuses: [ExitCode.noSnapshot] + ExitCode.repository,
+    environment: EnvironmentVariable.repository)
   let app: String?
   let arguments: ParsedArguments
   init(_ arguments: ParsedArguments) throws {

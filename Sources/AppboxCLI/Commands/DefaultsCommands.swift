@@ -15,13 +15,30 @@ struct DefaultsCommand: CommandGroup {
       """,
     subcommands: [DefaultsRead.self, DefaultsWrite.self, DefaultsDelete.self], groupPositionals: [appArgument]
   )
+
+  /// What every `defaults` subcommand can end in.
+  static let exitCodes: [ExitCode] = [
+    .dataError("The preferences file is not a property-list dictionary."),
+    .denied("The file is a symbolic link the app planted, or the app is not a member of the --suite group."),
+  ]
 }
 
 struct DefaultsRead: ParsableCommand {
   static let description = CommandDescription(
     name: "read", abstract: "Print one preference, or all of them as 'key = value' lines.",
     positionals: [.init("KEY", help: "The preference to print (missing: exit 66).", optional: true)],
-    options: [suiteOption])
+    options: [suiteOption],
+    examples: [
+      .init(
+        "Every preference, then one:", "appbox defaults com.example.notes read",
+        "appbox defaults com.example.notes read launchCount"),
+      .init(
+        "An app group's shared defaults:",
+        "appbox defaults com.example.notes read --suite group.com.example.shared"),
+    ],
+    exitStatuses: DefaultsCommand.exitCodes + [
+      .noInput("No such app, or no such preference."), .protectedData,
+    ])
   let app: String
   let key: String?
   let suite: String?
@@ -60,7 +77,14 @@ struct DefaultsWrite: ParsableCommand {
         "type", help: "How to read VALUE (default: string).", choices: PreferenceType.allCases.map(\.rawValue)
       ),
       suiteOption,
-    ])
+    ],
+    examples: [
+      .init(
+        "Set a number, then a string in the app group's shared defaults:",
+        "appbox defaults com.example.notes write launchCount 3 --type int",
+        "appbox defaults com.example.notes write theme dark --suite group.com.example.shared")
+    ],
+    exitStatuses: DefaultsCommand.exitCodes + [.noApp, .protectedData, .appBusy])
   let app: String
   let key: String
   let text: String
@@ -89,7 +113,11 @@ struct DefaultsWrite: ParsableCommand {
 struct DefaultsDelete: ParsableCommand {
   static let description = CommandDescription(
     name: "delete", abstract: "Remove a preference (missing: exit 66).",
-    positionals: [.init("KEY", help: "The preference to remove.")], options: [suiteOption])
+    positionals: [.init("KEY", help: "The preference to remove.")], options: [suiteOption],
+    examples: [.init("Remove a preference:", "appbox defaults com.example.notes delete launchCount")],
+    exitStatuses: DefaultsCommand.exitCodes + [
+      .noInput("No such app, or no such preference."), .protectedData, .appBusy,
+    ])
   let app: String
   let key: String
   let suite: String?

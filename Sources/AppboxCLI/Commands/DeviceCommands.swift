@@ -37,8 +37,14 @@ struct DeviceShow: ParsableCommand {
   static let description = CommandDescription(
     name: "show",
     abstract:
-      "Print the device's UDID, name, capabilities, passcode and lock state (creating the root on first use)."
-  )
+      "Print the device's UDID, name, capabilities, passcode and lock state (creating the root on first use).",
+    examples: [
+      .init(
+        "The device of $APPBOX_ROOT, then of another root:", "appbox device",
+        "appbox --root /tmp/ci device show"),
+      .init("Its UDID, for a script:", "appbox --json device show | jq -r .udid"),
+    ],
+    exitStatuses: [.cannotCreate("The device root could not be created."), .deviceBusy])
   init(_ arguments: ParsedArguments) throws {}
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: false)
@@ -58,7 +64,13 @@ struct DeviceInit: ParsableCommand {
         help:
           "The device's capabilities, comma-separated (replaces the list; default: a current iPhone's; arm64 implies armv7)."
       ),
-    ])
+    ],
+    examples: [
+      .init(
+        "Create a device with a name, then give it fewer capabilities:",
+        "appbox device init --name \"QA iPhone\"", "appbox device init --capabilities arm64,metal")
+    ],
+    exitStatuses: [.cannotCreate("The device root could not be created."), .deviceBusy])
   let name: String?
   let capabilities: [String]?
 

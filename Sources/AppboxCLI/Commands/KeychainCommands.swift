@@ -20,6 +20,13 @@ struct KeychainCommand: CommandGroup {
       KeychainReset.self,
     ],
     groupPositionals: [appArgument])
+
+  /// What every `keychain` subcommand can end in.
+  static let exitCodes: [ExitCode] = [
+    .noInput("No such app, or no such item among those the app can see."),
+    .unavailable("The item is when-unlocked (or needs a passcode) and the device is locked."),
+    .denied("The app's entitlements do not list that access group."),
+  ]
 }
 
 // MARK: Shared options and output
@@ -112,7 +119,9 @@ private func attributes(_ item: KeychainItem) -> [(String, JSONValue)] {
 
 struct KeychainAdd: ParsableCommand {
   static let description = CommandDescription(
-    name: "add", abstract: "Add an item (an existing one is a duplicate: exit 73).",
+    name: "add",
+    abstract:
+      "Add an item (an existing one is a duplicate: exit 73; so is one beyond the app's quota of 1,000 items and 16 MiB).",
     options: [
       KeychainOptions.service, KeychainOptions.account, KeychainOptions.data, KeychainOptions.dataFile,
       .init("class", help: "The item's class (default: generic).", choices: ["generic", "internet"]),
@@ -120,6 +129,18 @@ struct KeychainAdd: ParsableCommand {
       .init(
         "accessible", help: "When the item can be read (default: when-unlocked).",
         choices: KeychainAccessibility.allCases.map(\.rawValue)),
+    ],
+    examples: [
+      .init(
+        "Add a password from a file, then from standard input into the team's shared group:",
+        "appbox keychain com.example.notes add --service sync --account ada --data-file token.txt",
+        "printf %s \"$token\" | appbox keychain com.example.notes add --service sync --account ada "
+          + "--group ABCDE12345.shared --data-file -")
+    ],
+    exitStatuses: KeychainCommand.exitCodes + [
+      .cannotCreate(
+        "An item with that class, service and account exists in the group, or the app's quota is full."),
+      .appBusy,
     ])
   let app: String
   let item: KeychainItem
@@ -154,7 +175,14 @@ struct KeychainAdd: ParsableCommand {
 struct KeychainGet: ParsableCommand {
   static let description = CommandDescription(
     name: "get", abstract: "Print an item's data as stored (with --json: attributes and base64 data).",
-    options: [KeychainOptions.service, KeychainOptions.account, KeychainOptions.group])
+    options: [KeychainOptions.service, KeychainOptions.account, KeychainOptions.group],
+    examples: [
+      .init(
+        "Print a secret, then its attributes and data as JSON:",
+        "appbox keychain com.example.notes get --service sync --account ada",
+        "appbox --json keychain com.example.notes get --service sync --account ada")
+    ],
+    exitStatuses: KeychainCommand.exitCodes)
   let app: String
   let query: KeychainQuery
 
@@ -182,7 +210,14 @@ struct KeychainUpdate: ParsableCommand {
     options: [
       KeychainOptions.service, KeychainOptions.account, KeychainOptions.data, KeychainOptions.dataFile,
       KeychainOptions.comment, KeychainOptions.label,
-    ])
+    ],
+    examples: [
+      .init(
+        "Replace a secret from a file, then change only the label:",
+        "appbox keychain com.example.notes update --service sync --account ada --data-file new.txt",
+        "appbox keychain com.example.notes update --service sync --account ada --label \"Sync token\"")
+    ],
+    exitStatuses: KeychainCommand.exitCodes + [.appBusy])
   let app: String
   let query: KeychainQuery
   let label: String?
@@ -215,7 +250,11 @@ struct KeychainUpdate: ParsableCommand {
 struct KeychainDelete: ParsableCommand {
   static let description = CommandDescription(
     name: "delete", abstract: "Delete an item (in every group of the app that has it, unless --group).",
-    options: [KeychainOptions.service, KeychainOptions.account, KeychainOptions.group])
+    options: [KeychainOptions.service, KeychainOptions.account, KeychainOptions.group],
+    examples: [
+      .init("Delete an item:", "appbox keychain com.example.notes delete --service sync --account ada")
+    ],
+    exitStatuses: KeychainCommand.exitCodes + [.appBusy])
   let app: String
   let query: KeychainQuery
 
@@ -238,7 +277,9 @@ struct KeychainDelete: ParsableCommand {
 
 struct KeychainList: ParsableCommand {
   static let description = CommandDescription(
-    name: "list", abstract: "List the items the app can see: attributes only, never secrets.")
+    name: "list", abstract: "List the items the app can see: attributes only, never secrets.",
+    examples: [.init("The items an app can see:", "appbox keychain com.example.notes list")],
+    exitStatuses: [.noApp])
   let app: String
   init(_ arguments: ParsedArguments) throws { app = arguments.app }
 
@@ -264,7 +305,9 @@ struct KeychainList: ParsableCommand {
 struct KeychainReset: ParsableCommand {
   static let description = CommandDescription(
     name: "reset",
-    abstract: "Delete every item only this app can see (items of groups another installed app lists stay).")
+    abstract: "Delete every item only this app can see (items of groups another installed app lists stay).",
+    examples: [.init("Start the app's keychain afresh:", "appbox keychain com.example.notes reset")],
+    exitStatuses: [.noApp, .appBusy])
   let app: String
   init(_ arguments: ParsedArguments) throws { app = arguments.app }
 

@@ -20,6 +20,7 @@ private func readPasscodes(_ arguments: ParsedArguments, prompts: [String], cont
       askWithoutEcho($0.prefix(1).uppercased() + $0.dropFirst(), write: context.stderr.write)
     }
   }
+  warnIfOthersCanRead(file, what: "passcode", warn: context.warn)
   let bytes: [UInt8]
   do {
     bytes =
@@ -101,12 +102,27 @@ struct DevicePasscode: CommandGroup {
       encryption (mkfs.ext4 -O encrypt): elsewhere 'set' exits 69.
       """,
     subcommands: [PasscodeSet.self, PasscodeChange.self, PasscodeClear.self])
+
+  /// What every `device passcode` subcommand can end in.
+  static let exitCodes: [ExitCode] = [
+    .busy("After repeated wrong passcodes, attempts wait; or another appbox holds the device's lock."),
+    .denied("The current passcode is wrong."),
+  ]
 }
 
 struct PasscodeSet: ParsableCommand {
   static let description = CommandDescription(
     name: "set", abstract: "Set the passcode (one set already: exit 73; no file encryption: exit 69).",
-    options: [passcodeFileOption])
+    options: [passcodeFileOption],
+    examples: [
+      .init(
+        "Set the passcode from a file, then from standard input:",
+        "appbox device passcode set --passcode-file pin.txt", "echo 123456 | appbox device passcode set")
+    ],
+    exitStatuses: [
+      .unavailable("The device root's file system has no encryption (mkfs.ext4 -O encrypt)."),
+      .cannotCreate("A passcode is set already (appbox device passcode change)."), .deviceBusy,
+    ])
   let arguments: ParsedArguments
   init(_ arguments: ParsedArguments) throws { self.arguments = arguments }
 
@@ -121,7 +137,13 @@ struct PasscodeSet: ParsableCommand {
 struct PasscodeChange: ParsableCommand {
   static let description = CommandDescription(
     name: "change", abstract: "Change the passcode: reads the current one, then the new one.",
-    options: [passcodeFileOption])
+    options: [passcodeFileOption],
+    examples: [
+      .init(
+        "Change it, the current passcode on the first line and the new one on the second:",
+        "printf '123456\\n654321\\n' | appbox device passcode change")
+    ],
+    exitStatuses: DevicePasscode.exitCodes + [.unavailable("No passcode is set.")])
   let arguments: ParsedArguments
   init(_ arguments: ParsedArguments) throws { self.arguments = arguments }
 
@@ -139,7 +161,9 @@ struct PasscodeClear: ParsableCommand {
     abstract:
       "Remove the passcode: protected files stay encrypted and always available; when-passcode-set keychain "
       + "items are deleted.",
-    options: [passcodeFileOption])
+    options: [passcodeFileOption],
+    examples: [.init("Remove the passcode:", "appbox device passcode clear --passcode-file pin.txt")],
+    exitStatuses: DevicePasscode.exitCodes + [.unavailable("No passcode is set.")])
   let arguments: ParsedArguments
   init(_ arguments: ParsedArguments) throws { self.arguments = arguments }
 
@@ -163,7 +187,11 @@ struct DeviceLock: ParsableCommand {
       and backup of such an app exit 69). complete-unless-open files that are open stay usable until
       closed (the kernel reports them busy); until-first-unlock files stay readable until a reboot.
       A device without a passcode cannot lock (exit 69).
-      """)
+      """,
+    examples: [
+      .init("Lock the device, then see what is still available:", "appbox device lock", "appbox device show")
+    ],
+    exitStatuses: [.unavailable("The device has no passcode, so it cannot lock."), .deviceBusy])
   init(_ arguments: ParsedArguments) throws {}
 
   func run(_ context: CommandContext) throws -> CommandOutput {
@@ -182,7 +210,12 @@ struct DeviceUnlock: ParsableCommand {
   static let description = CommandDescription(
     name: "unlock",
     abstract: "Unlock with the passcode (wrong: exit 77, growing delays; during one: exit 75).",
-    options: [passcodeFileOption])
+    options: [passcodeFileOption],
+    examples: [.init("Unlock with the passcode in a file:", "appbox device unlock --passcode-file pin.txt")],
+    exitStatuses: [
+      .busy("After repeated wrong passcodes, attempts wait; or another appbox holds the device's lock."),
+      .denied("The passcode is wrong (each wrong one makes the next attempt wait longer)."),
+    ])
   let arguments: ParsedArguments
   init(_ arguments: ParsedArguments) throws { self.arguments = arguments }
 
@@ -205,7 +238,13 @@ struct DeviceReboot: ParsableCommand {
     name: "reboot",
     abstract:
       "Simulate a restart: every class key is dropped and the device is locked until the next unlock.",
-    discussion: "Refused while an app runs (exit 75): a restart ends every app.")
+    discussion: "Refused while an app runs (exit 75): a restart ends every app.",
+    examples: [
+      .init(
+        "Restart, then unlock as after a real reboot:", "appbox device reboot",
+        "appbox device unlock --passcode-file pin.txt")
+    ],
+    exitStatuses: [.busy("An app is running, or another appbox holds the device's lock.")])
   init(_ arguments: ParsedArguments) throws {}
 
   func run(_ context: CommandContext) throws -> CommandOutput {
@@ -234,6 +273,21 @@ struct ProtectCommand: ParsableCommand {
       .init(
         "class", help: "The class to raise to.",
         choices: ProtectionClass.allCases.map(\.rawValue))
+    ],
+    examples: [
+      .init(
+        "Each file's class in Documents, then protect one file:",
+        "appbox protect com.example.notes Documents",
+        "appbox protect com.example.notes Documents/report.pdf --class complete")
+    ],
+    exitStatuses: [
+      .noInput("No such app, or no such file or folder."),
+      .unavailable(
+        "No passcode, no file encryption, or the class's key is unavailable (the device is locked)."),
+      .busy("The app is running, or another appbox holds its lock."),
+      .denied(
+        "A lower class than the file has: protection is never lowered; or a path outside Documents and Library."
+      ),
     ])
   let app: String
   let path: String

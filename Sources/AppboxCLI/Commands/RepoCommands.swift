@@ -24,15 +24,38 @@ struct RepoInit: ParsableCommand {
       $APPBOX_PASSWORD_FILE, else standard input (asked twice on a terminal); an encrypted repository
       cannot be made where one exists already (73). Every command reading or writing it then needs
       the password. There is no way around a lost password: the data cannot be recovered without it.
+      A device remembers the repositories it has used encrypted: finding a plain one (or none) there
+      later, every command refuses it (65) until 'repo init --allow-plain' says that was meant. A
+      password given for a plain repository is refused likewise (65), never ignored.
       """,
     options: [
       repositoryOption, .init("encrypt", help: "Encrypt the repository under a password."),
-    ] + repositoryAccessOptions)
+      .init(
+        "allow-plain",
+        help:
+          "Accept a plain repository where this device used an encrypted one (it was reset on purpose)."),
+    ] + repositoryAccessOptions,
+    examples: [
+      .init(
+        "An encrypted repository in a directory, then one in an S3 bucket:",
+        "appbox repo init --repo /srv/vault --encrypt --password-file pw.txt",
+        "appbox repo init --repo s3://backups/ci --endpoint https://s3.example.net")
+    ],
+    exitStatuses: [
+      .cannotCreate(
+        "An encrypted repository cannot be made where one exists, or the directory cannot be made.")
+    ] + ExitCode.repository,
+    environment: EnvironmentVariable.repository)
   let encrypt: Bool
+  let allowPlain: Bool
   let arguments: ParsedArguments
   init(_ arguments: ParsedArguments) throws {
     encrypt = arguments.flag("encrypt")
+    allowPlain = arguments.flag("allow-plain")
     self.arguments = arguments
+    if encrypt && allowPlain {
+      throw arguments.usage("--allow-plain is for a plain repository; drop --encrypt")
+    }
   }
 
   func run(_ context: CommandContext) throws -> CommandOutput {
@@ -40,14 +63,16 @@ struct RepoInit: ParsableCommand {
     var password: [UInt8]?
     if encrypt {
       let file = arguments.value("password-file") ?? context.environment["APPBOX_PASSWORD_FILE"] ?? "-"
-      let first = try readPassword(file, prompt: "New repository password")
+      let first = try readPassword(file, prompt: "New repository password", warn: context.warn)
       if file == "-" && isatty(0) == 1 && askWithoutEcho("Repeat the password") != first {
         throw arguments.usage("the two passwords differ")
       }
       password = first
     }
-    let repository = try Repository.initialize(
-      location, password: password, options: context.repositoryOptions(arguments, create: true))
+    var options = context.repositoryOptions(arguments, create: true)
+    options.allowPlain = allowPlain
+    if encrypt { options.passwordGiven = false }  // the new password is for the new repository
+    let repository = try Repository.initialize(location, password: password, options: options)
     let summary = try repository.summary()
     return CommandOutput(
       text: "Initialized \(summary.encrypted ? "an encrypted" : "a") repository at \(summary.location)",
@@ -67,7 +92,14 @@ struct RepoPasswd: ParsableCommand {
     options: [
       repositoryOption,
       .init("new-password-file", value: "F", help: "The new password from F's first line."),
-    ] + repositoryAccessOptions)
+    ] + repositoryAccessOptions,
+    examples: [
+      .init(
+        "Change the password, both read from files:",
+        "appbox repo passwd --repo /srv/vault --password-file pw.txt --new-password-file new.txt")
+    ],
+    exitStatuses: [ExitCode.noRepository] + ExitCode.repository,
+    environment: EnvironmentVariable.repository)
   let arguments: ParsedArguments
   init(_ arguments: ParsedArguments) throws { self.arguments = arguments }
 
@@ -95,7 +127,7 @@ struct RepoPasswd: ParsableCommand {
     if !lines.isEmpty {
       newPassword = lines[1]
     } else {
-      newPassword = try readPassword(newFile ?? "-", prompt: "New repository password")
+      newPassword = try readPassword(newFile ?? "-", prompt: "New repository password", warn: context.warn)
       if newFile == nil && isatty(0) == 1 && askWithoutEcho("Repeat the new password") != newPassword {
         throw arguments.usage("the two passwords differ")
       }
@@ -110,7 +142,12 @@ struct RepoPasswd: ParsableCommand {
 struct RepoShow: ParsableCommand {
   static let description = CommandDescription(
     name: "show", abstract: "Describe a repository: where, whether encrypted, its snapshots and archives.",
-    options: [repositoryOption] + repositoryAccessOptions)
+    options: [repositoryOption] + repositoryAccessOptions,
+    examples: [
+      .init("The device's repository, then another:", "appbox repo", "appbox repo show --repo /srv/vault")
+    ],
+    exitStatuses: [ExitCode.noRepository] + ExitCode.repository,
+    environment: EnvironmentVariable.repository)
   let arguments: ParsedArguments
   init(_ arguments: ParsedArguments) throws { self.arguments = arguments }
 
@@ -159,7 +196,18 @@ struct ArchiveDecrypt: ParsableCommand {
     options: [
       repositoryOption,
       .init("output", value: "FILE", help: "Write the tar to FILE (replaced atomically) instead."),
-    ] + repositoryAccessOptions)
+    ] + repositoryAccessOptions,
+    examples: [
+      .init(
+        "List a snapshot's archive with GNU tar, then write it to a file:",
+        "appbox archive decrypt 1a2b3c4d --repo /srv/vault | tar -tv",
+        "appbox archive decrypt 1a2b3c4d --repo /srv/vault --output snapshot.tar")
+    ],
+    exitStatuses: [
+      .usage("Malformed, or --json without --output (stdout carries the JSON)."),
+      .noInput("No such archive or snapshot, or no such repository."),
+    ] + ExitCode.repository,
+    environment: EnvironmentVariable.repository)
   let archive: String
   let output: String?
   let arguments: ParsedArguments

@@ -10,16 +10,20 @@ import Glibc
 
 let repositoryAccessOptions: [CommandDescription.Option] = [
   .init(
-    "endpoint", value: "URL", help: "The S3 store of an s3:// repository (default: $APPBOX_S3_ENDPOINT)."),
+    "endpoint", value: "URL", help: "The S3 store of an s3:// repository (default: $APPBOX_S3_ENDPOINT).",
+    environment: [.s3Endpoint]),
   .init(
-    "region", value: "R", help: "The S3 region to sign for (default: $APPBOX_S3_REGION, else us-east-1)."),
+    "region", value: "R", help: "The S3 region to sign for (default: $APPBOX_S3_REGION, else us-east-1).",
+    environment: [.s3Region]),
   .init(
     "credentials-file", value: "F",
-    help: "S3 keys from F (AWS credentials format) instead of $AWS_ACCESS_KEY_ID and $AWS_SECRET_ACCESS_KEY."),
+    help: "S3 keys from F (AWS credentials format) instead of $AWS_ACCESS_KEY_ID and $AWS_SECRET_ACCESS_KEY.",
+    environment: [.accessKey, .secretKey]),
   .init(
     "password-file", value: "F",
     help:
-      "An encrypted repository's password from F's first line (default: $APPBOX_PASSWORD_FILE, else stdin)."),
+      "An encrypted repository's password from F's first line (default: $APPBOX_PASSWORD_FILE, else stdin).",
+    environment: [.passwordFile]),
 ]
 
 extension CommandContext {
@@ -38,14 +42,16 @@ extension CommandContext {
   /// What opening a repository takes: the cache directory and where a password comes from
   /// (--password-file, $APPBOX_PASSWORD_FILE, else standard input: asked for on a terminal).
   func repositoryOptions(_ arguments: ParsedArguments?, create: Bool) -> RepositoryOptions {
-    let file = arguments?.value("password-file") ?? environment["APPBOX_PASSWORD_FILE"] ?? "-"
+    let named = arguments?.value("password-file") ?? environment["APPBOX_PASSWORD_FILE"]
+    let file = named ?? "-"
     let keychains = deviceRoot.keychains
+    let warn: @Sendable (String) -> Void = { [self] in self.warn($0) }
     return RepositoryOptions(
       create: create, environment: environment, cacheDirectory: repositoryCacheDirectory,
-      password: { try readPassword(file, prompt: "Repository password") },
+      password: { try readPassword(file, prompt: "Repository password", warn: warn) },
       deviceSecret: {
         try Keychain(directory: keychains).deviceBoundSecret(purpose: "repository key cache v1")
-      })
+      }, passwordGiven: named != nil)
   }
 
   /// The repository named by --repo, else the device root's `Backups`.
@@ -67,10 +73,24 @@ extension CommandContext {
 }
 
 /// A password: the first line of `file` ('-': standard input), or asked for without echo when
-/// standard input is a terminal.
-@Sendable func readPassword(_ file: String, prompt: String) throws -> [UInt8] {
+/// standard input is a terminal. A file that group or others may read is used, with a warning
+/// through `warn` (as ssh warns of a private key others can read).
+@Sendable func readPassword(_ file: String, prompt: String, warn: (String) -> Void) throws -> [UInt8] {
   if file == "-" && isatty(0) == 1 { return askWithoutEcho(prompt) }
+  warnIfOthersCanRead(file, what: "password", warn: warn)
   return try Repository.readPasswordFile(file)
+}
+
+/// Warns when the secret file `file` (not '-') may be read by its group or others. Uses
+/// `stat(2)`; a file that cannot be stat'ed is left to the read to report.
+func warnIfOthersCanRead(_ file: String, what: String, warn: (String) -> Void) {
+  var st = stat()
+  guard file != "-", stat(file, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_mode & 0o077 != 0 else {
+    return
+  }
+  warn(
+    "the \(what) file '\(file)' may be read by others (mode \(String(st.st_mode & 0o777, radix: 8))); "
+      + "keep it private: chmod 600 '\(file)'")
 }
 
 /// Asks on the terminal with echo off: `write` shows the prompt (default: straight to stderr,

@@ -10,7 +10,13 @@ struct DiffCommand: ParsableCommand {
       .init("SNAPSHOT-A", help: "The older snapshot's id."),
       .init("SNAPSHOT-B", help: "The newer snapshot's id."),
     ],
-    options: [repositoryOption] + repositoryAccessOptions)
+    options: [repositoryOption] + repositoryAccessOptions,
+    examples: [
+      .init("What changed between two snapshots:", "appbox diff 1a2b3c4d 5e6f7a8b"),
+      .init("Only the added paths, for a script:", "appbox --json diff 1a2b3c4d 5e6f7a8b | jq -r '.added[]'"),
+    ],
+    exitStatuses: [ExitCode.noSnapshot] + ExitCode.repository,
+    environment: EnvironmentVariable.repository)
   let old: String
   let new: String
   let arguments: ParsedArguments
@@ -51,7 +57,22 @@ struct CheckCommand: ParsableCommand {
       .init("read-data", help: "Also hash every stored file and compare with its recorded SHA-256."),
       .init("rebuild-catalog", help: "First rebuild the catalog from the repository's manifests."),
       repositoryOption,
-    ] + repositoryAccessOptions)
+    ] + repositoryAccessOptions,
+    examples: [
+      .init(
+        "Check the device's repository, then every stored byte of another:", "appbox check",
+        "appbox check --read-data --repo /srv/backups"),
+      .init(
+        "Rebuild a lost or damaged catalog from the manifests, then check:",
+        "appbox check --rebuild-catalog"),
+    ],
+    exitStatuses: [
+      .dataError(
+        "The repository is damaged: the error and the warnings name what (a missing archive, a hash "
+          + "that does not match)."),
+      .noRepository,
+    ] + ExitCode.repository,
+    environment: EnvironmentVariable.repository + EnvironmentVariable.progress)
   let readData: Bool
   let rebuild: Bool
   let arguments: ParsedArguments
@@ -105,7 +126,13 @@ struct ForgetCommand: ParsableCommand {
     options: [
       .init("keep-last", value: "N", help: "How many of the newest snapshots to keep (required)."),
       repositoryOption,
-    ] + repositoryAccessOptions)
+    ] + repositoryAccessOptions,
+    examples: [
+      .init("Keep an app's three newest snapshots:", "appbox forget com.example.notes --keep-last 3")
+    ],
+    exitStatuses: [.usage("Malformed, or --keep-last missing."), .noSnapshot] + ExitCode.repository,
+    environment: EnvironmentVariable.repository + [.pruneGrace, .lockSettle, .lockStale]
+      + EnvironmentVariable.progress)
   let app: String
   let keepLast: Int
   let arguments: ParsedArguments
@@ -172,7 +199,14 @@ struct ExportCommand: ParsableCommand {
       .init(
         "format", help: "tar (the default) or xcappdata (the default when FILE ends in .xcappdata).",
         choices: ["tar", "xcappdata"])
-    ])
+    ],
+    examples: [
+      .init(
+        "Documents and Library as a pax tar, then as Xcode's package:",
+        "appbox export com.example.notes data.tar", "appbox export com.example.notes Notes.xcappdata")
+    ],
+    exitStatuses: [.noApp, .protectedData, .appBusy],
+    environment: EnvironmentVariable.progress)
   let app: String
   let file: String
   let packageFormat: Bool
@@ -237,7 +271,22 @@ struct ImportCommand: ParsableCommand {
         help:
           "Refuse files adding up to more, holes included (K/M/G/T suffixes; default 64G, or APPBOX_IMPORT_MAX_BYTES)."
       ),
-    ])
+    ],
+    examples: [
+      .init(
+        "Replace an app's data from a tar, then from Xcode's package:",
+        "appbox import com.example.notes data.tar", "appbox import com.example.notes Notes.xcappdata"),
+      .init(
+        "A damaged archive, importing what libarchive can read:",
+        "appbox import com.example.notes damaged.tar.gz --lenient"),
+    ],
+    exitStatuses: [
+      .dataError(
+        "The source is refused: a member outside Documents and Library, a link out, a device file, "
+          + "too many members or bytes; the home is unchanged."),
+      .noInput("No such app, or no such archive or package."), .protectedData, .appBusy,
+    ],
+    environment: [.importMaxEntries, .importMaxBytes] + EnvironmentVariable.progress)
   let app: String
   let file: String
   let lenient: Bool

@@ -20,7 +20,22 @@ struct RestoreCommand: ParsableCommand {
     ],
     options: [
       .init("snapshot", value: "ID", help: "The snapshot to restore (default: latest)."), repositoryOption,
-    ] + repositoryAccessOptions)
+    ] + repositoryAccessOptions,
+    examples: [
+      .init(
+        "Restore the latest snapshot, then an older one:", "appbox restore com.example.notes",
+        "appbox restore com.example.notes --snapshot 1a2b3c4d"),
+      .init("Restore an app group's container:", "appbox restore group.com.example.shared"),
+    ],
+    exitStatuses: [
+      .noInput("No such snapshot of the app (or group), or no such repository."),
+      .dataError("A damaged archive or catalog, or restored data that does not match its recorded hash."),
+      .unavailable(
+        "The device is locked (the app's protected files are unavailable), or the S3 store cannot be reached."
+      ),
+      .busy("The app (or a member of the group) is running, or another appbox holds its lock (--wait)."),
+    ] + ExitCode.repository,
+    environment: EnvironmentVariable.repository + EnvironmentVariable.progress)
   let app: String
   let snapshot: String
   let arguments: ParsedArguments

@@ -15,10 +15,15 @@ private let sandboxDiscussion = """
   registry, the keychain, backups) exists in its view. Inside, Landlock repeats these rules and
   scopes signals and abstract sockets, and a seccomp filter denies terminal injection (TIOCSTI,
   TIOCLINUX), mounts, new namespaces, ptrace attach, keyrings, bpf, userfaultfd, perf and module
-  calls. Processes: at most 256 (RLIMIT_NPROC of the app's uid); with a delegated cgroup v2
-  ($APPBOX_CGROUP, or appbox's own when it lets children use pids and memory) also pids.max 256
-  and memory.max 4 GiB, else memory is not capped. The network is the host's (localhost
-  services included) unless --network none. stdin, stdout and stderr are passed as they are.
+  calls, fscrypt key and policy changes, and AF_VSOCK sockets. Processes: at most 256 per run
+  (RLIMIT_NPROC, counted in the run's own user namespace, so each run of the app has its own 256:
+  two runs at once may have 512); with a delegated cgroup v2 ($APPBOX_CGROUP, or appbox's own when
+  it lets children use pids and memory) also pids.max 256 and memory.max 4 GiB per run, else memory
+  is not capped. The network is a namespace of its own whose outbound connections pasta (the
+  'passt' package, required) relays through the host: the outside is reachable, the host's
+  loopback services, abstract sockets and /proc/net are not, and no port is forwarded in.
+  --network none leaves it an empty namespace; --network host gives it the host's (localhost
+  services included). stdin, stdout and stderr are passed as they are.
   The environment is HOME and CFFIXED_USER_HOME = the home, TMPDIR = its tmp, plus PATH, LANG,
   LANGUAGE, LC_*, TERM and TZ from appbox's own; nothing else is passed. The working directory is
   the home. The keychain: while the app runs, this appbox process serves its SecItem requests
@@ -33,14 +38,17 @@ private let allowUnconfinedOption = CommandDescription.Option(
   help: "On a kernel without Landlock, run anyway in the jail without Landlock (with a warning).")
 
 private let networkOption = CommandDescription.Option(
-  "network", help: "With none, an empty network namespace (its own loopback only); default: the host's.",
-  choices: ["none"])
+  "network",
+  help: "none: an empty network namespace (its own loopback only); host: the host's, loopback services "
+    + "included; default: its own namespace with outbound access through pasta.",
+  choices: ["none", "host"])
 
 /// The options both commands take.
 private func sandboxOptions(_ arguments: ParsedArguments) -> SandboxOptions {
   SandboxOptions(
     allowUnconfined: arguments.flag("allow-unconfined"),
-    network: arguments.value("network") == "none" ? .none : .shared, prewarm: arguments.flag("prewarm"))
+    network: arguments.value("network").flatMap(JailNetwork.init(rawValue:)) ?? .own,
+    prewarm: arguments.flag("prewarm"))
 }
 
 private let prewarmOption = CommandDescription.Option(
@@ -53,6 +61,25 @@ private let lockedDiscussion = """
   While the device is locked the app starts anyway (this is how a prewarmed app runs) and opening
   its protected files fails with ENOKEY; APPBOX_PROTECTED_DATA_AVAILABLE is 1 or 0 as it starts.
   """
+
+/// Why `run` and `launch` refuse --json (exit 64).
+private let jsonRefusal =
+  "the app writes its own output to stdout, which cannot be one JSON document (leave --json out)"
+
+/// What `run` and `launch` exit with: the app's own status, or appbox's when it could not start it.
+private func confinedExitCodes(launch: Bool) -> [ExitCode] {
+  [
+    ExitCode(
+      label: "N", sortingAs: 1000,
+      "The \(launch ? "app's executable" : "command")'s own status, as it exited (128+N: killed by signal N)."
+    ),
+    .usage("Malformed, or --json given: the app's output cannot be one JSON document."),
+    .noApp,
+    .unavailable("No bubblewrap, no user namespaces, or no Landlock (see --allow-unconfined)."),
+  ]
+    + (launch
+      ? [.dataError("The bundle's seal is broken: a file changed since install (the error names it).")] : [])
+}
 
 /// Runs a confined process and passes its exit status through. appbox ignores SIGINT and
 /// SIGQUIT meanwhile, as a shell does for its foreground job: the app gets them from the
@@ -85,8 +112,16 @@ struct RunCommand: ParsableCommand {
     discussion: sandboxDiscussion + "\n\ntmp is left as it is. A command killed by signal N exits 128+N.\n"
       + lockedDiscussion,
     positionals: [appArgument], options: [networkOption, allowUnconfinedOption, prewarmOption],
-    trailing: .init("CMD [ARG...]", help: "The program (searched in PATH) and its arguments.", required: true)
-  )
+    trailing: .init(
+      "CMD [ARG...]", help: "The program (searched in PATH) and its arguments.", required: true),
+    examples: [
+      .init("A shell in the app's sandbox, as its own user:", "appbox run com.example.notes -- /bin/sh"),
+      .init(
+        "One command, with no network:", "appbox run com.example.notes --network none -- ls -la Documents"),
+    ],
+    exitStatuses: confinedExitCodes(launch: false),
+    environment: EnvironmentVariable.sandbox,
+    json: .refused(jsonRefusal))
   let app: String
   let command: [String]
   let options: SandboxOptions
@@ -112,7 +147,16 @@ struct LaunchCommand: ParsableCommand {
       + "\n\nA bundle whose seal is broken is refused (exit 65, naming the changed file). When no process\n"
       + "of the app runs, tmp is emptied first.\n" + lockedDiscussion,
     positionals: [appArgument], options: [networkOption, allowUnconfinedOption, prewarmOption],
-    trailing: .init("ARG...", help: "Arguments for the app's executable.", required: false))
+    trailing: .init("ARG...", help: "Arguments for the app's executable.", required: false),
+    examples: [
+      .init("Check the seal and run the app:", "appbox launch com.example.notes"),
+      .init(
+        "Start it as the platform prewarms it, with arguments:",
+        "appbox launch com.example.notes --prewarm -- --verbose"),
+    ],
+    exitStatuses: confinedExitCodes(launch: true),
+    environment: EnvironmentVariable.sandbox,
+    json: .refused(jsonRefusal))
   let app: String
   let arguments: [String]
   let options: SandboxOptions

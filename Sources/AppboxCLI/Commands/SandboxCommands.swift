@@ -22,12 +22,24 @@ struct FilesCommand: CommandGroup {
       """,
     subcommands: [FilesList.self, FilesPush.self, FilesPull.self, FilesRemove.self],
     groupPositionals: [appArgument])
+
+  /// What every `files` subcommand can end in.
+  static let exitCodes: [ExitCode] = [
+    .noInput("No such app, or no such file in Documents."),
+    .denied("The app does not share files (UIFileSharingEnabled), or the path leads out of Documents."),
+  ]
 }
 
 struct FilesList: ParsableCommand {
   static let description = CommandDescription(
     name: "ls", abstract: "List a folder in Documents (default: Documents itself).",
-    positionals: [.init("DIR", help: "A folder, relative to Documents.", optional: true)])
+    positionals: [.init("DIR", help: "A folder, relative to Documents.", optional: true)],
+    examples: [
+      .init(
+        "The app's Documents, then a folder in it:", "appbox files com.example.notes ls",
+        "appbox files com.example.notes ls Inbox")
+    ],
+    exitStatuses: FilesCommand.exitCodes)
   let app: String
   let directory: String?
   init(_ arguments: ParsedArguments) throws {
@@ -75,7 +87,14 @@ struct FilesPush: ParsableCommand {
       .init(
         "DEST", help: "Where in Documents (default: SRC's name; an existing folder receives SRC's name).",
         optional: true),
-    ])
+    ],
+    examples: [
+      .init(
+        "Copy a file into Documents, then standard input into Documents/Inbox/note.txt:",
+        "appbox files com.example.notes push report.pdf",
+        "echo hello | appbox files com.example.notes push - Inbox/note.txt")
+    ],
+    exitStatuses: FilesCommand.exitCodes + [.protectedData, .appBusy])
   let app: String
   let source: String
   let destination: String?
@@ -103,7 +122,13 @@ struct FilesPull: ParsableCommand {
       .init(
         "DEST", help: "Where to write it ('-' or none: stdout; a folder receives SRC's name).", optional: true
       ),
-    ])
+    ],
+    examples: [
+      .init(
+        "Copy a file out, then print one:", "appbox files com.example.notes pull report.pdf copy.pdf",
+        "appbox files com.example.notes pull Inbox/note.txt")
+    ],
+    exitStatuses: FilesCommand.exitCodes + [.protectedData])
   let app: String
   let source: String
   let destination: String?
@@ -137,7 +162,13 @@ struct FilesPull: ParsableCommand {
 struct FilesRemove: ParsableCommand {
   static let description = CommandDescription(
     name: "rm", abstract: "Remove a file, a symbolic link (not its target) or a whole folder from Documents.",
-    positionals: [.init("PATH", help: "What to remove, relative to Documents.")])
+    positionals: [.init("PATH", help: "What to remove, relative to Documents.")],
+    examples: [
+      .init(
+        "Remove a file, then a folder and all it holds:", "appbox files com.example.notes rm old.pdf",
+        "appbox files com.example.notes rm Inbox")
+    ],
+    exitStatuses: FilesCommand.exitCodes + [.appBusy])
   let app: String
   let path: String
   init(_ arguments: ParsedArguments) throws {
@@ -180,7 +211,18 @@ struct ExcludeCommand: ParsableCommand {
       so other paths are refused. A symbolic link is refused: mark what it points to.
       """,
     positionals: [appArgument, .init("PATH", help: "Relative to the home, such as Documents/big.bin.")],
-    options: [.init("undo", help: "Remove the mark: back the file or folder up again.")])
+    options: [.init("undo", help: "Remove the mark: back the file or folder up again.")],
+    examples: [
+      .init(
+        "Leave a large file out of backups, then back it up again:",
+        "appbox exclude com.example.notes Documents/big.bin",
+        "appbox exclude com.example.notes Documents/big.bin --undo")
+    ],
+    exitStatuses: [
+      .usage("Malformed, or a path never backed up (outside Documents and Library, or in Library/Caches)."),
+      .noInput("No such app, or no such file or folder."),
+      .denied("The path goes through a symbolic link (mark what it points to)."), .appBusy,
+    ])
   let app: String
   let path: String
   let undo: Bool

@@ -18,7 +18,22 @@ struct UpdateCommand: ParsableCommand {
     options: [
       .init(
         "allow-downgrade", help: "Accept a bundle whose version is not higher (a downgrade or reinstall).")
-    ])
+    ],
+    examples: [
+      .init(
+        "Update to version 2.0 (a snapshot of 1.0's data is taken first):",
+        "appbox update com.example.notes Notes-2.0/Notes.app"),
+      .init(
+        "Reinstall the same version into a fresh home, keeping the data:",
+        "appbox update com.example.notes Notes.app --allow-downgrade"),
+    ],
+    exitStatuses: [
+      .dataError("The new bundle is invalid, or its version is not higher (see --allow-downgrade)."),
+      .noInput("No such app, or no such bundle directory."),
+      .unavailable("The app's protected files are unavailable while the device is locked."), .appBusy,
+      .denied("The device's own repository is encrypted and its password is wrong."),
+    ],
+    environment: [.passwordFile, .keyCache] + EnvironmentVariable.progress)
   let app: String
   let bundle: String
   let allowDowngrade: Bool
@@ -132,7 +147,8 @@ extension CommandContext {
   func preUpdateSnapshot(of app: AppRecord, in session: DeviceSession) throws -> PreUpdateSnapshot? {
     let repository = try defaultRepository()
     let options = BackupOptions(tag: "pre-update", keychain: keychainSnapshotter)
-    let snapshot = try repository.backup(app, in: session, options: options).snapshot
+    let snapshot = try repository.backup(app, in: session, options: options, observer: ProgressBar(self))
+      .snapshot
     return PreUpdateSnapshot(
       id: snapshot.id, unreadable: snapshot.unreadable, unreadablePaths: snapshot.unreadablePaths,
       groups: try preUpdateGroupSnapshots(of: app, in: session, repository: repository))
@@ -154,7 +170,18 @@ struct RevertCommand: ParsableCommand {
     positionals: [appArgument],
     options: [
       .init("with-groups", help: "Also roll the app's groups back to the snapshots the update took of them.")
-    ])
+    ],
+    examples: [
+      .init(
+        "Go back to the version and data from before the last update:", "appbox revert com.example.notes"),
+      .init("The same, and the app's groups too:", "appbox revert com.example.notes --with-groups"),
+    ],
+    exitStatuses: [
+      .noInput("No such app, or no update to revert (or it was reverted already)."), .damaged,
+      .protectedData, .appBusy,
+      .denied("The device's own repository is encrypted and its password is wrong."),
+    ],
+    environment: [.passwordFile, .keyCache] + EnvironmentVariable.progress)
   let app: String
   let withGroups: Bool
   init(_ arguments: ParsedArguments) throws {

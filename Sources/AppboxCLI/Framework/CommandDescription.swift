@@ -13,11 +13,21 @@ public struct CommandDescription: Sendable {
   public var groupPositionals: [Positional]
   /// Whether arguments after `--` are accepted (for `run` and `launch`).
   public var trailing: Trailing?
+  /// Command lines the page shows, each with what it does.
+  public var examples: [Example]
+  /// The exit statuses the command can return besides 0, 64 and 74 (which every page shows),
+  /// with what they mean for it.
+  public var exitStatuses: [ExitCode]
+  /// Environment variables the command reads, besides those of its options (`Option.environment`).
+  public var environment: [EnvironmentVariable]
+  /// Whether `--json` prints one document or is refused.
+  public var json: JSONOutput
 
   public init(
     name: String, abstract: String, discussion: String? = nil, positionals: [Positional] = [],
     options: [Option] = [], subcommands: [any ParsableCommand.Type] = [], defaultSubcommand: String? = nil,
-    groupPositionals: [Positional] = [], trailing: Trailing? = nil
+    groupPositionals: [Positional] = [], trailing: Trailing? = nil, examples: [Example] = [],
+    exitStatuses: [ExitCode] = [], environment: [EnvironmentVariable] = [], json: JSONOutput = .document
   ) {
     self.name = name
     self.abstract = abstract
@@ -28,6 +38,10 @@ public struct CommandDescription: Sendable {
     self.defaultSubcommand = defaultSubcommand
     self.groupPositionals = groupPositionals
     self.trailing = trailing
+    self.examples = examples
+    self.exitStatuses = exitStatuses
+    self.environment = environment
+    self.json = json
   }
 
   /// A positional argument.
@@ -54,14 +68,18 @@ public struct CommandDescription: Sendable {
     public var choices: [String]?
     /// Whether the parser insists on it (`missing --service`); help shows it without brackets.
     public var isRequired: Bool
+    /// The environment variables its default comes from (listed on the page's ENVIRONMENT).
+    public var environment: [EnvironmentVariable]
     public init(
-      _ name: String, value: String? = nil, help: String, choices: [String]? = nil, required: Bool = false
+      _ name: String, value: String? = nil, help: String, choices: [String]? = nil, required: Bool = false,
+      environment: [EnvironmentVariable] = []
     ) {
       self.name = name
       self.valueName = value
       self.help = help
       self.choices = choices
       self.isRequired = required
+      self.environment = environment
     }
     public var takesValue: Bool { valueName != nil || choices != nil }
   }

@@ -43,6 +43,17 @@ public indirect enum JSONValue: Sendable, Equatable {
     }
   }
 
+  /// The document on one line, with no spaces between tokens (for JSON lines).
+  public func serializedOnOneLine() -> String {
+    switch self {
+    case .array(let items): return "[" + items.map { $0.serializedOnOneLine() }.joined(separator: ",") + "]"
+    case .object(let members):
+      return "{" + members.map { Self.quote($0.0) + ":" + $0.1.serializedOnOneLine() }.joined(separator: ",")
+        + "}"
+    default: return serialized()
+    }
+  }
+
   static func quote(_ text: String) -> String {
     var result = "\""
     for scalar in text.unicodeScalars {

@@ -25,11 +25,14 @@ public protocol OutputSink: AnyObject, Sendable {
   var isTerminal: Bool { get }
   /// The first write that failed, if one did (a full disk, a closed pipe).
   var failure: SystemError? { get }
+  /// The terminal's width in columns, when this sink is a terminal that knows it.
+  var columns: Int? { get }
 }
 
 extension OutputSink {
   public func write(_ text: String) { write(Array(text.utf8)) }
   public var failure: SystemError? { nil }
+  public var columns: Int? { nil }
 }
 
 /// A sink over a file descriptor (1 or 2). A write that fails is kept (`failure`): the runner
@@ -51,6 +54,7 @@ public final class DescriptorSink: OutputSink, @unchecked Sendable {
   }
 
   public var isTerminal: Bool { isatty(fd) == 1 }
+  public var columns: Int? { FileDescriptor(rawValue: fd).terminalColumns }
 
   /// The first write that failed, named after the stream.
   public var failure: SystemError? {
@@ -62,13 +66,14 @@ public final class DescriptorSink: OutputSink, @unchecked Sendable {
   }
 }
 
-/// A sink that keeps what is written, for tests.
+/// A sink that keeps what is written, for tests; given a width, it passes for a terminal.
 public final class CapturingSink: OutputSink, @unchecked Sendable {
   private let lock = NSLock()
   private var storage: [UInt8] = []
-  public init() {}
+  public let columns: Int?
+  public init(terminalColumns: Int? = nil) { columns = terminalColumns }
   public func write(_ bytes: [UInt8]) { lock.withLock { storage += bytes } }
-  public var isTerminal: Bool { false }
+  public var isTerminal: Bool { columns != nil }
   public var bytes: [UInt8] { lock.withLock { storage } }
   public var text: String { String(decoding: bytes, as: UTF8.self) }
 }
@@ -90,9 +95,20 @@ public final class CommandContext: @unchecked Sendable {
     self.stderr = stderr
   }
 
-  /// A warning line on stderr (shown even with --json, suppressed by --quiet).
+  /// A warning line on stderr (shown even with --json, suppressed by --quiet); with
+  /// --json-progress, `{"type": "warning", "message"}`.
   public func warn(_ message: String) {
-    if !globals.quiet { stderr.write("warning: \(Terminal.sanitize(message))\n") }
+    guard !globals.quiet else { return }
+    if globals.jsonProgress {
+      stderr.write(jsonLine("warning", message))
+    } else {
+      stderr.write("warning: \(Terminal.sanitize(message))\n")
+    }
+  }
+
+  /// One line of --json-progress output carrying a message.
+  func jsonLine(_ type: String, _ message: String) -> String {
+    JSONValue.object([("type", .string(type)), ("message", .string(message))]).serializedOnOneLine() + "\n"
   }
 
   /// Runs `work` once the command's output has been written.
@@ -107,8 +123,10 @@ public final class CommandContext: @unchecked Sendable {
     }
   }
 
-  /// A progress or status line on stderr, for people only.
+  /// A status line on stderr, for people only (not with --json or --quiet); with
+  /// --json-progress, `{"type": "note", "message"}`.
   public func note(_ message: String) {
-    if !globals.quiet && !globals.json { stderr.write(Terminal.sanitize(message) + "\n") }
+    guard !globals.quiet && !globals.json else { return }
+    stderr.write(globals.jsonProgress ? jsonLine("note", message) : Terminal.sanitize(message) + "\n")
   }
 }

@@ -3,9 +3,17 @@ public struct UsageError: Error, CustomStringConvertible, Sendable {
   public var message: String
   /// The command path whose help to point at ("backup", "keychain add").
   public var commandPath: String?
+  /// The global options read before the error, when the parser raised it (so `--json` is
+  /// honoured for a malformed command line too).
+  public var globals: GlobalOptions?
   public init(_ message: String, commandPath: String? = nil) {
     self.message = message
     self.commandPath = commandPath
+  }
+
+  /// The command whose page explains the error: "appbox help keychain get", or "appbox help".
+  public var helpCommand: String {
+    "appbox help" + (commandPath.map { $0.isEmpty ? "" : " " + $0 } ?? "")
   }
   public var description: String { message }
 }

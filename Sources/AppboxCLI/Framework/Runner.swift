@@ -4,13 +4,18 @@ import Foundation
 
 /// Runs one command line start to finish: parse, validate, run, print, and map any
 /// error to one stderr line and a sysexits status. The only place exit codes are chosen.
+/// With `--json`, every outcome is one JSON document on stdout: the result, the page asked
+/// for, the version, or `{"error": …}` for a failure, a malformed command line included.
 public struct CommandRunner: Sendable {
   public let parser: ArgumentParser
   public let version: String
+  /// The root page's examples.
+  public let manual: CommandDescription?
 
-  public init(commands: [any ParsableCommand.Type], version: String) {
+  public init(commands: [any ParsableCommand.Type], version: String, manual: CommandDescription? = nil) {
     parser = ArgumentParser(commands: commands)
     self.version = version
+    self.manual = manual
   }
 
   public func run(
@@ -41,8 +46,7 @@ public struct CommandRunner: Sendable {
     do {
       invocation = try parser.parse(arguments)
     } catch let error as UsageError {
-      reportUsage(error, stderr: stderr)
-      return ExitStatus.usage
+      return reportUsage(error, globals: error.globals ?? GlobalOptions(), stdout: stdout, stderr: stderr)
     } catch {
       stderr.write("Error: \(error)\n")
       return ExitStatus.usage
@@ -55,11 +59,18 @@ public struct CommandRunner: Sendable {
       return 0
     }
     if globals.help || invocation.command == nil {
+      let width = TextLayout.helpWidth(terminal: stdout.columns, environment: environment)
       let text =
         invocation.chain.isEmpty
-        ? HelpFormatter.rootHelp(commands: parser.commands, version: version)
-        : HelpFormatter.commandHelp(chain: invocation.chain)
-      stdout.write(text)
+        ? HelpFormatter.rootHelp(commands: parser.commands, version: version, manual: manual, width: width)
+        : HelpFormatter.commandHelp(chain: invocation.chain, width: width)
+      if globals.json {
+        let path = invocation.chain.map { $0.description.name }.joined(separator: " ")
+        stdout.write(
+          JSONValue.object([("command", .string(path)), ("help", .string(text))]).serialized() + "\n")
+      } else {
+        stdout.write(text)
+      }
       return 0
     }
     // --wait reaches the libraries as the lock timeout they read from the environment.
@@ -81,8 +92,7 @@ public struct CommandRunner: Sendable {
       context.runAfterOutput()
       return output.exitStatus
     } catch let error as UsageError {
-      reportUsage(error, stderr: stderr)
-      return ExitStatus.usage
+      return reportUsage(error, globals: globals, stdout: stdout, stderr: stderr)
     } catch {
       context.report(error)
       if globals.json { stdout.write(JSONValue.object([("error", errorJSON(error))]).serialized() + "\n") }
@@ -91,9 +101,36 @@ public struct CommandRunner: Sendable {
     }
   }
 
-  private func reportUsage(_ error: UsageError, stderr: OutputSink) {
-    let path = error.commandPath.map { $0.isEmpty ? "" : " \($0)" } ?? ""
-    stderr.write("Error: \(error.message)\nSee 'appbox\(path) --help'\n")
+  /// A malformed command line: "Error: …" and the page to read on stderr (one JSON line with
+  /// --json-progress), and with --json the error document on stdout. Exit 64.
+  private func reportUsage(
+    _ error: UsageError, globals: GlobalOptions, stdout: OutputSink, stderr: OutputSink
+  )
+    -> Int32
+  {
+    let message = Terminal.sanitize(error.message)
+    if globals.jsonProgress {
+      stderr.write(
+        JSONValue.object([
+          ("type", .string("error")), ("status", .int(ExitStatus.usage)), ("message", .string(error.message)),
+          ("help", .string(error.helpCommand)),
+        ]).serializedOnOneLine() + "\n")
+    } else {
+      stderr.write("Error: \(message)\nSee '\(error.helpCommand)'\n")
+    }
+    if globals.json {
+      stdout.write(
+        JSONValue.object([
+          (
+            "error",
+            .object([
+              ("status", .int(ExitStatus.usage)), ("message", .string(error.message)),
+              ("help", .string(error.helpCommand)),
+            ])
+          )
+        ]).serialized() + "\n")
+    }
+    return ExitStatus.usage
   }
 }
 
@@ -108,8 +145,17 @@ func errorJSON(_ error: Error) -> JSONValue {
 }
 
 extension CommandContext {
-  /// The one stderr line of a failure: "Error: " and the message (app-chosen bytes escaped).
+  /// The one stderr line of a failure: "Error: " and the message (app-chosen bytes escaped);
+  /// with --json-progress, `{"type": "error", "status", "message"}`.
   func report(_ error: Error, prefix: String = "") {
+    if globals.jsonProgress {
+      stderr.write(
+        JSONValue.object([
+          ("type", .string("error")), ("status", .int(ExitStatus.of(error))),
+          ("message", .string(prefix + errorMessage(shown(error)))),
+        ]).serializedOnOneLine() + "\n")
+      return
+    }
     stderr.write("Error: \(Terminal.sanitize(prefix + errorMessage(shown(error))))\n")
   }
 }

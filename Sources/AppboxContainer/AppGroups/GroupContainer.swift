@@ -3,7 +3,8 @@
 // Layout (as the simulator keeps them):
 //   <root>/Shared/AppGroup/<CONTAINER-ID>/            0700, the group's data
 //       .com.apple.mobile_container_manager.metadata.plist   MCMMetadataIdentifier = the group id,
-//                                                     MCMMetadataUUID, MCMMetadataContentClass 7
+//                                                     MCMMetadataUUID, MCMMetadataContentClass 7,
+//                                                     AppboxTeamIdentifier = the owning team
 //       Library/  Library/Preferences/  Library/Caches/
 // Everything in it is the members' data: apps may write anywhere inside (as on the platform,
 // where the container's top is theirs too), so appbox never trusts what it finds there; the
@@ -52,6 +53,7 @@ public enum GroupContainer {
       "MCMMetadataIdentifier": .string(group.identifier),
       "MCMMetadataUUID": .string(group.containerID),
       "MCMMetadataContentClass": .integer(metadataContentClass),
+      "AppboxTeamIdentifier": .string(group.teamIdentifier),
     ]).binaryData()
   }
 

@@ -136,14 +136,15 @@ extension DeviceSession {
   }
 
   /// Fails with exit 69 when the device is locked and `app`'s backed-up data (Documents and
-  /// Library but Library/Caches) holds a file that cannot be opened now. Backup and export
-  /// call it first, so that they stop before writing anything. Costs nothing while unlocked.
+  /// Library but Library/Caches) holds a file whose class is not available now, whether or
+  /// not the kernel would still open it (ProtectionGate.swift). Backup and export call it
+  /// first, so that they stop before reading or writing anything. Costs nothing while unlocked.
   public func requireProtectedDataAvailable(of app: AppRecord, for what: String) throws {
-    let status = try protection.status()
-    guard status.hasClassKeys, status.availableClasses.count < ProtectionClass.allCases.count else { return }
+    let gate = try protectionGate()
+    guard !gate.isOpen else { return }
     let home = try FileDescriptor.open(self.home(of: app).path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
     defer { home.close() }
-    if let path = try ProtectionTarget.firstUnavailableFile(in: home) {
+    if let path = try ProtectionTarget.firstUnavailableFile(in: home, gate: gate) {
       throw ContainerError(
         .unavailable,
         "Cannot \(what) \(app.bundleIdentifier) while the device is locked: '\(path)' is protected and "
@@ -215,10 +216,10 @@ struct ProtectionTarget {
     }
   }
 
-  /// The first file under Documents and Library (Library/Caches left out) that is encrypted
-  /// and cannot be opened now, or nil. Walks without following symlinks; opens only files
-  /// whose encrypted attribute is set.
-  static func firstUnavailableFile(in home: FileDescriptor) throws -> String? {
+  /// The first file under Documents and Library (Library/Caches left out) that `gate` says
+  /// must not be read now, or nil. Walks without following symlinks; opens only files whose
+  /// encrypted attribute is set.
+  static func firstUnavailableFile(in home: FileDescriptor, gate: ProtectionGate) throws -> String? {
     var stack: [[UInt8]] = [Array("Library".utf8), Array("Documents".utf8)]
     while let directory = stack.popLast() {
       guard let fd = try? home.openBeneath(directory, O_RDONLY | O_DIRECTORY) else { continue }
@@ -229,12 +230,8 @@ struct ProtectionTarget {
         let type = try entry.type ?? fd.status(ofRawName: entry.name)?.type
         if type == .directory {
           stack.append(path)
-        } else if type == .regular, try fd.isEncrypted(rawName: entry.name) {
-          do {
-            try fd.open(rawName: entry.name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK).close()
-          } catch let error as SystemError where error.errno == .keyNotAvailable {
-            return String(decoding: path, as: UTF8.self)
-          }
+        } else if type == .regular, try gate.mustNotRead(entry.name, in: fd) {
+          return String(decoding: path, as: UTF8.self)
         }
       }
     }

@@ -37,6 +37,7 @@ typedef int32_t appbox_status;
 /* ---- Statuses (the platform's values) ---- */
 #define errSecSuccess 0
 #define errSecIO (-36)                         /* the broker could not be reached, or hung up */
+#define errSecDiskFull (-34)                   /* the app's keychain quota is used up */
 #define errSecParam (-50)                      /* a malformed request: unknown key, wrong type, ... */
 #define errSecAllocate (-108)                  /* a reply beyond the size limit, or out of memory */
 #define errSecInternalComponent (-2070)        /* the broker failed (its message says why) */

@@ -30,6 +30,10 @@ int appbox_openat2(int dirfd, const char *path, int flags, unsigned int mode, ui
 /* renameat2(2); returns 0 or -1 with errno set. */
 int appbox_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);
 
+/* The width in columns of the terminal fd is (TIOCGWINSZ), or -1 with errno set (ENOTTY
+ * when fd is no terminal); 0 when the terminal does not know its size. */
+int appbox_terminal_columns(int fd);
+
 /* syncfs(2): flushes the whole file system holding fd (a _GNU_SOURCE call). */
 int appbox_syncfs(int fd);
 
