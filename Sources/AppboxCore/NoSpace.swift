@@ -69,12 +69,33 @@ public struct NoSpaceError: AppboxFailure {
       if let range = head.range(of: marker) { head = String(head[..<range.lowerBound]) }
     }
     let megabytes = max(1, ((needed ?? 0) + 999_999) / 1_000_000)
+    // A path relative to something unknown (a home) names no file system we can find.
+    guard path.hasPrefix("/") else { return "\(head): no space left on device (needs about \(megabytes) MB)" }
+    if FileSystemName.isOutOfInodes(path) {
+      return "\(head): no space left on \(FileSystemName.of(path)): its inode table is full"
+    }
     return "\(head): no space left on \(FileSystemName.of(path)) (needs about \(megabytes) MB)"
   }
 }
 
 /// The file system a path lives on, named for people: "/dev/loop0 at /mnt/data".
 public enum FileSystemName {
+  /// Whether the file system of `path` (or of its nearest existing parent) has blocks left
+  /// but no inode for this process. Uses `statvfs(3)`.
+  static func isOutOfInodes(_ path: String) -> Bool {
+    var candidate = path
+    var info = statvfs()
+    while statvfs(candidate, &info) != 0 {
+      let parent = splitPath(candidate).directory
+      if parent == candidate || parent.isEmpty { return false }
+      candidate = parent
+    }
+    let root = geteuid() == 0
+    let inodes = root ? info.f_ffree : info.f_favail
+    let blocks = root ? info.f_bfree : info.f_bavail
+    return info.f_files > 0 && inodes == 0 && blocks > 0
+  }
+
   public static func of(_ path: String) -> String {
     var candidate = path
     var st = stat()

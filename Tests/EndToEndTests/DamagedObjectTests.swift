@@ -86,6 +86,7 @@ struct DamagedObjectTests {
     let device = Device()
     let password = device.dir.url("pw")
     try Data("secret\n".utf8).write(to: URL(fileURLWithPath: password))
+    chmod(password, 0o600)
     let repository = device.dir.url("enc")
     let environment = ["APPBOX_PASSWORD_FILE": password]
     #expect(

@@ -109,8 +109,8 @@ struct DataSafetyTests {
         line.executable,
       ] + line.arguments, environment: line.environment)
     #expect(result.status == 74)
-    #expect(result.errorLines.count == 1, "\(result.err)")
-    #expect(result.err.hasPrefix("Error: ") && result.err.contains("no space left on"), "\(result.err)")
+    let errors = result.errorLines.filter { $0.hasPrefix("Error: ") }
+    #expect(errors.count == 1 && errors.first?.contains("no space left on") == true, "\(result.err)")
     #expect(result.err.contains(workspace.repository), "\(result.err)")
   }
 

@@ -73,6 +73,7 @@ enum FaultScenarios {
     try workspace.install("Notes-1.0/Notes.app")
     try writeSampleData(home: try workspace.home()!)
     try Data("old password\n".utf8).write(to: URL(fileURLWithPath: workspace.path("pw")))
+    chmod(workspace.path("pw"), 0o600)
     workspace.repository = workspace.path("enc")
     workspace.environment["APPBOX_PASSWORD_FILE"] = workspace.path("pw")
     let created = try workspace.run("repo", "init", "--repo", workspace.repository, "--encrypt")
@@ -244,6 +245,7 @@ struct CommandFaultTests {
   @Test func repositoryPassword() throws {
     let workspace = try FaultScenarios.encryptedRepository()
     try Data("new password\n".utf8).write(to: URL(fileURLWithPath: workspace.path("pw2")))
+    chmod(workspace.path("pw2"), 0o600)
     workspace.verificationEnvironments = [[:], ["APPBOX_PASSWORD_FILE": workspace.path("pw2")]]
     var sweep = FaultSweep(
       "repo passwd", workspace: workspace,
