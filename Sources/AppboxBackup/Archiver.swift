@@ -115,6 +115,10 @@ final class Archiver {
   /// Files that could not be read (left out of the snapshot, which is then incomplete).
   private(set) var unreadable: [UnreadableEntry] = []
   private(set) var unreadableCount = 0
+  /// Files that kept changing while they were read (the snapshot holds a torn copy, and is
+  /// incomplete): the first paths, and how many.
+  private(set) var torn: [[UInt8]] = []
+  private(set) var tornCount = 0
   /// By item index: whether its content was written here (for hard links to it).
   private var writtenItems: [Bool]
   private var filesDone = 0
@@ -312,6 +316,8 @@ final class Archiver {
   }
 
   private func warnUnstable(_ item: Int) {
+    tornCount += 1
+    if torn.count < Scanner.unreadableLimit { torn.append(path(of: item)) }
     warnings.append(
       (display(path(of: item)), "kept changing while it was read; the snapshot holds its last reading"))
   }

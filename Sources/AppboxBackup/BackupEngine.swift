@@ -124,7 +124,19 @@ private struct BackupRun {
     self.observer = observer
   }
 
+  /// What the archive is about to need: the bytes of the files to read, plus room for the
+  /// catalog (a full disk says how much was wanted).
+  private let needed = NeededSpace()
+
   func run() throws -> BackupResult {
+    do {
+      return try backUp()
+    } catch {
+      throw NoSpaceError.from(error, path: repository.path, needed: needed.bytes) ?? error
+    }
+  }
+
+  private func backUp() throws -> BackupResult {
     let startedAt = ContinuousClock.now
     if let app = subject.app { try session.requireProtectedDataAvailable(of: app, for: "back up") }
     let catalog = repository.catalog
@@ -189,6 +201,10 @@ private struct BackupRun {
       throw error
     }
     CrashPoint.hit("backup.committed")
+    // The catalog's commits are not synced (a cache of the objects): a checkpoint that fails
+    // is a write that did not reach the disk, and fails the backup here, before anything
+    // (an update) builds on it.
+    try repository.catalog.database.checkpoint()
     for warning in written.warnings {
       observer.engine(.warning(path: warning.path, message: warning.message))
     }
@@ -237,7 +253,9 @@ private struct BackupRun {
       tag: options.tag, parent: parent?.id, rootTree: trees.root, files: trees.files, bytes: trees.bytes,
       bytesAdded: content.bytesAdded, archive: name, keychainOffset: keychainOffset,
       warnings: content.warnings.count, unreadable: content.unreadableCount,
-      unreadablePaths: Snapshot.keptPaths(content.unreadable.map(\.path)), team: subject.team)
+      unreadablePaths: Snapshot.keptPaths(content.unreadable.map(\.path)), team: subject.team,
+      torn: content.tornCount,
+      tornPaths: Snapshot.keptPaths(content.torn.sorted { $0.lexicographicallyPrecedes($1) }))
     observer.engine(.stage("manifest"))
     let manifest = Manifest(
       snapshot: snapshot, trees: trees.newTrees, blobs: blobs, chunks: content.chunks,
@@ -264,6 +282,9 @@ private struct BackupRun {
     /// What could not be read, sorted by path (the first ones), and how many in all.
     var unreadable: [UnreadableEntry]
     var unreadableCount: Int
+    /// What kept changing while it was read (the first paths), and how many in all.
+    var torn: [[UInt8]]
+    var tornCount: Int
   }
 
   /// Scans the home, writes the new and changed content, and builds the trees.
@@ -273,6 +294,7 @@ private struct BackupRun {
   ) throws -> ArchivedContent {
     observer.engine(.phase(.scanning))
     let plan = ArchivePlan(directories: try scanner.scan(), full: kind == .full)
+    needed.bytes = plan.fileBytes + (1 << 20)
     observer.engine(
       .planned(
         entries: plan.directories.reduce(0) { $0 + $1.entries.count }, files: plan.fileCount,
@@ -284,8 +306,17 @@ private struct BackupRun {
       deduplicate: kind == .incremental,
       pool: pool, observer: observer, time: start)
     let queue = HandoffQueue<ContentMessage>(capacity: 16 << 20)
+    // Tests: `APPBOX_PAUSE_AT=backup.file-read` stops the process after each reading of a
+    // file, before it is checked for changes (a test rewrites it there: a torn file).
+    let hook = options.afterRead
+    let afterRead: (@Sendable ([UInt8], Int) -> Void)? =
+      CrashPoint.isArmed("backup.file-read")
+      ? { @Sendable path, attempt in
+        hook?(path, attempt)
+        CrashPoint.hit("backup.file-read")
+      } : hook
     let reader = ContentReader(
-      home: home, plan: plan, queue: queue, pool: pool, afterRead: options.afterRead,
+      home: home, plan: plan, queue: queue, pool: pool, afterRead: afterRead,
       hashOnReader: options.hashOnReader, protectionClasses: try session.protectionClassesByKey(),
       chunking: (options.compression == .none && repository.readsDirectly, kind == .incremental),
       sealed: sealed)
@@ -310,8 +341,14 @@ private struct BackupRun {
       unreadable: (scanner.unreadable + archiver.unreadable).sorted {
         $0.path.lexicographicallyPrecedes($1.path)
       },
-      unreadableCount: scanner.unreadableCount + archiver.unreadableCount)
+      unreadableCount: scanner.unreadableCount + archiver.unreadableCount, torn: archiver.torn,
+      tornCount: archiver.tornCount)
   }
+}
+
+/// A backup's estimate of the space it needs, set once its plan is known.
+private final class NeededSpace: @unchecked Sendable {
+  var bytes: Int64 = 1 << 20
 }
 
 /// A member for appbox's own data (`.appbox/...`), private to the owner.

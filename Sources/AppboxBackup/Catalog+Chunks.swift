@@ -168,3 +168,16 @@ extension Catalog {
     return trees
   }
 }
+
+extension Catalog {
+  /// Every archive name some row (a snapshot, blob, tree, chunk or chunk list) refers to.
+  public func namedArchives() throws -> Set<String> {
+    var names: Set<String> = []
+    for table in ["snapshots", "blobs", "trees", "chunks", "chunk_lists"] {
+      for name in try database.all("SELECT DISTINCT archive FROM \(table)", map: { $0.text(0) ?? "" }) {
+        names.insert(name)
+      }
+    }
+    return names
+  }
+}

@@ -11,7 +11,10 @@
 //    blob location, or a chunk list whose chunks all have locations; the snapshot's archive
 //    must be known;
 // 4. every chunk location must lie inside its (uncompressed) archive, and with `readData` its
-//    bytes must hash to the chunk's digest (Checker+Chunks.swift).
+//    bytes must hash to the chunk's digest (Checker+Chunks.swift);
+// 5. every manifest and snapshot object is read as the store holds it (never this device's
+//    cached copy) and decoded; each damaged one is named with the snapshots that need it
+//    (Repository/RepositoryDamage.swift).
 // Problems are collected, not thrown: the caller lists them (exit 65). Files in archives/
 // the catalog does not name are debris from an interrupted writer, reported as notes.
 // On S3, steps 1 and 2 read every archive whole, so they run with --read-data only; without it
@@ -118,6 +121,13 @@ extension Repository {
       }
     }
     report.trees = checkedTrees.count
+    // Every manifest and snapshot object as the store holds it (not this device's copy).
+    report.problems += try checkObjects().problems
+    for snapshot in damage.unlisted {
+      report.problems.append(
+        "Snapshot \(snapshot.id) of \(snapshot.app) cannot be restored: the manifest of its archive "
+          + "'\(snapshot.archive)' is damaged")
+    }
     try checksums.join()
     report.problems += checksumProblems.all
     observer.engine(.finished(operation: "check", app: nil))

@@ -65,6 +65,8 @@ public struct ImportReport: Sendable {
   public var skipped: [ImportSkip]
   /// What libarchive warned about (imported anyway, because the import was lenient).
   public var warnings: [String]
+  /// The data was imported, but cleaning up after the swap failed (the next command does it).
+  public var cleanupWarnings: [String] = []
 }
 
 /// Members of one part of a home that import skipped.
@@ -117,7 +119,7 @@ extension DeviceSession {
     report.warnings = plan.warnings.map(\.description)
     observer.engine(.phase(.swapping))
     observer.engine(.stage("swap"))
-    try HomeSwap.swap(staging, into: app, carrying: .allButData, session: self)
+    report.cleanupWarnings = try HomeSwap.swap(staging, into: app, carrying: .allButData, session: self)
     observer.engine(.finished(operation: "import", app: app.bundleIdentifier))
     return report
   }

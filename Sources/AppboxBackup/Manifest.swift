@@ -8,7 +8,8 @@
 // LEB128 varints:
 //   "APPBOXMF" 0x02
 //   fieldCount (key value)*                  snapshot fields: UTF-8 strings, except the
-//                                            unreadable paths (raw bytes joined by NUL)
+//                                            unreadable and torn paths (raw bytes joined
+//                                            by NUL)
 //   treeCount (digest[32] 0|1 [base[32]] dataLen data)*     1: data is a delta against base
 //   blobCount (digest[32] offset size pathLen path dataOffset+1)*   0: no direct data offset
 //   chunkCount (digest[32] offset dataOffset size)*
@@ -148,6 +149,10 @@ struct Manifest {
     if !snapshot.unreadablePaths.isEmpty {
       result.append(("unreadablePaths", Snapshot.joinedPaths(snapshot.unreadablePaths)))
     }
+    if snapshot.torn > 0 {
+      result.append(("torn", Array(String(snapshot.torn).utf8)))
+      result.append(("tornPaths", Snapshot.joinedPaths(snapshot.tornPaths)))
+    }
     return result
   }
 
@@ -245,6 +250,11 @@ struct Manifest {
           }
           snapshot?.unreadable = unreadable
           snapshot?.unreadablePaths = Snapshot.splitPaths(rawFields["unreadablePaths"] ?? [])
+        }
+        if let count = fields["torn"] {
+          guard let torn = Int(count), torn >= 0 else { throw bad("a snapshot field is malformed") }
+          snapshot?.torn = torn
+          snapshot?.tornPaths = Snapshot.splitPaths(rawFields["tornPaths"] ?? [])
         }
         return Manifest(
           snapshot: snapshot, trees: trees, blobs: blobs, chunks: chunks, chunkLists: chunkLists)

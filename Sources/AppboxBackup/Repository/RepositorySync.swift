@@ -13,6 +13,8 @@
 //    archive is committed are added, in the order of their commits by the store's clock;
 // 5. `archives.retired` is set from the garbage marks, so backups stop reusing what `forget`
 //    is about to delete.
+// A damaged manifest or snapshot object is skipped and recorded, not thrown: it costs only the
+// snapshots that need it (Repository/RepositoryDamage.swift).
 // A remote repository's manifest and snapshot objects are kept in the cache directory too
 // (`objects/`), so a rebuild needs no download. A backup commits by writing its snapshot
 // object, then its manifest object (the commit point), then the catalog rows; a crash after
@@ -79,6 +81,7 @@ extension Repository {
 
   /// Brings the catalog up to date with the objects (see the top of this file).
   func sync() throws {
+    damage = RepositoryDamage()
     let manifests = try store.list("manifests")
     let snapshotObjects = try store.list("snapshots")
     let marks = store.isShared ? try store.list("garbage") : []
@@ -95,9 +98,11 @@ extension Repository {
     }
     var added: [(ArchiveRecord, Manifest)] = []
     for object in manifests where !known.contains(object.name) {
-      let (manifestObject, manifest) = try loadManifest(object.name)
-      added.append((manifestObject.record, manifest))
+      guard let loaded = try loadManifestForSync(object.name) else { continue }
+      added.append(loaded)
     }
+    let readable = known.union(added.map(\.0.name))
+    let addedManifests = Dictionary(added.map { ($0.0.name, $0.1) }, uniquingKeysWith: { first, _ in first })
     let committedByID = Dictionary(
       manifests.map { (Repository.archiveID($0.name), $0) }, uniquingKeysWith: { first, _ in first })
     let existing = try catalog.snapshots()
@@ -106,11 +111,19 @@ extension Repository {
     let gone = existingIDs.subtracting(live)
     var newSnapshots: [(snapshot: Snapshot, committed: Date)] = []
     for object in snapshotObjects where !existingIDs.contains(object.name) {
-      guard let manifest = committedByID[object.name], let snapshot = try loadSnapshot(object.name),
+      guard let manifest = committedByID[object.name],
+        let snapshot = try loadSnapshotForSync(
+          object.name, archive: manifest.name, manifest: addedManifests[manifest.name]),
         snapshot.archive == manifest.name
       else { continue }
+      // Its archive's manifest cannot be read: the catalog cannot hold it (nor its trees).
+      guard readable.contains(manifest.name) else {
+        damage.unlisted.append(snapshot)
+        continue
+      }
       newSnapshots.append((snapshot, manifest.modified))
     }
+    defer { if !damage.objects.isEmpty { try? findAffectedSnapshots() } }
     let retired = Dictionary(marks.map { ($0.name, $0.modified) }, uniquingKeysWith: { first, _ in first })
     let currentlyRetired = try retiredArchives()
     guard !added.isEmpty || !gone.isEmpty || !newSnapshots.isEmpty || currentlyRetired != retired else {
@@ -180,6 +193,7 @@ extension Repository {
   func rebuildCache(
     manifests: [StoredObject], snapshotObjects: [StoredObject], marks: [StoredObject]
   ) throws {
+    damage = RepositoryDamage()
     let retired = Dictionary(marks.map { ($0.name, $0.modified) }, uniquingKeysWith: { first, _ in first })
     let ordered = manifests.sorted {
       (retired[$0.name] != nil ? 1 : 0, $0.modified, $0.name) < (
@@ -188,21 +202,29 @@ extension Repository {
     }
     var loaded: [(ArchiveRecord, Manifest)] = []
     for object in ordered {
-      let (manifestObject, manifest) = try loadManifest(object.name)
-      loaded.append((manifestObject.record, manifest))
+      guard let manifest = try loadManifestForSync(object.name) else { continue }
+      loaded.append(manifest)
     }
+    let readable = Dictionary(loaded.map { ($0.0.name, $0.1) }, uniquingKeysWith: { first, _ in first })
     let committedByID = Dictionary(
       manifests.map { (Repository.archiveID($0.name), $0) }, uniquingKeysWith: { first, _ in first })
     var snapshots: [(snapshot: Snapshot, committed: Date)] = []
     for object in snapshotObjects {
-      guard let manifest = committedByID[object.name], let snapshot = try loadSnapshot(object.name),
+      guard let manifest = committedByID[object.name],
+        let snapshot = try loadSnapshotForSync(
+          object.name, archive: manifest.name, manifest: readable[manifest.name]),
         snapshot.archive == manifest.name
       else { continue }
+      guard readable[manifest.name] != nil else {
+        damage.unlisted.append(snapshot)
+        continue
+      }
       snapshots.append((snapshot, manifest.modified))
     }
+    defer { if !damage.objects.isEmpty { try? findAffectedSnapshots() } }
     snapshots.sort { ($0.committed, $0.snapshot.time) < ($1.committed, $1.snapshot.time) }
     try catalog.database.inTransaction {
-      for table in ["snapshots", "blobs", "trees", "archives"] {
+      for table in ["snapshots", "blobs", "trees", "chunks", "chunk_lists", "archives"] {
         try catalog.database.execute("DELETE FROM \(table)")
       }
       for (record, manifest) in loaded { try ingest(record, manifest) }
