@@ -45,7 +45,12 @@ extension DeviceSession {
       home: home.borrowed, rules: rules, catalogPath: nil, previousRoot: nil, trustedBefore: 0,
       observer: observer)
     let plan = ArchivePlan(directories: try scanner.scan(), full: true)
-    let special = plan.directories.indices.filter { !plan.directories[$0].isExcluded }.flatMap { index in
+    // Paths are built only for the directories that hold such entries (building one per
+    // directory would cost O(depth²) in a deep tree).
+    let special = plan.directories.indices.filter { index in
+      !plan.directories[index].isExcluded
+        && plan.directories[index].entries.contains { $0.type == .fifo || $0.type == .socket }
+    }.flatMap { index in
       let directory = plan.directories[index]
       let path = plan.directories.path(of: index)
       return directory.entries.filter { $0.type == .fifo || $0.type == .socket }.map {

@@ -94,10 +94,10 @@ extension Repository {
       let (protectedFiles, protectionWarning) = try protectedFileWriter(for: plan, session: session)
       defer { protectedFiles?.close() }
       if let protectionWarning { report.warnings.append(protectionWarning) }
-      let writer = TreeWriter(target: directory)
+      let writer = TreeWriter(target: directory, plan: plan)
       writer.protectedFiles = protectedFiles
       defer { writer.closeAll() }
-      for item in plan.directories { try writer.makeDirectory(item.path) }
+      for index in plan.directories.indices { try writer.makeDirectory(index) }
       observer.engine(.stage("extract"))
       let direct = DirectExtractor(
         plan: plan, work: sources.direct, target: directory, owner: owner, protectedFiles: protectedFiles)
@@ -112,11 +112,11 @@ extension Repository {
       for (index, item) in plan.files.enumerated() {
         if direct.written[index] { continue }
         if extractor.written[index] {
-          if let owner, item.isData { try writer.handOver(item.path, to: owner) }
+          if let owner, item.isData { try writer.handOver(item, to: owner) }
           continue
         }
         guard plan.sizes[index] == 0 else {
-          throw BackupError(.corruptCatalog, "No content was found for '\(display(item.path))'")
+          throw BackupError(.corruptCatalog, "No content was found for '\(display(plan.path(of: item)))'")
         }
         let fd = try writer.createFile(item)
         try fd.closeAfter {
@@ -127,21 +127,19 @@ extension Repository {
       for (item, primary) in plan.hardLinks { try writer.link(item, to: plan.files[primary]) }
       for item in plan.fifos {
         try writer.makeFIFO(item)
-        if let owner, item.isData { try writer.handOver(item.path, to: owner) }
+        if let owner, item.isData { try writer.handOver(item, to: owner) }
       }
       for item in plan.symlinks {
         try writer.makeSymlink(item)
-        if let owner, item.isData { try writer.handOver(item.path, to: owner) }
+        if let owner, item.isData { try writer.handOver(item, to: owner) }
       }
       writer.closeAll()
       if standardDirectories {
         let added = try addStandardDirectories(in: directory)
-        if let owner { for path in added { try writer.handOver(Array(path.utf8), to: owner) } }
+        if let owner { for path in added { try writer.handOver(path: Array(path.utf8), to: owner) } }
         writer.closeAll()
       }
-      for item in plan.directories.reversed() {
-        try writer.finishDirectory(item, owner: item.isData ? owner : nil)
-      }
+      try writer.finishDirectories(owner: owner)
       report.files = plan.files.count + plan.hardLinks.count + plan.symlinks.count + plan.fifos.count
       report.bytes = plan.totalBytes
     } catch {
@@ -206,7 +204,7 @@ extension Repository {
         }
         continue
       }
-      let path = plan.files[Int(first)].path
+      let path = plan.path(of: plan.files[Int(first)])
       let size = plan.sizes[Int(first)]
       guard let list = try catalog.chunkList(digest, size: size) else {
         throw BackupError(
