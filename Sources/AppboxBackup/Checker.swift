@@ -3,13 +3,15 @@
 // Algorithm: under the shared repository lock,
 // 1. every archive the catalog names must exist with its recorded size; one thread reads
 //    each whole and compares its CRC-32C (in parallel with step 2);
-// 2. each archive's headers are read in order (data skipped by seeking, or hashed with
-//    `readData`): every blob location in it must be the start of a regular member with the
-//    recorded path and size, and with `readData` its bytes must hash to the digest;
-// 3. from every snapshot's root, every reachable tree must be present (a delta's chain too),
+// 2. from every snapshot's root, every reachable tree must be present (a delta's chain too),
 //    decode, and hash to its digest, and every non-empty file content it names must have a
 //    blob location, or a chunk list whose chunks all have locations; the snapshot's archive
-//    must be known;
+//    must be known (problems listed after those of step 3);
+// 3. each archive's headers are read in order (data skipped by seeking, or hashed with
+//    `readData`): every blob location in it must be the start of a regular member with the
+//    recorded path and size, and with `readData` its content identity must be the digest (a
+//    sparse identity, which the trees of step 2 name, is computed from the member's data map
+//    and data, its holes never read; ContentIdentity.swift);
 // 4. every chunk location must lie inside its (uncompressed) archive, and with `readData` its
 //    bytes must hash to the chunk's digest (Checker+Chunks.swift).
 // Problems are collected, not thrown: the caller lists them (exit 65). Files in archives/
@@ -95,27 +97,32 @@ extension Repository {
       report.problems.append(
         "\(locations.count) blob locations name archive '\(archive)', which the catalog lacks")
     }
-    for record in present where readArchives {
-      let (problems, verified) = checkMembers(
-        of: record, locations: byArchive[record.name] ?? [], readData: readData)
-      report.problems += problems
-      report.bytesVerified += verified
-    }
     let blobDigests = Set(blobs.map(\.digest))
     let chunks = try catalog.chunks()
-    report.problems += checkChunks(
-      chunks, records: records, readData: readData, verified: &report.bytesVerified)
     let contents = ContentIndex(blobs: blobDigests, chunks: Set(chunks.map(\.digest)))
+    // The trees first: they say which contents have a sparse identity.
     var checkedTrees: Set<Digest> = []
+    var sparse: Set<Digest> = []
+    var treeProblems: [String] = []
     try catalog.reading {
       for snapshot in snapshots {
         if !known.contains(snapshot.archive) {
-          report.problems.append(
+          treeProblems.append(
             "Snapshot \(snapshot.id) names archive '\(snapshot.archive)', which the catalog lacks")
         }
-        report.problems += try checkTrees(from: snapshot, contents: contents, checked: &checkedTrees)
+        treeProblems += try checkTrees(
+          from: snapshot, contents: contents, checked: &checkedTrees, sparse: &sparse)
       }
     }
+    for record in present where readArchives {
+      let (problems, verified) = checkMembers(
+        of: record, locations: byArchive[record.name] ?? [], readData: readData, sparse: sparse)
+      report.problems += problems
+      report.bytesVerified += verified
+    }
+    report.problems += checkChunks(
+      chunks, records: records, readData: readData, verified: &report.bytesVerified)
+    report.problems += treeProblems
     report.trees = checkedTrees.count
     try checksums.join()
     report.problems += checksumProblems.all
@@ -123,7 +130,9 @@ extension Repository {
     return report
   }
 
-  private func checkMembers(of record: ArchiveRecord, locations: [BlobLocation], readData: Bool)
+  private func checkMembers(
+    of record: ArchiveRecord, locations: [BlobLocation], readData: Bool, sparse: Set<Digest>
+  )
     -> (problems: [String], verified: Int64)
   {
     var problems: [String] = []
@@ -144,13 +153,26 @@ extension Repository {
           continue
         }
         guard readData else { continue }
-        while true {
-          let count = try reader.readData(into: buffer)
-          if count == 0 { break }
-          hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
-          verified += Int64(count)
+        // A sparse identity from the member's runs at their offsets; a plain one from every
+        // byte, holes read as zeros (as an older appbox recorded them for sparse members too).
+        let identity = ContentHasher(
+          sparse: sparse.contains(location.digest), size: location.size, hasher: hasher)
+        if identity.isSparse {
+          while let chunk = try reader.readChunk(into: buffer) {
+            identity.update(UnsafeRawBufferPointer(rebasing: buffer[0..<chunk.count]), at: chunk.offset)
+          }
+          verified += identity.dataBytes
+        } else {
+          var position: Int64 = 0
+          while true {
+            let count = try reader.readData(into: buffer)
+            if count == 0 { break }
+            identity.update(UnsafeRawBufferPointer(rebasing: buffer[0..<count]), at: position)
+            position += Int64(count)
+          }
+          verified += position
         }
-        if hasher.finalize() != location.digest {
+        if identity.finalize() != location.digest {
           problems.append(
             "Archive '\(record.name)': the content of '\(display(location.path))' does not match its SHA-256")
         }
@@ -166,7 +188,9 @@ extension Repository {
     return (problems, verified)
   }
 
-  private func checkTrees(from snapshot: Snapshot, contents: ContentIndex, checked: inout Set<Digest>) throws
+  private func checkTrees(
+    from snapshot: Snapshot, contents: ContentIndex, checked: inout Set<Digest>, sparse: inout Set<Digest>
+  ) throws
     -> [String]
   {
     var problems: [String] = []
@@ -193,6 +217,7 @@ extension Repository {
       }
       for entry in tree.entries where !entry.isExcluded {
         let entryPath = joinPath(path, entry.name)
+        if entry.hasSparseIdentity, let content = entry.digest { sparse.insert(content) }
         if entry.type == .directory, let child = entry.digest { stack.append((child, entryPath)) }
         if entry.type == .file, entry.size > 0, let content = entry.digest, !contents.blobs.contains(content),
           let problem = try checkChunked(content, size: entry.size, contents: contents)

@@ -79,6 +79,11 @@ struct RestorePlan {
   private var chains: [Digest: (first: Int32, last: Int32)] = [:]
   /// How many distinct non-empty contents the plan has.
   var contentCount: Int { chains.count }
+  /// The contents whose digest is the sparse content identity (ContentIdentity.swift).
+  private(set) var sparseContents: Set<Digest> = []
+  func hasSparseIdentity(_ digest: Digest) -> Bool {
+    !sparseContents.isEmpty && sparseContents.contains(digest)
+  }
   var nextWithSameContent: [Int32] = []
   var totalBytes: Int64 = 0
   var warnings: [String] = []
@@ -178,6 +183,7 @@ struct RestorePlan {
                 $0.last = fileIndex
               }
               if previousLast >= 0 { nextWithSameContent[Int(previousLast)] = fileIndex }
+              if encoded.hasSparseIdentity { sparseContents.insert(content) }
             }
             files.append(item)
             sizes.append(encoded.size)

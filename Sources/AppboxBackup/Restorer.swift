@@ -193,7 +193,8 @@ extension Repository {
     for (digest, first) in contents {
       if let position = positions[digest] {
         sources.archives.insert(position.archive)
-        if readsDirectly, let dataOffset = position.dataOffset,
+        // A sparse identity is verified from the member's map (its holes are not hashed).
+        if readsDirectly, let dataOffset = position.dataOffset, !plan.hasSparseIdentity(digest),
           records[position.archive]?.compression == ArchiveCompression.none
         {
           sources.direct.blobs.append(
