@@ -46,6 +46,9 @@ public struct BackupOptions: Sendable {
   var afterRead: (@Sendable ([UInt8], Int) -> Void)?
   /// Tests: where content is hashed (true: the reader, false: the archiver); nil adapts.
   var hashOnReader: Bool?
+  /// Tests: give files with holes the plain identity, as appbox did before the sparse one
+  /// (a repository written then, to read back).
+  var plainSparseIdentity = false
 
   public init(
     full: Bool = false, compression: ArchiveCompression = .none, tag: String? = nil,
@@ -283,7 +286,7 @@ private struct BackupRun {
       scanner: scanner, queue: queue, pool: pool, afterRead: options.afterRead,
       hashOnReader: options.hashOnReader, protectionClasses: try session.protectionClassesByKey(),
       chunking: (options.compression == .none && repository.readsDirectly, kind == .incremental),
-      sealed: sealed)
+      sealed: sealed, plainSparseIdentity: options.plainSparseIdentity)
     let readerThread = WorkerThread(name: "appbox-read") { try reader.run() }
     do {
       try archiver.run(queue)

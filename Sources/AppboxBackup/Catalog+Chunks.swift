@@ -165,10 +165,10 @@ extension Catalog {
     // In batches (each sorted by digest inside `insertBlobs`): a spooled manifest of a million
     // files is never read into memory whole.
     var batch: [BlobLocation] = []
-    batch.reserveCapacity(min(manifest.blobCount, 1 << 16))
+    batch.reserveCapacity(min(manifest.blobCount, 1 << 14))
     try manifest.forEachBlob { blob in
       batch.append(blob)
-      if batch.count == 1 << 16 {
+      if batch.count == 1 << 14 {
         try insertBlobs(batch)
         batch.removeAll(keepingCapacity: true)
       }

@@ -38,15 +38,16 @@ extension ContentReader {
     var opened = file
     if before.mayBeSparse { opened.dataRegions = (try? fd.dataRegions(size: before.size)) ?? nil }
     let sparse = opened.dataRegions != nil
-    opened.hasSparseIdentity = sparse
+    opened.hasSparseIdentity = sparse && !plainSparseIdentity
     let mode = streamMode(item, size: before.size, sparse: sparse)
     // A chunked file is hashed twice, whole and chunk by chunk, and cut (the gear hash):
     // this thread reads and cuts, a third hashes it whole, the archiver hashes the chunks. A
     // sparse file is hashed here (its identity needs the offsets).
-    let archiverHashes = mode == .whole && !sparse && archiverHasRoom
+    let identity =
+      opened.hasSparseIdentity ? ContentHasher(sparse: true, size: before.size, hasher: hasher) : nil
+    let archiverHashes = mode == .whole && identity == nil && archiverHasRoom
     var chunker = mode == .whole ? nil : Chunker()
     let wholeHasher = mode == .whole ? nil : startedStreamHasher()
-    let identity = sparse ? ContentHasher(sparse: true, size: before.size, hasher: hasher) : nil
     guard queue.push(.begin(item: item, file: opened, archiverHashes: archiverHashes, mode: mode)) else {
       return .cancelled
     }

@@ -7,13 +7,12 @@
 // once its whole subtree has gone by, where it ends (so its tree can be built and the
 // directory released). It opens each changed regular file by name through the descriptor the
 // scan listed its directory with (no path walked, no symlink followed), takes fstat, reads its
-// `user.*` attributes, and
-// either stops there (the file is marked "exclude from backup"), reads it whole (small files:
-// the archiver can then skip content the repository already holds), or streams it in chunks
-// (large files). SHA-256 runs on whichever core has room: on this thread while the
-// archiver keeps up (its buffers come back), else the digest is left to the archiver (the
-// message carries none), which hashes what it writes. Directory and symlink items pass
-// straight through so the archiver sees every item in order.
+// `user.*` attributes, and either stops there (the file is marked "exclude from backup"), reads
+// it whole (small files: the archiver can then skip content the repository already holds), or
+// streams it in chunks (large files, ContentReader+Stream.swift). SHA-256 runs on whichever
+// core has room: on this thread while the archiver keeps up (its buffers come back), else the
+// digest is left to the archiver (the message carries none), which hashes what it writes.
+// Symlink items pass straight through so the archiver sees every item in order.
 //
 // A file changed while read (size, mtime, ctime or inode differ between the fstat before and
 // after, or it ended early) is read again, up to `maxAttempts` times; a streamed attempt that
@@ -23,10 +22,8 @@
 // zeros to the size its header declared; the digest covers those zeros, so the digest always
 // describes the member's bytes. Buffers are handed to the archiver, which frees them.
 //
-// A large file with fewer blocks allocated than its size may have holes: its data regions are
-// found with SEEK_DATA/SEEK_HOLE, only they are read (pread at their offsets), and each hole is
-// handed over as a count of zeros, which the archiver stores as a hole of a sparse member. The
-// digest is still that of the whole content, holes hashed as zeros.
+// A large file with holes is read by its data regions only and gets the sparse content
+// identity (ContentIdentity.swift): see ContentReader+Stream.swift.
 
 import AppboxContainer
 import AppboxCore
@@ -126,6 +123,8 @@ final class ContentReader: @unchecked Sendable {
   /// Bundle files (by path from the home) whose sealed digest the repository holds: recorded
   /// with that digest, not read.
   private let sealed: [[UInt8]: Digest]
+  /// Tests: files with holes get the plain identity (what an older appbox recorded).
+  let plainSparseIdentity: Bool
   /// Hashes chunked files whole on a third thread: this one reads and cuts them, the archiver
   /// hashes their chunks. Made when the first one comes.
   var streamHasher: StreamHasher?
@@ -140,8 +139,10 @@ final class ContentReader: @unchecked Sendable {
     scanner: Scanner, queue: HandoffQueue<ContentMessage>, pool: BufferPool,
     afterRead: (@Sendable ([UInt8], Int) -> Void)? = nil, hashOnReader: Bool? = nil,
     protectionClasses: [FscryptKeyIdentifier: ProtectionClass] = [:],
-    chunking: (enabled: Bool, incremental: Bool) = (false, false), sealed: [[UInt8]: Digest] = [:]
+    chunking: (enabled: Bool, incremental: Bool) = (false, false), sealed: [[UInt8]: Digest] = [:],
+    plainSparseIdentity: Bool = false
   ) {
+    self.plainSparseIdentity = plainSparseIdentity
     self.chunking = chunking
     self.sealed = sealed
     self.hashOnReader = hashOnReader

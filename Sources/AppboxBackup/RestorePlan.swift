@@ -71,6 +71,11 @@ struct RestorePlan {
   /// The first file with content `digest`, if any.
   func firstFile(withContent digest: Digest) -> Int32? { chains[digest]?.first }
 
+  /// Each non-empty content and the first file with it, in no particular order.
+  var contents: LazyMapSequence<[Digest: (first: Int32, last: Int32)], (digest: Digest, first: Int32)> {
+    chains.lazy.map { (digest: $0.key, first: $0.value.first) }
+  }
+
   /// Each non-empty content and the first file with it, in digest order.
   var contentsByDigest: [(digest: Digest, first: Int32)] {
     chains.map { ($0.key, $0.value.first) }.sorted { $0.digest < $1.digest }

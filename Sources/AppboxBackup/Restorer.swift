@@ -175,36 +175,39 @@ extension Repository {
     }
     // Where each content's copy is. Restoring most of what the repository holds, one pass over
     // the blobs is cheaper than a lookup per content; otherwise look each up, in digest order
-    // (the lookups then walk the B-tree from one end to the other).
-    var positions: [Digest: (archive: String, offset: Int64, size: Int64, dataOffset: Int64?)] = [:]
-    let contents = plan.contentsByDigest
-    if contents.count * 4 >= (try catalog.count("blobs")) {
-      positions.reserveCapacity(contents.count)
-      try catalog.forEachBlobPosition { digest, archive, offset, size, dataOffset in
-        if plan.firstFile(withContent: digest) != nil {
-          positions[digest] = (archive, offset, size, dataOffset)
+    // (the lookups then walk the B-tree from one end to the other). Either way each position
+    // goes straight into the work (no table of positions by digest: a million of them would
+    // cost more than the plan), and only which contents were found is kept, by first file.
+    var found = [Bool](repeating: false, count: plan.files.count)
+    func place(_ digest: Digest, first: Int32, archive: String, size: Int64, dataOffset: Int64?) throws {
+      found[Int(first)] = true
+      sources.archives.insert(archive)
+      // A sparse identity is verified from the member's map (its holes are not hashed).
+      if readsDirectly, let dataOffset, !plan.hasSparseIdentity(digest),
+        records[archive]?.compression == ArchiveCompression.none
+      {
+        sources.direct.blobs.append(
+          DirectWork.Blob(digest: digest, archive: index(archive), dataOffset: dataOffset, size: size))
+      } else if let location = try catalog.blob(digest) {
+        sources.streamed[location.archive, default: []].append(location)
+      }
+    }
+    if plan.contentCount * 4 >= (try catalog.count("blobs")) {
+      try catalog.forEachBlobPosition { digest, archive, _, size, dataOffset in
+        if let first = plan.firstFile(withContent: digest), !found[Int(first)] {
+          try place(digest, first: first, archive: archive, size: size, dataOffset: dataOffset)
         }
       }
     } else {
-      for (digest, _) in contents {
-        if let position = try catalog.blobPosition(digest) { positions[digest] = position }
+      for (digest, first) in plan.contentsByDigest {
+        if let position = try catalog.blobPosition(digest) {
+          try place(
+            digest, first: first, archive: position.archive, size: position.size,
+            dataOffset: position.dataOffset)
+        }
       }
     }
-    for (digest, first) in contents {
-      if let position = positions[digest] {
-        sources.archives.insert(position.archive)
-        // A sparse identity is verified from the member's map (its holes are not hashed).
-        if readsDirectly, let dataOffset = position.dataOffset, !plan.hasSparseIdentity(digest),
-          records[position.archive]?.compression == ArchiveCompression.none
-        {
-          sources.direct.blobs.append(
-            DirectWork.Blob(
-              digest: digest, archive: index(position.archive), dataOffset: dataOffset, size: position.size))
-        } else if let location = try catalog.blob(digest) {
-          sources.streamed[location.archive, default: []].append(location)
-        }
-        continue
-      }
+    for (digest, first) in plan.contents where !found[Int(first)] {
       let path = plan.path(of: plan.files[Int(first)])
       let size = plan.sizes[Int(first)]
       guard let list = try catalog.chunkList(digest, size: size) else {
