@@ -197,7 +197,7 @@ struct ScaleEndToEndTests {
   }
 
   /// A backup's memory follows the largest directory, not the number of files: 200,000 tiny
-  /// files in 200 directories of 1,000 back up (full, then with no change) within 28 MiB of
+  /// files in 200 directories of 1,000 back up within 28 MiB (full) and 20 MiB (no change) of
   /// what one directory of 1,000 files costs. Holding an entry per file (as appbox did: the
   /// scan, the archive plan, every tree and blob location until the commit) costs well over
   /// 100 MiB more at this count.
@@ -231,11 +231,15 @@ struct ScaleEndToEndTests {
     try large.trustSnapshots()
     let unchanged = try large.peakMemory("backup", "com.example.notes")
     #expect(unchanged.status == 0)
-    let bound = reference.kilobytes + 28 << 10
+    // A full backup also holds its archive's and catalog's buffers; one with no change holds
+    // only the scan's look-ahead. (Holding an entry per file: 157 MB and 70 MB here.)
+    let fullBound = reference.kilobytes + 28 << 10
+    let unchangedBound = reference.kilobytes + 20 << 10
     #expect(
-      full.kilobytes < bound, "full backup: \(full.kilobytes) KiB, one directory: \(reference.kilobytes) KiB")
+      full.kilobytes < fullBound,
+      "full backup: \(full.kilobytes) KiB, one directory: \(reference.kilobytes) KiB")
     #expect(
-      unchanged.kilobytes < bound,
+      unchanged.kilobytes < unchangedBound,
       "no-change backup: \(unchanged.kilobytes) KiB, one directory: \(reference.kilobytes) KiB")
     let snapshots = try large.run("--json", "snapshots", "com.example.notes")
     let list = try JSONSerialization.jsonObject(with: Data(snapshots.stdout)) as? [[String: Any]]
