@@ -89,17 +89,18 @@ extension Repository {
         }
       }
     }
-    let blobs = try catalog.blobs()
-    report.blobs = blobs.count
-    let byArchive = Dictionary(grouping: blobs, by: \.archive)
+    // Blob locations are read archive by archive as each is checked, never all at once (a
+    // million files' worth would be some 300 MB); the digests alone, sorted, for the trees.
+    report.blobs = try catalog.count("blobs")
     let known = Set(records.map(\.name))
-    for (archive, locations) in byArchive where !known.contains(archive) {
-      report.problems.append(
-        "\(locations.count) blob locations name archive '\(archive)', which the catalog lacks")
+    let perArchive = try catalog.database.all("SELECT archive, count(*) FROM blobs GROUP BY archive") {
+      ($0.text(0) ?? "", Int($0.int64(1)))
     }
-    let blobDigests = Set(blobs.map(\.digest))
+    for (archive, count) in perArchive where !known.contains(archive) {
+      report.problems.append("\(count) blob locations name archive '\(archive)', which the catalog lacks")
+    }
     let chunks = try catalog.chunks()
-    let contents = ContentIndex(blobs: blobDigests, chunks: Set(chunks.map(\.digest)))
+    let contents = ContentIndex(blobs: try SortedDigests(catalog), chunks: Set(chunks.map(\.digest)))
     // The trees first: they say which contents have a sparse identity.
     var checkedTrees: Set<Digest> = []
     var sparse: Set<Digest> = []
@@ -115,8 +116,7 @@ extension Repository {
       }
     }
     for record in present where readArchives {
-      let (problems, verified) = checkMembers(
-        of: record, locations: byArchive[record.name] ?? [], readData: readData, sparse: sparse)
+      let (problems, verified) = checkMembers(of: record, readData: readData, sparse: sparse)
       report.problems += problems
       report.bytesVerified += verified
     }
@@ -130,23 +130,40 @@ extension Repository {
     return report
   }
 
-  private func checkMembers(
-    of record: ArchiveRecord, locations: [BlobLocation], readData: Bool, sparse: Set<Digest>
-  )
+  /// Checks the blob locations of `record` against its members: both in offset order, walked
+  /// together (the rows one at a time from the catalog, the members as the archive is read).
+  private func checkMembers(of record: ArchiveRecord, readData: Bool, sparse: Set<Digest>)
     -> (problems: [String], verified: Int64)
   {
     var problems: [String] = []
+    var missing: [String] = []
     var verified: Int64 = 0
-    var expected = Dictionary(locations.map { ($0.offset, $0) }, uniquingKeysWith: { first, _ in first })
     do {
+      let rows = try catalog.database.prepare(
+        "SELECT digest, offset, path, size, data_offset FROM blobs WHERE archive = ?1 ORDER BY offset")
+      try rows.bind(record.name, at: 1)
+      func nextRow() throws -> BlobLocation? {
+        guard try rows.step() else { return nil }
+        return BlobLocation(
+          digest: Digest(validating: rows.blob(0)) ?? Digest(bytes: [UInt8](repeating: 0, count: 32)),
+          archive: record.name, offset: rows.int64(1), path: rows.blob(2), size: rows.int64(3),
+          dataOffset: rows.isNull(4) ? nil : rows.int64(4))
+      }
+      var expected = try nextRow()
       let reader = try openArchive(record).reader()
       let hasher = SHA256Hasher()
       let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
       defer { buffer.deallocate() }
-      while let entry = try reader.nextEntry() {
-        guard let offset = reader.headerOffset, let location = expected.removeValue(forKey: offset) else {
-          continue
+      while expected != nil, let entry = try reader.nextEntry() {
+        guard let offset = reader.headerOffset else { continue }
+        while let location = expected, location.offset < offset {
+          missing.append(
+            "Archive '\(record.name)' has no member '\(display(location.path))' at offset \(location.offset)")
+          expected = try nextRow()
         }
+        guard let location = expected, location.offset == offset else { continue }
+        // A second row at the same offset is the same member (as when rows were keyed by offset).
+        repeat { expected = try nextRow() } while expected?.offset == offset
         guard entry.type == .regular, entry.path == location.path, entry.size == location.size else {
           problems.append(
             "Archive '\(record.name)': the member at offset \(offset) is not '\(display(location.path))'")
@@ -178,14 +195,15 @@ extension Repository {
         }
       }
       for warning in reader.warnings { problems.append("Archive '\(record.name)' is damaged: \(warning)") }
+      while let location = expected {
+        missing.append(
+          "Archive '\(record.name)' has no member '\(display(location.path))' at offset \(location.offset)")
+        expected = try nextRow()
+      }
     } catch {
       problems.append("Archive '\(record.name)' cannot be read: \(error)")
     }
-    for location in expected.values.sorted(by: { $0.offset < $1.offset }) {
-      problems.append(
-        "Archive '\(record.name)' has no member '\(display(location.path))' at offset \(location.offset)")
-    }
-    return (problems, verified)
+    return (problems + missing, verified)
   }
 
   private func checkTrees(
@@ -216,13 +234,14 @@ extension Repository {
         continue
       }
       for entry in tree.entries where !entry.isExcluded {
-        let entryPath = joinPath(path, entry.name)
         if entry.hasSparseIdentity, let content = entry.digest { sparse.insert(content) }
-        if entry.type == .directory, let child = entry.digest { stack.append((child, entryPath)) }
+        if entry.type == .directory, let child = entry.digest {
+          stack.append((child, joinPath(path, entry.name)))
+        }
         if entry.type == .file, entry.size > 0, let content = entry.digest, !contents.blobs.contains(content),
           let problem = try checkChunked(content, size: entry.size, contents: contents)
         {
-          problems.append("Snapshot \(snapshot.id): '\(display(entryPath))': \(problem)")
+          problems.append("Snapshot \(snapshot.id): '\(display(joinPath(path, entry.name)))': \(problem)")
         }
       }
     }
