@@ -15,7 +15,7 @@ BENCH_PACKAGES := libarchive-tools restic time
 DEMO_PACKAGES := chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build release install install-files test test-faults demo demo-deps bench bench-large bench-startup bench-secitem bench-deps format lint clean
+.PHONY: all deps build release install install-files test test-faults demo demo-deps bench bench-large bench-huge bench-startup bench-secitem bench-deps format lint clean
 
 all: build
 
@@ -114,6 +114,11 @@ bench-startup: release
 
 bench-large: release bench-deps
 	@bash Benchmarks/run.sh large "$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)"
+
+# A million small files: peak memory and time of a full and a no-change backup and of check,
+# beside GNU tar and restic on the same tree (about 45 minutes here; 10 GB of disk at the peak).
+bench-huge: release bench-deps
+	@bash Benchmarks/run.sh huge "$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)"
 
 format:
 	$(SWIFT) format -i -r Sources Tests Package.swift

@@ -316,6 +316,23 @@ extension Repository {
     return name
   }
 
+  /// The SHA-256 of every byte of the member at `location` (holes read as zeros).
+  private func plainDigest(
+    of location: BlobLocation, in archive: String, buffer: UnsafeMutableRawBufferPointer
+  )
+    throws -> Digest?
+  {
+    let reader = try openArchive(try archiveRecord(archive)).reader(startingAt: location.offset)
+    guard try reader.nextEntry() != nil, reader.headerOffset == location.offset else { return nil }
+    let hasher = SHA256Hasher()
+    while true {
+      let count = try reader.readData(into: buffer)
+      if count == 0 { break }
+      hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
+    }
+    return hasher.finalize()
+  }
+
   /// Adds every tree and non-empty content reachable from `root`.
   func reach(_ root: Digest, trees: inout Set<Digest>, blobs: inout Set<Digest>) throws {
     var stack = [root]
@@ -356,15 +373,25 @@ extension Repository {
         let newOffset = writer.uncompressedOffset
         try writer.writeHeader(entry)
         let dataOffset = entry.sparseRegions == nil ? writer.uncompressedOffset : nil
-        while true {
-          let count = try reader.readData(into: buffer)
-          if count == 0 { break }
-          let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
-          hasher.update(chunk)
-          try writer.writeData(chunk)
+        // A sparse member is copied run by run (its holes are neither read nor hashed) and
+        // checked against its sparse identity; one an older appbox wrote has a plain digest,
+        // checked by reading the member once more (ContentIdentity.swift).
+        let identity = ContentHasher(sparse: entry.sparseRegions != nil, size: entry.size, hasher: hasher)
+        var position: Int64 = 0
+        while let chunk = try reader.readChunk(into: buffer) {
+          if chunk.offset > position { try writer.writeZeros(chunk.offset - position) }
+          let data = UnsafeRawBufferPointer(rebasing: buffer[0..<chunk.count])
+          identity.update(data, at: chunk.offset)
+          try writer.writeData(data)
+          position = chunk.offset + Int64(chunk.count)
         }
+        if entry.size > position { try writer.writeZeros(entry.size - position) }
         try writer.finishEntry()
-        guard hasher.finalize() == location.digest else {
+        var matches = identity.finalize() == location.digest
+        if !matches && identity.isSparse {
+          matches = try plainDigest(of: location, in: archive, buffer: buffer) == location.digest
+        }
+        guard matches else {
           throw BackupError(
             .corruptArchive,
             "Archive '\(archive)' is damaged: '\(display(location.path))' does not match its SHA-256")

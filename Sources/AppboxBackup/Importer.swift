@@ -167,7 +167,7 @@ struct ImportPlan {
     var plan = ImportPlan()
     while let entry = try reader.nextMember() {
       try validator.count()
-      plan.fingerprints.append(entry.hashValue)
+      plan.fingerprints.append(fingerprint(entry))
       guard let member = try placed(entry, layout: &layout, skipped: &plan.skipped) else { continue }
       _ = try validator.admit(ArchiveEntryFacts(member))
       plan.imported += 1
@@ -177,6 +177,32 @@ struct ImportPlan {
     plan.warnings = reader.warnings
     if case .package = layout.kind { plan.format = .xcappdata }
     return plan
+  }
+
+  /// What the build pass must find again for a member: everything libarchive reported about
+  /// it, hashed (paths and targets as raw bytes, in one call each: a deep tree's members are
+  /// long).
+  static func fingerprint(_ entry: ArchiveEntry) -> Int {
+    var hasher = Hasher()
+    entry.path.withUnsafeBytes { hasher.combine(bytes: $0) }
+    hasher.combine(entry.path.count)
+    hasher.combine(entry.type)
+    hasher.combine(entry.permissions)
+    hasher.combine(entry.uid)
+    hasher.combine(entry.gid)
+    hasher.combine(entry.userName)
+    hasher.combine(entry.groupName)
+    hasher.combine(entry.size)
+    hasher.combine(entry.modificationTime)
+    if let target = entry.linkTarget {
+      target.withUnsafeBytes { hasher.combine(bytes: $0) }
+      hasher.combine(target.count)
+    } else {
+      hasher.combine(-1)
+    }
+    hasher.combine(entry.extendedAttributes)
+    hasher.combine(entry.sparseRegions)
+    return hasher.finalize()
   }
 
   /// The rule for damaged data, and for empty sources.

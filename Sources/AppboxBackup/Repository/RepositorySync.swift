@@ -33,6 +33,31 @@ extension Repository {
     try store.put(name, try sealed(name, bytes))
   }
 
+  /// Writes `manifests/<archive>`: whole when it is small, else streamed (a manifest of a
+  /// million files is some 150 MB, which must not be built in memory), sealed either way in an
+  /// encrypted repository. The same bytes both ways.
+  func putManifestObject(_ record: ArchiveRecord, _ manifest: some ManifestContent) throws {
+    let name = "manifests/" + record.name
+    let header = ManifestObject(record: record, manifestBytes: []).encoded()
+    guard manifest.encodedSize > 4 << 20 else {
+      var bytes = header
+      bytes.reserveCapacity(header.count + manifest.encodedSize)
+      try manifest.encode { bytes.append(contentsOf: $0) }
+      try putObject(name, bytes)
+      return
+    }
+    let stored = try store.upload(name)
+    let upload: ObjectUpload = try key.map { try SealingUpload(stored, name: name, key: $0) } ?? stored
+    do {
+      try header.withUnsafeBytes { try upload.write($0) }
+      try manifest.encode { try upload.write($0) }
+      try upload.commit()
+    } catch {
+      upload.abort()
+      throw error
+    }
+  }
+
   /// `bytes` as object `name` stores them: sealed in an encrypted repository.
   func sealed(_ name: String, _ bytes: [UInt8]) throws -> [UInt8] {
     try key.map { try ObjectSealing.seal(bytes, name: name, key: $0) } ?? bytes
@@ -138,7 +163,7 @@ extension Repository {
   }
 
   /// Adds an archive's record, trees and blobs (keeping rows already there).
-  func ingest(_ record: ArchiveRecord, _ manifest: Manifest) throws {
+  func ingest(_ record: ArchiveRecord, _ manifest: some ManifestContent) throws {
     try catalog.insert(record, ignoringExisting: true)
     try catalog.ingest(manifest, archive: record.name)
   }
@@ -238,7 +263,7 @@ extension Repository {
   /// Commits a written archive: its snapshot object (if it has a snapshot), then its manifest
   /// object, then the catalog rows. Layout 1: the catalog rows alone, as before.
   func commit(
-    record: ArchiveRecord, manifest: Manifest, snapshot: Snapshot?, crashPoints: Bool = false
+    record: ArchiveRecord, manifest: some ManifestContent, snapshot: Snapshot?, crashPoints: Bool = false
   ) throws {
     if isLegacy {
       try catalog.database.inTransaction {
@@ -252,8 +277,7 @@ extension Repository {
       try putObject("snapshots/" + snapshot.id, SnapshotObject(snapshot: snapshot).encoded())
     }
     if crashPoints { CrashPoint.hit("backup.snapshot-written") }
-    try putObject(
-      "manifests/" + record.name, ManifestObject(record: record, manifestBytes: manifest.encoded()).encoded())
+    try putManifestObject(record, manifest)
     if crashPoints { CrashPoint.hit("backup.manifest-written") }
     let committed = store.now
     try catalog.database.inTransaction {
