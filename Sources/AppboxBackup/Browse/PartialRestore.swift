@@ -189,7 +189,14 @@ struct IncludedPathSwap {
       symlinks: .refuse)
   }
 
+  /// Checks every path first (a symlink or file on the way refuses the whole restore before
+  /// anything moved), then swaps them in.
   func swap(_ paths: [[[UInt8]]]) throws {
+    try swap(paths, rehearsing: true)
+    try swap(paths, rehearsing: false)
+  }
+
+  private func swap(_ paths: [[[UInt8]]], rehearsing: Bool) throws {
     var done: [Done] = []
     do {
       for path in paths.sorted(by: { $0.count < $1.count }) {
@@ -218,6 +225,7 @@ struct IncludedPathSwap {
         }
         let name = path[depth]
         let from = Array(path.prefix(depth))
+        if rehearsing { continue }
         if depth == path.count - 1, try liveParent.status(ofRawName: name) != nil {
           let source = try open(staging, from)
           defer { source.close() }
