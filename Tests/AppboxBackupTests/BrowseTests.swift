@@ -21,7 +21,10 @@ struct BrowseTests {
     try fixture.setAttribute("Documents/a.txt", "user.note", Array("kept".utf8))
     #expect(symlink("../a.txt", fixture.path("Documents/sub/link")) == 0)
     #expect(link(fixture.path("Documents/a.txt"), fixture.path("Documents/hard")) == 0)
-    for index in 0..<60 { try fixture.write("Library/many/file-\(index).txt", "content \(index) " + String(repeating: "x", count: 40)) }
+    for index in 0..<60 {
+      try fixture.write(
+        "Library/many/file-\(index).txt", "content \(index) " + String(repeating: "x", count: 40))
+    }
     try fixture.write("Documents/big.bin", bytes: randomBytes(3 << 20, seed: 5))
     // A file with holes: 64 KiB of data at 2 MiB, 4 MiB long.
     let sparse = try FileDescriptor.open(fixture.path("Documents/holes.img"), O_WRONLY | O_CREAT, mode: 0o600)
@@ -48,14 +51,18 @@ struct BrowseTests {
     #expect(try catalog.count("chunk_lists") > 0)
     #expect(try catalog.treeStorage().deltas > 0)
     let live = try fixture.captureData()
-    let bigBytes = try FileDescriptor.open(fixture.path("Documents/big.bin"), O_RDONLY).closeAfter { try $0.readAll() }
+    let bigBytes = try FileDescriptor.open(fixture.path("Documents/big.bin"), O_RDONLY).closeAfter {
+      try $0.readAll()
+    }
 
     // One file, byte for byte (chunks), and one with holes.
     var dumped = [UInt8](repeating: 0, count: 3 << 20)
     let big = try fixture.repository.entry(at: Array("Documents/big.bin".utf8), in: second)
     #expect(try catalog.chunkList(big.entry.digest!) != nil)
     try fixture.repository.readContent(of: big.entry, path: big.path) { data, offset in
-      dumped.withUnsafeMutableBytes { $0.baseAddress!.advanced(by: Int(offset)).copyMemory(from: data.baseAddress!, byteCount: data.count) }
+      dumped.withUnsafeMutableBytes {
+        $0.baseAddress!.advanced(by: Int(offset)).copyMemory(from: data.baseAddress!, byteCount: data.count)
+      }
     }
     #expect(dumped == bigBytes)
 
@@ -77,7 +84,10 @@ struct BrowseTests {
     try FileManager.default.createDirectory(atPath: extracted, withIntermediateDirectories: false)
     let tar = try runProcess(
       "/usr/bin/tar",
-      ["--warning=no-unknown-keyword", "--xattrs", "--xattrs-include=user.*", "-x", "-f", tarPath, "-C", extracted])
+      [
+        "--warning=no-unknown-keyword", "--xattrs", "--xattrs-include=user.*", "-x", "-f", tarPath, "-C",
+        extracted,
+      ])
     #expect(tar.status == 0, "\(tar.err)")
     expectSame(live, try captureTree(extracted, skipping: [fixture.app.bundleDirectoryName]))
 
@@ -93,7 +103,8 @@ struct BrowseTests {
     let (first, second) = try prepare(fixture)
     var names: [[UInt8]] = []
     try fixture.repository.list(Array("Documents/sub".utf8), in: second) { names.append($0.path) }
-    #expect(names == [Array("Documents/sub/".utf8) + Array(Self.hostile.utf8), Array("Documents/sub/link".utf8)])
+    #expect(
+      names == [Array("Documents/sub/".utf8) + Array(Self.hostile.utf8), Array("Documents/sub/link".utf8)])
     #expect { try fixture.repository.entry(at: Array("Documents/../etc".utf8), in: second) } throws: {
       ($0 as? BackupError)?.code == .invalidRequest
     }
@@ -122,12 +133,16 @@ struct BrowseTests {
     #expect(after[Array("Documents/sub/".utf8) + Array(Self.hostile.utf8)]?.content == Array("hostile".utf8))
     #expect(after[Array("Documents/other.txt".utf8)]?.content == Array("stays".utf8))
     // Everything else is as it was (the big file keeps its second version).
-    for (path, entry) in before where !path.starts(with: Array("Documents/sub".utf8)) && path != Array("Documents/a.txt".utf8)
+    for (path, entry) in before
+    where !path.starts(with: Array("Documents/sub".utf8)) && path != Array("Documents/a.txt".utf8)
       && path != Array("Documents".utf8) && path != Array("Documents/hard".utf8)
     {
       #expect(after[path] == entry, "\(String(decoding: path, as: UTF8.self))")
     }
-    #expect(try FileManager.default.contentsOfDirectory(atPath: fixture.root.applicationRoot).filter { $0.hasPrefix(".") } == [])
+    #expect(
+      try FileManager.default.contentsOfDirectory(atPath: fixture.root.applicationRoot).filter {
+        $0.hasPrefix(".")
+      } == [])
   }
 
   @Test func anIncludedPathThroughASymlinkInTheHomeIsRefusedAndNothingChanges() throws {
@@ -155,9 +170,11 @@ struct BrowseTests {
       ($0 as? BackupError)?.code == .cannotCreate
     }
     // Only the included path, under a new directory.
-    _ = try fixture.repository.restore(first, paths: [Array("Documents/sub".utf8)], toTarget: scratch.url("new"))
-    #expect(try captureTree(scratch.url("new")).keys.map { String(decoding: $0, as: UTF8.self) }.sorted() == [
-      "Documents", "Documents/sub", "Documents/sub/" + Self.hostile, "Documents/sub/link",
-    ])
+    _ = try fixture.repository.restore(
+      first, paths: [Array("Documents/sub".utf8)], toTarget: scratch.url("new"))
+    #expect(
+      try captureTree(scratch.url("new")).keys.map { String(decoding: $0, as: UTF8.self) }.sorted() == [
+        "Documents", "Documents/sub", "Documents/sub/" + Self.hostile, "Documents/sub/link",
+      ])
   }
 }

@@ -36,7 +36,10 @@ struct RetentionPolicyTests {
   static let snapshots = times.enumerated().map { snapshot($0, $1, tag: $0 % 11 == 3 ? "keepme" : nil) }
 
   func kept(_ policy: RetentionPolicy) -> Set<String> {
-    Set(policy.apply(to: Self.snapshots).filter(\.keep).map { ISO8601DateFormatter().string(from: $0.snapshot.time) })
+    Set(
+      policy.apply(to: Self.snapshots).filter(\.keep).map {
+        ISO8601DateFormatter().string(from: $0.snapshot.time)
+      })
   }
 
   @Test func eachRuleKeepsTheNewestSnapshotOfItsLastPeriods() throws {
@@ -54,10 +57,12 @@ struct RetentionPolicyTests {
     #expect(ids(RetentionPolicy(monthly: 2)) == ["00000005", "00000003"])
     #expect(ids(RetentionPolicy(tags: ["pre-update"])) == ["00000003"])
     // Within 32 days of the newest snapshot (02-10 09:30), not of now.
-    #expect(ids(RetentionPolicy(within: RetentionDuration(parsing: "33d"))) == ["00000005", "00000004", "00000003"])
+    #expect(
+      ids(RetentionPolicy(within: RetentionDuration(parsing: "33d"))) == ["00000005", "00000004", "00000003"])
     let reasons = RetentionPolicy(last: 1, daily: 1).apply(to: list).first?.reasons
     #expect(reasons == ["last snapshot", "daily snapshot"])
-    #expect(RetentionDuration(parsing: "1y5m7d2h") == RetentionDuration(years: 1, months: 5, days: 7, hours: 2))
+    #expect(
+      RetentionDuration(parsing: "1y5m7d2h") == RetentionDuration(years: 1, months: 5, days: 7, hours: 2))
     #expect(RetentionDuration(parsing: "7") == nil && RetentionDuration(parsing: "3w") == nil)
   }
 
@@ -71,7 +76,9 @@ struct RetentionPolicyTests {
         && FileManager.default.isExecutableFile(atPath: "/usr/bin/restic")))
   func theDecisionsAreResticsOwn() throws {
     let dir = TemporaryDirectory("restic")
-    let environment = ["RESTIC_PASSWORD": "pw", "RESTIC_REPOSITORY": dir.url("repo"), "TZ": "UTC", "HOME": dir.path]
+    let environment = [
+      "RESTIC_PASSWORD": "pw", "RESTIC_REPOSITORY": dir.url("repo"), "TZ": "UTC", "HOME": dir.path,
+    ]
     let data = dir.url("data")
     try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
     try "x".write(toFile: data + "/f", atomically: true, encoding: .utf8)
@@ -95,7 +102,10 @@ struct RetentionPolicyTests {
       (RetentionPolicy(tags: ["keepme"]), ["--keep-tag", "keepme"]),
       (
         RetentionPolicy(last: 2, daily: 4, weekly: 3, monthly: 4, yearly: 2),
-        ["--keep-last", "2", "--keep-daily", "4", "--keep-weekly", "3", "--keep-monthly", "4", "--keep-yearly", "2"]
+        [
+          "--keep-last", "2", "--keep-daily", "4", "--keep-weekly", "3", "--keep-monthly", "4",
+          "--keep-yearly", "2",
+        ]
       ),
       (
         RetentionPolicy(hourly: 3, within: RetentionDuration(parsing: "20d"), tags: ["keepme"]),
@@ -104,9 +114,11 @@ struct RetentionPolicyTests {
     ]
     for (policy, flags) in policies {
       let result = try runProcess(
-        "/usr/bin/restic", ["forget", "--dry-run", "--json", "--group-by", ""] + flags, environment: environment)
+        "/usr/bin/restic", ["forget", "--dry-run", "--json", "--group-by", ""] + flags,
+        environment: environment)
       try #require(result.status == 0, "\(flags): \(result.err)")
-      let groups = try #require(try JSONSerialization.jsonObject(with: Data(result.out.utf8)) as? [[String: Any]])
+      let groups = try #require(
+        try JSONSerialization.jsonObject(with: Data(result.out.utf8)) as? [[String: Any]])
       let resticTimes = (groups.first?["keep"] as? [[String: Any]] ?? []).compactMap { $0["time"] as? String }
       let formatter = ISO8601DateFormatter()
       let resticKept = Set(
@@ -120,4 +132,3 @@ struct RetentionPolicyTests {
     }
   }
 }
-

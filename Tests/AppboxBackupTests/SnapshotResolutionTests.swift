@@ -47,7 +47,9 @@ struct SnapshotResolutionTests {
       #expect(error.code == .invalidRequest && error.kind == .invalidArgument)
       #expect(error.message.contains("abcd1111 (com.a,") && error.message.contains("abcd2222 (com.b,"))
     }
-    #expect(throws: BackupError(.invalidRequest, "Snapshot id 'abc' is too short: give at least 4 hex digits")) {
+    #expect(
+      throws: BackupError(.invalidRequest, "Snapshot id 'abc' is too short: give at least 4 hex digits")
+    ) {
       try repository.snapshot("abc")
     }
     #expect { try repository.snapshot("9999") } throws: { ($0 as? BackupError)?.code == .snapshotNotFound }
