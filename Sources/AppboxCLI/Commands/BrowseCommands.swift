@@ -163,7 +163,7 @@ struct DumpCommand: ParsableCommand {
     examples: [
       .init(
         "One file of the latest snapshot, then a folder as a tar:",
-        "appbox dump latest Documents/notes.db --app com.example.notes > notes.db",
+        "appbox dump latest Documents/notes.db --app com.example.notes --output notes.db",
         "appbox dump 1a2b3c4d Documents | tar -x -C /tmp/restored"),
       .init(
         "The whole snapshot into a file, for a script:", "appbox --json dump 1a2b / --output snapshot.tar"),

@@ -45,6 +45,8 @@ struct RestoreCommand: ParsableCommand {
         "The device is locked (the app's protected files are unavailable), or the S3 store cannot be reached."
       ),
       .busy("The app (or a member of the group) is running, or another appbox holds its lock (--wait)."),
+      .cannotCreate(
+        "The --target directory is not empty, or a folder on an --include path is a file or symlink in the home."),
     ] + ExitCode.repository,
     environment: EnvironmentVariable.repository + EnvironmentVariable.progress)
   let app: String
