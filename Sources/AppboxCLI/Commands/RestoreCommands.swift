@@ -46,7 +46,8 @@ struct RestoreCommand: ParsableCommand {
       ),
       .busy("The app (or a member of the group) is running, or another appbox holds its lock (--wait)."),
       .cannotCreate(
-        "The --target directory is not empty, or a folder on an --include path is a file or symlink in the home."),
+        "The --target directory is not empty, or a folder on an --include path is a file or symlink in the home."
+      ),
     ] + ExitCode.repository,
     environment: EnvironmentVariable.repository + EnvironmentVariable.progress)
   let app: String
