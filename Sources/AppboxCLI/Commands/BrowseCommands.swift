@@ -1,6 +1,7 @@
 import AppboxBackup
 import AppboxContainer
 import AppboxCore
+import AppboxMount
 import Foundation
 import Glibc
 
@@ -310,5 +311,53 @@ struct FindCommand: ParsableCommand {
               ("time", .string(timestamp(match.snapshot.time))),
             ] + members)
         }))
+  }
+}
+
+struct MountCommand: ParsableCommand {
+  static let description = CommandDescription(
+    name: "mount", abstract: "Serve the repository's snapshots as a read-only FUSE file system at DIR.",
+    discussion: """
+      DIR/<app>/<snapshot id>/ holds each snapshot as it was (Documents, Library, the bundle),
+      and DIR/<app>/latest links to the app's newest. Read with any tool (cat, cp, find, cmp);
+      a file's content is verified against its recorded SHA-256 when it is opened (EIO if it does
+      not match). Mounted read-only, nodev, nosuid, with default_permissions. Runs in the
+      foreground until unmounted (fusermount3 -u DIR, umount DIR) or interrupted (Ctrl-C).
+      Needs /dev/fuse (libfuse3; as a user, fusermount3).
+      """,
+    positionals: [.init("DIR", help: "An existing, empty directory to mount on.")],
+    options: [repositoryOption] + repositoryAccessOptions,
+    examples: [
+      .init(
+        "Mount, compare a file with the live one, unmount:", "appbox mount /mnt/snapshots",
+        "cmp /mnt/snapshots/com.example.notes/latest/Documents/notes.db notes.db",
+        "fusermount3 -u /mnt/snapshots")
+    ],
+    exitStatuses: [
+      .noInput("No such directory to mount on, or no such repository."),
+      .unavailable(
+        "/dev/fuse is missing (no FUSE in this kernel or container), or the S3 store cannot be reached."),
+    ] + ExitCode.repository,
+    environment: EnvironmentVariable.repository)
+  let directory: String
+  let arguments: ParsedArguments
+  init(_ arguments: ParsedArguments) throws {
+    directory = arguments.positional(0)!
+    self.arguments = arguments
+  }
+
+  func run(_ context: CommandContext) throws -> CommandOutput {
+    let repository = try context.repository(arguments, create: false, readOnly: true)
+    let mountpoint = RepositoryLocation.absoluteForOutput(directory)
+    let fileSystem = SnapshotFileSystem(repository: repository)
+    context.note("Serving the snapshots of \(repository.path) at \(mountpoint) (fusermount3 -u to stop)")
+    let status = try fileSystem.serve(at: mountpoint)
+    guard status == 0 else {
+      throw MountError(
+        kind: .io, message: "Unable to mount '\(mountpoint)': libfuse failed (status \(status))")
+    }
+    return CommandOutput(
+      text: "Unmounted \(mountpoint)",
+      json: .object([("mountpoint", .string(mountpoint)), ("unmounted", .bool(true))]))
   }
 }
