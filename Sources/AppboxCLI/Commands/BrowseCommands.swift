@@ -329,9 +329,8 @@ struct MountCommand: ParsableCommand {
     options: [repositoryOption] + repositoryAccessOptions,
     examples: [
       .init(
-        "Mount, compare a file with the live one, unmount:", "appbox mount /mnt/snapshots",
-        "cmp /mnt/snapshots/com.example.notes/latest/Documents/notes.db notes.db",
-        "fusermount3 -u /mnt/snapshots")
+        "Mount the device's repository, then an encrypted one (stop with fusermount3 -u DIR):",
+        "appbox mount /mnt/snapshots", "appbox mount /mnt/vault --repo /srv/vault --password-file pw.txt")
     ],
     exitStatuses: [
       .noInput("No such directory to mount on, or no such repository."),
