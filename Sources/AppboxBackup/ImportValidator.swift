@@ -72,10 +72,14 @@ struct ImportValidator {
   /// The most data bytes that fit (free space less a reserve).
   let maxDataBytes: Int64
 
-  init(maxEntries: Int, maxBytes: Int64, maxDataBytes: Int64 = .max) {
+  /// The names a path may start with (nil: any, as in an app group's container).
+  let allowedTopLevel: Set<[UInt8]>?
+
+  init(maxEntries: Int, maxBytes: Int64, maxDataBytes: Int64 = .max, allowedTopLevel: Set<[UInt8]>? = topLevel) {
     self.maxEntries = maxEntries
     self.maxBytes = maxBytes
     self.maxDataBytes = maxDataBytes
+    self.allowedTopLevel = allowedTopLevel
   }
 
   static let topLevel: Set<[UInt8]> = [Array("Documents".utf8), Array("Library".utf8)]
@@ -106,10 +110,12 @@ struct ImportValidator {
         throw Self.refuse(path, "has an empty or '.' component")
       }
     }
-    guard let first = components.first, Self.topLevel.contains(first) else {
+    guard let first = components.first, allowedTopLevel?.contains(first) ?? true else {
       throw Self.refuse(path, "is outside Documents and Library")
     }
-    if components.count == 1 && entry.kind != .directory { throw Self.refuse(path, "must be a directory") }
+    if allowedTopLevel != nil && components.count == 1 && entry.kind != .directory {
+      throw Self.refuse(path, "must be a directory")
+    }
     switch entry.kind {
     case .other: throw Self.refuse(path, "is a device file, FIFO or socket")
     default: break

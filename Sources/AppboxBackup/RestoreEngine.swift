@@ -53,6 +53,7 @@ extension Repository {
     var app = try session.registry.appIfPresent(name)
     let bundleIdentifier = app?.bundleIdentifier ?? name
     let snapshot = try self.snapshot(id, app: bundleIdentifier)
+    if app == nil { try requireBundle(toInstallFrom: snapshot) }
     let running = try app.map { try holdNotRunning($0, session: session) }
     defer { withExtendedLifetime(running) {} }
     observer.engine(.started(operation: "restore", app: bundleIdentifier))
