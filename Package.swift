@@ -116,7 +116,9 @@ let package = Package(
     .testTarget(name: "AppboxContainerTests", dependencies: ["AppboxContainer", "AppboxTestSupport"]),
     .testTarget(
       name: "AppboxBackupTests",
-      dependencies: ["AppboxBackup", "AppboxArchive", "AppboxContainer", "AppboxCrypto", "AppboxTestSupport"]),
+      dependencies: [
+        "AppboxBackup", "AppboxArchive", "AppboxContainer", "AppboxCrypto", "AppboxStore", "AppboxTestSupport",
+      ]),
     .testTarget(name: "AppboxCLITests", dependencies: ["AppboxCLI", "AppboxTestSupport"]),
     .testTarget(
       name: "EndToEndTests",

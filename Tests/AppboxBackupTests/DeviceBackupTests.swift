@@ -1,0 +1,163 @@
+import AppboxContainer
+import AppboxCore
+import AppboxCrypto
+import AppboxStore
+import AppboxTestSupport
+import Foundation
+import Glibc
+import Testing
+
+@testable import AppboxBackup
+
+/// Small key derivations for tests (iOS's 10,000,000 rounds take seconds).
+let testRounds: (first: UInt32, second: UInt32) = (10, 10)
+
+/// Sets every mtime under `root` (Documents and Library) to whole seconds, deepest first, so a
+/// round trip through the format (which keeps whole seconds) can compare times exactly.
+func wholeSecondTimes(_ root: String, seconds: Int64 = 1_700_000_000) throws {
+  var paths: [String] = []
+  for top in ["Documents", "Library"] {
+    guard let walker = FileManager.default.enumerator(atPath: root + "/" + top) else { continue }
+    paths.append(root + "/" + top)
+    while let next = walker.nextObject() as? String { paths.append(root + "/" + top + "/" + next) }
+  }
+  for (index, path) in paths.sorted(by: { $0.count > $1.count }).enumerated() {
+    var times = [timespec(tv_sec: Int(seconds) + index, tv_nsec: 0), timespec(tv_sec: Int(seconds) + index, tv_nsec: 0)]
+    guard utimensat(AT_FDCWD, path, &times, AT_SYMLINK_NOFOLLOW) == 0 else { throw SystemError("utimensat", path: path) }
+  }
+}
+
+/// A second device with the same app installed, to import into.
+func importingFixture(_ fixture: Fixture) throws -> (DeviceSession, AppRecord, Repository) {
+  let root = DeviceRoot(path: fixture.dir.url("root2"))
+  let session = try DeviceSession.open(
+    root: root, mutating: true, recovery: [ContainerRecovery(), HomeSwapRecovery()], environment: [:])
+  let app = try session.install(bundleAt: fixturePath("bundles/Notes-1.0/Notes.app")).app
+  return (session, app, try Repository(path: fixture.dir.url("repo2"), environment: [:]))
+}
+
+func sampleData(_ fixture: Fixture) throws {
+  try fixture.write("Documents/notes.txt", "hello\n")
+  try fixture.write("Documents/empty", "")
+  try fixture.write("Documents/sixteen", String(repeating: "x", count: 16), mode: 0o600)
+  try fixture.write("Documents/deep/er/still/file.bin", bytes: (0..<70_000).map { UInt8(truncatingIfNeeded: $0 * 7) })
+  try fixture.write("Documents/big.bin", bytes: (0..<700_001).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 5) })
+  try fixture.write("Documents/tool.sh", "#!/bin/sh\n", mode: 0o755)
+  try fixture.write("Library/Application Support/db.sqlite", "SQLite")
+  try fixture.write("Library/Caches/skip.me", "cache")
+  guard symlink("../notes.txt", fixture.path("Documents/deep/link")) == 0 else { throw SystemError("symlink") }
+  guard symlink("/etc/passwd", fixture.path("Documents/outward")) == 0 else { throw SystemError("symlink") }
+  guard chmod(fixture.path("Documents/deep/er"), 0o700) == 0 else { throw SystemError("chmod") }
+  try wholeSecondTimes(fixture.home)
+}
+
+@Suite("Device backups: export-backup and import-backup")
+struct DeviceBackupTests {
+  @Test(arguments: [false, true])
+  func anExportReadBackRestoresTheSameTree(encrypted: Bool) throws {
+    let fixture = try Fixture()
+    try sampleData(fixture)
+    let expected = try fixture.captureData()
+    let folder = fixture.dir.url("backup")
+    let password: [UInt8]? = encrypted ? Array("secret ✓".utf8) : nil
+    let report = try fixture.session.exportDeviceBackup(
+      [.app(fixture.app)], to: folder, options: DeviceBackupExportOptions(password: password, rounds: testRounds))
+    #expect(report.isEncrypted == encrypted)
+    #expect(report.domains.map(\.domain) == ["AppDomain-com.example.notes"])
+    #expect(FileManager.default.fileExists(atPath: folder + "/Manifest.db"))
+    #expect(!FileManager.default.fileExists(atPath: folder + "/Manifest.db-journal"))
+    // Content is where the format puts it, and encrypted only when asked.
+    let id = DeviceBackupNames.fileID(domain: "AppDomain-com.example.notes", relativePath: Array("Documents/notes.txt".utf8))
+    let stored = try Data(contentsOf: URL(fileURLWithPath: folder + "/" + id.prefix(2) + "/" + id))
+    #expect(encrypted ? stored.count == 16 && stored != Data("hello\n".utf8) : stored == Data("hello\n".utf8))
+
+    let (session, app, repository) = try importingFixture(fixture)
+    let backup = try DeviceBackup(at: folder) { password }
+    #expect(backup.isEncrypted == encrypted)
+    let listing = try backup.listing()
+    #expect(listing.domains.map(\.identifier) == ["com.example.notes"])
+    let result = try repository.importSnapshot(of: .app("com.example.notes", installed: app), from: backup, in: session)
+    #expect(!result.isWaiting)
+    #expect(!result.snapshot.isIncomplete)
+    #expect(result.snapshot.tag == "ios-backup")
+    #expect(result.snapshot.containerID == app.containerID)
+    _ = try repository.restore("com.example.notes", snapshot: result.snapshot.id, in: session)
+    let restored = try captureTree(session.home(of: app).path, skipping: [app.bundleDirectoryName, "tmp", "Library/Caches"])
+    func data(_ capture: [[UInt8]: CapturedEntry]) -> [[UInt8]: CapturedEntry] {
+      capture.filter { $0.key.starts(with: Array("Documents".utf8)) || $0.key.starts(with: Array("Library".utf8)) }
+    }
+    #expect(data(expected).count > 10)
+    expectSame(data(expected), data(restored))
+    // The other device's home gets Library/Caches empty, as after any restore.
+    #expect(!FileManager.default.fileExists(atPath: session.home(of: app).path + "/Library/Caches/skip.me"))
+  }
+
+  @Test func aWrongPasswordIsDeniedAndNoPasswordIsAskedForPlainBackups() throws {
+    let fixture = try Fixture()
+    try fixture.write("Documents/a", "a")
+    let folder = fixture.dir.url("backup")
+    _ = try fixture.session.exportDeviceBackup(
+      [.app(fixture.app)], to: folder, options: DeviceBackupExportOptions(password: Array("right".utf8), rounds: testRounds))
+    let wrong = #expect(throws: BackupError.self) { _ = try DeviceBackup(at: folder) { Array("wrong".utf8) } }
+    #expect(wrong?.code == .denied)
+    let none = #expect(throws: BackupError.self) { _ = try DeviceBackup(at: folder) { nil } }
+    #expect(none?.code == .denied)
+    let plain = fixture.dir.url("plain")
+    _ = try fixture.session.exportDeviceBackup([.app(fixture.app)], to: plain)
+    _ = try DeviceBackup(at: plain) {
+      Issue.record("asked for a password of a plain backup")
+      return nil
+    }
+    // An existing destination is never replaced.
+    let again = #expect(throws: BackupError.self) { _ = try fixture.session.exportDeviceBackup([.app(fixture.app)], to: plain) }
+    #expect(again?.code == .cannotCreate)
+  }
+
+  @Test func anAppThatIsNotInstalledWaitsAndRestoreNamesTheBundle() throws {
+    let fixture = try Fixture()
+    try fixture.write("Documents/a", "a")
+    let folder = fixture.dir.url("backup")
+    _ = try fixture.session.exportDeviceBackup([.app(fixture.app)], to: folder)
+    let root = DeviceRoot(path: fixture.dir.url("empty-device"))
+    let session = try DeviceSession.open(root: root, mutating: true, recovery: [], environment: [:])
+    let repository = try Repository(path: fixture.dir.url("repo2"), environment: [:])
+    let result = try repository.importSnapshot(
+      of: .app("com.example.notes", installed: nil), from: try DeviceBackup(at: folder) { nil }, in: session)
+    #expect(result.isWaiting)
+    #expect(result.snapshot.containerID.isEmpty)
+    let refused = #expect(throws: BackupError.self) {
+      _ = try repository.restore("com.example.notes", snapshot: result.snapshot.id, in: session)
+    }
+    #expect(refused?.code == .snapshotNotFound)
+    #expect(refused?.message.contains("install the bundle of com.example.notes") == true)
+    // Once the bundle is installed, the waiting snapshot restores.
+    let app = try session.install(bundleAt: fixturePath("bundles/Notes-1.0/Notes.app")).app
+    _ = try repository.restore("com.example.notes", snapshot: result.snapshot.id, in: session)
+    #expect(try String(contentsOfFile: session.home(of: app).path + "/Documents/a", encoding: .utf8) == "a")
+  }
+
+  @Test func anAppGroupBecomesAGroupSnapshotOfThatTeam() throws {
+    let fixture = try Fixture()
+    guard let group = try fixture.session.registry.groups(of: fixture.app.bundleIdentifier).first else {
+      Issue.record("Notes has no group")
+      return
+    }
+    let container = fixture.session.root.groupContainer(group.containerID)
+    try FileManager.default.createDirectory(atPath: container + "/Library/Preferences", withIntermediateDirectories: true)
+    try Data("shared".utf8).write(to: URL(fileURLWithPath: container + "/shared.db"))
+    let folder = fixture.dir.url("backup")
+    let report = try fixture.session.exportDeviceBackup([.app(fixture.app), .group(group)], to: folder)
+    #expect(report.domains.map(\.domain).contains("AppDomainGroup-group.com.example.shared"))
+    let (session, _, repository) = try importingFixture(fixture)
+    let target = try #require(try session.registry.groupIfPresent("group.com.example.shared"))
+    let backup = try DeviceBackup(at: folder) { nil }
+    #expect(try backup.listing().domains.map(\.kind) == [.app, .group])
+    let result = try repository.importSnapshot(of: .group(target), from: backup, in: session)
+    #expect(result.snapshot.team == target.teamIdentifier)
+    #expect(result.snapshot.app == "group.com.example.shared")
+    _ = try session.lockGroup(target.identifier)
+    _ = try repository.restore(group: target, snapshot: result.snapshot.id, in: session)
+    let restored = session.root.groupContainer(target.containerID) + "/shared.db"
+    #expect(try String(contentsOfFile: restored, encoding: .utf8) == "shared")
+  }
+}
