@@ -73,6 +73,12 @@ struct ImportBackupCommand: ParsableCommand {
       .init("app", value: "BUNDLE", help: "Import this app's domain (repeat for more)."),
       .init("all", help: "Import every app in the backup, and every app group this device has."),
       .init("list", help: "Only show the apps, app groups and extensions the backup holds, with files and bytes."),
+      .init(
+        "max-members", value: "N",
+        help: "Refuse a domain with more rows (default 1000000, or APPBOX_IMPORT_MAX_ENTRIES)."),
+      .init(
+        "max-size", value: "BYTES",
+        help: "Refuse a domain whose files add up to more (K/M/G/T suffixes; default 64G, or APPBOX_IMPORT_MAX_BYTES)."),
       repositoryOption,
     ] + repositoryOptionsForDeviceBackups,
     examples: [
@@ -100,10 +106,19 @@ struct ImportBackupCommand: ParsableCommand {
   let apps: [String]
   let all: Bool
   let list: Bool
+  let maxMembers: Int?
+  let maxSize: Int64?
   let arguments: ParsedArguments
 
   init(_ arguments: ParsedArguments) throws {
     folder = arguments.positional(0)!
+    maxMembers = try arguments.integer("max-members", range: 1...Int.max)
+    maxSize = try arguments.value("max-size").map { text in
+      guard let bytes = parseByteCount(text), bytes > 0 else {
+        throw arguments.usage("--max-size needs a size such as 500M or 20G, not '\(text)'")
+      }
+      return bytes
+    }
     passwordFile = arguments.value("password-file")
     apps = arguments.values["app"] ?? []
     all = arguments.flag("all")
@@ -151,6 +166,8 @@ struct ImportBackupCommand: ParsableCommand {
     for (domain, reason) in skipped { context.warn("\(domain) was not imported: \(reason)") }
     let repository = try context.repository(repositoryArguments(arguments), create: true)
     var limits = ImportLimits.from(environment: context.environment)
+    if let maxMembers { limits.maxEntries = maxMembers }
+    if let maxSize { limits.maxBytes = maxSize }
     let progress = ProgressBar(context)
     var results: [JSONValue] = []
     var lines: [String] = []
