@@ -122,6 +122,6 @@ let package = Package(
     .testTarget(name: "AppboxCLITests", dependencies: ["AppboxCLI", "AppboxTestSupport"]),
     .testTarget(
       name: "EndToEndTests",
-      dependencies: ["AppboxCore", "AppboxArchive", "AppboxBackup", "AppboxS3", "AppboxTestSupport"]),
+      dependencies: ["AppboxCore", "AppboxArchive", "AppboxBackup", "AppboxCrypto", "AppboxS3", "AppboxTestSupport"]),
   ]
 )
