@@ -12,7 +12,7 @@ import Glibc
 extension EnvironmentVariable {
   static let deviceBackupRounds = EnvironmentVariable(
     "APPBOX_DEVICE_BACKUP_ROUNDS",
-    "Test hook: the PBKDF2 rounds (both steps) an encrypted export's keybag asks for, instead of iOS's.")
+    "The PBKDF2 rounds (both steps) an encrypted export's keybag asks for (default iOS's: 10000000, then 10000).")
 }
 
 /// The repository options without --password-file, which these commands take for the
