@@ -117,11 +117,14 @@ let package = Package(
     .testTarget(
       name: "AppboxBackupTests",
       dependencies: [
-        "AppboxBackup", "AppboxArchive", "AppboxContainer", "AppboxCrypto", "AppboxStore", "AppboxTestSupport",
+        "AppboxBackup", "AppboxArchive", "AppboxContainer", "AppboxCrypto", "AppboxStore",
+        "AppboxTestSupport",
       ]),
     .testTarget(name: "AppboxCLITests", dependencies: ["AppboxCLI", "AppboxTestSupport"]),
     .testTarget(
       name: "EndToEndTests",
-      dependencies: ["AppboxCore", "AppboxArchive", "AppboxBackup", "AppboxCrypto", "AppboxS3", "AppboxTestSupport"]),
+      dependencies: [
+        "AppboxCore", "AppboxArchive", "AppboxBackup", "AppboxCrypto", "AppboxS3", "AppboxTestSupport",
+      ]),
   ]
 )

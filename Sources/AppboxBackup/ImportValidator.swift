@@ -75,7 +75,9 @@ struct ImportValidator {
   /// The names a path may start with (nil: any, as in an app group's container).
   let allowedTopLevel: Set<[UInt8]>?
 
-  init(maxEntries: Int, maxBytes: Int64, maxDataBytes: Int64 = .max, allowedTopLevel: Set<[UInt8]>? = topLevel) {
+  init(
+    maxEntries: Int, maxBytes: Int64, maxDataBytes: Int64 = .max, allowedTopLevel: Set<[UInt8]>? = topLevel
+  ) {
     self.maxEntries = maxEntries
     self.maxBytes = maxBytes
     self.maxDataBytes = maxDataBytes

@@ -180,7 +180,9 @@ public struct KeyedArchiveBuilder {
     if let index = classes[name] { return KeyedArchiveUID.uid(index) }
     objects.append(
       .dictionary(
-        PropertyListDictionary(["$classname": .string(name), "$classes": .array(ancestors.map(PropertyList.string))])
+        PropertyListDictionary([
+          "$classname": .string(name), "$classes": .array(ancestors.map(PropertyList.string)),
+        ])
       ))
     classes[name] = objects.count - 1
     return KeyedArchiveUID.uid(objects.count - 1)

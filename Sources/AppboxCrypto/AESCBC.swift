@@ -32,7 +32,8 @@ public final class AESCBCStream {
     }
     self.context = context
     self.encrypting = encrypting
-    guard EVP_CipherInit_ex2(context, LegacyAlgorithms.aes256CBC, key, iv, encrypting ? 1 : 0, nil) == 1 else {
+    guard EVP_CipherInit_ex2(context, LegacyAlgorithms.aes256CBC, key, iv, encrypting ? 1 : 0, nil) == 1
+    else {
       throw CryptoError.openSSL(operation, call: "EVP_CipherInit_ex2")
     }
   }
@@ -45,7 +46,9 @@ public final class AESCBCStream {
   /// Feeds `input`; writes what it completes into `output`, which must have room for
   /// `input.count + blockSize` bytes (decryption holds the last block back until `finish`).
   /// Returns the bytes written. Uses `EVP_CipherUpdate`.
-  public func update(_ input: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer) throws -> Int {
+  public func update(_ input: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer) throws
+    -> Int
+  {
     guard !finished else { throw CryptoError.invalidArgument(operation, "the stream is finished") }
     guard let base = input.baseAddress, !input.isEmpty else { return 0 }
     guard output.count >= input.count + Self.blockSize, let out = output.baseAddress else {

@@ -27,7 +27,8 @@ public enum AESKeyWrap {
 
   private static func check(_ kek: [UInt8], input: [UInt8], minimum: Int, _ operation: String) throws {
     guard kek.count == 32 else {
-      throw CryptoError.invalidArgument(operation, "the key-encryption key must be 32 bytes, got \(kek.count)")
+      throw CryptoError.invalidArgument(
+        operation, "the key-encryption key must be 32 bytes, got \(kek.count)")
     }
     guard input.count >= minimum, input.count <= 4096 + 8, input.count % 8 == 0 else {
       throw CryptoError.invalidArgument(

@@ -52,18 +52,23 @@ public enum PBKDF2 {
 /// SHA-1, only where a format demands it (an iOS backup names each file by the SHA-1 of its
 /// domain and path): never for anything that must resist an attacker.
 public enum SHA1 {
-  /// The 20-byte SHA-1 digest of `bytes`. Uses `EVP_Q_digest`.
+  /// The 20-byte SHA-1 digest of `bytes`. Uses `EVP_Digest` (the algorithm fetched once).
   public static func hash(_ bytes: [UInt8]) throws -> [UInt8] {
+    guard let sha1 = LegacyAlgorithms.sha1 else {
+      throw CryptoError.openSSL("compute a SHA-1 digest", call: "EVP_MD_fetch(SHA1)")
+    }
     var output = [UInt8](repeating: 0, count: 20)
-    var written = 0
-    let input = bytes + [0]
-    let result = input.withUnsafeBufferPointer { inputPointer in
+    var written: UInt32 = 0
+    let result = bytes.withUnsafeBytes { input in
       output.withUnsafeMutableBufferPointer { out in
-        EVP_Q_digest(nil, "SHA1", nil, inputPointer.baseAddress, bytes.count, out.baseAddress, &written)
+        // A zero-length input still needs a valid pointer.
+        EVP_Digest(
+          input.baseAddress ?? UnsafeRawPointer(out.baseAddress!), input.count, out.baseAddress, &written,
+          sha1, nil)
       }
     }
     guard result == 1, written == 20 else {
-      throw CryptoError.openSSL("compute a SHA-1 digest", call: "EVP_Q_digest")
+      throw CryptoError.openSSL("compute a SHA-1 digest", call: "EVP_Digest")
     }
     return output
   }

@@ -12,7 +12,8 @@ extension Database {
   public func deserialize(capacity: Int, fill: (UnsafeMutableRawBufferPointer) throws -> Int) throws {
     guard capacity >= 100, let memory = sqlite3_malloc64(sqlite3_uint64(capacity)) else {
       throw connection.error(
-        SQLITE_NOTADB, message: "a database image of \(capacity) bytes is too small, or there is no memory for it",
+        SQLITE_NOTADB,
+        message: "a database image of \(capacity) bytes is too small, or there is no memory for it",
         operation: "load database image", sql: nil, kind: capacity < 100 ? .badData : .io)
     }
     let buffer = UnsafeMutableRawBufferPointer(start: memory, count: capacity)
@@ -26,7 +27,8 @@ extension Database {
     guard size >= 100, size <= capacity else {
       sqlite3_free(memory)
       throw connection.error(
-        SQLITE_NOTADB, message: "a database image of \(size) bytes is too small", operation: "load database image",
+        SQLITE_NOTADB, message: "a database image of \(size) bytes is too small",
+        operation: "load database image",
         sql: nil, kind: .badData)
     }
     // File format read and write versions: 1 is the rollback journal, 2 WAL.
@@ -47,7 +49,8 @@ extension Database {
   public func serialize() throws -> [UInt8] {
     var size: sqlite3_int64 = 0
     guard let bytes = sqlite3_serialize(connection.handle, "main", &size, 0) else {
-      throw connection.error(SQLITE_NOMEM, message: "out of memory", operation: "serialize database", sql: nil)
+      throw connection.error(
+        SQLITE_NOMEM, message: "out of memory", operation: "serialize database", sql: nil)
     }
     defer { sqlite3_free(bytes) }
     return Array(UnsafeBufferPointer(start: bytes, count: Int(size)))

@@ -46,7 +46,8 @@ func handBuiltBackup(_ folder: String, _ rows: [HandRow], primaryKey: Bool = tru
   try status.binaryData().write(to: URL(fileURLWithPath: folder + "/Status.plist"))
   let database = try Database(path: folder + "/Manifest.db")
   try database.execute(
-    "CREATE TABLE Files (fileID TEXT\(primaryKey ? " PRIMARY KEY" : ""), domain TEXT, relativePath TEXT, flags INTEGER, file BLOB)")
+    "CREATE TABLE Files (fileID TEXT\(primaryKey ? " PRIMARY KEY" : ""), domain TEXT, relativePath TEXT, flags INTEGER, file BLOB)"
+  )
   let all = [HandRow.directory("")] + rows
   for row in all {
     let id = row.fileID ?? DeviceBackupNames.fileID(domain: row.domain, relativePath: Array(row.path.utf8))
@@ -56,10 +57,12 @@ func handBuiltBackup(_ folder: String, _ rows: [HandRow], primaryKey: Bool = tru
     record.target = row.target.map { Array($0.utf8) }
     let blob = row.blob ?? [UInt8](record.encoded(relativePath: Array(row.path.utf8)))
     try database.execute(
-      "INSERT INTO Files VALUES (?, ?, ?, ?, ?)", .text(id), .text(row.domain), .text(row.path), .integer(row.flags),
+      "INSERT INTO Files VALUES (?, ?, ?, ?, ?)", .text(id), .text(row.domain), .text(row.path),
+      .integer(row.flags),
       .blob(blob))
     if let content = row.content, DeviceBackupNames.isFileID(Array(id.utf8)) {
-      try FileManager.default.createDirectory(atPath: folder + "/" + id.prefix(2), withIntermediateDirectories: true)
+      try FileManager.default.createDirectory(
+        atPath: folder + "/" + id.prefix(2), withIntermediateDirectories: true)
       try Data(content).write(to: URL(fileURLWithPath: folder + "/" + id.prefix(2) + "/" + id))
     }
   }
@@ -82,11 +85,13 @@ struct HostileDeviceBackup: Sendable, CustomTestStringConvertible {
 }
 
 let hostileDeviceBackups: [HostileDeviceBackup] = [
-  .init(name: "a path climbing out", rows: [.file("Documents/../../../escape")], says: "climbs out with '..'"),
+  .init(
+    name: "a path climbing out", rows: [.file("Documents/../../../escape")], says: "climbs out with '..'"),
   .init(name: "an absolute path", rows: [.file("/etc/cron.d/evil")], says: "has an absolute path"),
   .init(name: "an empty component", rows: [.file("Documents//x")], says: "empty or '.' component"),
   .init(
-    name: "one path twice", rows: [.file("Documents/a", "one"), .file("Documents/a", "two")], primaryKey: false,
+    name: "one path twice", rows: [.file("Documents/a", "one"), .file("Documents/a", "two")],
+    primaryKey: false,
     tamper: { folder in
       // Both rows share the content file; the second is what the folder holds.
       try Data("two".utf8).write(to: URL(fileURLWithPath: contentPath(folder, "Documents/a")))
@@ -94,20 +99,27 @@ let hostileDeviceBackups: [HostileDeviceBackup] = [
   .init(
     name: "a write through a symlink", rows: [.symlink("Documents/l", "../../.."), .file("Documents/l/x")],
     says: "would be written through the symbolic link"),
-  .init(name: "a file inside a file", rows: [.file("Documents/f"), .file("Documents/f/x")], says: "which is a file"),
+  .init(
+    name: "a file inside a file", rows: [.file("Documents/f"), .file("Documents/f/x")],
+    says: "which is a file"),
   .init(
     name: "a huge size", rows: [HandRow(path: "Documents/bomb", size: 1 << 50, content: Array("x".utf8))],
     says: "a disk bomb"),
   .init(
-    name: "a sparse-looking file beyond the limit", rows: [HandRow(path: "Documents/sparse", size: 64 << 20, content: nil)],
+    name: "a sparse-looking file beyond the limit",
+    rows: [HandRow(path: "Documents/sparse", size: 64 << 20, content: nil)],
     limits: ImportLimits(maxEntries: 100, maxBytes: 1 << 20),
     tamper: { folder in
       let path = contentPath(folder, "Documents/sparse")
-      try FileManager.default.createDirectory(atPath: splitPath(path).directory, withIntermediateDirectories: true)
-      guard creat(path, 0o644) >= 0, truncate(path, 64 << 20) == 0 else { throw SystemError("truncate", path: path) }
+      try FileManager.default.createDirectory(
+        atPath: splitPath(path).directory, withIntermediateDirectories: true)
+      guard creat(path, 0o644) >= 0, truncate(path, 64 << 20) == 0 else {
+        throw SystemError("truncate", path: path)
+      }
     }, says: "a disk bomb"),
   .init(
-    name: "too many rows", rows: (0..<20).map { .file("Documents/f\($0)") }, limits: ImportLimits(maxEntries: 10),
+    name: "too many rows", rows: (0..<20).map { .file("Documents/f\($0)") },
+    limits: ImportLimits(maxEntries: 10),
     says: "more than 10 members"),
   .init(
     name: "content that is a symlink out", rows: [.file("Documents/secret")],
@@ -121,20 +133,28 @@ let hostileDeviceBackups: [HostileDeviceBackup] = [
     tamper: { folder in
       let directory = splitPath(contentPath(folder, "Documents/secret")).directory
       try FileManager.default.moveItem(atPath: directory, toPath: folder + "/../elsewhere")
-      guard Glibc.symlink("../elsewhere", directory) == 0 else { throw SystemError("symlink", path: directory) }
+      guard Glibc.symlink("../elsewhere", directory) == 0 else {
+        throw SystemError("symlink", path: directory)
+      }
     }, says: "is a symbolic link or leads out of the folder"),
   .init(
-    name: "content of the wrong size", rows: [HandRow(path: "Documents/short", size: 10, content: Array("12345".utf8))],
+    name: "content of the wrong size",
+    rows: [HandRow(path: "Documents/short", size: 10, content: Array("12345".utf8))],
     says: "is damaged: it holds 5 bytes, Manifest.db says 10"),
   .init(
     name: "a fileID that is not the SHA-1 of the path",
-    rows: [HandRow(path: "Documents/a", fileID: DeviceBackupNames.fileID(domain: "HomeDomain", relativePath: [0x61]))],
+    rows: [
+      HandRow(
+        path: "Documents/a", fileID: DeviceBackupNames.fileID(domain: "HomeDomain", relativePath: [0x61]))
+    ],
     says: "fileID that is not the SHA-1"),
   .init(
-    name: "a fileID that is a path", rows: [HandRow(path: "Documents/a", fileID: "../../../../../../etc/passwd")],
+    name: "a fileID that is a path",
+    rows: [HandRow(path: "Documents/a", fileID: "../../../../../../etc/passwd")],
     says: "fileID that is not the SHA-1"),
   .init(
-    name: "flags that disagree with the mode", rows: [HandRow(path: "Documents/d", flags: 1, mode: UInt32(S_IFDIR | 0o755))],
+    name: "flags that disagree with the mode",
+    rows: [HandRow(path: "Documents/d", flags: 1, mode: UInt32(S_IFDIR | 0o755))],
     says: "disagrees with its flags"),
   .init(name: "unknown flags", rows: [HandRow(path: "Documents/x", flags: 8)], says: "has flags 8"),
   .init(
@@ -150,7 +170,9 @@ let hostileDeviceBackups: [HostileDeviceBackup] = [
     }, says: "'Manifest.db' is a symbolic link"),
   .init(
     name: "Manifest.db that is not a database", rows: [],
-    tamper: { folder in try Data(repeating: 0x41, count: 8192).write(to: URL(fileURLWithPath: folder + "/Manifest.db")) },
+    tamper: { folder in
+      try Data(repeating: 0x41, count: 8192).write(to: URL(fileURLWithPath: folder + "/Manifest.db"))
+    },
     says: "Manifest.db is not an SQLite database"),
   .init(
     name: "a Files view", rows: [],
@@ -162,7 +184,9 @@ let hostileDeviceBackups: [HostileDeviceBackup] = [
     }, says: "has no ordinary Files table"),
   .init(
     name: "a damaged Manifest.plist", rows: [],
-    tamper: { folder in try Data("bplist00\u{0}\u{1}".utf8).write(to: URL(fileURLWithPath: folder + "/Manifest.plist")) },
+    tamper: { folder in
+      try Data("bplist00\u{0}\u{1}".utf8).write(to: URL(fileURLWithPath: folder + "/Manifest.plist"))
+    },
     says: "Manifest.plist is damaged"),
   .init(
     name: "an unfinished backup", rows: [],
@@ -175,12 +199,15 @@ let hostileDeviceBackups: [HostileDeviceBackup] = [
 @Suite("Device backups: hostile folders")
 struct DeviceBackupHostileTests {
   /// Imports `folder` into a fresh device and repository; returns the refusal.
-  private func refusal(_ fixture: Fixture, _ folder: String, limits: ImportLimits = ImportLimits()) throws -> BackupError? {
+  private func refusal(_ fixture: Fixture, _ folder: String, limits: ImportLimits = ImportLimits()) throws
+    -> BackupError?
+  {
     let before = try treeManifest(fixture.dir.path)
     do {
       let backup = try DeviceBackup(at: folder) { nil }
       _ = try fixture.repository.importSnapshot(
-        of: .app("com.example.notes", installed: fixture.app), from: backup, in: fixture.session, limits: limits)
+        of: .app("com.example.notes", installed: fixture.app), from: backup, in: fixture.session,
+        limits: limits)
       Issue.record("imported a hostile backup")
       return nil
     } catch let error as BackupError {
@@ -190,7 +217,9 @@ struct DeviceBackupHostileTests {
       let archives = try FileManager.default.contentsOfDirectory(atPath: fixture.repository.archivesPath)
       #expect(archives.isEmpty, "archives left: \(archives)")
       let after = try treeManifest(fixture.dir.path)
-      let changed = Set(before.keys).symmetricDifference(after.keys).filter { !$0.hasPrefix("repo/") && !$0.hasPrefix("root/.appbox/locks") }
+      let changed = Set(before.keys).symmetricDifference(after.keys).filter {
+        !$0.hasPrefix("repo/") && !$0.hasPrefix("root/.appbox/locks")
+      }
       #expect(changed.isEmpty, "changed: \(changed.sorted())")
       #expect(!error.message.contains("\n"))
       return error
@@ -212,7 +241,8 @@ struct DeviceBackupHostileTests {
   @Test func missingContentIsReportedAndMakesTheSnapshotIncomplete() throws {
     let fixture = try Fixture()
     let folder = fixture.dir.url("b")
-    try handBuiltBackup(folder, [.file("Documents/here", "here"), .file("Documents/gone", "gone"), .file("Documents/none", "")])
+    try handBuiltBackup(
+      folder, [.file("Documents/here", "here"), .file("Documents/gone", "gone"), .file("Documents/none", "")])
     try FileManager.default.removeItem(atPath: contentPath(folder, "Documents/gone"))
     try FileManager.default.removeItem(atPath: contentPath(folder, "Documents/none"))
     let observer = RecordingObserver()
@@ -235,7 +265,8 @@ struct DeviceBackupHostileTests {
     try handBuiltBackup(
       folder,
       [
-        .symlink("Documents/out", "../../../../../etc/passwd"), .file("Library/Caches/c"), .file("SystemData/x"),
+        .symlink("Documents/out", "../../../../../etc/passwd"), .file("Library/Caches/c"),
+        .file("SystemData/x"),
         HandRow(path: "Library/secret", content: Array("s".utf8), protectionClass: 1),
       ])
     let result = try fixture.repository.importSnapshot(
@@ -243,13 +274,20 @@ struct DeviceBackupHostileTests {
       in: fixture.session)
     #expect(result.skipped.map(\.path).sorted() == ["Library/Caches", "SystemData"])
     let library = try fixture.repository.catalog.tree(
-      try #require(try fixture.repository.catalog.tree(result.snapshot.rootTree).entry(named: Array("Library".utf8))?.digest))
+      try #require(
+        try fixture.repository.catalog.tree(result.snapshot.rootTree).entry(named: Array("Library".utf8))?
+          .digest))
     let secret = try #require(library.entry(named: Array("secret".utf8)))
-    #expect(secret.extendedAttributes == [ExtendedAttribute(name: protectionClassAttribute, value: Array("complete".utf8))])
+    #expect(
+      secret.extendedAttributes == [
+        ExtendedAttribute(name: protectionClassAttribute, value: Array("complete".utf8))
+      ])
     _ = try fixture.repository.restore("com.example.notes", snapshot: result.snapshot.id, in: fixture.session)
     var target = [CChar](repeating: 0, count: 256)
     let length = readlink(fixture.path("Documents/out"), &target, 255)
-    #expect(String(decoding: target[0..<max(0, length)].map { UInt8(bitPattern: $0) }, as: UTF8.self) == "../../../../../etc/passwd")
+    #expect(
+      String(decoding: target[0..<max(0, length)].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        == "../../../../../etc/passwd")
   }
 
   @Test func damagedEncryptedBackupsAreRefusedNamingWhatIsDamaged() throws {
@@ -259,10 +297,13 @@ struct DeviceBackupHostileTests {
     func export(_ name: String) throws -> String {
       let folder = fixture.dir.url(name)
       _ = try fixture.session.exportDeviceBackup(
-        [.app(fixture.app)], to: folder, options: DeviceBackupExportOptions(password: password, rounds: testRounds))
+        [.app(fixture.app)], to: folder,
+        options: DeviceBackupExportOptions(password: password, rounds: testRounds))
       return folder
     }
-    func keybagEdited(_ folder: String, _ edit: (inout DeviceBackupKeybag) -> Void, truncate: Bool = false) throws {
+    func keybagEdited(_ folder: String, _ edit: (inout DeviceBackupKeybag) -> Void, truncate: Bool = false)
+      throws
+    {
       let url = URL(fileURLWithPath: folder + "/Manifest.plist")
       guard case .dictionary(var manifest) = try PropertyList.decode(try Data(contentsOf: url)),
         let bag = manifest["BackupKeyBag"]?.data
@@ -275,7 +316,9 @@ struct DeviceBackupHostileTests {
     }
     let cases: [(String, (String) throws -> Void, String)] = [
       ("a truncated keybag", { try keybagEdited($0, { _ in }, truncate: true) }, "the keybag has a record"),
-      ("unbounded rounds", { try keybagEdited($0, { $0.passwordIterations = .max }) }, "PBKDF2-SHA256 rounds"),
+      (
+        "unbounded rounds", { try keybagEdited($0, { $0.passwordIterations = .max }) }, "PBKDF2-SHA256 rounds"
+      ),
       (
         "a damaged file",
         { folder in

@@ -22,8 +22,12 @@ func wholeSecondTimes(_ root: String, seconds: Int64 = 1_700_000_000) throws {
     while let next = walker.nextObject() as? String { paths.append(root + "/" + top + "/" + next) }
   }
   for (index, path) in paths.sorted(by: { $0.count > $1.count }).enumerated() {
-    var times = [timespec(tv_sec: Int(seconds) + index, tv_nsec: 0), timespec(tv_sec: Int(seconds) + index, tv_nsec: 0)]
-    guard utimensat(AT_FDCWD, path, &times, AT_SYMLINK_NOFOLLOW) == 0 else { throw SystemError("utimensat", path: path) }
+    var times = [
+      timespec(tv_sec: Int(seconds) + index, tv_nsec: 0), timespec(tv_sec: Int(seconds) + index, tv_nsec: 0),
+    ]
+    guard utimensat(AT_FDCWD, path, &times, AT_SYMLINK_NOFOLLOW) == 0 else {
+      throw SystemError("utimensat", path: path)
+    }
   }
 }
 
@@ -40,12 +44,16 @@ func sampleData(_ fixture: Fixture) throws {
   try fixture.write("Documents/notes.txt", "hello\n")
   try fixture.write("Documents/empty", "")
   try fixture.write("Documents/sixteen", String(repeating: "x", count: 16), mode: 0o600)
-  try fixture.write("Documents/deep/er/still/file.bin", bytes: (0..<70_000).map { UInt8(truncatingIfNeeded: $0 * 7) })
-  try fixture.write("Documents/big.bin", bytes: (0..<700_001).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 5) })
+  try fixture.write(
+    "Documents/deep/er/still/file.bin", bytes: (0..<70_000).map { UInt8(truncatingIfNeeded: $0 * 7) })
+  try fixture.write(
+    "Documents/big.bin", bytes: (0..<700_001).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 5) })
   try fixture.write("Documents/tool.sh", "#!/bin/sh\n", mode: 0o755)
   try fixture.write("Library/Application Support/db.sqlite", "SQLite")
   try fixture.write("Library/Caches/skip.me", "cache")
-  guard symlink("../notes.txt", fixture.path("Documents/deep/link")) == 0 else { throw SystemError("symlink") }
+  guard symlink("../notes.txt", fixture.path("Documents/deep/link")) == 0 else {
+    throw SystemError("symlink")
+  }
   guard symlink("/etc/passwd", fixture.path("Documents/outward")) == 0 else { throw SystemError("symlink") }
   guard chmod(fixture.path("Documents/deep/er"), 0o700) == 0 else { throw SystemError("chmod") }
   try wholeSecondTimes(fixture.home)
@@ -61,13 +69,15 @@ struct DeviceBackupTests {
     let folder = fixture.dir.url("backup")
     let password: [UInt8]? = encrypted ? Array("secret ✓".utf8) : nil
     let report = try fixture.session.exportDeviceBackup(
-      [.app(fixture.app)], to: folder, options: DeviceBackupExportOptions(password: password, rounds: testRounds))
+      [.app(fixture.app)], to: folder,
+      options: DeviceBackupExportOptions(password: password, rounds: testRounds))
     #expect(report.isEncrypted == encrypted)
     #expect(report.domains.map(\.domain) == ["AppDomain-com.example.notes"])
     #expect(FileManager.default.fileExists(atPath: folder + "/Manifest.db"))
     #expect(!FileManager.default.fileExists(atPath: folder + "/Manifest.db-journal"))
     // Content is where the format puts it, and encrypted only when asked.
-    let id = DeviceBackupNames.fileID(domain: "AppDomain-com.example.notes", relativePath: Array("Documents/notes.txt".utf8))
+    let id = DeviceBackupNames.fileID(
+      domain: "AppDomain-com.example.notes", relativePath: Array("Documents/notes.txt".utf8))
     let stored = try Data(contentsOf: URL(fileURLWithPath: folder + "/" + id.prefix(2) + "/" + id))
     #expect(encrypted ? stored.count == 16 && stored != Data("hello\n".utf8) : stored == Data("hello\n".utf8))
 
@@ -76,15 +86,19 @@ struct DeviceBackupTests {
     #expect(backup.isEncrypted == encrypted)
     let listing = try backup.listing()
     #expect(listing.domains.map(\.identifier) == ["com.example.notes"])
-    let result = try repository.importSnapshot(of: .app("com.example.notes", installed: app), from: backup, in: session)
+    let result = try repository.importSnapshot(
+      of: .app("com.example.notes", installed: app), from: backup, in: session)
     #expect(!result.isWaiting)
     #expect(!result.snapshot.isIncomplete)
     #expect(result.snapshot.tag == "ios-backup")
     #expect(result.snapshot.containerID == app.containerID)
     _ = try repository.restore("com.example.notes", snapshot: result.snapshot.id, in: session)
-    let restored = try captureTree(session.home(of: app).path, skipping: [app.bundleDirectoryName, "tmp", "Library/Caches"])
+    let restored = try captureTree(
+      session.home(of: app).path, skipping: [app.bundleDirectoryName, "tmp", "Library/Caches"])
     func data(_ capture: [[UInt8]: CapturedEntry]) -> [[UInt8]: CapturedEntry] {
-      capture.filter { $0.key.starts(with: Array("Documents".utf8)) || $0.key.starts(with: Array("Library".utf8)) }
+      capture.filter {
+        $0.key.starts(with: Array("Documents".utf8)) || $0.key.starts(with: Array("Library".utf8))
+      }
     }
     #expect(data(expected).count > 10)
     expectSame(data(expected), data(restored))
@@ -97,7 +111,8 @@ struct DeviceBackupTests {
     try fixture.write("Documents/a", "a")
     let folder = fixture.dir.url("backup")
     _ = try fixture.session.exportDeviceBackup(
-      [.app(fixture.app)], to: folder, options: DeviceBackupExportOptions(password: Array("right".utf8), rounds: testRounds))
+      [.app(fixture.app)], to: folder,
+      options: DeviceBackupExportOptions(password: Array("right".utf8), rounds: testRounds))
     let wrong = #expect(throws: BackupError.self) { _ = try DeviceBackup(at: folder) { Array("wrong".utf8) } }
     #expect(wrong?.code == .denied)
     let none = #expect(throws: BackupError.self) { _ = try DeviceBackup(at: folder) { nil } }
@@ -109,7 +124,9 @@ struct DeviceBackupTests {
       return nil
     }
     // An existing destination is never replaced.
-    let again = #expect(throws: BackupError.self) { _ = try fixture.session.exportDeviceBackup([.app(fixture.app)], to: plain) }
+    let again = #expect(throws: BackupError.self) {
+      _ = try fixture.session.exportDeviceBackup([.app(fixture.app)], to: plain)
+    }
     #expect(again?.code == .cannotCreate)
   }
 
@@ -143,7 +160,8 @@ struct DeviceBackupTests {
       return
     }
     let container = fixture.session.root.groupContainer(group.containerID)
-    try FileManager.default.createDirectory(atPath: container + "/Library/Preferences", withIntermediateDirectories: true)
+    try FileManager.default.createDirectory(
+      atPath: container + "/Library/Preferences", withIntermediateDirectories: true)
     try Data("shared".utf8).write(to: URL(fileURLWithPath: container + "/shared.db"))
     let folder = fixture.dir.url("backup")
     let report = try fixture.session.exportDeviceBackup([.app(fixture.app), .group(group)], to: folder)

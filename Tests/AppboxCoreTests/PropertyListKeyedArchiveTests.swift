@@ -4,7 +4,9 @@ import Testing
 @testable import AppboxCore
 
 /// An MBFile-shaped archive, as an iOS backup's Manifest.db holds one per file.
-private func sampleArchive(path: String = "Documents/notes.txt", key: [UInt8]? = Array(repeating: 7, count: 44))
+private func sampleArchive(
+  path: String = "Documents/notes.txt", key: [UInt8]? = Array(repeating: 7, count: 44)
+)
   -> Data
 {
   var builder = KeyedArchiveBuilder()
@@ -86,7 +88,8 @@ struct PropertyListKeyedArchiveTests {
     for _ in 0..<3000 {
       var damaged = [UInt8](bytes)
       for _ in 0..<Int.random(in: 1...4, using: &generator) {
-        damaged[Int.random(in: 8..<damaged.count, using: &generator)] = UInt8.random(in: 0...255, using: &generator)
+        damaged[Int.random(in: 8..<damaged.count, using: &generator)] = UInt8.random(
+          in: 0...255, using: &generator)
       }
       _ = refusal(Data(damaged))
     }
@@ -96,14 +99,19 @@ struct PropertyListKeyedArchiveTests {
     #expect(refusal(PropertyList.dictionary(["a": .integer(1)]).binaryData())?.reason == .malformed)
     var builder = KeyedArchiveBuilder()
     let fields: PropertyListDictionary = ["RelativePath": KeyedArchiveUID.uid(999)]
-    #expect(refusal(builder.archive(root: fields, className: "MBFile", ancestors: ["MBFile"]))?.reason == .malformed)
+    #expect(
+      refusal(builder.archive(root: fields, className: "MBFile", ancestors: ["MBFile"]))?.reason == .malformed
+    )
   }
 
   @Test func aReferenceCycleIsFollowedOneStepAtATime() throws {
     var builder = KeyedArchiveBuilder()
     // The root refers to itself: resolving gives the root back, never a loop.
-    let fields: PropertyListDictionary = ["RelativePath": KeyedArchiveUID.uid(1), "Self": KeyedArchiveUID.uid(1)]
-    let archive = try KeyedArchive.decode(builder.archive(root: fields, className: "MBFile", ancestors: ["MBFile"]))
+    let fields: PropertyListDictionary = [
+      "RelativePath": KeyedArchiveUID.uid(1), "Self": KeyedArchiveUID.uid(1),
+    ]
+    let archive = try KeyedArchive.decode(
+      builder.archive(root: fields, className: "MBFile", ancestors: ["MBFile"]))
     #expect(try archive.resolve(archive.root["Self"]!) == archive.root)
     #expect(throws: PropertyListError.self) { try archive.string(archive.root["RelativePath"]) }
   }

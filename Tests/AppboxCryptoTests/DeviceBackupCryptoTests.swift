@@ -81,7 +81,9 @@ import Testing
     var offset = 0
     while offset < sealed.count {
       let piece = Array(sealed[offset..<min(sealed.count, offset + 333)])
-      let n = try piece.withUnsafeBytes { input in try buffer.withUnsafeMutableBytes { try stream.update(input, into: $0) } }
+      let n = try piece.withUnsafeBytes { input in
+        try buffer.withUnsafeMutableBytes { try stream.update(input, into: $0) }
+      }
       result += buffer[..<n]
       offset += piece.count
     }

@@ -45,7 +45,9 @@ private func describeHome(_ home: String) throws -> [String: Described] {
   var result: [String: Described] = [:]
   for (path, entry) in try captureTree(home) {
     let text = String(decoding: path, as: UTF8.self)
-    guard text.hasPrefix("Documents") || text.hasPrefix("Library"), !text.hasPrefix("Library/Caches") else { continue }
+    guard text.hasPrefix("Documents") || text.hasPrefix("Library"), !text.hasPrefix("Library/Caches") else {
+      continue
+    }
     var st = stat()
     guard lstat(home + "/" + text, &st) == 0 else { throw SystemError("lstat", path: text) }
     let kind = entry.type == .regular ? "file" : entry.type == .directory ? "directory" : "symlink"
@@ -59,9 +61,12 @@ private func describeHome(_ home: String) throws -> [String: Described] {
 private func described(_ reading: [String: Any], domain: String) -> [String: Described] {
   var result: [String: Described] = [:]
   for case let entry as [String: Any] in reading["entries"] as? [Any] ?? [] {
-    guard entry["domain"] as? String == domain, let path = entry["path"] as? String, !path.isEmpty else { continue }
+    guard entry["domain"] as? String == domain, let path = entry["path"] as? String, !path.isEmpty else {
+      continue
+    }
     result[path] = Described(
-      kind: entry["kind"] as? String ?? "", mode: entry["mode"] as? Int ?? -1, size: entry["size"] as? Int ?? -1,
+      kind: entry["kind"] as? String ?? "", mode: entry["mode"] as? Int ?? -1,
+      size: entry["size"] as? Int ?? -1,
       mtime: entry["mtime"] as? Int ?? -1, sha256: entry["sha256"] as? String)
   }
   return result
@@ -85,12 +90,14 @@ private func populate(_ device: Device) throws {
     ("Library/Caches/never.bin", Array("cache".utf8), 0o644),
   ]
   for (path, bytes, mode) in files {
-    try FileManager.default.createDirectory(atPath: splitPath(home + "/" + path).directory, withIntermediateDirectories: true)
+    try FileManager.default.createDirectory(
+      atPath: splitPath(home + "/" + path).directory, withIntermediateDirectories: true)
     let fd = try FileDescriptor.open(home + "/" + path, O_WRONLY | O_CREAT | O_TRUNC, mode: mode)
     try fd.closeAfter { try $0.writeAll(bytes) }
     guard chmod(home + "/" + path, mode) == 0 else { throw SystemError("chmod", path: path) }
   }
-  guard symlink("../notes.txt", home + "/Documents/a/up"), symlink("/etc/hostname", home + "/Documents/out") else {
+  guard symlink("../notes.txt", home + "/Documents/a/up"), symlink("/etc/hostname", home + "/Documents/out")
+  else {
     throw SystemError("symlink")
   }
   var paths: [String] = []
@@ -100,8 +107,13 @@ private func populate(_ device: Device) throws {
     while let next = walker?.nextObject() as? String { paths.append(home + "/" + top + "/" + next) }
   }
   for (index, path) in paths.sorted(by: { $0.count > $1.count }).enumerated() {
-    var times = [timespec(tv_sec: 1_650_000_000 + index * 7, tv_nsec: 0), timespec(tv_sec: 1_650_000_000 + index * 7, tv_nsec: 0)]
-    guard utimensat(AT_FDCWD, path, &times, AT_SYMLINK_NOFOLLOW) == 0 else { throw SystemError("utimensat", path: path) }
+    var times = [
+      timespec(tv_sec: 1_650_000_000 + index * 7, tv_nsec: 0),
+      timespec(tv_sec: 1_650_000_000 + index * 7, tv_nsec: 0),
+    ]
+    guard utimensat(AT_FDCWD, path, &times, AT_SYMLINK_NOFOLLOW) == 0 else {
+      throw SystemError("utimensat", path: path)
+    }
   }
 }
 
@@ -151,8 +163,11 @@ struct DeviceBackupEndToEndTests {
     let folder = device.dir.url("backup")
     let environment = ["APPBOX_DEVICE_BACKUP_ROUNDS": "500"]
     #expect(
-      try device.run("export-backup", "com.example.notes", folder, "--encrypt", "--password-file", passwordFile, environment: environment)
-        .status == 0)
+      try device.run(
+        "export-backup", "com.example.notes", folder, "--encrypt", "--password-file", passwordFile,
+        environment: environment
+      )
+      .status == 0)
 
     let other = Device()
     #expect(try other.run("device", "init").status == 0)
@@ -164,7 +179,8 @@ struct DeviceBackupEndToEndTests {
     #expect(domains.first?["files"] as? Int == expected.values.filter { $0.kind != "directory" }.count)
 
     // Not installed there: the snapshot waits, and restore names the bundle to install.
-    let imported = try other.run("--json", "import-backup", folder, "--app", "com.example.notes", "--password-file", passwordFile)
+    let imported = try other.run(
+      "--json", "import-backup", folder, "--app", "com.example.notes", "--password-file", passwordFile)
     #expect(imported.status == 0, "\(imported.err)")
     let result = try #require(try JSONSerialization.jsonObject(with: Data(imported.stdout)) as? [String: Any])
     let snapshot = try #require((result["snapshots"] as? [[String: Any]])?.first)
@@ -185,7 +201,9 @@ struct DeviceBackupEndToEndTests {
     // With the app installed, --all brings the app group's container too.
     let all = try other.run("--json", "import-backup", folder, "--all", "--password-file", passwordFile)
     #expect(all.status == 0, "\(all.err)")
-    let kinds = (try JSONSerialization.jsonObject(with: Data(all.stdout)) as? [String: Any])?["snapshots"] as? [[String: Any]]
+    let kinds =
+      (try JSONSerialization.jsonObject(with: Data(all.stdout)) as? [String: Any])?["snapshots"]
+      as? [[String: Any]]
     #expect(kinds?.map { $0["kind"] as? String } == ["app", "group"])
     #expect(kinds?.allSatisfy { $0["waiting"] as? Bool == false } == true)
   }
@@ -198,9 +216,15 @@ struct DeviceBackupEndToEndTests {
     let folder = device.dir.url("backup")
     let environment = ["APPBOX_DEVICE_BACKUP_ROUNDS": "10"]
     #expect(
-      try device.run("export-backup", "com.example.notes", folder, "--encrypt", "--password-file", passwordFile, environment: environment)
-        .status == 0)
-    func expectOneLine(_ result: ProcessResult, _ status: Int32, _ says: String, sourceLocation: SourceLocation = #_sourceLocation) {
+      try device.run(
+        "export-backup", "com.example.notes", folder, "--encrypt", "--password-file", passwordFile,
+        environment: environment
+      )
+      .status == 0)
+    func expectOneLine(
+      _ result: ProcessResult, _ status: Int32, _ says: String,
+      sourceLocation: SourceLocation = #_sourceLocation
+    ) {
       #expect(result.status == status, "\(result.err)", sourceLocation: sourceLocation)
       let lines = result.err.split(separator: "\n")
       #expect(lines.first?.contains(says) == true, "\(result.err)", sourceLocation: sourceLocation)
@@ -210,9 +234,11 @@ struct DeviceBackupEndToEndTests {
     expectOneLine(
       try device.run("import-backup", folder, "--all", "--password-file", wrongFile), 77, "Wrong password")
     expectOneLine(try device.run("import-backup", folder, "--all"), 77, "is encrypted")
-    expectOneLine(try device.run("import-backup", device.dir.url("nothing"), "--all"), 66, "No device backup folder")
     expectOneLine(
-      try device.run("import-backup", folder, "--app", "com.example.other", "--password-file", passwordFile), 66,
+      try device.run("import-backup", device.dir.url("nothing"), "--all"), 66, "No device backup folder")
+    expectOneLine(
+      try device.run("import-backup", folder, "--app", "com.example.other", "--password-file", passwordFile),
+      66,
       "holds no app 'com.example.other'")
     expectOneLine(try device.run("export-backup", "com.example.notes", folder), 73, "already exists")
     expectOneLine(try device.run("import-backup", folder), 64, "choose what to import")
@@ -225,7 +251,8 @@ struct DeviceBackupEndToEndTests {
     for index in 0..<32 { bytes[index] = 0 }
     try Data(bytes).write(to: URL(fileURLWithPath: database))
     expectOneLine(try device.run("import-backup", damaged, "--all"), 65, "Manifest.db")
-    let archives = (try? FileManager.default.contentsOfDirectory(atPath: device.root + "/Backups/archives")) ?? []
+    let archives =
+      (try? FileManager.default.contentsOfDirectory(atPath: device.root + "/Backups/archives")) ?? []
     #expect(archives.isEmpty)
   }
 }

@@ -12,7 +12,8 @@ import Glibc
 extension EnvironmentVariable {
   static let deviceBackupRounds = EnvironmentVariable(
     "APPBOX_DEVICE_BACKUP_ROUNDS",
-    "The PBKDF2 rounds (both steps) an encrypted export's keybag asks for (default iOS's: 10000000, then 10000).")
+    "The PBKDF2 rounds (both steps) an encrypted export's keybag asks for (default iOS's: 10000000, then 10000)."
+  )
 }
 
 /// The repository options without --password-file, which these commands take for the
@@ -50,7 +51,8 @@ private func statuses(_ mine: [ExitCode], _ shared: [ExitCode]) -> [ExitCode] {
 struct ImportBackupCommand: ParsableCommand {
   static let description = CommandDescription(
     name: "import-backup",
-    abstract: "Read apps' data out of an iOS device backup folder (Finder, iTunes, idevicebackup2) into snapshots.",
+    abstract:
+      "Read apps' data out of an iOS device backup folder (Finder, iTunes, idevicebackup2) into snapshots.",
     discussion: """
       Each chosen app's domain (AppDomain-<bundle id>) becomes a snapshot of that app, tagged
       ios-backup: its Documents and Library with their modes and modification times (whole
@@ -72,18 +74,22 @@ struct ImportBackupCommand: ParsableCommand {
         help: "An encrypted backup's password from F's first line (default: asked on the terminal)."),
       .init("app", value: "BUNDLE", help: "Import this app's domain (repeat for more)."),
       .init("all", help: "Import every app in the backup, and every app group this device has."),
-      .init("list", help: "Only show the apps, app groups and extensions the backup holds, with files and bytes."),
+      .init(
+        "list", help: "Only show the apps, app groups and extensions the backup holds, with files and bytes."),
       .init(
         "max-members", value: "N",
         help: "Refuse a domain with more rows (default 1000000, or APPBOX_IMPORT_MAX_ENTRIES)."),
       .init(
         "max-size", value: "BYTES",
-        help: "Refuse a domain whose files add up to more (K/M/G/T suffixes; default 64G, or APPBOX_IMPORT_MAX_BYTES)."),
+        help:
+          "Refuse a domain whose files add up to more (K/M/G/T suffixes; default 64G, or APPBOX_IMPORT_MAX_BYTES)."
+      ),
       repositoryOption,
     ] + repositoryOptionsForDeviceBackups,
     examples: [
       .init(
-        "See what a backup holds, then import one app and restore it:", "appbox import-backup ~/Backup/00008030-0011 --list",
+        "See what a backup holds, then import one app and restore it:",
+        "appbox import-backup ~/Backup/00008030-0011 --list",
         "appbox import-backup ~/Backup/00008030-0011 --app com.example.notes",
         "appbox restore com.example.notes --snapshot 1a2b3c4d"),
       .init(
@@ -93,7 +99,8 @@ struct ImportBackupCommand: ParsableCommand {
     exitStatuses: statuses(
       [
         .dataError(
-          "The backup folder is refused: a damaged Manifest.plist, keybag, Manifest.db or file (named), or a hostile path."),
+          "The backup folder is refused: a damaged Manifest.plist, keybag, Manifest.db or file (named), or a hostile path."
+        ),
         .noInput("No such backup folder, or the backup holds no such app; or no such repository."),
         .denied("A wrong password for an encrypted backup, or none given; or a wrong repository password."),
         .busy("Another appbox holds the app's, the device's or the repository's lock (--wait)."),
@@ -124,9 +131,13 @@ struct ImportBackupCommand: ParsableCommand {
     all = arguments.flag("all")
     list = arguments.flag("list")
     self.arguments = arguments
-    if list && (all || !apps.isEmpty) { throw arguments.usage("--list shows the backup: give it without --app or --all") }
+    if list && (all || !apps.isEmpty) {
+      throw arguments.usage("--list shows the backup: give it without --app or --all")
+    }
     if all && !apps.isEmpty { throw arguments.usage("give --app BUNDLE or --all, not both") }
-    if !list && !all && apps.isEmpty { throw arguments.usage("choose what to import: --app BUNDLE, --all, or --list to see") }
+    if !list && !all && apps.isEmpty {
+      throw arguments.usage("choose what to import: --app BUNDLE, --all, or --list to see")
+    }
   }
 
   func run(_ context: CommandContext) throws -> CommandOutput {
@@ -141,15 +152,20 @@ struct ImportBackupCommand: ParsableCommand {
       throw BackupError(
         .snapshotNotFound,
         "The device backup '\(folder)' holds no app '\(app)'"
-          + (inBackup.isEmpty ? "" : " (it holds \(inBackup.prefix(8).joined(separator: ", "))\(inBackup.count > 8 ? ", …" : ""))"))
+          + (inBackup.isEmpty
+            ? ""
+            : " (it holds \(inBackup.prefix(8).joined(separator: ", "))\(inBackup.count > 8 ? ", …" : ""))"))
     }
     var wanted: [(name: String, isGroup: Bool)] = (all ? inBackup : apps).map { ($0, false) }
     var groups: [String] = []
     if all {
-      groups = domains.filter { $0.hasPrefix("AppDomainGroup-") }.map { String($0.dropFirst("AppDomainGroup-".count)) }.sorted()
+      groups = domains.filter { $0.hasPrefix("AppDomainGroup-") }.map {
+        String($0.dropFirst("AppDomainGroup-".count))
+      }.sorted()
     } else {
       for app in apps {
-        for group in try session.registry.groups(of: app) where domains.contains("AppDomainGroup-" + group.identifier) {
+        for group in try session.registry.groups(of: app)
+        where domains.contains("AppDomainGroup-" + group.identifier) {
           if !groups.contains(group.identifier) { groups.append(group.identifier) }
         }
       }
@@ -160,7 +176,10 @@ struct ImportBackupCommand: ParsableCommand {
         wanted.append((group, true))
       } else {
         skipped.append(
-          ("AppDomainGroup-" + group, "this device has no app group \(group): install an app of it, then import again"))
+          (
+            "AppDomainGroup-" + group,
+            "this device has no app group \(group): install an app of it, then import again"
+          ))
       }
     }
     for (domain, reason) in skipped { context.warn("\(domain) was not imported: \(reason)") }
@@ -184,7 +203,8 @@ struct ImportBackupCommand: ParsableCommand {
           let installed = try session.lockApp(bundleIdentifier: name)
           defer { if let installed { session.unlockApp(installed) } }
           result = try repository.importSnapshot(
-            of: .app(name, installed: installed), from: backup, in: session, limits: limits, observer: progress)
+            of: .app(name, installed: installed), from: backup, in: session, limits: limits,
+            observer: progress)
         }
         let snapshot = result.snapshot
         lines.append(
@@ -213,7 +233,8 @@ struct ImportBackupCommand: ParsableCommand {
               ("archive", .string(result.archivePath)), ("waiting", .bool(result.isWaiting)),
               (
                 "skipped",
-                .array(result.skipped.map { .object([("path", .string($0.path)), ("members", .int($0.members))]) })
+                .array(
+                  result.skipped.map { .object([("path", .string($0.path)), ("members", .int($0.members))]) })
               ),
             ] + incompleteMembers(snapshot.unreadable, snapshot.unreadablePaths)))
       } catch {
@@ -246,7 +267,9 @@ struct ImportBackupCommand: ParsableCommand {
       ? "No apps, app groups or extensions."
       : table(
         ["KIND", "IDENTIFIER", "FILES", "BYTES"],
-        listing.domains.map { [$0.kind.rawValue, Terminal.sanitize($0.identifier), String($0.files), byteCount($0.bytes)] })
+        listing.domains.map {
+          [$0.kind.rawValue, Terminal.sanitize($0.identifier), String($0.files), byteCount($0.bytes)]
+        })
     if listing.systemEntries > 0 {
       text += "\n\(listing.systemEntries) entries in \(listing.systemDomains) system domains (never imported)"
     }
@@ -261,7 +284,8 @@ struct ImportBackupCommand: ParsableCommand {
           .array(
             listing.domains.map {
               .object([
-                ("kind", .string($0.kind.rawValue)), ("identifier", .string($0.identifier)), ("files", .int($0.files)),
+                ("kind", .string($0.kind.rawValue)), ("identifier", .string($0.identifier)),
+                ("files", .int($0.files)),
                 ("directories", .int($0.directories)), ("bytes", .int($0.bytes)),
               ])
             })
@@ -287,27 +311,33 @@ struct ExportBackupCommand: ParsableCommand {
       and Manifest.db under its own key. DIR must not exist; it appears whole or not at all.
       """,
     positionals: [
-      .init("APP", help: "Bundle identifiers or container ids, or app group identifiers (group.<id>).", repeating: true),
+      .init(
+        "APP", help: "Bundle identifiers or container ids, or app group identifiers (group.<id>).",
+        repeating: true),
       .init("DIR", help: "The backup folder to write (it must not exist)."),
     ],
     options: [
       .init("encrypt", help: "Write an encrypted backup (the password from --password-file, else asked)."),
       .init("password-file", value: "F", help: "With --encrypt: the password from F's first line."),
-      .init("snapshot", value: "ID", help: "Export this snapshot of the (one) app or group instead of its current data."),
+      .init(
+        "snapshot", value: "ID",
+        help: "Export this snapshot of the (one) app or group instead of its current data."),
       repositoryOption,
     ] + repositoryOptionsForDeviceBackups,
     examples: [
       .init("One app's data as a plain backup:", "appbox export-backup com.example.notes ~/Backup/notes"),
       .init(
         "Encrypted, from a snapshot:",
-        "appbox export-backup com.example.notes ~/Backup/notes-old --snapshot 1a2b3c4d --encrypt --password-file ~/.pw"),
+        "appbox export-backup com.example.notes ~/Backup/notes-old --snapshot 1a2b3c4d --encrypt --password-file ~/.pw"
+      ),
     ],
     exitStatuses: statuses(
       [
         .cannotCreate("DIR exists already, or cannot be written."), ExitCode.noSnapshot, .protectedData,
         .busy("Another appbox holds the app's, the device's or the repository's lock (--wait)."),
       ], ExitCode.repository),
-    environment: [.passwordFile, .deviceBackupRounds] + EnvironmentVariable.repository + EnvironmentVariable.progress)
+    environment: [.passwordFile, .deviceBackupRounds] + EnvironmentVariable.repository
+      + EnvironmentVariable.progress)
 
   let apps: [String]
   let folder: String
@@ -326,8 +356,12 @@ struct ExportBackupCommand: ParsableCommand {
     passwordFile = arguments.value("password-file")
     snapshot = arguments.value("snapshot")
     self.arguments = arguments
-    if passwordFile != nil && !encrypt { throw arguments.usage("--password-file is the password of --encrypt: give both") }
-    if snapshot != nil && apps.count != 1 { throw arguments.usage("--snapshot exports one app's (or group's) snapshot") }
+    if passwordFile != nil && !encrypt {
+      throw arguments.usage("--password-file is the password of --encrypt: give both")
+    }
+    if snapshot != nil && apps.count != 1 {
+      throw arguments.usage("--snapshot exports one app's (or group's) snapshot")
+    }
   }
 
   func run(_ context: CommandContext) throws -> CommandOutput {
@@ -346,7 +380,8 @@ struct ExportBackupCommand: ParsableCommand {
     let report: DeviceBackupExportReport
     if let snapshot {
       let name = apps[0]
-      let identifier = namesGroup(name) ? name : (try session.registry.appIfPresent(name)?.bundleIdentifier ?? name)
+      let identifier =
+        namesGroup(name) ? name : (try session.registry.appIfPresent(name)?.bundleIdentifier ?? name)
       let repository = try context.repository(repositoryArguments(arguments), create: false)
       let chosen = try repository.snapshot(snapshot, app: identifier)
       report = try session.exportDeviceBackup(
@@ -361,7 +396,8 @@ struct ExportBackupCommand: ParsableCommand {
         }
         let app = try session.lockApp(name)
         sources.append(.app(app))
-        for group in try session.registry.groups(of: app.bundleIdentifier) where !groups.contains(group.identifier) {
+        for group in try session.registry.groups(of: app.bundleIdentifier)
+        where !groups.contains(group.identifier) {
           groups.append(group.identifier)
         }
       }
@@ -369,11 +405,13 @@ struct ExportBackupCommand: ParsableCommand {
       report = try session.exportDeviceBackup(sources, to: folder, options: options, observer: progress)
     }
     for domain in report.domains where domain.unreadable > 0 {
-      context.warn("\(domain.domain) is incomplete: " + unreadableSummary(domain.unreadable, domain.unreadablePaths))
+      context.warn(
+        "\(domain.domain) is incomplete: " + unreadableSummary(domain.unreadable, domain.unreadablePaths))
     }
     let parts = report.domains.map { "\($0.domain) (\($0.files) files, \(byteCount($0.bytes)))" }
     return CommandOutput(
-      text: "Wrote \(report.isEncrypted ? "an encrypted" : "a") device backup of \(parts.joined(separator: ", ")) to \(folder)",
+      text:
+        "Wrote \(report.isEncrypted ? "an encrypted" : "a") device backup of \(parts.joined(separator: ", ")) to \(folder)",
       json: .object([
         ("backup", .string(folder)), ("encrypted", .bool(report.isEncrypted)),
         (
@@ -382,7 +420,8 @@ struct ExportBackupCommand: ParsableCommand {
             report.domains.map {
               .object(
                 [
-                  ("domain", .string($0.domain)), ("files", .int($0.files)), ("directories", .int($0.directories)),
+                  ("domain", .string($0.domain)), ("files", .int($0.files)),
+                  ("directories", .int($0.directories)),
                   ("bytes", .int($0.bytes)),
                 ] + incompleteMembers($0.unreadable, $0.unreadablePaths))
             })

@@ -30,7 +30,10 @@ final class DeviceBackupContentReader: @unchecked Sendable {
   private let queue: HandoffQueue<ContentMessage>
   private let pool: BufferPool
 
-  init(backup: DeviceBackup, plan: DeviceBackupPlan, domain: String, queue: HandoffQueue<ContentMessage>, pool: BufferPool) {
+  init(
+    backup: DeviceBackup, plan: DeviceBackupPlan, domain: String, queue: HandoffQueue<ContentMessage>,
+    pool: BufferPool
+  ) {
     self.backup = backup
     self.plan = plan
     self.domain = domain
@@ -65,33 +68,42 @@ final class DeviceBackupContentReader: @unchecked Sendable {
   }
 
   /// Reads one file and hands it over. Returns false when the archiver cancelled.
-  private func read(_ index: Int, _ item: DeviceBackupItem, hasher: SHA256Hasher, scratch: UnsafeMutableRawBufferPointer)
+  private func read(
+    _ index: Int, _ item: DeviceBackupItem, hasher: SHA256Hasher, scratch: UnsafeMutableRawBufferPointer
+  )
     throws -> Bool
   {
     let size = item.record.size
-    let status = EntryStatus(deviceBackupStatus(mode: item.record.mode, size: size, modified: item.record.lastModified))
+    let status = EntryStatus(
+      deviceBackupStatus(mode: item.record.mode, size: size, modified: item.record.lastModified))
     let protectionClass = ProtectionClass(deviceBackupClass: item.record.protectionClass)
     let attributes =
       protectionClass == .none
       ? [] : [ExtendedAttribute(name: protectionClassAttribute, value: Array(protectionClass.rawValue.utf8))]
     let file = OpenedFile(status: status, attributes: attributes)
     let contentPath = DeviceBackupNames.contentPath(item.fileID)
-    guard let (fd, found) = try DeviceBackup.openRegular(contentPath, in: backup.folder.borrowed, path: backup.path)
+    guard
+      let (fd, found) = try DeviceBackup.openRegular(
+        contentPath, in: backup.folder.borrowed, path: backup.path)
     else {
       if size == 0 { return pushEmpty(index, file) }
       return queue.push(
         .unreadable(
-          item: index, reason: "Manifest.db lists it, but its content '\(display(contentPath))' is not in the backup folder"
+          item: index,
+          reason:
+            "Manifest.db lists it, but its content '\(display(contentPath))' is not in the backup folder"
         ))
     }
     defer { fd.close() }
     var cipher: AESCBCStream?
     if backup.isEncrypted {
-      guard let stored = item.record.encryptionKey, let split = MBFileRecord.split(encryptionKey: stored) else {
+      guard let stored = item.record.encryptionKey, let split = MBFileRecord.split(encryptionKey: stored)
+      else {
         throw damaged(item, "its MBFile has no usable EncryptionKey")
       }
       guard let classKey = backup.classKeys[split.protectionClass] else {
-        throw damaged(item, "its EncryptionKey names class \(split.protectionClass), which the keybag does not hold")
+        throw damaged(
+          item, "its EncryptionKey names class \(split.protectionClass), which the keybag does not hold")
       }
       guard let key = try AESKeyWrap.unwrap(split.wrapped, with: classKey), key.count == 32 else {
         throw damaged(item, "its key does not unwrap with its class key")
@@ -103,12 +115,15 @@ final class DeviceBackupContentReader: @unchecked Sendable {
       }
       cipher = try AESCBCStream(key: key, encrypting: false)
     } else {
-      guard found.size == size else { throw damaged(item, "it holds \(found.size) bytes, Manifest.db says \(size)") }
+      guard found.size == size else {
+        throw damaged(item, "it holds \(found.size) bytes, Manifest.db says \(size)")
+      }
     }
     if size <= wholeLimit {
       let buffer = pool.take(beforeWaiting: queue.nudge)
       do {
-        let count = try fill(buffer, from: fd, stored: Int(found.size), cipher: cipher, scratch: scratch, item: item)
+        let count = try fill(
+          buffer, from: fd, stored: Int(found.size), cipher: cipher, scratch: scratch, item: item)
         guard count == Int(size) else { throw damaged(item, "it decrypts to \(count) bytes, not \(size)") }
         var digest: Digest?
         if !pool.isMostlyFree {
@@ -128,7 +143,9 @@ final class DeviceBackupContentReader: @unchecked Sendable {
       }
     }
     let archiverHashes = pool.isMostlyFree
-    guard queue.push(.begin(item: index, file: file, archiverHashes: archiverHashes, mode: .whole)) else { return false }
+    guard queue.push(.begin(item: index, file: file, archiverHashes: archiverHashes, mode: .whole)) else {
+      return false
+    }
     var left = Int(found.size)
     var produced: Int64 = 0
     // Each buffer gets at most a buffer less two blocks of ciphertext: with the block the
@@ -142,7 +159,8 @@ final class DeviceBackupContentReader: @unchecked Sendable {
           let want = min(step, left)
           if let cipher {
             try readExactly(fd, into: UnsafeMutableRawBufferPointer(rebasing: scratch[0..<want]), item: item)
-            count = try decrypt(cipher, UnsafeRawBufferPointer(rebasing: scratch[0..<want]), into: buffer, item: item)
+            count = try decrypt(
+              cipher, UnsafeRawBufferPointer(rebasing: scratch[0..<want]), into: buffer, item: item)
           } else {
             try readExactly(fd, into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want]), item: item)
             count = want
@@ -173,7 +191,8 @@ final class DeviceBackupContentReader: @unchecked Sendable {
     }
     guard produced == size else { throw damaged(item, "it decrypts to \(produced) bytes, not \(size)") }
     return queue.push(
-      .end(item: index, digest: archiverHashes ? nil : hasher.finalize(), short: 0, stable: true, final: true))
+      .end(item: index, digest: archiverHashes ? nil : hasher.finalize(), short: 0, stable: true, final: true)
+    )
   }
 
   private func pushEmpty(_ index: Int, _ file: OpenedFile) -> Bool {
@@ -195,8 +214,10 @@ final class DeviceBackupContentReader: @unchecked Sendable {
       return stored
     }
     try readExactly(fd, into: UnsafeMutableRawBufferPointer(rebasing: scratch[0..<stored]), item: item)
-    let count = try decrypt(cipher, UnsafeRawBufferPointer(rebasing: scratch[0..<stored]), into: buffer, item: item)
-    return count + (try finish(cipher, into: UnsafeMutableRawBufferPointer(rebasing: buffer[count...]), item: item))
+    let count = try decrypt(
+      cipher, UnsafeRawBufferPointer(rebasing: scratch[0..<stored]), into: buffer, item: item)
+    return count
+      + (try finish(cipher, into: UnsafeMutableRawBufferPointer(rebasing: buffer[count...]), item: item))
   }
 
   private func decrypt(
@@ -208,7 +229,9 @@ final class DeviceBackupContentReader: @unchecked Sendable {
     }
   }
 
-  private func finish(_ cipher: AESCBCStream, into output: UnsafeMutableRawBufferPointer, item: DeviceBackupItem)
+  private func finish(
+    _ cipher: AESCBCStream, into output: UnsafeMutableRawBufferPointer, item: DeviceBackupItem
+  )
     throws -> Int
   {
     do { return try cipher.finish(into: output) } catch let error as CryptoError {
@@ -216,7 +239,9 @@ final class DeviceBackupContentReader: @unchecked Sendable {
     }
   }
 
-  private func readExactly(_ fd: FileDescriptor, into buffer: UnsafeMutableRawBufferPointer, item: DeviceBackupItem)
+  private func readExactly(
+    _ fd: FileDescriptor, into buffer: UnsafeMutableRawBufferPointer, item: DeviceBackupItem
+  )
     throws
   {
     var done = 0

@@ -32,8 +32,9 @@ public struct DeviceBackupExportOptions: Sendable {
   /// The PBKDF2 rounds (SHA-256, then SHA-1) the keybag asks of readers: iOS's by default.
   public var rounds: (first: UInt32, second: UInt32)
 
-  public init(password: [UInt8]? = nil, rounds: (first: UInt32, second: UInt32) = DeviceBackupExportOptions.deviceRounds)
-  {
+  public init(
+    password: [UInt8]? = nil, rounds: (first: UInt32, second: UInt32) = DeviceBackupExportOptions.deviceRounds
+  ) {
     self.password = password
     self.rounds = rounds
   }
@@ -72,12 +73,14 @@ extension DeviceSession {
       try sources.map { source in
         switch source {
         case .app(let app):
-          let home = try OwnedFileDescriptor.open(self.home(of: app).path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+          let home = try OwnedFileDescriptor.open(
+            self.home(of: app).path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
           let rules = ScanRules(
             bundleDirectoryName: app.bundleDirectoryName, includeBundle: false,
             onlyTopLevel: [Array("Documents".utf8), Array("Library".utf8)])
           return try writer.addDomain(
-            DeviceBackupDomain.app(app.bundleIdentifier).name, home: home.borrowed, rules: rules, classes: classes,
+            DeviceBackupDomain.app(app.bundleIdentifier).name, home: home.borrowed, rules: rules,
+            classes: classes,
             observer: observer)
         case .group(let group):
           let subject = BackupSubject.group(group, in: self)
@@ -93,7 +96,8 @@ extension DeviceSession {
   /// Writes snapshot `snapshot` of `repository` (an app's or a group's data) as a device
   /// backup folder at `path`.
   public func exportDeviceBackup(
-    snapshot: Snapshot, from repository: Repository, to path: String, options: DeviceBackupExportOptions = .init(),
+    snapshot: Snapshot, from repository: Repository, to path: String,
+    options: DeviceBackupExportOptions = .init(),
     observer: EngineObserver = SilentObserver()
   ) throws -> DeviceBackupExportReport {
     let lock = try repository.lockRepository(exclusive: false)
@@ -108,13 +112,15 @@ extension DeviceSession {
     _ = try repository.materialize(snapshot, part: .data, into: data.borrowed, observer: observer)
     return try writeDeviceBackup(to: path, options: options, apps: apps, observer: observer) { writer in
       var rules = ScanRules(
-        bundleDirectoryName: snapshot.bundleDirectoryName, includeBundle: snapshot.bundleDirectoryName.isEmpty,
+        bundleDirectoryName: snapshot.bundleDirectoryName,
+        includeBundle: snapshot.bundleDirectoryName.isEmpty,
         onlyTopLevel: isGroup ? nil : [Array("Documents".utf8), Array("Library".utf8)])
       rules.skipsTemporaryDirectory = !isGroup
       let domain = isGroup ? DeviceBackupDomain.group(snapshot.app) : .app(snapshot.app)
       return [
         try writer.addDomain(
-          domain.name, home: data.borrowed, rules: rules, classes: [:], recordedClasses: recorded, observer: observer)
+          domain.name, home: data.borrowed, rules: rules, classes: [:], recordedClasses: recorded,
+          observer: observer)
       ]
     }
   }
@@ -132,7 +138,8 @@ extension DeviceSession {
     let stagingName = "." + name + ".partial-" + UUID().uuidString.prefix(8)
     try parent.borrowed.makeDirectory(stagingName, mode: 0o700)
     do {
-      let staging = try OwnedFileDescriptor(taking: parent.borrowed.open(stagingName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW))
+      let staging = try OwnedFileDescriptor(
+        taking: parent.borrowed.open(stagingName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW))
       let keybag: DeviceBackupKeybag
       var keys: [UInt32: [UInt8]]?
       if let password = options.password {
@@ -177,7 +184,8 @@ extension DeviceSession {
       """)
     try database.inTransaction {
       let insert = try database.prepare(
-        "INSERT OR REPLACE INTO Files (fileID, domain, relativePath, flags, file) VALUES (?1, ?2, ?3, ?4, ?5)")
+        "INSERT OR REPLACE INTO Files (fileID, domain, relativePath, flags, file) VALUES (?1, ?2, ?3, ?4, ?5)"
+      )
       for row in rows {
         try insert.bind(row.fileID, at: 1)
         try insert.bind(row.domain, at: 2)
@@ -189,7 +197,8 @@ extension DeviceSession {
     }
     var image = try database.serialize()
     var manifest: PropertyListDictionary = [
-      "BackupKeyBag": .data(Data(keybag.encoded())), "IsEncrypted": .bool(keys != nil), "Version": .string("10.0"),
+      "BackupKeyBag": .data(Data(keybag.encoded())), "IsEncrypted": .bool(keys != nil),
+      "Version": .string("10.0"),
       "Date": .date(Date()), "SystemDomainsVersion": .string("24.0"), "WasPasscodeSet": .bool(false),
       "Lockdown": .dictionary(lockdown),
       "Applications": .dictionary(
@@ -208,17 +217,20 @@ extension DeviceSession {
     if let keys, let classKey = keys[3] {
       let manifestKey = try SecureRandom.bytes(32)
       manifest["ManifestKey"] = .data(
-        Data(MBFileRecord.joined(protectionClass: 3, wrapped: try AESKeyWrap.wrap(manifestKey, with: classKey))))
+        Data(
+          MBFileRecord.joined(protectionClass: 3, wrapped: try AESKeyWrap.wrap(manifestKey, with: classKey))))
       image = try AESCBCStream.process(image, key: manifestKey, encrypting: true)
     }
     try write("Manifest.db", image, in: folder)
     try write("Manifest.plist", [UInt8](PropertyList.dictionary(manifest).binaryData()), in: folder)
     let now = Date()
     let info: PropertyList = .dictionary([
-      "Build Version": .string("appbox"), "Device Name": .string(identity.name), "Display Name": .string(identity.name),
+      "Build Version": .string("appbox"), "Device Name": .string(identity.name),
+      "Display Name": .string(identity.name),
       "GUID": .string(UUID().uuidString.replacingOccurrences(of: "-", with: "")),
       "Installed Applications": .array(apps.map { .string($0.0) }), "Last Backup Date": .date(now),
-      "Product Type": .string("appbox"), "Product Version": .string(Self.productVersion), "Serial Number": .string(""),
+      "Product Type": .string("appbox"), "Product Version": .string(Self.productVersion),
+      "Serial Number": .string(""),
       "Target Identifier": .string(identity.udid), "Target Type": .string("Device"),
       "Unique Identifier": .string(identity.udid.uppercased()), "iTunes Version": .string("12.13"),
     ])
@@ -279,7 +291,9 @@ extension Repository {
       for entry in try catalog.tree(digest).entries {
         let entryPath = joinPath(path, entry.name)
         if entry.type == .directory, let child = entry.digest {
-          if !path.isEmpty || entry.name != Array(snapshot.bundleDirectoryName.utf8) { pending.append((entryPath, child)) }
+          if !path.isEmpty || entry.name != Array(snapshot.bundleDirectoryName.utf8) {
+            pending.append((entryPath, child))
+          }
         } else if entry.type == .file {
           let recorded = splitProtectionRecord(entry.extendedAttributes).1
           if recorded != .none { classes[entryPath] = recorded }

@@ -38,14 +38,19 @@ public final class DeviceBackup {
   static let databaseLimit: Int64 = 4 << 30
 
   /// The device the backup is of, as far as it says (empty when it does not).
-  public var deviceName: String { manifest["Lockdown"]?["DeviceName"]?.string ?? info?["Device Name"]?.string ?? "" }
+  public var deviceName: String {
+    manifest["Lockdown"]?["DeviceName"]?.string ?? info?["Device Name"]?.string ?? ""
+  }
   public var productVersion: String { manifest["Lockdown"]?["ProductVersion"]?.string ?? "" }
   /// The UDID, kept to letters, digits and dashes (at most 64): it is recorded in snapshots.
   public var deviceIdentifier: String {
     let raw =
       manifest["Lockdown"]?["UniqueDeviceID"]?.string ?? info?["Unique Identifier"]?.string
       ?? info?["Target Identifier"]?.string ?? ""
-    let kept = String(raw.unicodeScalars.filter { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "-") }.prefix(64))
+    let kept = String(
+      raw.unicodeScalars.filter {
+        $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "-")
+      }.prefix(64))
     return kept.isEmpty ? "ios-backup" : kept
   }
 
@@ -74,13 +79,16 @@ public final class DeviceBackup {
     {
       throw refuse("Status.plist says the backup did not finish (SnapshotState '\(state.prefix(40))')")
     }
-    guard let encrypted = manifest["IsEncrypted"]?.bool ?? (manifest["IsEncrypted"] == nil ? false : nil) else {
+    guard let encrypted = manifest["IsEncrypted"]?.bool ?? (manifest["IsEncrypted"] == nil ? false : nil)
+    else {
       throw refuse("Manifest.plist's IsEncrypted is not a boolean")
     }
     isEncrypted = encrypted
     var manifestKey: [UInt8]?
     if encrypted {
-      guard let bag = manifest["BackupKeyBag"]?.data else { throw refuse("Manifest.plist has no BackupKeyBag") }
+      guard let bag = manifest["BackupKeyBag"]?.data else {
+        throw refuse("Manifest.plist has no BackupKeyBag")
+      }
       let keybag: DeviceBackupKeybag
       do {
         keybag = try DeviceBackupKeybag.parse([UInt8](bag))
@@ -95,9 +103,11 @@ public final class DeviceBackup {
         throw BackupError(.denied, "Wrong password for the encrypted device backup '\(path)'")
       }
       classKeys = keys
-      guard let stored = manifest["ManifestKey"]?.data, let split = MBFileRecord.split(encryptionKey: [UInt8](stored))
+      guard let stored = manifest["ManifestKey"]?.data,
+        let split = MBFileRecord.split(encryptionKey: [UInt8](stored))
       else { throw refuse("Manifest.plist has no usable ManifestKey") }
-      guard let classKey = keys[split.protectionClass], let key = try AESKeyWrap.unwrap(split.wrapped, with: classKey),
+      guard let classKey = keys[split.protectionClass],
+        let key = try AESKeyWrap.unwrap(split.wrapped, with: classKey),
         key.count == 32
       else { throw refuse("Manifest.plist's ManifestKey does not unwrap with its class key") }
       manifestKey = key
@@ -113,7 +123,9 @@ public final class DeviceBackup {
 
   /// Opens `name` (raw, relative) beneath the folder for reading: nil when it does not exist.
   /// A symlink, a path leaving the folder or anything but a regular file is refused.
-  static func openRegular(_ name: [UInt8], in folder: FileDescriptor, path: String) throws -> (FileDescriptor, FileStatus)? {
+  static func openRegular(_ name: [UInt8], in folder: FileDescriptor, path: String) throws -> (
+    FileDescriptor, FileStatus
+  )? {
     let shown = String(decoding: name, as: UTF8.self)
     let fd: FileDescriptor
     do {
@@ -169,7 +181,10 @@ public final class DeviceBackup {
         try readContent(of: fd, size: size, key: key, into: buffer, path: path)
       }
     } catch let error as StoreError where error.kind == .badData {
-      throw refusal(path, "Manifest.db is not an SQLite database (\(key == nil ? "damaged" : "damaged, or not encrypted with its ManifestKey")): \(error.message)")
+      throw refusal(
+        path,
+        "Manifest.db is not an SQLite database (\(key == nil ? "damaged" : "damaged, or not encrypted with its ManifestKey")): \(error.message)"
+      )
     }
     try database.execute("PRAGMA query_only = ON")
     try database.execute("PRAGMA trusted_schema = OFF")
@@ -202,7 +217,9 @@ public final class DeviceBackup {
     var out = 0
     var read = 0
     func keep(_ count: Int) throws {
-      guard count <= buffer.count - out else { throw refusal(path, "Manifest.db decrypts to more than it holds") }
+      guard count <= buffer.count - out else {
+        throw refusal(path, "Manifest.db decrypts to more than it holds")
+      }
       buffer.baseAddress!.advanced(by: out).copyMemory(from: output.baseAddress!, byteCount: count)
       out += count
     }

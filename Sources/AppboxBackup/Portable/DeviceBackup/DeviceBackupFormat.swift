@@ -115,7 +115,8 @@ struct MBFileRecord: Equatable, Sendable {
     guard (0...Int64(UInt32.max)).contains(mode) else { throw malformedRecord("Mode is out of range") }
     var record = MBFileRecord(
       mode: UInt32(mode), size: try integer("Size"), lastModified: try integer("LastModified"),
-      lastStatusChange: try integer("LastStatusChange", required: false), birth: try integer("Birth", required: false),
+      lastStatusChange: try integer("LastStatusChange", required: false),
+      birth: try integer("Birth", required: false),
       protectionClass: try integer("ProtectionClass", required: false))
     record.inode = UInt64(bitPattern: try integer("InodeNumber", required: false))
     record.userID = try integer("UserID", required: false)
@@ -163,8 +164,16 @@ enum DeviceBackupNames {
   static func fileID(domain: String, relativePath: [UInt8]) -> String {
     // SHA-1 of a short buffer cannot fail short of a broken libcrypto.
     let digest = (try? SHA1.hash(Array(domain.utf8) + [UInt8(ascii: "-")] + relativePath)) ?? []
-    return digest.map { String(format: "%02x", $0) }.joined()
+    return String(unsafeUninitializedCapacity: digest.count * 2) { out in
+      for (index, byte) in digest.enumerated() {
+        out[2 * index] = hexDigits[Int(byte >> 4)]
+        out[2 * index + 1] = hexDigits[Int(byte & 0x0F)]
+      }
+      return digest.count * 2
+    }
   }
+
+  private static let hexDigits = Array("0123456789abcdef".utf8)
 
   /// Whether `id` is 40 lowercase hex digits (so `XX/<id>` names a file inside the folder).
   static func isFileID(_ id: [UInt8]) -> Bool {

@@ -86,7 +86,9 @@ extension DeviceBackup {
     let statement = try database.prepare("SELECT DISTINCT domain FROM Files")
     while try statement.step() {
       names.append(String(decoding: statement.blob(0), as: UTF8.self))
-      guard names.count <= 100_000 else { throw Self.refusal(path, "Manifest.db names more than 100,000 domains") }
+      guard names.count <= 100_000 else {
+        throw Self.refusal(path, "Manifest.db names more than 100,000 domains")
+      }
     }
     return names.sorted()
   }
@@ -112,7 +114,8 @@ extension DeviceBackup {
           continue
         }
         var summary =
-          summaries[name] ?? DeviceBackupDomainSummary(kind: kind, identifier: identifier, files: 0, directories: 0, bytes: 0)
+          summaries[name]
+          ?? DeviceBackupDomainSummary(kind: kind, identifier: identifier, files: 0, directories: 0, bytes: 0)
         switch statement.int64(1) {
         case DeviceBackupEntryKind.directory.rawValue:
           summary.directories += 1
@@ -124,16 +127,22 @@ extension DeviceBackup {
           summary.files += 1
         }
         summaries[name] = summary
-        guard summaries.count <= 100_000 else { throw Self.refusal(path, "Manifest.db names more than 100,000 domains") }
+        guard summaries.count <= 100_000 else {
+          throw Self.refusal(path, "Manifest.db names more than 100,000 domains")
+        }
       }
     } catch let error as PropertyListError {
       throw Self.refusal(path, "Manifest.db holds a damaged MBFile: \(error.description)")
-    } catch let error as BackupError where error.code == .refusedArchive && !error.message.hasPrefix("Refused") {
+    } catch let error as BackupError
+      where error.code == .refusedArchive && !error.message.hasPrefix("Refused")
+    {
       throw Self.refusal(path, "Manifest.db holds a damaged MBFile: \(error.message)")
     }
     let order: [DeviceBackupDomainSummary.Kind: Int] = [.app: 0, .group: 1, .plugin: 2]
     return DeviceBackupListing(
-      domains: summaries.values.sorted { (order[$0.kind]!, $0.identifier) < (order[$1.kind]!, $1.identifier) },
+      domains: summaries.values.sorted {
+        (order[$0.kind]!, $0.identifier) < (order[$1.kind]!, $1.identifier)
+      },
       systemDomains: systemDomains.count, systemEntries: systemEntries)
   }
 }
@@ -157,7 +166,9 @@ extension Repository {
       .planned(entries: plan.rowCount, files: plan.archive.fileCount, bytes: plan.archive.fileBytes))
     if !plan.skipped.isEmpty {
       observer.engine(
-        .warning(path: nil, message: "\(subject.domain.name): left out what a snapshot does not keep: \(plan.skipped.summary)"))
+        .warning(
+          path: nil,
+          message: "\(subject.domain.name): left out what a snapshot does not keep: \(plan.skipped.summary)"))
     }
 
     let id = try newSnapshotID()
@@ -182,13 +193,16 @@ extension Repository {
 
     observer.engine(.phase(.committing))
     observer.engine(.stage("trees"))
-    let trees = try TreeBuilder(plan: plan.archive, results: archiver.results, catalog: catalog, bundleEntry: nil)
-      .build()
+    let trees = try TreeBuilder(
+      plan: plan.archive, results: archiver.results, catalog: catalog, bundleEntry: nil
+    )
+    .build()
     let waiting: Bool
     var snapshot = Snapshot(
       id: id, app: subject.name, device: backup.deviceIdentifier, containerID: "", version: "",
       bundleDirectoryName: "", seal: "", time: start, kind: .full, tag: "ios-backup", parent: nil,
-      rootTree: trees.root, files: trees.files, bytes: trees.bytes, bytesAdded: archiver.bytesAdded, archive: id,
+      rootTree: trees.root, files: trees.files, bytes: trees.bytes, bytesAdded: archiver.bytesAdded,
+      archive: id,
       keychainOffset: nil, warnings: archiver.warnings.count, unreadable: archiver.unreadableCount,
       unreadablePaths: Snapshot.keptPaths(
         archiver.unreadable.map(\.path).sorted { $0.lexicographicallyPrecedes($1) }))
@@ -211,7 +225,8 @@ extension Repository {
     }
     observer.engine(.stage("manifest"))
     let manifest = Manifest(
-      snapshot: snapshot, trees: trees.newTrees, blobs: archiver.blobLocations(), chunks: archiver.chunkLocations,
+      snapshot: snapshot, trees: trees.newTrees, blobs: archiver.blobLocations(),
+      chunks: archiver.chunkLocations,
       chunkLists: archiver.chunkLists.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
     try writer.writeHeader(metadataMember(Manifest.memberPath, size: manifest.encodedSize, time: start))
     try manifest.encode { try writer.writeData($0) }
@@ -228,7 +243,9 @@ extension Repository {
       if isLegacy { try? store.delete(["archives/" + id]) }
       throw error
     }
-    for warning in archiver.warnings { observer.engine(.warning(path: warning.path, message: warning.message)) }
+    for warning in archiver.warnings {
+      observer.engine(.warning(path: warning.path, message: warning.message))
+    }
     for entry in archiver.unreadable.prefix(Snapshot.unreadablePathLimit) {
       observer.engine(.warning(path: display(entry.path), message: "not imported: \(entry.reason)"))
     }
@@ -264,6 +281,7 @@ extension Repository {
     throw BackupError(
       .snapshotNotFound,
       "\(snapshot.app) is not installed, and snapshot \(snapshot.id) holds no bundle to install it from\(origin): "
-        + "install the bundle of \(snapshot.app)\(bundle) first ('appbox install <Name>.app'), then restore it")
+        + "install the bundle of \(snapshot.app)\(bundle) first ('appbox install <Name>.app'), then restore it"
+    )
   }
 }

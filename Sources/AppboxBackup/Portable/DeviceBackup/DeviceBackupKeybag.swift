@@ -75,7 +75,9 @@ struct DeviceBackupKeybag: Equatable {
       guard bytes.count - position >= 8 else { throw failure("ends inside a record header") }
       let tag = String(decoding: bytes[position..<position + 4], as: UTF8.self)
       let length = bytes[position + 4..<position + 8].reduce(0) { $0 << 8 | Int($1) }
-      guard length <= bytes.count - position - 8 else { throw failure("has a record '\(tag)' longer than the keybag") }
+      guard length <= bytes.count - position - 8 else {
+        throw failure("has a record '\(tag)' longer than the keybag")
+      }
       let value = Array(bytes[position + 8..<position + 8 + length])
       position += 8 + length
       func number() throws -> UInt32 {
@@ -119,13 +121,15 @@ struct DeviceBackupKeybag: Equatable {
     try finishClass()
     guard (1...64).contains(keybag.salt.count) else { throw failure("has no usable SALT") }
     guard (1...maximumRounds.second).contains(keybag.iterations) else {
-      throw failure("asks for \(keybag.iterations) PBKDF2-SHA1 rounds (1 to \(maximumRounds.second) accepted)")
+      throw failure(
+        "asks for \(keybag.iterations) PBKDF2-SHA1 rounds (1 to \(maximumRounds.second) accepted)")
     }
     if let salt = keybag.passwordSalt {
       guard (1...64).contains(salt.count) else { throw failure("has no usable DPSL") }
       guard let rounds = keybag.passwordIterations, (1...maximumRounds.first).contains(rounds) else {
         throw failure(
-          "asks for \(keybag.passwordIterations ?? 0) PBKDF2-SHA256 rounds (1 to \(maximumRounds.first) accepted)")
+          "asks for \(keybag.passwordIterations ?? 0) PBKDF2-SHA256 rounds (1 to \(maximumRounds.first) accepted)"
+        )
       }
     }
     guard keybag.classKeys.contains(where: { $0.wrap & passcodeWrap != 0 }) else {
@@ -148,7 +152,8 @@ struct DeviceBackupKeybag: Equatable {
     let key = try passwordKey(password)
     var keys: [UInt32: [UInt8]] = [:]
     for classKey in classKeys where classKey.wrap & Self.passcodeWrap != 0 {
-      guard let unwrapped = try AESKeyWrap.unwrap(classKey.wrappedKey, with: key), unwrapped.count == 32 else {
+      guard let unwrapped = try AESKeyWrap.unwrap(classKey.wrappedKey, with: key), unwrapped.count == 32
+      else {
         return nil
       }
       keys[classKey.protectionClass] = unwrapped
@@ -190,7 +195,9 @@ struct DeviceBackupKeybag: Equatable {
       out += [24, 16, 8, 0].map { UInt8(truncatingIfNeeded: value.count >> $0) }
       out += value
     }
-    func number(_ value: UInt32) -> [UInt8] { [24, 16, 8, 0].map { UInt8(truncatingIfNeeded: value >> UInt32($0)) } }
+    func number(_ value: UInt32) -> [UInt8] {
+      [24, 16, 8, 0].map { UInt8(truncatingIfNeeded: value >> UInt32($0)) }
+    }
     record("VERS", number(version))
     record("TYPE", number(type))
     record("UUID", uuid)

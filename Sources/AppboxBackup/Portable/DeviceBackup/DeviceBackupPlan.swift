@@ -56,14 +56,13 @@ extension DeviceBackup {
     var validator = ImportValidator(
       maxEntries: limits.maxEntries, maxBytes: limits.maxBytes, maxDataBytes: room,
       allowedTopLevel: isGroup ? nil : ImportValidator.topLevel)
-    var rows: [DeviceBackupItem] = []
-    var root: MBFileRecord?
-    var count = 0
-    let statement = try database.prepare("SELECT fileID, relativePath, flags, file FROM Files WHERE domain = ?1")
+    // The scan: one query, stepped once; the cheap checks here, the rest in `judge`.
+    var raw: [RawRow] = []
+    let statement = try database.prepare(
+      "SELECT fileID, relativePath, flags, file FROM Files WHERE domain = ?1")
     try statement.bind(domain.name, at: 1)
     do {
       while try statement.step() {
-        count += 1
         try validator.count()
         let relative = statement.blob(1)
         let shown = display(Snapshot.shortened(relative))
@@ -71,39 +70,40 @@ extension DeviceBackup {
           throw refuse("row '\(shown)' has a path longer than \(ScanRules.maximumPathLength) bytes")
         }
         guard !relative.contains(0) else { throw refuse("row '\(shown)' has a NUL byte in its path") }
-        let id = statement.blob(0)
-        let expected = DeviceBackupNames.fileID(domain: domain.name, relativePath: relative)
-        guard DeviceBackupNames.isFileID(id), id.elementsEqual(expected.utf8) else {
-          throw refuse("row '\(shown)' has a fileID that is not the SHA-1 of its domain and path")
-        }
-        let flags = statement.int64(2)
-        guard let kind = DeviceBackupEntryKind(rawValue: flags) else {
-          throw refuse("row '\(shown)' has flags \(flags) (1 file, 2 directory, 4 symlink)")
-        }
         let blob = statement.blob(3)
-        let record: MBFileRecord
-        do {
-          guard blob.count <= MBFileRecord.limits.maxBytes else { throw BackupError(.refusedArchive, "it is too large") }
-          record = try MBFileRecord.decode(blob)
-        } catch let error as PropertyListError {
-          throw refuse("row '\(shown)' has a damaged MBFile: \(error.description)")
-        } catch let error as BackupError where error.code == .refusedArchive {
-          throw refuse("row '\(shown)' has a damaged MBFile: \(error.message)")
+        guard blob.count <= MBFileRecord.limits.maxBytes else {
+          throw refuse("row '\(shown)' has an MBFile over 64 KiB")
         }
-        guard record.mode & UInt32(S_IFMT) == kind.modeType else {
-          throw refuse("row '\(shown)' has a Mode (0o\(String(record.mode, radix: 8))) that disagrees with its flags")
-        }
-        if relative.isEmpty {
-          guard kind == .directory, root == nil else { throw refuse("the domain's root row is not one directory") }
-          root = record
-          continue
-        }
-        rows.append(DeviceBackupItem(fileID: expected, path: relative, kind: kind, record: record))
+        raw.append(RawRow(id: statement.blob(0), path: relative, flags: statement.int64(2), blob: blob))
       }
-    } catch let error as BackupError where error.code == .refusedArchive && !error.message.hasPrefix("Refused") {
+    } catch let error as BackupError
+      where error.code == .refusedArchive && !error.message.hasPrefix("Refused")
+    {
       throw refuse(error.message)
     } catch let error as StoreError {
       throw Self.refusal(path, "Manifest.db is damaged: \(error.message)")
+    }
+    // Each row judged on its own (its fileID's SHA-1, its MBFile decoded), on both cores; the
+    // first refusal in scan order wins, as if judged one by one.
+    let judged = Self.judgeAll(raw, domain: domain.name)
+    let count = raw.count
+    raw = []
+    var rows: [DeviceBackupItem] = []
+    rows.reserveCapacity(judged.count)
+    var root: MBFileRecord?
+    for outcome in judged {
+      switch outcome {
+      case .failure(let refusal): throw refuse(refusal.why)
+      case .success(let item):
+        if item.path.isEmpty {
+          guard item.kind == .directory, root == nil else {
+            throw refuse("the domain's root row is not one directory")
+          }
+          root = item.record
+        } else {
+          rows.append(item)
+        }
+      }
     }
     rows.sort { $0.path.lexicographicallyPrecedes($1.path) }
     var layout = TreeLayout(time: time, root: root)
@@ -139,18 +139,83 @@ extension DeviceBackup {
     for (index, item) in archive.items.enumerated() {
       if case .file(let directory, let entry) = item { fileRows[index] = rowOfEntry[directory][entry] }
     }
-    return DeviceBackupPlan(archive: archive, items: kept, fileRows: fileRows, skipped: skipped, rowCount: count)
+    return DeviceBackupPlan(
+      archive: archive, items: kept, fileRows: fileRows, skipped: skipped, rowCount: count)
+  }
+
+  struct RawRow {
+    var id: [UInt8]
+    var path: [UInt8]
+    var flags: Int64
+    var blob: [UInt8]
+  }
+
+  struct Refusal: Error {
+    var why: String
+  }
+
+  /// One row judged: its fileID, flags and MBFile, or why it is refused.
+  static func judge(_ row: RawRow, domain: String) -> Result<DeviceBackupItem, Refusal> {
+    let shown = display(Snapshot.shortened(row.path))
+    let expected = DeviceBackupNames.fileID(domain: domain, relativePath: row.path)
+    guard DeviceBackupNames.isFileID(row.id), row.id.elementsEqual(expected.utf8) else {
+      return .failure(
+        Refusal(why: "row '\(shown)' has a fileID that is not the SHA-1 of its domain and path"))
+    }
+    guard let kind = DeviceBackupEntryKind(rawValue: row.flags) else {
+      return .failure(Refusal(why: "row '\(shown)' has flags \(row.flags) (1 file, 2 directory, 4 symlink)"))
+    }
+    let record: MBFileRecord
+    do {
+      record = try MBFileRecord.decode(row.blob)
+    } catch let error as PropertyListError {
+      return .failure(Refusal(why: "row '\(shown)' has a damaged MBFile: \(error.description)"))
+    } catch let error as BackupError {
+      return .failure(Refusal(why: "row '\(shown)' has a damaged MBFile: \(error.message)"))
+    } catch {
+      return .failure(Refusal(why: "row '\(shown)' has a damaged MBFile: \(error)"))
+    }
+    guard record.mode & UInt32(S_IFMT) == kind.modeType else {
+      return .failure(
+        Refusal(
+          why: "row '\(shown)' has a Mode (0o\(String(record.mode, radix: 8))) that disagrees with its flags")
+      )
+    }
+    return .success(DeviceBackupItem(fileID: expected, path: row.path, kind: kind, record: record))
+  }
+
+  /// `judge` over every row, half of them on a second thread.
+  static func judgeAll(_ rows: [RawRow], domain: String) -> [Result<DeviceBackupItem, Refusal>] {
+    guard rows.count > 512 else { return rows.map { judge($0, domain: domain) } }
+    let results = UnsafeMutableBufferPointer<Result<DeviceBackupItem, Refusal>?>.allocate(
+      capacity: rows.count)
+    results.initialize(repeating: nil)
+    defer { results.deallocate() }
+    nonisolated(unsafe) let shared = results
+    nonisolated(unsafe) let input = rows
+    let half = rows.count / 2
+    let helper = WorkerThread(name: "appbox-judge") {
+      for index in half..<input.count { shared[index] = judge(input[index], domain: domain) }
+    }
+    for index in 0..<half { results[index] = judge(rows[index], domain: domain) }
+    try? helper.join()
+    return results.map { $0! }
   }
 
   /// The group a row is skipped under, or nil when it is imported. A malformed path is
   /// never skipped: the validator refuses it.
   static func skipGroup(_ path: [UInt8], isGroup: Bool) -> String? {
     let components = path.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false)
-    if path.first == UInt8(ascii: "/") || components.contains(where: { $0.isEmpty || $0.elementsEqual([0x2E]) || $0.elementsEqual([0x2E, 0x2E]) }) {
+    if path.first == UInt8(ascii: "/")
+      || components.contains(where: {
+        $0.isEmpty || $0.elementsEqual([0x2E]) || $0.elementsEqual([0x2E, 0x2E])
+      })
+    {
       return nil
     }
     let first = components[0]
-    if first.elementsEqual("Library".utf8), components.count >= 2, components[1].elementsEqual("Caches".utf8) {
+    if first.elementsEqual("Library".utf8), components.count >= 2, components[1].elementsEqual("Caches".utf8)
+    {
       return "Library/Caches"
     }
     if isGroup || first.elementsEqual("Documents".utf8) || first.elementsEqual("Library".utf8) { return nil }
@@ -220,7 +285,8 @@ private struct TreeLayout {
     pending.append([])
     index[path] = child
     pending[parent].append(
-      Pending(name: name, type: .directory, status: EntryStatus(status), linkTarget: nil, child: child, row: -1))
+      Pending(
+        name: name, type: .directory, status: EntryStatus(status), linkTarget: nil, child: child, row: -1))
   }
 
   mutating func addEntry(_ path: [UInt8], record: MBFileRecord, kind: DeviceBackupEntryKind, row: Int) {
@@ -232,7 +298,8 @@ private struct TreeLayout {
       modified: record.lastModified)
     pending[parent].append(
       Pending(
-        name: name, type: kind == .symlink ? .symlink : .file, status: EntryStatus(status), linkTarget: target,
+        name: name, type: kind == .symlink ? .symlink : .file, status: EntryStatus(status),
+        linkTarget: target,
         child: nil, row: row))
   }
 
@@ -247,7 +314,8 @@ private struct TreeLayout {
       scanned.reserveCapacity(sorted.count)
       for entry in sorted {
         var made = ScannedEntry(
-          nameStart: Int32(names.count), nameLength: Int32(entry.name.count), status: entry.status, type: entry.type,
+          nameStart: Int32(names.count), nameLength: Int32(entry.name.count), status: entry.status,
+          type: entry.type,
           previous: nil)
         made.linkTarget = entry.linkTarget
         made.child = entry.child

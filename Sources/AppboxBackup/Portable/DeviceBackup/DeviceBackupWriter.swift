@@ -66,7 +66,8 @@ final class DeviceBackupWriter {
   /// device's fscrypt keys to protection classes; `recordedClasses`, when given, names each
   /// file's class instead (a snapshot materialized without protection).
   func addDomain(
-    _ domain: String, home: FileDescriptor, rules: ScanRules, classes: [FscryptKeyIdentifier: ProtectionClass],
+    _ domain: String, home: FileDescriptor, rules: ScanRules,
+    classes: [FscryptKeyIdentifier: ProtectionClass],
     recordedClasses: [[UInt8]: ProtectionClass]? = nil, observer: EngineObserver
   ) throws -> DeviceBackupExportedDomain {
     let scanner = Scanner(
@@ -85,7 +86,8 @@ final class DeviceBackupWriter {
       domain: domain, files: 0, directories: 0, bytes: 0, unreadable: scanner.unreadableCount,
       unreadablePaths: scanner.unreadable.map(\.path))
     do {
-      try consume(queue, plan: plan, domain: domain, pool: pool, recordedClasses: recordedClasses, report: &report)
+      try consume(
+        queue, plan: plan, domain: domain, pool: pool, recordedClasses: recordedClasses, report: &report)
     } catch {
       queue.cancel { message in
         switch message {
@@ -98,7 +100,8 @@ final class DeviceBackupWriter {
     }
     try thread.join()
     warnings += scanner.warnings.map { "'\($0.path)' \($0.message)" }
-    report.unreadablePaths = Snapshot.keptPaths(report.unreadablePaths.sorted { $0.lexicographicallyPrecedes($1) })
+    report.unreadablePaths = Snapshot.keptPaths(
+      report.unreadablePaths.sorted { $0.lexicographicallyPrecedes($1) })
     return report
   }
 
@@ -137,7 +140,8 @@ final class DeviceBackupWriter {
         switch plan.items[item] {
         case .directory(let index):
           guard let status = plan.directories[index].status else { continue }
-          rows.append(row(domain, path(of: item), .directory, record(status: EntryStatus(status), protectionClass: 0)))
+          rows.append(
+            row(domain, path(of: item), .directory, record(status: EntryStatus(status), protectionClass: 0)))
           report.directories += 1
         case .symlink(let directory, let entry):
           let scanned = plan.directories[directory].entries[entry]
@@ -156,7 +160,9 @@ final class DeviceBackupWriter {
         try finishFile(item, file, output)
       case .begin(let item, let file, _, _):
         current?.output.abandon()
-        current = (item, file, try openContent(domain, path(of: item), protectionClass: protectionClass(item, file)))
+        current = (
+          item, file, try openContent(domain, path(of: item), protectionClass: protectionClass(item, file))
+        )
       case .chunk(let buffer, let count, _):
         defer { pool.give(buffer) }
         try current?.output.write(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
@@ -209,7 +215,8 @@ final class DeviceBackupWriter {
     -> DeviceBackupRow
   {
     DeviceBackupRow(
-      fileID: DeviceBackupNames.fileID(domain: domain, relativePath: path), domain: domain, relativePath: path,
+      fileID: DeviceBackupNames.fileID(domain: domain, relativePath: path), domain: domain,
+      relativePath: path,
       kind: kind, file: record.encoded(relativePath: path))
   }
 
@@ -228,13 +235,15 @@ final class DeviceBackupWriter {
     let fileID = DeviceBackupNames.fileID(domain: domain, relativePath: path)
     let directory = try subdirectory(for: fileID)
     let fd = try directory.open(fileID, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, mode: 0o600)
-    return try ContentFile(fileID: fileID, descriptor: fd, protectionClass: protectionClass, classKeys: classKeys)
+    return try ContentFile(
+      fileID: fileID, descriptor: fd, protectionClass: protectionClass, classKeys: classKeys)
   }
 
   private func copyContent(from source: String, to target: String) throws {
     let input = try subdirectory(for: source).open(source, O_RDONLY | O_NOFOLLOW)
     defer { input.close() }
-    let output = try subdirectory(for: target).open(target, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, mode: 0o600)
+    let output = try subdirectory(for: target).open(
+      target, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, mode: 0o600)
     defer { output.close() }
     try output.writeAll(try input.readAll(limit: Int.max))
   }
@@ -254,7 +263,9 @@ private final class ContentFile {
   /// class key by it).
   let protectionClass: Int64
 
-  init(fileID: String, descriptor: FileDescriptor, protectionClass: Int64, classKeys: [UInt32: [UInt8]]?) throws {
+  init(fileID: String, descriptor: FileDescriptor, protectionClass: Int64, classKeys: [UInt32: [UInt8]]?)
+    throws
+  {
     self.fileID = fileID
     self.descriptor = descriptor
     self.protectionClass = protectionClass
@@ -267,9 +278,11 @@ private final class ContentFile {
     cipher = try AESCBCStream(key: key, encrypting: true)
     let keyClass = UInt32(protectionClass)
     guard let classKey = classKeys[keyClass] else {
-      throw BackupError(.invalidRequest, "The keybag has no class \(keyClass) key to encrypt a backup file with")
+      throw BackupError(
+        .invalidRequest, "The keybag has no class \(keyClass) key to encrypt a backup file with")
     }
-    encryptionKey = MBFileRecord.joined(protectionClass: keyClass, wrapped: try AESKeyWrap.wrap(key, with: classKey))
+    encryptionKey = MBFileRecord.joined(
+      protectionClass: keyClass, wrapped: try AESKeyWrap.wrap(key, with: classKey))
   }
 
   deinit { if !closed { descriptor.close() } }
@@ -277,7 +290,9 @@ private final class ContentFile {
   func write(_ bytes: UnsafeRawBufferPointer) throws {
     plaintextBytes += Int64(bytes.count)
     guard let cipher else { return try descriptor.writeAll(bytes) }
-    if scratch.count < bytes.count + AESCBCStream.blockSize { scratch = [UInt8](repeating: 0, count: bytes.count + 64) }
+    if scratch.count < bytes.count + AESCBCStream.blockSize {
+      scratch = [UInt8](repeating: 0, count: bytes.count + 64)
+    }
     let count = try scratch.withUnsafeMutableBytes { try cipher.update(bytes, into: $0) }
     try scratch.withUnsafeBytes { try descriptor.writeAll(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
   }
