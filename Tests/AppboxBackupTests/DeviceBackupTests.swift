@@ -130,6 +130,21 @@ struct DeviceBackupTests {
     #expect(again?.code == .cannotCreate)
   }
 
+  @Test func aNameThatIsNotUTF8IsLeftOutOfAnExportWithAWarning() throws {
+    let fixture = try Fixture()
+    try fixture.write("Documents/ok.txt", "ok")
+    let documents = try FileDescriptor.open(fixture.path("Documents"), O_RDONLY | O_DIRECTORY)
+    try documents.closeAfter { directory in
+      let fd = try directory.open(rawName: [0xFF, 0x41], O_WRONLY | O_CREAT | O_EXCL)
+      try fd.closeAfter { try $0.writeAll(Array("latin-1".utf8)) }
+    }
+    let folder = fixture.dir.url("backup")
+    let report = try fixture.session.exportDeviceBackup([.app(fixture.app)], to: folder)
+    #expect(report.warnings.contains { $0.contains("not UTF-8") })
+    let listing = try DeviceBackup(at: folder) { nil }.listing()
+    #expect(listing.domains.first { $0.kind == .app }?.files == 1)
+  }
+
   @Test func anAppThatIsNotInstalledWaitsAndRestoreNamesTheBundle() throws {
     let fixture = try Fixture()
     try fixture.write("Documents/a", "a")

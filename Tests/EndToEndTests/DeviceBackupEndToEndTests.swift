@@ -197,6 +197,9 @@ struct DeviceBackupEndToEndTests {
     #expect(restored.status == 0, "\(restored.err)")
     #expect(try describeHome(other.home) == expected)
     #expect(!FileManager.default.fileExists(atPath: other.home + "/Library/Caches/never.bin"))
+    // The imported snapshot is an ordinary one: check reads every byte of it back.
+    let checked = try other.run("check", "--read-data")
+    #expect(checked.status == 0, "\(checked.out)\(checked.err)")
 
     // With the app installed, --all brings the app group's container too.
     let all = try other.run("--json", "import-backup", folder, "--all", "--password-file", passwordFile)

@@ -56,8 +56,31 @@ extension DeviceBackup {
     var validator = ImportValidator(
       maxEntries: limits.maxEntries, maxBytes: limits.maxBytes, maxDataBytes: room,
       allowedTopLevel: isGroup ? nil : ImportValidator.topLevel)
-    // The scan: one query, stepped once; the cheap checks here, the rest in `judge`.
+    // The scan: one query, stepped once; the cheap checks here, the rest in `judge`, a batch
+    // of rows at a time on both cores (the first refusal in scan order wins, as if judged one
+    // by one), so only a batch of raw rows is held at once.
     var raw: [RawRow] = []
+    var rows: [DeviceBackupItem] = []
+    var root: MBFileRecord?
+    var count = 0
+    func judgeBatch() throws {
+      for outcome in Self.judgeAll(raw, domain: domain.name) {
+        switch outcome {
+        case .failure(let refusal): throw refuse(refusal.why)
+        case .success(let item):
+          if item.path.isEmpty {
+            guard item.kind == .directory, root == nil else {
+              throw refuse("the domain's root row is not one directory")
+            }
+            root = item.record
+          } else {
+            rows.append(item)
+          }
+        }
+      }
+      count += raw.count
+      raw.removeAll(keepingCapacity: true)
+    }
     let statement = try database.prepare(
       "SELECT fileID, relativePath, flags, file FROM Files WHERE domain = ?1")
     try statement.bind(domain.name, at: 1)
@@ -75,35 +98,15 @@ extension DeviceBackup {
           throw refuse("row '\(shown)' has an MBFile over 64 KiB")
         }
         raw.append(RawRow(id: statement.blob(0), path: relative, flags: statement.int64(2), blob: blob))
+        if raw.count == 8192 { try judgeBatch() }
       }
+      try judgeBatch()
     } catch let error as BackupError
       where error.code == .refusedArchive && !error.message.hasPrefix("Refused")
     {
       throw refuse(error.message)
     } catch let error as StoreError {
       throw Self.refusal(path, "Manifest.db is damaged: \(error.message)")
-    }
-    // Each row judged on its own (its fileID's SHA-1, its MBFile decoded), on both cores; the
-    // first refusal in scan order wins, as if judged one by one.
-    let judged = Self.judgeAll(raw, domain: domain.name)
-    let count = raw.count
-    raw = []
-    var rows: [DeviceBackupItem] = []
-    rows.reserveCapacity(judged.count)
-    var root: MBFileRecord?
-    for outcome in judged {
-      switch outcome {
-      case .failure(let refusal): throw refuse(refusal.why)
-      case .success(let item):
-        if item.path.isEmpty {
-          guard item.kind == .directory, root == nil else {
-            throw refuse("the domain's root row is not one directory")
-          }
-          root = item.record
-        } else {
-          rows.append(item)
-        }
-      }
     }
     rows.sort { $0.path.lexicographicallyPrecedes($1.path) }
     var layout = TreeLayout(time: time, root: root)

@@ -134,9 +134,25 @@ final class DeviceBackupWriter {
       report.files += 1
       report.bytes += file.status.size
     }
+    // Manifest.db keeps paths as text: a name that is not UTF-8 cannot be carried.
+    var notText: [[UInt8]] = []
+    func carried(_ item: Int) -> Bool {
+      let relative = path(of: item)
+      if String(validating: relative, as: UTF8.self) != nil { return true }
+      if notText.count < 5 { notText.append(relative) }
+      return false
+    }
+    defer {
+      if !notText.isEmpty {
+        warnings.append(
+          "left out what has a name that is not UTF-8 (the format keeps paths as text): "
+            + notText.map { "'\(display($0))'" }.joined(separator: ", "))
+      }
+    }
     while let message = queue.pop() {
       switch message {
       case .passthrough(let item):
+        guard carried(item) else { continue }
         switch plan.items[item] {
         case .directory(let index):
           guard let status = plan.directories[index].status else { continue }
@@ -155,11 +171,14 @@ final class DeviceBackupWriter {
         }
       case .whole(let item, let file, let buffer, let count, _, _):
         defer { pool.give(buffer) }
+        guard carried(item) else { continue }
         let output = try openContent(domain, path(of: item), protectionClass: protectionClass(item, file))
         try output.write(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
         try finishFile(item, file, output)
       case .begin(let item, let file, _, _):
         current?.output.abandon()
+        current = nil
+        guard carried(item) else { continue }
         current = (
           item, file, try openContent(domain, path(of: item), protectionClass: protectionClass(item, file))
         )
@@ -189,7 +208,7 @@ final class DeviceBackupWriter {
         report.unreadable += 1
         report.unreadablePaths.append(path(of: item))
       case .hardlink(let item, let first):
-        guard let original = written[first] else { continue }
+        guard let original = written[first], carried(item) else { continue }
         let relative = path(of: item)
         let fileID = DeviceBackupNames.fileID(domain: domain, relativePath: relative)
         try copyContent(from: original.fileID, to: fileID)
