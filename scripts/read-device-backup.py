@@ -5,8 +5,8 @@
 - "entries": every Manifest.db entry as pyiosbackup reads it (domain, path, kind, mode, size,
   whole-second mtime, and the SHA-256 of a file's decrypted content);
 - "decrypted" (encrypted backups only): iphone_backup_decrypt's reading of every file, as the
-  SHA-256 of its bytes by "domain/path", and "extracted": the files its extract_files wrote,
-  with their SHA-256 and mtime.
+  SHA-256 of its bytes by "domain/path"; "protection": each file's ProtectionClass as it reads
+  it; and "extracted": the files its extract_files wrote, with their SHA-256 and mtime.
 The tests compare this with the tree appbox exported (EndToEndTests/DeviceBackupEndToEndTests).
 """
 
@@ -44,11 +44,16 @@ def main():
     result = {"encrypted": backup.is_encrypted, "entries": entries}
     if password:
         from iphone_backup_decrypt import EncryptedBackup
+        from iphone_backup_decrypt.utils import FilePlist
 
         decrypted = EncryptedBackup(backup_directory=folder, passphrase=password)
         with decrypted.manifest_db_cursor() as cursor:
-            cursor.execute("SELECT domain, relativePath FROM Files WHERE flags = 1")
-            files = cursor.fetchall()
+            cursor.execute("SELECT domain, relativePath, file FROM Files WHERE flags = 1")
+            rows = cursor.fetchall()
+        files = [(domain, path) for domain, path, _ in rows]
+        result["protection"] = {
+            domain + "/" + path: FilePlist(blob).protection_class for domain, path, blob in rows
+        }
         result["decrypted"] = {
             domain + "/" + path: digest(decrypted.extract_file_as_bytes(path, domain_like=domain))
             for domain, path in files

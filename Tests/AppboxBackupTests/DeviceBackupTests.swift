@@ -106,6 +106,36 @@ struct DeviceBackupTests {
     #expect(!FileManager.default.fileExists(atPath: session.home(of: app).path + "/Library/Caches/skip.me"))
   }
 
+  @Test func aSnapshotIsExportedAsItWasNotAsTheHomeIsNow() throws {
+    let fixture = try Fixture()
+    try sampleData(fixture)
+    let expected = try fixture.captureData()
+    let snapshot = try fixture.backup().snapshot
+    try fixture.write("Documents/notes.txt", "changed since")
+    try fixture.write("Documents/new.txt", "new")
+    let folder = fixture.dir.url("backup")
+    let report = try fixture.session.exportDeviceBackup(
+      snapshot: snapshot, from: fixture.repository, to: folder,
+      options: DeviceBackupExportOptions(password: Array("pw".utf8), rounds: testRounds))
+    #expect(report.domains.map(\.domain) == ["AppDomain-com.example.notes"])
+    // Its temporary folder under the device root is gone.
+    let state = try FileManager.default.contentsOfDirectory(atPath: fixture.root.stateDirectory)
+    #expect(!state.contains { $0.hasPrefix("device-backup-") }, "\(state)")
+    let (session, app, repository) = try importingFixture(fixture)
+    let result = try repository.importSnapshot(
+      of: .app("com.example.notes", installed: app), from: try DeviceBackup(at: folder) { Array("pw".utf8) },
+      in: session)
+    _ = try repository.restore("com.example.notes", snapshot: result.snapshot.id, in: session)
+    let restored = try captureTree(
+      session.home(of: app).path, skipping: [app.bundleDirectoryName, "tmp", "Library/Caches"])
+    func data(_ capture: [[UInt8]: CapturedEntry]) -> [[UInt8]: CapturedEntry] {
+      capture.filter {
+        $0.key.starts(with: Array("Documents".utf8)) || $0.key.starts(with: Array("Library".utf8))
+      }
+    }
+    expectSame(data(expected), data(restored))
+  }
+
   @Test func aWrongPasswordIsDeniedAndNoPasswordIsAskedForPlainBackups() throws {
     let fixture = try Fixture()
     try fixture.write("Documents/a", "a")

@@ -259,3 +259,41 @@ struct DeviceBackupEndToEndTests {
     #expect(archives.isEmpty)
   }
 }
+
+/// Protection classes through the format, on a real encrypted volume (as root, with loop
+/// devices, like the other file protection suites).
+@Suite(.enabled(if: EncryptedVolume.isAvailable, "needs root and loop devices"))
+struct DeviceBackupProtectionEndToEndTests {
+  @Test func protectionClassesGoOutInTheFormatAndComeBackOnAnotherDevice() throws {
+    let device = try ProtectedDevice()
+    let home = try device.install("Notes-1.0/Notes.app")
+    try Data("secret".utf8).write(to: URL(fileURLWithPath: home + "/Documents/secret.txt"))
+    try Data("plain".utf8).write(to: URL(fileURLWithPath: home + "/Documents/plain.txt"))
+    try expectSuccess(
+      device.run("protect", "com.example.notes", "Documents/secret.txt", "--class", "complete"))
+    let passwordFile = device.volume.path + "/password"
+    try Data("pw\n".utf8).write(to: URL(fileURLWithPath: passwordFile))
+    guard chmod(passwordFile, 0o600) == 0 else { throw SystemError("chmod", path: passwordFile) }
+    let folder = device.volume.path + "/backup"
+    try expectSuccess(
+      device.run(
+        "export-backup", "com.example.notes", folder, "--encrypt", "--password-file", passwordFile,
+        environment: ["APPBOX_DEVICE_BACKUP_ROUNDS": "100"]))
+    // iphone_backup_decrypt reads the class of each file as the platform numbers them.
+    let reading = try readBackup(folder, password: "pw")
+    let classes = reading["protection"] as? [String: Int] ?? [:]
+    #expect(classes["AppDomain-com.example.notes/Documents/secret.txt"] == 1, "\(classes)")
+    #expect(classes["AppDomain-com.example.notes/Documents/plain.txt"] == 4, "\(classes)")
+
+    let other = try device.sibling("other", passcode: ProtectedDevice.passcode)
+    _ = try device.install("Notes-1.0/Notes.app", root: other)
+    try expectSuccess(
+      appbox(
+        ["import-backup", folder, "--app", "com.example.notes", "--password-file", passwordFile], root: other)
+    )
+    try expectSuccess(appbox(["restore", "com.example.notes"], root: other))
+    let restored = try device.classes("com.example.notes", "Documents", root: other)
+    #expect(restored["Documents/secret.txt"] == "complete", "\(restored)")
+    #expect(restored["Documents/plain.txt"] == "none", "\(restored)")
+  }
+}

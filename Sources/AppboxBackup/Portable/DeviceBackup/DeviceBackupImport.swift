@@ -255,13 +255,15 @@ extension Repository {
       skipped: plan.skipped.groups.map { ImportSkip(path: $0.name, members: $0.count) })
   }
 
-  /// Free space for an import's archive: the local repository's less a reserve; unbounded
-  /// for an object store, which reports none.
+  /// Free space for an import's archive: the local repository's less a reserve for its
+  /// catalog and the rest of the device (64 MiB, or an eighth on a small file system);
+  /// unbounded for an object store, which reports none.
   private func roomForImport() throws -> Int64 {
     guard case .directory = location else { return .max }
     let archives = try FileDescriptor.open(archivesPath, O_RDONLY | O_DIRECTORY)
     defer { archives.close() }
-    return max(0, try archives.availableSpace() - (64 << 20))
+    let available = try archives.availableSpace()
+    return max(0, available - min(64 << 20, available / 8))
   }
 }
 
