@@ -290,6 +290,30 @@ struct DeviceBackupHostileTests {
         == "../../../../../etc/passwd")
   }
 
+  @Test func theListingCountsAppsGroupsExtensionsAndTheSystem() throws {
+    let fixture = try Fixture()
+    let folder = fixture.dir.url("b")
+    var widget = HandRow.file("Documents/w", "widget")
+    widget.domain = "AppDomainPlugin-com.example.notes.widget"
+    var home = HandRow.file("Library/Preferences/com.apple.x.plist", "system")
+    home.domain = "HomeDomain"
+    var group = HandRow.file("shared.db", "123456789")
+    group.domain = "AppDomainGroup-group.com.example.shared"
+    try handBuiltBackup(
+      folder, [.file("Documents/a", "abc"), .directory("Documents/d"), widget, home, group])
+    let listing = try DeviceBackup(at: folder) { nil }.listing()
+    #expect(
+      listing.domains == [
+        DeviceBackupDomainSummary(
+          kind: .app, identifier: "com.example.notes", files: 1, directories: 2, bytes: 3),
+        DeviceBackupDomainSummary(
+          kind: .group, identifier: "group.com.example.shared", files: 1, directories: 0, bytes: 9),
+        DeviceBackupDomainSummary(
+          kind: .plugin, identifier: "com.example.notes.widget", files: 1, directories: 0, bytes: 6),
+      ])
+    #expect(listing.systemDomains == 1 && listing.systemEntries == 1)
+  }
+
   @Test func damagedEncryptedBackupsAreRefusedNamingWhatIsDamaged() throws {
     let fixture = try Fixture()
     try fixture.write("Documents/a.txt", "some text that fills more than a block")

@@ -182,6 +182,13 @@ struct ImportBackupCommand: ParsableCommand {
           ))
       }
     }
+    // Extensions' containers: those of every app with --all, else those named after a chosen app.
+    for domain in domains.sorted() where domain.hasPrefix("AppDomainPlugin-") {
+      let identifier = String(domain.dropFirst("AppDomainPlugin-".count))
+      if all || apps.contains(where: { identifier.hasPrefix($0 + ".") }) {
+        skipped.append((domain, "appbox has no containers for app extensions"))
+      }
+    }
     for (domain, reason) in skipped { context.warn("\(domain) was not imported: \(reason)") }
     let repository = try context.repository(repositoryArguments(arguments), create: true)
     var limits = ImportLimits.from(environment: context.environment)
