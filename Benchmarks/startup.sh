@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # make bench (and make bench-startup): what starting a confined app costs.
 #
-# Times `appbox run APP -- /bin/true` beside the parts it is made of:
+# Times `appbox run APP -- /bin/true` (the app in a network namespace of its own, connected by
+# pasta) and `appbox run APP --network host -- /bin/true` (no pasta) beside the parts they are
+# made of:
 #   - appbox's own start (`appbox path APP`: the Swift process, the device, the registry),
 #   - bare bubblewrap building the same namespaces, system view and binds around /bin/true
 #     (the jail's part of `appbox run` is compared with it),
+#   - bare pasta making a network namespace (and its user namespace) and running that same
+#     bubblewrap in it (pasta refuses to start a command as root: as root, both run as nobody),
 #   - unshare(1) making the namespaces, with appbox-sandbox confine (Landlock + seccomp)
 #     and no bubblewrap,
 #   - with APPBOX_BEFORE=DIR (the products directory of an older build), that build's
@@ -75,11 +79,16 @@ binds=(--ro-bind "$home/Notes.app" "$jail_home/Notes.app" --bind "$home/Document
 bwrap_jail=(bwrap --unshare-all --unshare-user --share-net --die-with-parent --new-session --cap-drop ALL
   --ro-bind /usr /usr "${tops[@]}" "${etc[@]}" --proc /proc --dev /dev "${binds[@]}" --remount-ro / --remount-ro /dev
   /bin/true)
+as_user=()
+if [ "$(id -u)" = 0 ]; then as_user=(setpriv --reuid=65534 --regid=65534 --clear-groups --); fi
+pasta_bwrap=("${as_user[@]}" pasta --config-net --quiet -t none -u none -T none -U none --no-map-gw --no-dhcp
+  --no-dhcpv6 --no-ra -- "${bwrap_jail[@]}")
 unshare_landlock=(unshare --user --map-root-user --mount --pid --ipc --uts --cgroup --fork --mount-proc
   "$BIN_DIR/appbox-sandbox" confine --rx /usr --ro /etc --ro /proc --dev /dev/null -- /bin/true)
 
-commands=(run process bwrap unshare)
+commands=(run runhost process bwrap pasta unshare)
 run_cmd=("$BIN_DIR/appbox" --root "$root" run com.example.notes -- /bin/true)
+runhost_cmd=("$BIN_DIR/appbox" --root "$root" run com.example.notes --network host -- /bin/true)
 process_cmd=("$BIN_DIR/appbox" --root "$root" path com.example.notes)
 if [ -n "${APPBOX_BEFORE:-}" ]; then
   "$APPBOX_BEFORE/appbox" --root "$work/before" install Fixtures/bundles/Notes-1.0/Notes.app >/dev/null
@@ -91,6 +100,8 @@ for ((round = -3; round < RUNS; round++)); do
   for name in "${commands[@]}"; do
     case $name in
       run) time_once run "${run_cmd[@]}" ;;
+      runhost) time_once runhost "${runhost_cmd[@]}" ;;
+      pasta) time_once pasta "${pasta_bwrap[@]}" ;;
       process) time_once process "${process_cmd[@]}" ;;
       bwrap) time_once bwrap "${bwrap_jail[@]}" ;;
       unshare) time_once unshare "${unshare_landlock[@]}" ;;
@@ -108,6 +119,8 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
 minus() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a - b }'; }
 jail=$(minus "${result[run]}" "${result[process]}")
 jail_cpu=$(minus "${cpu[run]}" "${cpu[process]}")
+jail_host=$(minus "${result[runhost]}" "${result[process]}")
+jail_host_cpu=$(minus "${cpu[runhost]}" "${cpu[process]}")
 row() {  # label, wall, cpu
   echo "| $1 | $2 ms | $(ratio "$2" "${result[bwrap]}") | $3 ms | $(ratio "$3" "${cpu[bwrap]}") |"
 }
@@ -116,15 +129,22 @@ row() {  # label, wall, cpu
   echo
   echo "| what | wall (median) | vs bare bwrap | CPU (mean) | vs bare bwrap |"
   echo "|---|---:|---:|---:|---:|"
-  row "\`appbox run APP -- /bin/true\` (sandbox v2)" "${result[run]}" "${cpu[run]}"
+  row "\`appbox run APP -- /bin/true\` (its own network: pasta)" "${result[run]}" "${cpu[run]}"
+  row "\`appbox run APP --network host -- /bin/true\` (no pasta)" "${result[runhost]}" "${cpu[runhost]}"
   if [ -n "${result[before]:-}" ]; then
     row "\`appbox run APP -- /bin/true\` (before: Landlock only)" "${result[before]}" "${cpu[before]}"
   fi
   row "appbox's own start (\`appbox path APP\`)" "${result[process]}" "${cpu[process]}"
-  row "the jail's part (the first row minus appbox's own start)" "$jail" "$jail_cpu"
+  row "the jail's part, own network (the first row minus appbox's own start)" "$jail" "$jail_cpu"
+  row "the jail's part, host network (the second row minus appbox's own start)" "$jail_host" "$jail_host_cpu"
   row "bare \`bwrap\` (the same namespaces, system view and binds)" "${result[bwrap]}" "${cpu[bwrap]}"
+  row "bare \`pasta -- bwrap\` (that bwrap in a network pasta connects)" "${result[pasta]}" "${cpu[pasta]}"
   row "\`unshare\` + \`appbox-sandbox confine\` (Landlock, seccomp)" "${result[unshare]}" "${cpu[unshare]}"
   echo
   echo "CPU is user + system time of the command and every process it waited for (the jail's"
-  echo "pid 1, reaped by the kernel's init once bubblewrap exits, is not counted)."
+  echo "pid 1, reaped by the kernel's init once bubblewrap exits, is not counted; pasta under"
+  echo "\`appbox run\` is counted only when appbox reaped it, on another thread, before it exited)."
+  echo
+  echo "pasta adds $(minus "${result[run]}" "${result[runhost]}") ms (wall, median) to \`appbox run\`; the jail's part with"
+  echo "its own network is $(ratio "$jail" "${result[pasta]}") bare \`pasta -- bwrap\`."
 } | tee Benchmarks/results/startup.md

@@ -57,6 +57,13 @@ extension CommandContext {
     let session = try DeviceSession.open(
       root: deviceRoot, mutating: mutating, recovery: recoverySteps, environment: environment)
     if mutating { afterOutput { session.finishDeferredWork() } }
+    if case .released(let inodes, let bytes) = session.reserve {
+      note(
+        "note: the file system of \(session.root.path) is full (\(inodes) inodes and \(bytes / 1024) KiB free): "
+          + "appbox released its reserve (\(SpaceReserve.inodeCount) inodes, "
+          + "\(SpaceReserve.byteCount >> 10) KiB) for this command; free some space (an app's data: "
+          + "'appbox inspect APP' shows its size)")
+    }
     return session
   }
 

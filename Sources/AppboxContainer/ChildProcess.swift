@@ -92,6 +92,28 @@ enum ChildProcess {
   }
 }
 
+extension ChildProcess {
+  /// Waits for `pid` to end, passing no signal on; its status as `wait(for:)` gives it, or -1
+  /// when it cannot be waited for. Uses `waitpid(2)`.
+  @discardableResult
+  static func reap(_ pid: pid_t) -> Int32 {
+    var status: Int32 = 0
+    while waitpid(pid, &status, 0) < 0 {
+      guard Errno.current == .interrupted else { return -1 }
+    }
+    let signal = status & 0x7F
+    return signal == 0 ? (status >> 8) & 0xFF : 128 + signal
+  }
+
+  /// Whether the child `pid` has ended, without waiting or reaping it (a later wait still
+  /// gets its status). Uses `waitid(2)` with WNOWAIT.
+  static func hasEnded(_ pid: pid_t) -> Bool {
+    var info = siginfo_t()
+    guard waitid(P_PID, id_t(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 else { return true }
+    return info._sifields._sigchld.si_pid == pid
+  }
+}
+
 /// A process id shared with signal handlers.
 final class SharedProcessID: Sendable {
   private let value = Atomic<Int32>(0)

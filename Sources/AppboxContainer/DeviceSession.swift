@@ -50,6 +50,9 @@ public final class DeviceSession {
   private var appLocks: [String: FileLock] = [:]
   /// Old homes (`.trash-<ID>` in ApplicationRoot) an update or revert left for after its report.
   private var trashToRemove: [String] = []
+  /// What the session did with appbox's headroom as it opened (released: the file system
+  /// was full, see SpaceReserve).
+  public private(set) var reserve: SpaceReserve.Outcome = .unchanged
 
   private init(
     root: DeviceRoot, identity: DeviceIdentity, registry: Registry, lock: FileLock?,
@@ -73,10 +76,16 @@ public final class DeviceSession {
     environment: [String: String] = ProcessInfo.processInfo.environment
   ) throws -> DeviceSession {
     let identity = try root.prepare()
-    let registry = try Registry(root: root)
+    // Before anything here needs a new file (SQLite's -wal and -shm come first).
+    let reserve = SpaceReserve(root: root).balance(refill: mutating)
+    // A session that changes nothing reads the registry read only (so it reads on a full
+    // disk), unless recovery or the adoption of app groups has work to do.
+    var registry = try Registry(root: root, readOnly: !mutating && !root.hasPendingRecovery())
+    if registry.isReadOnly, try !registry.appsAwaitingGroups().isEmpty { registry = try Registry(root: root) }
     let session = DeviceSession(
       root: root, identity: identity, registry: registry, lock: nil, recovery: recovery,
       environment: environment)
+    session.reserve = reserve
     if root.hasPendingRecovery(), let exclusive = try root.attemptExclusiveLock() {
       session.lock = exclusive
       for step in recovery { try step.recover(session, scope: .everything) }

@@ -19,7 +19,8 @@
 //                  containers, read-write, nosuid, nodev, noexec (see AppGroups/)
 //   /run/appbox/   the helper; /run/appbox/bin/ the jail's tools, first on PATH
 // Nothing of the device root (other homes, registry, keychain, backups, state) and
-// nothing of the user's files exists in that view.
+// nothing of the user's files exists in that view. Its network is a namespace of its own
+// with pasta's outbound relay (JailNetwork.own), an empty one, or the host's.
 //
 // Extension points: `passedDescriptors` in SandboxOptions (descriptors the app inherits
 // at fixed numbers), `addDataDirectory` (more read-write data, such as an app group's
@@ -32,10 +33,15 @@ import Glibc
 
 /// The app's network.
 public enum JailNetwork: String, Sendable, CaseIterable {
-  /// The host's network namespace: the internet, and localhost services too.
-  case shared
+  /// A network namespace of its own (the default) whose outbound traffic pasta relays
+  /// through the host's sockets (UserModeNetwork.swift): the outside, but not the host's
+  /// loopback services, its abstract or pathname sockets, or any port forwarded inward.
+  case own
   /// An empty network namespace: only a loopback of its own.
   case none
+  /// The host's network namespace, by explicit choice: the internet, and the host's
+  /// loopback services and abstract sockets too.
+  case host
 }
 
 /// Per-app resource limits.
@@ -197,6 +203,9 @@ public struct Jail: Sendable {
     var status: Int32
     var passwd: Int32
     var group: Int32
+    /// With a network of its own: where `enter` reports the new network namespace, and
+    /// where `confine` waits for the network to be up.
+    var network: (namespaceReady: Int32, up: Int32)? = nil
   }
 
   /// Everything bubblewrap binds from what `enter` staged, in order: the helper, the
@@ -233,13 +242,15 @@ public struct Jail: Sendable {
       }
     }
     if let cgroup { enter += ["--cgroup", cgroup] }
+    if let network = descriptors.network { enter += ["--network-namespace", String(network.namespaceReady)] }
     for item in Jail.stagedSources(staged) {
       enter += ["--stage", item.stagingKind(privileged: privileged) + ":" + item.source]
     }
     return enter + ["--", bubblewrap]
       + bubblewrapArguments(staged: staged, network: options.network, descriptors: descriptors)
       + confineArguments(
-        command: command, options: options, keptDescriptors: keptDescriptors, landlock: landlock)
+        command: command, options: options, keptDescriptors: keptDescriptors, landlock: landlock,
+        waitDescriptor: descriptors.network?.up)
   }
 
   /// bubblewrap's options: the namespaces, the system view, the staged mounts.
@@ -248,7 +259,8 @@ public struct Jail: Sendable {
       "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
       "--uid", String(uid), "--gid", String(uid), "--json-status-fd", String(descriptors.status),
     ]
-    if network == .shared { arguments.append("--share-net") }
+    // Its own network namespace is `enter`'s, which pasta joins: bubblewrap keeps it.
+    if network != .none { arguments.append("--share-net") }
     arguments += ["--ro-bind", "/usr", "/usr"]
     for top in Jail.systemTops {
       var st = stat()
@@ -281,9 +293,10 @@ public struct Jail: Sendable {
   }
 
   /// The `confine` step and the command: Landlock rules matching the mounts.
-  func confineArguments(command: [String], options: SandboxOptions, keptDescriptors: [Int32], landlock: Bool)
-    -> [String]
-  {
+  func confineArguments(
+    command: [String], options: SandboxOptions, keptDescriptors: [Int32], landlock: Bool,
+    waitDescriptor: Int32? = nil
+  ) -> [String] {
     var arguments = [Jail.helperDestination, "confine"]
     for item in mounts {
       switch item.access {
@@ -301,6 +314,7 @@ public struct Jail: Sendable {
     for device in Jail.devices { arguments += ["--dev", device] }
     for descriptor in keptDescriptors { arguments += ["--keep-fd", String(descriptor)] }
     arguments += ["--max-processes", String(options.limits.processes), "--chdir", home]
+    if let waitDescriptor { arguments += ["--wait-fd", String(waitDescriptor)] }
     if !landlock {
       arguments.append("--allow-no-landlock")
       arguments.append("--assume-no-landlock")

@@ -19,6 +19,9 @@
 // 6. The exit status is the app's ("exit-code", written only once the command was
 //    executed); without it, the jail could not be built: exit 69, bubblewrap's own
 //    message being on stderr already.
+// With a network of its own (the default), two more pipes reach the jail's start, and
+// between steps 2 and 3 appbox starts pasta in the app's network namespace and lets the app
+// start once it is up; pasta stops after step 5 (UserModeNetwork.swift).
 
 import AppboxCore
 import CSystem
@@ -29,7 +32,7 @@ enum JailProcess {
   /// Runs `command` in `jail` and returns its exit status (128 + N for signal N).
   static func run(
     _ jail: Jail, command: [String], options: SandboxOptions, helper: String, bubblewrap: String,
-    environment: [String: String], cgroup: DelegatedCgroup?, landlock: Bool
+    environment: [String: String], cgroup: DelegatedCgroup?, landlock: Bool, pasta: String? = nil
   ) throws -> Int32 {
     let status = try FileDescriptor.pipe()
     defer { status.read.close() }
@@ -47,7 +50,16 @@ enum JailProcess {
         .invalidRequest, "Descriptor number \(item.number) is the app's stdio; use 3 or more")
     }
     let base = max(3, (passed.map(\.number).max() ?? 2) + 1)
-    let descriptors = Jail.Descriptors(status: base, passwd: base + 1, group: base + 2)
+    var descriptors = Jail.Descriptors(status: base, passwd: base + 1, group: base + 2)
+    let networkPipes = options.network == .own ? try UserModeNetwork.Pipes.make() : nil
+    var networkPipesOpen = networkPipes != nil
+    defer {
+      if networkPipesOpen {
+        networkPipes?.closeJailEnds()
+        networkPipes?.closeOwnEnds()
+      }
+    }
+    if networkPipes != nil { descriptors.network = (base + 3, base + 4) }
     var inherited: [ChildProcess.Inherited] = []
     for (descriptor, number) in [
       (options.standardInput, 0), (options.standardOutput, 1), (options.standardError, 2),
@@ -60,6 +72,12 @@ enum JailProcess {
       .init(source: group, target: descriptors.group),
     ]
     inherited += passed.map { .init(source: $0.descriptor, target: $0.number) }
+    if let networkPipes, let network = descriptors.network {
+      inherited += [
+        .init(source: networkPipes.namespaceReady.write, target: network.namespaceReady),
+        .init(source: networkPipes.up.read, target: network.up),
+      ]
+    }
 
     var runCgroup: String?
     if let cgroup {
@@ -79,6 +97,21 @@ enum JailProcess {
     status.write.close()
     statusWrite = nil
 
+    var network: UserModeNetwork?
+    if let networkPipes {
+      networkPipes.closeJailEnds()
+      networkPipesOpen = false
+      do {
+        network = try UserModeNetwork.start(
+          for: jail.app, pipes: networkPipes, jailPID: pid, helper: helper, pasta: pasta ?? "pasta",
+          environment: environment, user: AppUser.isPrivileged ? jail.uid : nil)
+      } catch {
+        ChildProcess.reap(pid)
+        throw error
+      }
+    }
+    defer { network?.stopInBackground() }
+
     var report = StatusReport()
     report.read(from: status.read, until: { $0.childPID != nil })
     let reaper = report.childPID.flatMap { Reaper(pid: $0) }
@@ -86,6 +119,7 @@ enum JailProcess {
     let target = SharedProcessID()
     target.set(report.childPID.map { -$0 } ?? pid)
     let exit = try ChildProcess.wait(for: pid, forwardingTo: { target.pid })
+    network?.requestStop()  // the app's first process is gone: pasta ends while the rest does
     report.read(from: status.read, until: { _ in false })
     reaper?.waitUntilGone()
 

@@ -159,6 +159,8 @@ private struct ConfinedCommand {
   let command: [String]
   let helper: String
   let bubblewrap: String
+  /// pasta, for a network of its own.
+  let pasta: String?
   let landlock: Bool
   let cgroup: DelegatedCgroup?
   let environment: [String: String]
@@ -174,6 +176,8 @@ private struct ConfinedCommand {
     let secItemTool = try Sandbox.secItemToolPath(environment: environment)
     self.device = device
     bubblewrap = try Sandbox.bubblewrapPath(environment: environment, for: home.app)
+    pasta =
+      options.network == .own ? try UserModeNetwork.pastaPath(environment: environment, for: home.app) : nil
     if let missing = Sandbox.userNamespacesUnavailable() {
       throw ContainerError(
         .unavailable, "Cannot confine \(home.app.bundleIdentifier): \(missing); bubblewrap needs them")
@@ -215,6 +219,6 @@ private struct ConfinedCommand {
     }
     return try JailProcess.run(
       jail, command: command, options: options, helper: helper, bubblewrap: bubblewrap,
-      environment: environment, cgroup: cgroup, landlock: landlock)
+      environment: environment, cgroup: cgroup, landlock: landlock, pasta: pasta)
   }
 }

@@ -8,8 +8,9 @@ public struct SandboxOptions: Sendable {
   /// instead of refusing with exit 69. Never a way around a missing bubblewrap: the
   /// namespaces, the app's uid and the seccomp filter still apply.
   public var allowUnconfined: Bool
-  /// The app's network: the host's (the default, as apps on the platform have network),
-  /// or none (an empty network namespace with only a loopback of its own).
+  /// The app's network: a namespace of its own with outbound access through pasta (the
+  /// default, as apps on the platform have network), none (an empty network namespace with
+  /// only a loopback of its own), or the host's (explicitly, loopback services included).
   public var network: JailNetwork
   /// Per-run limits: processes (RLIMIT_NPROC, and pids.max with a delegated cgroup) and
   /// memory (memory.max, only with a delegated cgroup).
@@ -26,7 +27,7 @@ public struct SandboxOptions: Sendable {
   public var prewarm: Bool
 
   public init(
-    allowUnconfined: Bool = false, network: JailNetwork = .shared, limits: JailLimits = JailLimits(),
+    allowUnconfined: Bool = false, network: JailNetwork = .own, limits: JailLimits = JailLimits(),
     standardInput: FileDescriptor? = nil, standardOutput: FileDescriptor? = nil,
     standardError: FileDescriptor? = nil,
     passedDescriptors: [(descriptor: FileDescriptor, number: Int32)] = [], prewarm: Bool = false

@@ -48,6 +48,7 @@ public struct StoreError: AppboxFailure {
     case SQLITE_CANTOPEN:
       switch systemErrno {
       case EACCES, EPERM, EROFS: return .denied
+      case ENOSPC, EDQUOT: return .io
       case ENOENT: return .notFound
       default: return .cannotCreate
       }
@@ -66,6 +67,9 @@ public struct StoreError: AppboxFailure {
   /// One line: operation, path, message, code, and the SQL with whitespace collapsed.
   public var description: String {
     var line = "Unable to \(operation) on '\(path)': \(message) (SQLite code \(extendedCode))"
+    if systemErrno == ENOSPC || systemErrno == EDQUOT {
+      line += ": " + (systemErrno == ENOSPC ? "no space left on device" : "disk quota exceeded")
+    }
     if let sql {
       line += "; SQL: \(StoreError.oneLine(sql, limit: 300))"
     }
@@ -76,4 +80,14 @@ public struct StoreError: AppboxFailure {
     let joined = text.split(whereSeparator: \.isWhitespace).joined(separator: " ")
     return joined.count > limit ? String(joined.prefix(limit)) + "…" : joined
   }
+}
+
+extension StoreError: SpaceAwareFailure {
+  /// SQLITE_FULL, an I/O error whose errno is ENOSPC or EDQUOT, or a wal-index (`-shm`) that
+  /// could not grow (SQLite extends it by writing, which a full file system refuses).
+  public var isOutOfSpace: Bool {
+    code == SQLITE_FULL || systemErrno == ENOSPC || systemErrno == EDQUOT
+      || extendedCode == SQLITE_IOERR | (19 << 8)
+  }
+  public var spacePath: String? { path }
 }

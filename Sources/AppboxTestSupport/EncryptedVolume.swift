@@ -17,8 +17,13 @@ public final class EncryptedVolume: @unchecked Sendable {
   /// loudly when a volume is made, rather than skipping those suites.
   public static let isAvailable: Bool = getuid() == 0
 
-  /// Makes and mounts a `megabytes` file system, with file encryption unless `encrypt` is false.
-  public init(megabytes: Int = 64, encrypt: Bool = true, options: String? = nil) throws {
+  /// Makes and mounts a `megabytes` file system, with file encryption unless `encrypt` is false,
+  /// with an inode table of `inodes` entries when given (mkfs.ext4 -N); `reservedBlocks: false`
+  /// gives root no reserve (`mkfs.ext4 -m 0`).
+  public init(
+    megabytes: Int = 64, encrypt: Bool = true, inodes: Int? = nil, options: String? = nil,
+    reservedBlocks: Bool = true
+  ) throws {
     let fd = try FileDescriptor.open(image, O_WRONLY | O_CREAT | O_EXCL, mode: 0o600)
     try fd.closeAfter { try $0.truncate(to: Int64(megabytes) << 20) }
     try directory.makeDirectory("mnt")
@@ -26,7 +31,8 @@ public final class EncryptedVolume: @unchecked Sendable {
       "mkfs.ext4",
       runProcess(
         "/sbin/mkfs.ext4",
-        ["-q", "-F", "-E", "nodiscard"] + (encrypt ? ["-O", "encrypt"] : ["-O", "^encrypt"]) + [image]))
+        ["-q", "-F", "-E", "nodiscard"] + (encrypt ? ["-O", "encrypt"] : ["-O", "^encrypt"])
+          + (inodes.map { ["-N", String($0)] } ?? []) + (reservedBlocks ? [] : ["-m", "0"]) + [image]))
     try Self.check(
       "mount", runProcess("/bin/mount", ["-o", "loop" + (options.map { "," + $0 } ?? ""), image, path]))
   }

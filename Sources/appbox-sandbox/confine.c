@@ -1,7 +1,7 @@
 /* `appbox-sandbox confine`: the last step before the app, inside the jail.
  *
  *   appbox-sandbox confine [--rw DIR]... [--ro DIR]... [--rx DIR]... [--dev FILE]...
- *                          [--keep-fd N]... [--max-processes N] [--chdir DIR]
+ *                          [--keep-fd N]... [--max-processes N] [--chdir DIR] [--wait-fd N]
  *                          [--allow-no-landlock] [--assume-no-landlock] -- CMD [ARG...]
  *
  * bubblewrap has already put the process in its jail (the paths here are the jail's).
@@ -23,7 +23,11 @@
  *     Rule paths that do not exist are skipped;
  *  5. installs the seccomp filter (filter.c: terminal injection, mounts, namespaces,
  *     ptrace attach, keyrings, bpf, userfaultfd, perf, modules, io_uring...);
- *  6. changes to --chdir, drops the PWD bubblewrap set, and execs CMD (searched in PATH).
+ *  6. changes to --chdir, drops the PWD bubblewrap set;
+ *  7. with --wait-fd, waits for one byte on that descriptor (appbox writes it once the app's
+ *     own network is up: pasta has configured the namespace), closes it, and execs CMD
+ *     (searched in PATH). Should the descriptor close without a byte, the network did not
+ *     come up: the command is not run (exit 69, silently: appbox reports why).
  *
  * Without Landlock (an old kernel, or --assume-no-landlock in tests) it refuses with 69,
  * unless --allow-no-landlock: then it warns and runs the command in the jail without
@@ -214,6 +218,7 @@ int confine_main(int argc, char **argv) {
   int kept[MAX_KEPT];
   int count = 0, kept_count = 0, allow_no_landlock = 0, assume_no_landlock = 0;
   long max_processes = -1;
+  int wait_fd = -1;
   const char *directory = NULL;
   int index = 1;
   for (; index < argc; index++) {
@@ -250,6 +255,13 @@ int confine_main(int argc, char **argv) {
       max_processes = parse_number(value, 1 << 22, "--max-processes");
     } else if (strcmp(option, "--chdir") == 0) {
       directory = value;
+    } else if (strcmp(option, "--wait-fd") == 0) {
+      if (kept_count == MAX_KEPT) fail(64, "more than %d descriptors to keep", MAX_KEPT);
+      wait_fd = (int)parse_number(value, 1 << 20, "--wait-fd");
+      if (wait_fd < 3 || fcntl(wait_fd, F_GETFD) < 0) {
+        fail(64, "--wait-fd takes an open descriptor of 3 or more, not %d", wait_fd);
+      }
+      kept[kept_count++] = wait_fd;
     } else {
       fail(64, "unknown option '%s'", option);
     }
@@ -285,6 +297,17 @@ int confine_main(int argc, char **argv) {
     fail(71, "cannot change to '%s': %s", directory, reason(errno));
   }
   unsetenv("PWD");
+  if (wait_fd >= 0) {
+    char byte;
+    ssize_t got;
+    do {
+      got = read(wait_fd, &byte, 1);
+    } while (got < 0 && errno == EINTR);
+    /* No byte: appbox decided not to start the app (its network did not come up) and says
+     * why itself; one line is enough. */
+    if (got != 1) _exit(69);
+    close(wait_fd);
+  }
   execvp(command[0], command);
   error = errno;
   fail(error == ENOENT ? 127 : 126, "cannot run '%s': %s", command[0], reason(error));

@@ -1,6 +1,6 @@
 /* `appbox-sandbox enter`: the host-side step between appbox and bubblewrap.
  *
- *   appbox-sandbox enter [--user UID:GID] [--groups GID,...] [--cgroup DIR]
+ *   appbox-sandbox enter [--user UID:GID] [--groups GID,...] [--cgroup DIR] [--network-namespace FD]
  *                        [--stage rw|ro|rx|shared=OWNER:PATH]... -- BWRAP [BWRAP-ARGS...]
  *
  * bubblewrap always runs unprivileged here (as the app's uid when appbox is root, as
@@ -28,7 +28,16 @@
  *  4. with --user (given when appbox runs as root), keeps only GID and the --groups as its
  *     groups (say the group owning a container several apps share) and becomes UID:GID
  *     (all capabilities go with it);
- *  5. execs BWRAP with its arguments; descriptors it was given stay open for it.
+ *  5. with --network-namespace, enters a network namespace of its own (an empty one, with
+ *     only a loopback) owned by a user namespace of its own that maps only its uid and gid
+ *     (so as root, this is after step 4: neither namespace is root's), then writes one byte
+ *     on descriptor FD and closes it. appbox, reading that byte, starts pasta as this uid to
+ *     join both namespaces (/proc/PID/ns/user and net of this process, which stay those of
+ *     bubblewrap's first process) and give that network its outbound connection, while
+ *     bubblewrap, run with --share-net, builds the jail inside it. The app cannot
+ *     administer that network: its own user namespace (bubblewrap's) is a child of the one
+ *     owning it;
+ *  6. execs BWRAP with its arguments; descriptors it was given stay open for it.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -39,6 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
@@ -83,8 +93,8 @@ static void join_cgroup(const char *directory) {
 }
 
 /* A private mount namespace. Unprivileged, that takes a user namespace of our own,
- * in which we map only ourselves. */
-static void unshare_mounts(void) {
+ * in which we map only ourselves. Returns whether it made one. */
+static int unshare_mounts(void) {
   uid_t uid = getuid();
   gid_t gid = getgid();
   int flags = CLONE_NEWNS | (geteuid() == 0 ? 0 : CLONE_NEWUSER);
@@ -107,6 +117,45 @@ static void unshare_mounts(void) {
   if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) {
     fail(71, "cannot make the mounts private: %s", reason(errno));
   }
+  return (flags & CLONE_NEWUSER) != 0;
+}
+
+/* Step 5: a network namespace of its own, in a user namespace of its own unless the staging
+ * (unprivileged) made one already, whose creator this process is and so holds every
+ * capability in it until it execs. Then says so on `ready`. */
+static void unshare_network(int ready, int has_user_namespace) {
+  uid_t uid = getuid();
+  gid_t gid = getgid();
+  int flags = CLONE_NEWNET | (has_user_namespace ? 0 : CLONE_NEWUSER);
+  /* After becoming the app's uid this process is not dumpable, so its /proc files are root's
+   * and it could not write its own maps. It holds nothing the app's uid may not see (exec
+   * makes bubblewrap dumpable again anyway). */
+  if (!has_user_namespace && prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0) {
+    fail(71, "cannot make the process dumpable again: %s", reason(errno));
+  }
+  if (unshare(flags) != 0) {
+    int error = errno;
+    if (error == EPERM || error == ENOSPC || error == EUSERS) {
+      fail(69, "cannot create a network namespace for the app (%s): user namespaces are disabled for this user",
+           reason(error));
+    }
+    fail(71, "cannot create a network namespace for the app: %s", reason(error));
+  }
+  if (flags & CLONE_NEWUSER) {
+    char map[64];
+    write_file("/proc/self/setgroups", "deny");
+    snprintf(map, sizeof map, "%u %u 1", (unsigned)uid, (unsigned)uid);
+    write_file("/proc/self/uid_map", map);
+    snprintf(map, sizeof map, "%u %u 1", (unsigned)gid, (unsigned)gid);
+    write_file("/proc/self/gid_map", map);
+  }
+  char byte = 'n';
+  ssize_t written;
+  do {
+    written = write(ready, &byte, 1);
+  } while (written < 0 && errno == EINTR);
+  if (written != 1) fail(71, "cannot report the app's network namespace: %s", reason(errno));
+  close(ready);
 }
 
 /* Mount flags a remount of a bind must keep (locked ones cannot be cleared anyway). */
@@ -282,6 +331,7 @@ int enter_main(int argc, char **argv) {
   gid_t groups[MAX_GROUPS];
   int count = 0, group_count = 0;
   const char *user = NULL, *cgroup = NULL;
+  int network_ready = -1;
   int index = 1;
   for (; index < argc; index++) {
     const char *option = argv[index];
@@ -297,6 +347,11 @@ int enter_main(int argc, char **argv) {
       group_count = parse_groups(value, groups);
     } else if (strcmp(option, "--cgroup") == 0) {
       cgroup = value;
+    } else if (strcmp(option, "--network-namespace") == 0) {
+      network_ready = (int)parse_number(value, 1 << 20, "--network-namespace");
+      if (network_ready < 3 || fcntl(network_ready, F_GETFD) < 0) {
+        fail(64, "--network-namespace takes an open descriptor of 3 or more, not %d", network_ready);
+      }
     } else if (strcmp(option, "--stage") == 0) {
       if (count == MAX_STAGED) fail(64, "more than %d --stage options", MAX_STAGED);
       enum access access;
@@ -335,11 +390,13 @@ int enter_main(int argc, char **argv) {
     }
   }
   if (cgroup != NULL) join_cgroup(cgroup);
+  int has_user_namespace = 0;
   if (count > 0) {
-    unshare_mounts();
+    has_user_namespace = unshare_mounts();
     stage(items, count, &identity);
   }
   if (user != NULL) become(&identity, groups, group_count);
+  if (network_ready >= 0) unshare_network(network_ready, has_user_namespace);
   execv(argv[index], &argv[index]);
   int error = errno;
   fail(error == ENOENT ? 69 : 126, "cannot run bubblewrap '%s': %s", argv[index], reason(error));

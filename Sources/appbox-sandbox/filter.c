@@ -13,6 +13,17 @@
  *  - ptrace PTRACE_ATTACH and PTRACE_SEIZE (a child may still ask to be traced with
  *    PTRACE_TRACEME), process_vm_readv/writev, pidfd_getfd;
  *  - keyctl, add_key, request_key; bpf; userfaultfd; perf_event_open;
+ *  - the fscrypt ioctls that change state: FS_IOC_ADD_ENCRYPTION_KEY,
+ *    FS_IOC_REMOVE_ENCRYPTION_KEY, FS_IOC_REMOVE_ENCRYPTION_KEY_ALL_USERS (the device's
+ *    class keys live in the file system's keyring, where any user may remove its own
+ *    claims and fill its key quota), FS_IOC_SET_ENCRYPTION_POLICY (a folder encrypted under
+ *    a key only the app had is one appbox cannot read) and FS_IOC_GET_ENCRYPTION_PWSALT
+ *    (which writes a salt into the superblock). Matched on their type and number alone
+ *    (the low 16 bits), whatever size or direction bits a caller sets. The fscrypt ioctls
+ *    that only read (policy, key status, nonce) stay allowed;
+ *  - socket and socketpair of the AF_VSOCK family, under every network mode: vsock
+ *    ignores network namespaces and reaches the hypervisor or its other guests. The
+ *    family is matched on its low 32 bits, as the kernel reads it;
  *  - init_module, finit_module, delete_module, kexec_load, kexec_file_load;
  *  - io_uring_setup/enter/register (its operations are not seen by seccomp);
  *  - name_to_handle_at, open_by_handle_at; acct, swapon, swapoff, reboot, syslog,
@@ -24,8 +35,10 @@
 #include <linux/sched.h>
 #include <seccomp.h>
 #include <stddef.h>
+#include <linux/fscrypt.h>
 #include <sys/ioctl.h>
 #include <sys/ptrace.h>
+#include <sys/socket.h>
 
 #include "sandbox.h"
 
@@ -45,7 +58,17 @@ static const char *const denied[] = {
     "clock_adjtime", "adjtimex",
 };
 
+#ifndef AF_VSOCK
+#define AF_VSOCK 40
+#endif
+
 static const unsigned long terminal_requests[] = {TIOCSTI, TIOCLINUX, TIOCCONS, TIOCSETD};
+
+/* The fscrypt requests that change state. */
+static const unsigned long fscrypt_requests[] = {
+    FS_IOC_SET_ENCRYPTION_POLICY, FS_IOC_GET_ENCRYPTION_PWSALT, FS_IOC_ADD_ENCRYPTION_KEY,
+    FS_IOC_REMOVE_ENCRYPTION_KEY, FS_IOC_REMOVE_ENCRYPTION_KEY_ALL_USERS,
+};
 
 static const unsigned long namespace_flags[] = {
     CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET,
@@ -65,6 +88,17 @@ int install_syscall_filter(void) {
   for (size_t i = 0; result == 0 && i < sizeof terminal_requests / sizeof *terminal_requests; i++) {
     result = seccomp_rule_add(filter, deny, SCMP_SYS(ioctl), 1,
                               SCMP_A1(SCMP_CMP_MASKED_EQ, 0xFFFFFFFFu, terminal_requests[i]));
+  }
+  for (size_t i = 0; result == 0 && i < sizeof fscrypt_requests / sizeof *fscrypt_requests; i++) {
+    result = seccomp_rule_add(filter, deny, SCMP_SYS(ioctl), 1,
+                              SCMP_A1(SCMP_CMP_MASKED_EQ, 0xFFFFu, fscrypt_requests[i] & 0xFFFFu));
+  }
+  if (result == 0) {
+    result = seccomp_rule_add(filter, deny, SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_MASKED_EQ, 0xFFFFFFFFu, AF_VSOCK));
+  }
+  if (result == 0) {
+    result =
+        seccomp_rule_add(filter, deny, SCMP_SYS(socketpair), 1, SCMP_A0(SCMP_CMP_MASKED_EQ, 0xFFFFFFFFu, AF_VSOCK));
   }
   for (size_t i = 0; result == 0 && i < sizeof namespace_flags / sizeof *namespace_flags; i++) {
     result = seccomp_rule_add(filter, deny, SCMP_SYS(clone), 1,

@@ -2,12 +2,15 @@
  *
  *   appbox-sandbox enter   [options] -- BWRAP [BWRAP-ARGS...]     (on the host)
  *   appbox-sandbox confine [options] -- CMD [ARG...]               (inside the jail)
+ *   appbox-sandbox network [--user UID:GID] -- PASTA [ARGS...]     (on the host)
  *
  * appbox starts every app as: appbox -> `enter` -> bwrap -> `confine` -> the app.
  *  - `enter` (enter.c) stages the directories the jail shows (the bundle, the data, this
  *    helper) in a private mount namespace so that bubblewrap, which runs unprivileged,
  *    can reach them whatever the permissions above them, with noexec on the data; as
  *    root it then becomes the app's own uid; then it execs bubblewrap.
+ *    By default it then enters a network namespace of its own (in a user namespace of its
+ *    own), which `network` (network.c) gives an outbound connection through pasta.
  *  - bubblewrap builds the jail: new user, mount, pid, ipc, uts, cgroup (and, with
  *    --network none, network) namespaces; only /usr, a few /etc files, /proc, a minimal
  *    /dev and the app's own directories in view; a new session; die-with-parent.
@@ -73,5 +76,6 @@ int _swift_backtrace_isThunkFunction(const char *name) {
 int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "enter") == 0) return enter_main(argc - 1, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "confine") == 0) return confine_main(argc - 1, argv + 1);
-  fail(64, "usage: appbox-sandbox enter|confine [OPTIONS] -- COMMAND [ARG...]");
+  if (argc >= 2 && strcmp(argv[1], "network") == 0) return network_main(argc - 1, argv + 1);
+  fail(64, "usage: appbox-sandbox enter|confine|network [OPTIONS] -- COMMAND [ARG...]");
 }

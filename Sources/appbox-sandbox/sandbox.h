@@ -16,9 +16,10 @@ const char *reason(int error);
 /* A non-negative decimal number no larger than `max`, or fail(64) naming `option`. */
 long parse_number(const char *text, long max, const char *option);
 
-/* The two steps. */
+/* The two steps, and the network's start (network.c). */
 int enter_main(int argc, char **argv);
 int confine_main(int argc, char **argv);
+int network_main(int argc, char **argv);
 
 /* Installs the seccomp filter (filter.c) on the calling thread; needs no_new_privs.
  * Returns 0, or an errno value. */

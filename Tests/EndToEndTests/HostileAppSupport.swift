@@ -23,12 +23,17 @@ enum Privilege: String, CustomTestStringConvertible, Sendable {
 /// `attack` launches it and parses its "<label> <result>" lines.
 final class HostileDevice: @unchecked Sendable {
   static let nobody: uid_t = 65534
-  let dir = TemporaryDirectory("hostile")
+  let dir: TemporaryDirectory
   let privilege: Privilege
+  /// The file system the device lives on, when not /tmp's (kept mounted as long as the device).
+  let volume: EncryptedVolume?
   var root: String { dir.url("device/root") }
 
-  init(_ privilege: Privilege) throws {
+  /// A device in a fresh directory under /tmp, or on `volume` (whose root must let everyone in).
+  init(_ privilege: Privilege, on volume: EncryptedVolume? = nil) throws {
     self.privilege = privilege
+    self.volume = volume
+    dir = TemporaryDirectory("hostile", base: volume?.path ?? "/tmp")
     guard chmod(dir.path, 0o755) == 0 else { throw SystemError("chmod", path: dir.path) }
     try dir.makeDirectory("device")
     try dir.makeDirectory("bundles")
@@ -89,9 +94,12 @@ final class HostileDevice: @unchecked Sendable {
 
   /// Runs `appbox --root ROOT ARGS` as this device's user.
   @discardableResult
-  func appbox(_ arguments: [String], environment extra: [String: String] = [:]) throws -> ProcessResult {
+  func appbox(_ arguments: [String], environment extra: [String: String] = [:], input: String = "") throws
+    -> ProcessResult
+  {
     let (executable, rest) = command([appboxPath, "--root", root] + arguments)
-    return try runProcess(executable, rest, environment: environment.merging(extra) { $1 })
+    return try runProcess(
+      executable, rest, environment: environment.merging(extra) { $1 }, input: Array(input.utf8))
   }
 
   /// Installs a copy of the hostile app as `identifier`; returns its container id.

@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/fscrypt.h>
 #include <linux/sched.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -36,6 +37,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
@@ -64,6 +66,13 @@ static const char *errno_name(int error) {
   case ENETUNREACH: return "ENETUNREACH";
   case EXDEV: return "EXDEV";
   case ELOOP: return "ELOOP";
+  case ENOKEY: return "ENOKEY";
+  case EAFNOSUPPORT: return "EAFNOSUPPORT";
+  case ENODATA: return "ENODATA";
+  case EDQUOT: return "EDQUOT";
+  case ENOSPC: return "ENOSPC";
+  case ETIMEDOUT: return "ETIMEDOUT";
+  case EHOSTUNREACH: return "EHOSTUNREACH";
   default: {
     static char text[32];
     snprintf(text, sizeof text, "E%d", error);
@@ -156,11 +165,138 @@ static void connect_unix(const char *label, const char *path, int abstract) {
   close(fd);
 }
 
-static void connect_tcp(const char *port) {
+/* Connects to `host` (IPv4) at `port`, giving up after 5 s; prints "<label> ok" only when the
+ * peer answered with a byte (so that a connection some relay accepted on its behalf does
+ * not count as reaching it). */
+static void connect_tcp_to(const char *label, const char *host, const char *port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in address = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(port))};
-  inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
-  report("connect-tcp", connect(fd, (struct sockaddr *)&address, sizeof address));
+  inet_pton(AF_INET, host, &address.sin_addr);
+  struct timeval timeout = {.tv_sec = 5};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  if (connect(fd, (struct sockaddr *)&address, sizeof address) != 0) {
+    report(label, -1);
+    close(fd);
+    return;
+  }
+  char byte;
+  long n = read(fd, &byte, 1);
+  if (n == 0) errno = ECONNREFUSED; /* accepted, then closed without a word: not the peer */
+  report(label, n == 1 ? 0 : -1);
+  close(fd);
+}
+
+static void connect_tcp(const char *port) { connect_tcp_to("connect-tcp", "127.0.0.1", port); }
+
+/* Whether /proc/net/unix (the sockets of this network namespace) lists `path`, and how many
+ * sockets it lists. */
+static void proc_net_unix(const char *path) {
+  FILE *file = fopen("/proc/net/unix", "r");
+  if (file == NULL) {
+    report("proc-net-unix", -1);
+    return;
+  }
+  char line[4608];
+  int count = 0, found = 0;
+  while (fgets(line, sizeof line, file) != NULL) {
+    if (count++ == 0) continue; /* the header */
+    line[strcspn(line, "\n")] = '\0';
+    size_t length = strlen(line), wanted = strlen(path);
+    if (length >= wanted && strcmp(line + length - wanted, path) == 0) found = 1;
+  }
+  fclose(file);
+  printf("proc-net-unix %s\nproc-net-unix-sockets %d\n", found ? "listed" : "absent", count - 1);
+}
+
+/* Creates empty files DIR/f0, DIR/f1, ... until the file system refuses one; prints
+ * "fill N ERRNO" (N files made). With `bytes`, then writes 1 MiB blocks to DIR/big until
+ * that fails too: "fill-bytes N ERRNO" (N MiB written). */
+static void fill(const char *directory, int bytes) {
+  char path[4200];
+  int count = 0;
+  for (;; count++) {
+    snprintf(path, sizeof path, "%s/f%d", directory, count);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) break;
+    close(fd);
+  }
+  printf("fill %d %s\n", count, errno_name(errno));
+  if (!bytes) return;
+  snprintf(path, sizeof path, "%s/big", directory);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  static char block[1 << 20];
+  memset(block, 'x', sizeof block);
+  long written = 0;
+  while (fd >= 0 && write(fd, block, sizeof block) == (long)sizeof block) written++;
+  printf("fill-bytes %ld %s\n", written, errno_name(errno));
+  if (fd >= 0) close(fd);
+}
+
+/* AF_VSOCK sockets: they ignore network namespaces. */
+static void vsock(void) {
+  int fd = socket(40 /* AF_VSOCK */, SOCK_STREAM, 0);
+  report("vsock-socket", fd);
+  if (fd >= 0) close(fd);
+  fd = (int)syscall(SYS_socket, (1L << 32) | 40, SOCK_STREAM, 0);
+  report("vsock-socket-highbits", fd);
+  if (fd >= 0) close(fd);
+  int pair[2];
+  report("vsock-socketpair", socketpair(40, SOCK_STREAM, 0, pair));
+}
+
+/* The fscrypt attacks, on the file system holding `protected` (a file the device encrypted
+ * with a class key; the device is unlocked): read its policy (allowed: reading changes
+ * nothing), remove its key (for this user, for every user, and with high bits in the
+ * request), add keys until the user's key quota is full, give the empty directory `own` a
+ * policy of the app's own, and ask for the file system's password salt (which writes one). */
+static void fscrypt(const char *protected, const char *own) {
+  int fd = open(protected, O_RDONLY | O_NONBLOCK);
+  if (fd < 0) {
+    report("open-protected", -1);
+    return;
+  }
+  struct fscrypt_get_policy_ex_arg policy = {.policy_size = sizeof policy.policy};
+  report("get-policy", ioctl(fd, FS_IOC_GET_ENCRYPTION_POLICY_EX, &policy));
+  struct fscrypt_remove_key_arg removal;
+  memset(&removal, 0, sizeof removal);
+  removal.key_spec.type = FSCRYPT_KEY_SPEC_TYPE_IDENTIFIER;
+  memcpy(removal.key_spec.u.identifier, policy.policy.v2.master_key_identifier, FSCRYPT_KEY_IDENTIFIER_SIZE);
+  report("remove-key", ioctl(fd, FS_IOC_REMOVE_ENCRYPTION_KEY, &removal));
+  report("remove-key-highbits", syscall(SYS_ioctl, fd, (1UL << 32) | FS_IOC_REMOVE_ENCRYPTION_KEY, &removal));
+  report("remove-key-all-users", ioctl(fd, FS_IOC_REMOVE_ENCRYPTION_KEY_ALL_USERS, &removal));
+
+  union {
+    struct fscrypt_add_key_arg arg;
+    __u8 bytes[sizeof(struct fscrypt_add_key_arg) + 64];
+  } key;
+  __u8 own_identifier[FSCRYPT_KEY_IDENTIFIER_SIZE] = {1};
+  int added = 0;
+  for (int i = 0; i < 250; i++) {
+    memset(&key, 0, sizeof key);
+    key.arg.key_spec.type = FSCRYPT_KEY_SPEC_TYPE_IDENTIFIER;
+    key.arg.raw_size = 64;
+    for (size_t j = 0; j < 64; j++) key.arg.raw[j] = (__u8)(rand() & 0xFF);
+    long result = ioctl(fd, FS_IOC_ADD_ENCRYPTION_KEY, &key);
+    if (i == 0) report("add-key", result);
+    if (result != 0) break;
+    if (added++ == 0) memcpy(own_identifier, key.arg.key_spec.u.identifier, sizeof own_identifier);
+  }
+  printf("add-key-count %d\n", added);
+
+  mkdir(own, 0700);
+  int directory = open(own, O_RDONLY | O_DIRECTORY);
+  struct fscrypt_policy_v2 mine = {
+      .version = FSCRYPT_POLICY_V2,
+      .contents_encryption_mode = FSCRYPT_MODE_AES_256_XTS,
+      .filenames_encryption_mode = FSCRYPT_MODE_AES_256_CTS,
+      .flags = FSCRYPT_POLICY_FLAGS_PAD_16,
+  };
+  memcpy(mine.master_key_identifier, own_identifier, sizeof own_identifier);
+  report("set-policy", directory < 0 ? -1 : ioctl(directory, FS_IOC_SET_ENCRYPTION_POLICY, &mine));
+  if (directory >= 0) close(directory);
+  __u8 salt[16];
+  report("get-pwsalt", ioctl(fd, FS_IOC_GET_ENCRYPTION_PWSALT, salt));
   close(fd);
 }
 
@@ -475,6 +611,16 @@ int main(int argc, char **argv) {
     connect_unix("connect-abstract", argv[2], 1);
   } else if (strcmp(attack, "connect-tcp") == 0 && argc >= 3) {
     connect_tcp(argv[2]);
+  } else if (strcmp(attack, "connect-tcp-to") == 0 && argc >= 4) {
+    connect_tcp_to("connect-tcp-to", argv[2], argv[3]);
+  } else if (strcmp(attack, "proc-net-unix") == 0 && argc >= 3) {
+    proc_net_unix(argv[2]);
+  } else if (strcmp(attack, "fill") == 0 && argc >= 3) {
+    fill(argv[2], argc >= 4 && strcmp(argv[3], "bytes") == 0);
+  } else if (strcmp(attack, "vsock") == 0) {
+    vsock();
+  } else if (strcmp(attack, "fscrypt") == 0 && argc >= 4) {
+    fscrypt(argv[2], argv[3]);
   } else if (strcmp(attack, "listen") == 0 && argc >= 4) {
     listen_unix(argv[2], atoi(argv[3]));
   } else if (strcmp(attack, "daemon") == 0 && argc >= 3) {

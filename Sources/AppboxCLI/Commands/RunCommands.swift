@@ -15,11 +15,15 @@ private let sandboxDiscussion = """
   registry, the keychain, backups) exists in its view. Inside, Landlock repeats these rules and
   scopes signals and abstract sockets, and a seccomp filter denies terminal injection (TIOCSTI,
   TIOCLINUX), mounts, new namespaces, ptrace attach, keyrings, bpf, userfaultfd, perf and module
-  calls. Processes: at most 256 per run (RLIMIT_NPROC, counted in the run's own user namespace,
-  so each run of the app has its own 256: two runs at once may have 512); with a delegated cgroup
-  v2 ($APPBOX_CGROUP, or appbox's own when it lets children use pids and memory) also pids.max
-  256 and memory.max 4 GiB per run, else memory is not capped. The network is the host's (localhost
-  services included) unless --network none. stdin, stdout and stderr are passed as they are.
+  calls, fscrypt key and policy changes, and AF_VSOCK sockets. Processes: at most 256 per run
+  (RLIMIT_NPROC, counted in the run's own user namespace, so each run of the app has its own 256:
+  two runs at once may have 512); with a delegated cgroup v2 ($APPBOX_CGROUP, or appbox's own when
+  it lets children use pids and memory) also pids.max 256 and memory.max 4 GiB per run, else memory
+  is not capped. The network is a namespace of its own whose outbound connections pasta (the
+  'passt' package, required) relays through the host: the outside is reachable, the host's
+  loopback services, abstract sockets and /proc/net are not, and no port is forwarded in.
+  --network none leaves it an empty namespace; --network host gives it the host's (localhost
+  services included). stdin, stdout and stderr are passed as they are.
   The environment is HOME and CFFIXED_USER_HOME = the home, TMPDIR = its tmp, plus PATH, LANG,
   LANGUAGE, LC_*, TERM and TZ from appbox's own; nothing else is passed. The working directory is
   the home. The keychain: while the app runs, this appbox process serves its SecItem requests
@@ -34,14 +38,17 @@ private let allowUnconfinedOption = CommandDescription.Option(
   help: "On a kernel without Landlock, run anyway in the jail without Landlock (with a warning).")
 
 private let networkOption = CommandDescription.Option(
-  "network", help: "With none, an empty network namespace (its own loopback only); default: the host's.",
-  choices: ["none"])
+  "network",
+  help: "none: an empty network namespace (its own loopback only); host: the host's, loopback services "
+    + "included; default: its own namespace with outbound access through pasta.",
+  choices: ["none", "host"])
 
 /// The options both commands take.
 private func sandboxOptions(_ arguments: ParsedArguments) -> SandboxOptions {
   SandboxOptions(
     allowUnconfined: arguments.flag("allow-unconfined"),
-    network: arguments.value("network") == "none" ? .none : .shared, prewarm: arguments.flag("prewarm"))
+    network: arguments.value("network").flatMap(JailNetwork.init(rawValue:)) ?? .own,
+    prewarm: arguments.flag("prewarm"))
 }
 
 private let prewarmOption = CommandDescription.Option(

@@ -1,0 +1,79 @@
+/* `appbox-sandbox network`: starts pasta, the user-mode network of an app that has a
+ * network namespace of its own, as the user owning that namespace.
+ *
+ *   appbox-sandbox network [--user UID:GID] -- PASTA [PASTA-ARGS...]     (on the host)
+ *
+ * appbox runs it right after `enter` reported the app's new network namespace (see
+ * enter.c, step 5). In order, this:
+ *  1. with --user (appbox is root), keeps GID as its only group and becomes UID:GID, the
+ *     app's own uid, which owns the user namespace that owns the app's network namespace
+ *     (pasta joins both, and needs no other privilege: it never runs as root);
+ *  2. asks the kernel to kill it (SIGKILL) when appbox, its parent, ends, so that pasta
+ *     never outlives the run that started it, even when appbox itself is killed; the
+ *     setting survives exec, and pasta, not being root, changes no identity that would
+ *     clear it;
+ *  3. execs PASTA with its arguments. appbox chose them: in the foreground, joining the
+ *     app's user and network namespaces, configuring the interface, addresses and routes
+ *     from the host's, with no port forwarded either way and without mapping the gateway
+ *     to the host's loopback; it writes its pid on descriptor 3 once it is ready.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "sandbox.h"
+
+int network_main(int argc, char **argv) {
+  const char *user = NULL;
+  int index = 1;
+  for (; index < argc; index++) {
+    const char *option = argv[index];
+    if (strcmp(option, "--") == 0) {
+      index++;
+      break;
+    }
+    if (index + 1 >= argc) fail(64, "%s needs a value", option);
+    const char *value = argv[++index];
+    if (strcmp(option, "--user") == 0) {
+      user = value;
+    } else {
+      fail(64, "unknown option '%s'", option);
+    }
+  }
+  if (index >= argc) fail(64, "no pasta command given after '--'");
+  pid_t parent = getppid();
+  if (user != NULL) {
+    char *end = NULL;
+    errno = 0;
+    unsigned long uid = strtoul(user, &end, 10), gid = 0;
+    if (errno == 0 && end != user && *end == ':') {
+      const char *text = end + 1;
+      gid = strtoul(text, &end, 10);
+      if (end == text) errno = EINVAL;
+    }
+    if (errno != 0 || *end != '\0' || uid == 0 || gid == 0 || uid >= 0xFFFFFFFFUL || gid >= 0xFFFFFFFFUL) {
+      fail(64, "--user takes UID:GID (both above 0), not '%s'", user);
+    }
+    gid_t group = (gid_t)gid;
+    if (setgroups(1, &group) != 0) fail(71, "cannot set the groups: %s", reason(errno));
+    if (setresgid(group, group, group) != 0) fail(71, "cannot become gid %lu: %s", gid, reason(errno));
+    if (setresuid((uid_t)uid, (uid_t)uid, (uid_t)uid) != 0) {
+      fail(71, "cannot become uid %lu: %s", uid, reason(errno));
+    }
+    if (getuid() != (uid_t)uid || geteuid() != (uid_t)uid || setuid(0) == 0) {
+      fail(71, "could not drop root privileges");
+    }
+  }
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) {
+    fail(71, "cannot ask to end with appbox: %s", reason(errno));
+  }
+  if (getppid() != parent) _exit(0); /* appbox ended already: nothing to serve */
+  execv(argv[index], &argv[index]);
+  int error = errno;
+  fail(error == ENOENT ? 69 : 126, "cannot run pasta '%s': %s", argv[index], reason(error));
+}
