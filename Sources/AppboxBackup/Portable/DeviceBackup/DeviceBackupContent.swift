@@ -1,9 +1,13 @@
 // import-backup, step 2: the content reader. It takes the place of a backup's ContentReader
-// (same thread, same messages, same Archiver on the other side), reading each file of the plan
-// from the backup folder instead of a home.
+// (same thread, same messages, same Archiver on the other side), walking the plan's directories
+// instead of a scan and reading each file from the backup folder instead of a home.
 //
-// Algorithm: for each archive item in order, directories and symlinks pass straight through;
-// a file's content `XX/<fileID>` is opened beneath the folder (no symlink followed, a regular
+// Algorithm: the plan's directories are walked depth-first, in name order, as a scan hands
+// them over: each becomes a ScannedDirectory (its entries with the statuses their MBFiles
+// give) only when the walk reaches it, and is released once the archiver has built its tree
+// (the reader says where each begins and, after its subtree, where it ends), so the pipeline
+// holds the directories on its path, never all of them. Within a directory, symlinks pass
+// straight through; a file's content `XX/<fileID>` is opened beneath the folder (no symlink followed, a regular
 // file only) and must have exactly the bytes its MBFile promises: its Size, or in an encrypted
 // backup Size rounded up to whole AES blocks with a block of padding when the size is a
 // multiple of 16. An encrypted file's key is unwrapped with the class key its EncryptionKey
@@ -51,13 +55,84 @@ final class DeviceBackupContentReader: @unchecked Sendable {
     let hasher = SHA256Hasher()
     let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: pool.bufferSize, alignment: 16)
     defer { scratch.deallocate() }
-    for (index, item) in plan.archive.items.enumerated() {
-      guard case .file = item, let row = plan.fileRows[index] else {
-        guard queue.push(.passthrough(item: index)) else { return }
-        continue
+    let rules = ScanRules(bundleDirectoryName: "", includeBundle: true)
+    // Directories still to walk (the next on top), and those whose subtrees are not done yet,
+    // from the root down: the only ScannedDirectory values alive.
+    var pending: [(planned: Int, parent: ScannedDirectory?, name: [UInt8], position: Int32)] = [
+      (0, nil, [], -1)
+    ]
+    var open: [ScannedDirectory] = []
+    while let next = pending.popLast() {
+      let directory = ScannedDirectory(
+        parent: next.parent, name: next.name, position: next.position, previous: nil, rules: rules)
+      let planned = plan.directories[next.planned]
+      describe(directory, planned)
+      while let top = open.last, top.depth >= directory.depth {
+        open.removeLast()
+        guard queue.push(.endDirectory(top)) else { return }
       }
-      guard try read(index, plan.items[row], hasher: hasher, scratch: scratch) else { return }
+      open.append(directory)
+      guard queue.push(.directory(directory)) else { return }
+      for (position, child) in planned.children.enumerated() where !child.isDirectory {
+        let item = ItemReference(directory: directory, position: Int32(position))
+        let row = plan.items[child.index]
+        if row.kind == .symlink {
+          guard queue.push(.symlink(item)) else { return }
+        } else {
+          guard try read(item, row, hasher: hasher, scratch: scratch) else { return }
+        }
+      }
+      for (position, child) in planned.children.enumerated().reversed() where child.isDirectory {
+        pending.append((child.index, directory, child.name, Int32(position)))
+      }
     }
+    while let top = open.popLast() {
+      guard queue.push(.endDirectory(top)) else { return }
+    }
+  }
+
+  /// Gives `directory` what a scan would have found: its status and its entries in name
+  /// order, each with the status its MBFile gives (whole-second mtimes; ctime and inode 0, so
+  /// nothing takes an imported entry for a file on disk).
+  private func describe(_ directory: ScannedDirectory, _ planned: PlannedDirectory) {
+    directory.status = directoryStatus(planned.record)
+    var names: [UInt8] = []
+    var entries: [ScannedEntry] = []
+    entries.reserveCapacity(planned.children.count)
+    for child in planned.children {
+      var type = TreeEntryType.directory
+      var status: FileStatus
+      var target: [UInt8]?
+      if child.isDirectory {
+        status = directoryStatus(plan.directories[child.index].record)
+      } else {
+        let row = plan.items[child.index]
+        if row.kind == .symlink {
+          type = .symlink
+          target = row.record.target ?? []
+        } else {
+          type = .file
+        }
+        status = deviceBackupStatus(
+          mode: row.record.mode, size: target.map { Int64($0.count) } ?? row.record.size,
+          modified: row.record.lastModified)
+      }
+      var entry = ScannedEntry(
+        nameStart: Int32(names.count), nameLength: Int32(child.name.count), status: EntryStatus(status),
+        type: type, previous: nil)
+      entry.linkTarget = target
+      names += child.name
+      names.append(0)
+      entries.append(entry)
+    }
+    directory.names = names
+    directory.entries = entries
+  }
+
+  /// A directory's status from its MBFile; 0755 and the import's time for one implied.
+  private func directoryStatus(_ record: MBFileRecord?) -> FileStatus {
+    deviceBackupStatus(
+      mode: record?.mode ?? UInt32(S_IFDIR | 0o755), size: 0, modified: record?.lastModified ?? plan.time)
   }
 
   private func damaged(_ item: DeviceBackupItem, _ why: String) -> BackupError {
@@ -69,7 +144,8 @@ final class DeviceBackupContentReader: @unchecked Sendable {
 
   /// Reads one file and hands it over. Returns false when the archiver cancelled.
   private func read(
-    _ index: Int, _ item: DeviceBackupItem, hasher: SHA256Hasher, scratch: UnsafeMutableRawBufferPointer
+    _ reference: ItemReference, _ item: DeviceBackupItem, hasher: SHA256Hasher,
+    scratch: UnsafeMutableRawBufferPointer
   )
     throws -> Bool
   {
@@ -86,10 +162,10 @@ final class DeviceBackupContentReader: @unchecked Sendable {
       let (fd, found) = try DeviceBackup.openRegular(
         contentPath, in: backup.folder.borrowed, path: backup.path)
     else {
-      if size == 0 { return pushEmpty(index, file) }
+      if size == 0 { return pushEmpty(reference, file) }
       return queue.push(
         .unreadable(
-          item: index,
+          item: reference,
           reason:
             "Manifest.db lists it, but its content '\(display(contentPath))' is not in the backup folder"
         ))
@@ -108,7 +184,7 @@ final class DeviceBackupContentReader: @unchecked Sendable {
       guard let key = try AESKeyWrap.unwrap(split.wrapped, with: classKey), key.count == 32 else {
         throw damaged(item, "its key does not unwrap with its class key")
       }
-      if found.size == 0 && size == 0 { return pushEmpty(index, file) }
+      if found.size == 0 && size == 0 { return pushEmpty(reference, file) }
       let expected = (size / 16 + 1) * 16
       guard found.size == expected else {
         throw damaged(item, "it holds \(found.size) bytes, where \(size) bytes encrypted take \(expected)")
@@ -131,7 +207,7 @@ final class DeviceBackupContentReader: @unchecked Sendable {
           digest = hasher.finalize()
         }
         let message = ContentMessage.whole(
-          item: index, file: file, buffer: buffer, count: count, digest: digest, stable: true)
+          item: reference, file: file, buffer: buffer, count: count, digest: digest, stable: true)
         if !queue.push(message, cost: count + 256) {
           pool.give(buffer)
           return false
@@ -143,7 +219,7 @@ final class DeviceBackupContentReader: @unchecked Sendable {
       }
     }
     let archiverHashes = pool.isMostlyFree
-    guard queue.push(.begin(item: index, file: file, archiverHashes: archiverHashes, mode: .whole)) else {
+    guard queue.push(.begin(item: reference, file: file, archiverHashes: archiverHashes, mode: .whole)) else {
       return false
     }
     var left = Int(found.size)
@@ -191,13 +267,15 @@ final class DeviceBackupContentReader: @unchecked Sendable {
     }
     guard produced == size else { throw damaged(item, "it decrypts to \(produced) bytes, not \(size)") }
     return queue.push(
-      .end(item: index, digest: archiverHashes ? nil : hasher.finalize(), short: 0, stable: true, final: true)
+      .end(
+        item: reference, digest: archiverHashes ? nil : hasher.finalize(), short: 0, stable: true, final: true
+      )
     )
   }
 
-  private func pushEmpty(_ index: Int, _ file: OpenedFile) -> Bool {
+  private func pushEmpty(_ reference: ItemReference, _ file: OpenedFile) -> Bool {
     let buffer = pool.take(beforeWaiting: queue.nudge)
-    if !queue.push(.whole(item: index, file: file, buffer: buffer, count: 0, digest: nil, stable: true)) {
+    if !queue.push(.whole(item: reference, file: file, buffer: buffer, count: 0, digest: nil, stable: true)) {
       pool.give(buffer)
       return false
     }

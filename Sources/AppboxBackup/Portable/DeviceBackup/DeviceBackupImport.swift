@@ -5,10 +5,13 @@
 // 2. Plan: one scan of the domain's Manifest.db rows, judged by import's rules
 //    (DeviceBackupPlan.swift); the room is the repository's free space (less 64 MiB) for a
 //    local one. Nothing is written before the whole domain has been judged.
-// 3. Archive: the content reader (DeviceBackupContent.swift) reads, decrypts and hashes each
-//    file once on its thread; the backup engine's Archiver writes the members into a staged
-//    archive on this one, as for a full backup (nothing deduplicated: the archive stands alone).
-// 4. Trees (TreeBuilder), then the manifest member, then the archive is committed and the
+// 3. Archive: the content reader (DeviceBackupContent.swift) walks the planned directories
+//    depth-first and reads, decrypts and hashes each file once on its thread; the backup
+//    engine's Archiver writes the members into a staged archive on this one, as for a full
+//    backup (nothing deduplicated: the archive stands alone), and has each directory's tree
+//    built (TreeBuilder) once its subtree is done. Trees and blob locations go to a spool on
+//    disk (ManifestSpool), as a backup's do.
+// 4. The manifest member (streamed from the spool), then the archive is committed and the
 //    snapshot recorded (Repository.commit), exactly as a backup commits.
 // The snapshot is a full one, tagged "ios-backup", recording the backup's device UDID. An app
 // that is installed gets its container id, version, bundle directory and seal; one that is
@@ -162,8 +165,7 @@ extension Repository {
     observer.engine(.phase(.checking))
     observer.engine(.stage("plan"))
     let plan = try backup.plan(for: subject.domain, limits: limits, room: try roomForImport(), time: start)
-    observer.engine(
-      .planned(entries: plan.rowCount, files: plan.archive.fileCount, bytes: plan.archive.fileBytes))
+    observer.engine(.planned(entries: plan.rowCount, files: plan.fileCount, bytes: plan.fileBytes))
     if !plan.skipped.isEmpty {
       observer.engine(
         .warning(
@@ -172,13 +174,17 @@ extension Repository {
     }
 
     let id = try newSnapshotID()
-    let staged = try stageArchive(id)
-    let writer = try ArchiveWriter(output: staged.output, compression: .none, name: archivePath(id))
+    // Named as a backup names its archives (`<id>.tar`): the snapshot object is checked for it.
+    let archiveName = id + ArchiveCompression.none.fileSuffix
+    let staged = try stageArchive(archiveName)
+    let writer = try ArchiveWriter(output: staged.output, compression: .none, name: archivePath(archiveName))
     observer.engine(.phase(.archiving))
+    let spool = try ManifestSpool(directory: splitPath(catalogPath).directory, archive: archiveName)
+    let trees = TreeBuilder(catalog: catalog, bundleEntry: nil, sink: spool)
     let pool = BufferPool(count: 16, bufferSize: ContentReader.wholeReadLimit)
     let archiver = Archiver(
-      plan: plan.archive, writer: writer, catalog: catalog, archiveName: id, deduplicate: false, pool: pool,
-      observer: observer, time: start)
+      writer: writer, catalog: catalog, archiveName: archiveName, deduplicate: false, full: true, pool: pool,
+      observer: observer, time: start, blobs: spool, trees: trees)
     let queue = HandoffQueue<ContentMessage>(capacity: 16 << 20)
     let reader = DeviceBackupContentReader(
       backup: backup, plan: plan, domain: subject.domain.name, queue: queue, pool: pool)
@@ -192,17 +198,17 @@ extension Repository {
     try readerThread.join()
 
     observer.engine(.phase(.committing))
-    observer.engine(.stage("trees"))
-    let trees = try TreeBuilder(
-      plan: plan.archive, results: archiver.results, catalog: catalog, bundleEntry: nil
-    )
-    .build()
+    guard let root = trees.root else {
+      throw BackupError(.corruptCatalog, "The domain's root was not archived")
+    }
+    spool.chunks = archiver.chunkLocations
+    spool.chunkLists = archiver.chunkLists.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
     let waiting: Bool
     var snapshot = Snapshot(
       id: id, app: subject.name, device: backup.deviceIdentifier, containerID: "", version: "",
       bundleDirectoryName: "", seal: "", time: start, kind: .full, tag: "ios-backup", parent: nil,
-      rootTree: trees.root, files: trees.files, bytes: trees.bytes, bytesAdded: archiver.bytesAdded,
-      archive: id,
+      rootTree: root, files: trees.files, bytes: trees.bytes, bytesAdded: archiver.bytesAdded,
+      archive: archiveName,
       keychainOffset: nil, warnings: archiver.warnings.count, unreadable: archiver.unreadableCount,
       unreadablePaths: Snapshot.keptPaths(
         archiver.unreadable.map(\.path).sorted { $0.lexicographicallyPrecedes($1) }))
@@ -224,23 +230,20 @@ extension Repository {
       waiting = false
     }
     observer.engine(.stage("manifest"))
-    let manifest = Manifest(
-      snapshot: snapshot, trees: trees.newTrees, blobs: archiver.blobLocations(),
-      chunks: archiver.chunkLocations,
-      chunkLists: archiver.chunkLists.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
-    try writer.writeHeader(metadataMember(Manifest.memberPath, size: manifest.encodedSize, time: start))
-    try manifest.encode { try writer.writeData($0) }
+    spool.snapshot = snapshot
+    try writer.writeHeader(metadataMember(Manifest.memberPath, size: spool.encodedSize, time: start))
+    try spool.encode { try writer.writeData($0) }
     try writer.finishEntry()
     try writer.finish()
     observer.engine(.stage("sync"))
     let stored = try staged.commit()
     let record = ArchiveRecord(
-      name: id, size: stored.size, checksum: stored.checksum, compression: .none, created: start)
+      name: archiveName, size: stored.size, checksum: stored.checksum, compression: .none, created: start)
     do {
       observer.engine(.stage("commit"))
-      try commit(record: record, manifest: manifest, snapshot: snapshot)
+      try commit(record: record, manifest: spool, snapshot: snapshot)
     } catch {
-      if isLegacy { try? store.delete(["archives/" + id]) }
+      if isLegacy { try? store.delete(["archives/" + archiveName]) }
       throw error
     }
     for warning in archiver.warnings {
@@ -251,7 +254,8 @@ extension Repository {
     }
     observer.engine(.finished(operation: "import-backup", app: subject.name))
     return DeviceBackupImportResult(
-      snapshot: snapshot, archivePath: archivePath(id), domain: subject.domain.name, isWaiting: waiting,
+      snapshot: snapshot, archivePath: archivePath(archiveName), domain: subject.domain.name,
+      isWaiting: waiting,
       skipped: plan.skipped.groups.map { ImportSkip(path: $0.name, members: $0.count) })
   }
 

@@ -10,10 +10,11 @@
 // its container; both skip Library/Caches, and an app what else iOS keeps there, counted), and
 // judged by ImportValidator: the rules of `import` (no absolute path, `..`, `.` or empty
 // component, no setuid or setgid bit, no path twice, no write through a symlink or into a file,
-// member count, apparent size and free space within the limits). Then the directories and
-// entries become ScannedDirectory values, entries sorted by name, each with the status its
-// MBFile gives (whole-second mtimes; ctime and inode 0, so change detection never takes an
-// imported entry for a file on disk), and ArchivePlan orders the items as a full backup would.
+// member count, apparent size and free space within the limits). The admitted rows are then
+// laid out as directories (PlannedDirectory), each with its children sorted by name: the
+// depth-first order a backup's scan hands directories over in. The plan is the domain's own
+// (all of it must be judged before anything is written, and rows come in no useful order);
+// the content reader makes each directory a ScannedDirectory only as it walks it.
 //
 // Invariants: nothing is read from the folder here but Manifest.db; any refusal is one
 // `.refusedArchive` error naming the folder, Manifest.db and the row (exit 65).
@@ -32,15 +33,36 @@ struct DeviceBackupItem {
   var record: MBFileRecord
 }
 
-/// A domain's rows as an archive plan.
+/// A directory of a domain as the import lays it out: its MBFile (nil: implied by a deeper
+/// path) and its children in name order.
+struct PlannedDirectory {
+  var record: MBFileRecord?
+  var children: [PlannedChild] = []
+}
+
+/// A child of a planned directory: a subdirectory (`index` into the plan's directories) or an
+/// admitted file or symlink (`index` into its items).
+struct PlannedChild {
+  var name: [UInt8]
+  var index: Int
+  var isDirectory: Bool
+}
+
+/// A domain's admitted rows, laid out as directories (the content reader turns each into a
+/// ScannedDirectory only when it walks it, so the pipeline holds the directories on its path,
+/// as for a backup; the plan itself is a few small values per row).
 struct DeviceBackupPlan {
-  var archive: ArchivePlan
   var items: [DeviceBackupItem]
-  /// For each `.file` item of `archive`, by item index: its row in `items`.
-  var fileRows: [Int: Int]
+  /// The domain's root first.
+  var directories: [PlannedDirectory]
+  /// The import's time (seconds), for implied directories and a root without a row.
+  var time: Int64
   /// Rows left out (Library/Caches, and what an app's home does not keep), by group.
   var skipped: SkippedMembers
   var rowCount: Int
+  /// Regular files to read, and their bytes.
+  var fileCount: Int
+  var fileBytes: Int64
 }
 
 extension DeviceBackup {
@@ -109,9 +131,11 @@ extension DeviceBackup {
       throw Self.refusal(path, "Manifest.db is damaged: \(error.message)")
     }
     rows.sort { $0.path.lexicographicallyPrecedes($1.path) }
-    var layout = TreeLayout(time: time, root: root)
+    var layout = DomainLayout(root: validator.root, record: root)
     var skipped = SkippedMembers()
     var kept: [DeviceBackupItem] = []
+    var fileCount = 0
+    var fileBytes: Int64 = 0
     do {
       for row in rows {
         if let group = Self.skipGroup(row.path, isGroup: isGroup) {
@@ -124,26 +148,21 @@ extension DeviceBackup {
           kind: row.kind == .directory ? .directory : row.kind == .file ? .regular : .symlink(target),
           permissions: row.record.mode & 0o7777, size: row.kind == .file ? row.record.size : 0,
           dataSize: row.kind == .file ? row.record.size : 0, attributeNames: [])
-        let (admission, implied) = try validator.admit(facts)
-        for directory in implied { layout.addDirectory(directory, record: nil) }
-        switch admission {
-        case .directory: layout.addDirectory(row.path, record: row.record)
-        case .file, .symlink, .hardlink:
-          layout.addEntry(row.path, record: row.record, kind: row.kind, row: kept.count)
-          kept.append(row)
+        let admitted = try validator.admit(facts)
+        layout.add(row, at: kept.count, admitted, parents: validator.trail, root: validator.root)
+        if case .directory = admitted.admission { continue }
+        if row.kind == .file {
+          fileCount += 1
+          fileBytes += row.record.size
         }
+        kept.append(row)
       }
     } catch let error as BackupError where error.code == .refusedArchive {
       throw refuse(error.message)
     }
-    let (directories, rowOfEntry) = layout.finish()
-    let archive = ArchivePlan(directories: directories, full: true)
-    var fileRows: [Int: Int] = [:]
-    for (index, item) in archive.items.enumerated() {
-      if case .file(let directory, let entry) = item { fileRows[index] = rowOfEntry[directory][entry] }
-    }
     return DeviceBackupPlan(
-      archive: archive, items: kept, fileRows: fileRows, skipped: skipped, rowCount: count)
+      items: kept, directories: layout.finish(), time: Int64(time.timeIntervalSince1970), skipped: skipped,
+      rowCount: count, fileCount: fileCount, fileBytes: fileBytes)
   }
 
   struct RawRow {
@@ -195,7 +214,7 @@ extension DeviceBackup {
     results.initialize(repeating: nil)
     defer { results.deallocate() }
     nonisolated(unsafe) let shared = results
-    nonisolated(unsafe) let input = rows
+    let input = rows
     let half = rows.count / 2
     let helper = WorkerThread(name: "appbox-judge") {
       for index in half..<input.count { shared[index] = judge(input[index], domain: domain) }
@@ -239,97 +258,71 @@ func deviceBackupStatus(mode: UInt32, size: Int64, modified seconds: Int64) -> F
   return FileStatus(raw)
 }
 
-/// Builds the scanned directories from admitted paths, parents before children.
-private struct TreeLayout {
-  struct Pending {
-    var name: [UInt8]
-    var type: TreeEntryType
-    var status: EntryStatus
-    var linkTarget: [UInt8]?
-    var child: Int?
-    var row: Int
+/// Lays out admitted rows as directories with their children. A directory is known by the
+/// validator's own node for it (never by its path: a row 30,000 levels deep implies 30,000
+/// directories, whose paths would add up to gigabytes), and its parent is always laid out
+/// first (rows come sorted, and the validator creates implied directories shallowest first).
+private struct DomainLayout {
+  var directories: [PlannedDirectory]
+  var index: [ObjectIdentifier: Int]
+
+  init(root: ImportDirectory, record: MBFileRecord?) {
+    directories = [PlannedDirectory(record: record)]
+    index = [ObjectIdentifier(root): 0]
   }
 
-  var directories: [ScannedDirectory] = []
-  var pending: [[Pending]] = [[]]
-  var index: [[UInt8]: Int] = [[]: 0]
-  let time: Date
-
-  init(time: Date, root: MBFileRecord?) {
-    self.time = time
-    var home = ScannedDirectory()
-    home.status = deviceBackupStatus(
-      mode: root?.mode ?? UInt32(S_IFDIR | 0o755), size: 0,
-      modified: root?.lastModified ?? Int64(time.timeIntervalSince1970))
-    directories = [home]
-  }
-
-  private static func split(_ path: [UInt8]) -> (parent: [UInt8], name: [UInt8]) {
-    guard let slash = path.lastIndex(of: UInt8(ascii: "/")) else { return ([], path) }
-    return (Array(path[..<slash]), Array(path[(slash + 1)...]))
-  }
-
-  /// A directory, with its MBFile's metadata, or 0755 and the import's time when implied. A
-  /// directory repeated keeps its first metadata.
-  mutating func addDirectory(_ path: [UInt8], record: MBFileRecord?) {
-    guard index[path] == nil else { return }
-    let (parentPath, name) = Self.split(path)
-    let parent = index[parentPath]!
-    let status = deviceBackupStatus(
-      mode: record?.mode ?? UInt32(S_IFDIR | 0o755), size: 0,
-      modified: record?.lastModified ?? Int64(time.timeIntervalSince1970))
-    var directory = ScannedDirectory()
-    directory.parent = parent
-    directory.name = name
-    directory.pathLength = path.count
-    directory.status = status
-    let child = directories.count
-    directories.append(directory)
-    pending.append([])
-    index[path] = child
-    pending[parent].append(
-      Pending(
-        name: name, type: .directory, status: EntryStatus(status), linkTarget: nil, child: child, row: -1))
-  }
-
-  mutating func addEntry(_ path: [UInt8], record: MBFileRecord, kind: DeviceBackupEntryKind, row: Int) {
-    let (parentPath, name) = Self.split(path)
-    let parent = index[parentPath]!
-    let target = kind == .symlink ? record.target : nil
-    let status = deviceBackupStatus(
-      mode: record.mode, size: kind == .symlink ? Int64(target?.count ?? 0) : record.size,
-      modified: record.lastModified)
-    pending[parent].append(
-      Pending(
-        name: name, type: kind == .symlink ? .symlink : .file, status: EntryStatus(status),
-        linkTarget: target,
-        child: nil, row: row))
-  }
-
-  /// The directories with their entries in name order, and each entry's row (-1: a directory).
-  func finish() -> ([ScannedDirectory], [[Int]]) {
-    var result = directories
-    var rows: [[Int]] = []
-    for (position, entries) in pending.enumerated() {
-      let sorted = entries.sorted { $0.name.lexicographicallyPrecedes($1.name) }
-      var names: [UInt8] = []
-      var scanned: [ScannedEntry] = []
-      scanned.reserveCapacity(sorted.count)
-      for entry in sorted {
-        var made = ScannedEntry(
-          nameStart: Int32(names.count), nameLength: Int32(entry.name.count), status: entry.status,
-          type: entry.type,
-          previous: nil)
-        made.linkTarget = entry.linkTarget
-        made.child = entry.child
-        names += entry.name
-        names.append(0)
-        scanned.append(made)
-      }
-      result[position].names = names
-      result[position].entries = scanned
-      rows.append(sorted.map(\.row))
+  /// Lays out `row` (admitted as `admitted`; `parents` is the validator's trail for it, the
+  /// directories of its path from the top): the directories it implies, then itself. A file
+  /// or symlink is item `position` of the plan.
+  mutating func add(
+    _ row: DeviceBackupItem, at position: Int, _ admitted: ImportValidator.Admitted,
+    parents: [ImportDirectory], root: ImportDirectory
+  ) {
+    let names = Self.lastNames(of: row.path, count: admitted.impliedCount + 1)
+    for (offset, depth) in ((parents.count - admitted.impliedCount)..<parents.count).enumerated() {
+      addDirectory(
+        parents[depth], named: names[offset], in: depth == 0 ? root : parents[depth - 1], record: nil)
     }
-    return (result, rows)
+    let parent = parents.last ?? root
+    if case .directory = admitted.admission, let directory = admitted.directory {
+      addDirectory(directory, named: names[names.count - 1], in: parent, record: row.record)
+    } else {
+      directories[index[ObjectIdentifier(parent)]!].children.append(
+        PlannedChild(name: names[names.count - 1], index: position, isDirectory: false))
+    }
+  }
+
+  /// A directory with its MBFile (nil: implied). One repeated keeps its first metadata.
+  private mutating func addDirectory(
+    _ directory: ImportDirectory, named name: [UInt8], in parent: ImportDirectory, record: MBFileRecord?
+  ) {
+    guard index[ObjectIdentifier(directory)] == nil else { return }
+    let made = directories.count
+    index[ObjectIdentifier(directory)] = made
+    directories[index[ObjectIdentifier(parent)]!].children.append(
+      PlannedChild(name: name, index: made, isDirectory: true))
+    directories.append(PlannedDirectory(record: record))
+  }
+
+  /// The last `count` components of `path`, in order (read from its end: their cost only).
+  private static func lastNames(of path: [UInt8], count: Int) -> [[UInt8]] {
+    var names: [[UInt8]] = []
+    var end = path.count
+    while names.count < count {
+      let start = path[..<end].lastIndex(of: UInt8(ascii: "/")).map { $0 + 1 } ?? 0
+      names.append(Array(path[start..<end]))
+      guard start > 0 else { break }
+      end = start - 1
+    }
+    return names.reversed()
+  }
+
+  /// The directories, each one's children in name order.
+  func finish() -> [PlannedDirectory] {
+    directories.map { directory in
+      var sorted = directory
+      sorted.children.sort { $0.name.lexicographicallyPrecedes($1.name) }
+      return sorted
+    }
   }
 }

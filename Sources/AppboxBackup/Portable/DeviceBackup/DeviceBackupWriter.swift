@@ -1,9 +1,11 @@
 // export-backup, the writing side: a backup folder's content files and Manifest.db rows.
 //
 // Algorithm, per domain: the backup engine's Scanner lists the directory (a home's Documents
-// and Library, or a group's container, Library/Caches left out) and its ContentReader reads
-// the files on its own thread, exactly as for a full backup; this writer takes the reader's
-// messages in item order in place of the Archiver. Each file becomes `XX/<fileID>`, its bytes
+// and Library, or a group's container, Library/Caches left out), handing the directories over
+// one at a time in depth-first order, and its ContentReader reads the files on its own thread,
+// exactly as for a full backup; this writer takes the reader's messages in that order in place
+// of the Archiver, so the walk holds the directories on its path, not the whole tree (the
+// rows, a few hundred bytes each, are kept for Manifest.db, which is written whole). Each file becomes `XX/<fileID>`, its bytes
 // as they are, or in an encrypted backup AES-256-CBC under a fresh random key (PKCS#7 padded,
 // zero IV) whose RFC 3394 wrap under the file's class key goes into its MBFile. Holes are
 // written as zeros (the format has none). A file read more than once (it changed meanwhile)
@@ -56,7 +58,7 @@ final class DeviceBackupWriter {
 
   deinit { for descriptor in subdirectories.values { descriptor.close() } }
 
-  /// What a written file's row needs, by item, for a hard link to copy it.
+  /// What a written file's row needs, by inode, for a later path of it (a hard link) to copy.
   private struct Written {
     var fileID: String
     var record: MBFileRecord
@@ -73,21 +75,18 @@ final class DeviceBackupWriter {
     let scanner = Scanner(
       home: home, rules: rules, catalogPath: nil, previousRoot: nil, trustedBefore: 0, observer: observer)
     observer.engine(.phase(.scanning))
-    let plan = ArchivePlan(directories: try scanner.scan(), full: true)
-    observer.engine(.planned(entries: plan.items.count, files: plan.fileCount, bytes: plan.fileBytes))
-    observer.engine(.phase(.writing))
     let rootStatus = try home.status()
     rows.append(row(domain, [], .directory, record(status: EntryStatus(rootStatus), protectionClass: 0)))
     let pool = BufferPool(count: 16, bufferSize: 256 << 10)
     let queue = HandoffQueue<ContentMessage>(capacity: 16 << 20)
-    let reader = ContentReader(home: home, plan: plan, queue: queue, pool: pool, protectionClasses: classes)
+    let reader = ContentReader(scanner: scanner, queue: queue, pool: pool, protectionClasses: classes)
     let thread = WorkerThread(name: "appbox-read") { try reader.run() }
     var report = DeviceBackupExportedDomain(
-      domain: domain, files: 0, directories: 0, bytes: 0, unreadable: scanner.unreadableCount,
-      unreadablePaths: scanner.unreadable.map(\.path))
+      domain: domain, files: 0, directories: 0, bytes: 0, unreadable: 0, unreadablePaths: [])
     do {
       try consume(
-        queue, plan: plan, domain: domain, pool: pool, recordedClasses: recordedClasses, report: &report)
+        queue, domain: domain, pool: pool, recordedClasses: recordedClasses, observer: observer,
+        report: &report)
     } catch {
       queue.cancel { message in
         switch message {
@@ -99,45 +98,47 @@ final class DeviceBackupWriter {
       throw error
     }
     try thread.join()
+    // The scan's counts are complete once the reader has finished it.
+    report.unreadable += scanner.unreadableCount
+    report.unreadablePaths += scanner.unreadable.map(\.path)
     warnings += scanner.warnings.map { "'\($0.path)' \($0.message)" }
     report.unreadablePaths = Snapshot.keptPaths(
       report.unreadablePaths.sorted { $0.lexicographicallyPrecedes($1) })
     return report
   }
 
+  /// Takes the reader's messages in depth-first order and writes each item's content file
+  /// and row. The directory whose items are arriving is the last `.directory` message's.
   private func consume(
-    _ queue: HandoffQueue<ContentMessage>, plan: ArchivePlan, domain: String, pool: BufferPool,
-    recordedClasses: [[UInt8]: ProtectionClass]?, report: inout DeviceBackupExportedDomain
+    _ queue: HandoffQueue<ContentMessage>, domain: String, pool: BufferPool,
+    recordedClasses: [[UInt8]: ProtectionClass]?, observer: EngineObserver,
+    report: inout DeviceBackupExportedDomain
   ) throws {
-    var written: [Int: Written] = [:]
-    var current: (item: Int, file: OpenedFile, output: ContentFile)?
-    func path(of item: Int) -> [UInt8] {
-      switch plan.items[item] {
-      case .directory(let index): return plan.directories.path(of: index)
-      case .file(let directory, let entry), .symlink(let directory, let entry):
-        let scanned = plan.directories[directory]
-        return joinPath(plan.directories.path(of: directory), scanned.name(of: scanned.entries[entry]))
-      }
-    }
-    func protectionClass(_ item: Int, _ file: OpenedFile) -> Int64 {
+    var written: [UInt64: Written] = [:]
+    var current: (item: ItemReference, file: OpenedFile, output: ContentFile)?
+    var directoryPath = DirectoryPath()
+    var startedWriting = false
+    func path(of item: ItemReference) -> [UInt8] { directoryPath.path(of: item.name) }
+    func protectionClass(_ item: ItemReference, _ file: OpenedFile) -> Int64 {
       if let recordedClasses {
         return (recordedClasses[path(of: item)] ?? .none).deviceBackupClass
       }
       return splitProtectionRecord(file.attributes).1.deviceBackupClass
     }
-    func finishFile(_ item: Int, _ file: OpenedFile, _ output: ContentFile) throws {
+    func finishFile(_ item: ItemReference, _ file: OpenedFile, _ output: ContentFile) throws {
       let relative = path(of: item)
       var made = record(status: file.status, protectionClass: output.protectionClass)
       made.encryptionKey = try output.finish()
       rows.append(row(domain, relative, .file, made))
-      written[item] = Written(fileID: output.fileID, record: made)
+      if item.entry.status.linkCount > 1 {
+        written[item.entry.status.inode] = Written(fileID: output.fileID, record: made)
+      }
       report.files += 1
       report.bytes += file.status.size
     }
     // Manifest.db keeps paths as text: a name that is not UTF-8 cannot be carried.
     var notText: [[UInt8]] = []
-    func carried(_ item: Int) -> Bool {
-      let relative = path(of: item)
+    func carried(_ relative: [UInt8]) -> Bool {
       if String(validating: relative, as: UTF8.self) != nil { return true }
       if notText.count < 5 { notText.append(relative) }
       return false
@@ -151,34 +152,41 @@ final class DeviceBackupWriter {
     }
     while let message = queue.pop() {
       switch message {
-      case .passthrough(let item):
-        guard carried(item) else { continue }
-        switch plan.items[item] {
-        case .directory(let index):
-          guard let status = plan.directories[index].status else { continue }
-          rows.append(
-            row(domain, path(of: item), .directory, record(status: EntryStatus(status), protectionClass: 0)))
-          report.directories += 1
-        case .symlink(let directory, let entry):
-          let scanned = plan.directories[directory].entries[entry]
-          var made = record(status: scanned.status, protectionClass: 0)
-          made.size = 0
-          made.target = scanned.linkTarget ?? []
-          rows.append(row(domain, path(of: item), .symlink, made))
-          report.files += 1
-        case .file:
-          break
+      case .directory(let directory):
+        directoryPath.enter(directory)
+        guard directory.depth > 0, !directory.isExcluded, let status = directory.status,
+          carried(directoryPath.bytes)
+        else { continue }
+        rows.append(
+          row(
+            domain, directoryPath.bytes, .directory, record(status: EntryStatus(status), protectionClass: 0)))
+        report.directories += 1
+      case .endDirectory:
+        continue
+      case .totals(let entries, let files, let bytes):
+        observer.engine(.planned(entries: entries, files: files, bytes: bytes))
+        if !startedWriting {
+          startedWriting = true
+          observer.engine(.phase(.writing))
         }
+      case .symlink(let item):
+        guard carried(path(of: item)) else { continue }
+        let scanned = item.entry
+        var made = record(status: scanned.status, protectionClass: 0)
+        made.size = 0
+        made.target = scanned.linkTarget ?? []
+        rows.append(row(domain, path(of: item), .symlink, made))
+        report.files += 1
       case .whole(let item, let file, let buffer, let count, _, _):
         defer { pool.give(buffer) }
-        guard carried(item) else { continue }
+        guard carried(path(of: item)) else { continue }
         let output = try openContent(domain, path(of: item), protectionClass: protectionClass(item, file))
         try output.write(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
         try finishFile(item, file, output)
       case .begin(let item, let file, _, _):
         current?.output.abandon()
         current = nil
-        guard carried(item) else { continue }
+        guard carried(path(of: item)) else { continue }
         current = (
           item, file, try openContent(domain, path(of: item), protectionClass: protectionClass(item, file))
         )
@@ -207,9 +215,9 @@ final class DeviceBackupWriter {
       case .unreadable(let item, _):
         report.unreadable += 1
         report.unreadablePaths.append(path(of: item))
-      case .hardlink(let item, let first):
-        guard let original = written[first], carried(item) else { continue }
+      case .hardlink(let item, let inode):
         let relative = path(of: item)
+        guard let original = written[inode], carried(relative) else { continue }
         let fileID = DeviceBackupNames.fileID(domain: domain, relativePath: relative)
         try copyContent(from: original.fileID, to: fileID)
         rows.append(row(domain, relative, .file, original.record))
