@@ -223,4 +223,67 @@ struct DeviceBackupTests {
     let restored = session.root.groupContainer(target.containerID) + "/shared.db"
     #expect(try String(contentsOfFile: restored, encoding: .utf8) == "shared")
   }
+
+  /// The content reader walks the planned directories depth-first in name order, making each
+  /// one only as it gets there: rows in no order, parents only implied, names whose byte order
+  /// differs from their paths' ("a-c" sorts before "a/b" as a path, after "a" as a name) and a
+  /// chain 1,500 levels deep must come out as the tree they describe.
+  @Test func rowsInAnyOrderWithImpliedParentsImportAsTheTreeTheyDescribe() throws {
+    let fixture = try Fixture()
+    let folder = fixture.dir.url("b")
+    let deep = "Documents/deep/" + String(repeating: "d/", count: 1_500) + "leaf"
+    var private_ = HandRow.directory("Library/Private")
+    private_.mode = UInt32(S_IFDIR | 0o700)
+    try handBuiltBackup(
+      folder,
+      [
+        .file(deep, "at the bottom"), .file("Documents/a-c", "beside"), private_,
+        .file("Documents/a/b", "inside"), .file("Library/Private/z", "z"), .symlink("Documents/a/l", "b"),
+        .file("Documents/a0", "after"),
+      ])
+    let result = try fixture.repository.importSnapshot(
+      of: .app("com.example.notes", installed: fixture.app), from: try DeviceBackup(at: folder) { nil },
+      in: fixture.session)
+    #expect(result.snapshot.files == 6)
+    #expect(!result.snapshot.isIncomplete)
+    _ = try fixture.repository.restore("com.example.notes", snapshot: result.snapshot.id, in: fixture.session)
+    #expect(fixture.names(in: "Documents") == ["a", "a-c", "a0", "deep"])
+    #expect(fixture.names(in: "Documents/a") == ["b", "l"])
+    #expect(try String(contentsOfFile: fixture.path("Documents/a/b"), encoding: .utf8) == "inside")
+    #expect(try String(contentsOfFile: fixture.path("Documents/a-c"), encoding: .utf8) == "beside")
+    #expect(try String(contentsOfFile: fixture.path("Library/Private/z"), encoding: .utf8) == "z")
+    #expect(try String(contentsOfFile: fixture.path(deep), encoding: .utf8) == "at the bottom")
+    // An implied directory gets 0755; one with a row keeps its mode.
+    var status = stat()
+    #expect(stat(fixture.path("Documents/deep/d/d"), &status) == 0 && status.st_mode & 0o7777 == 0o755)
+    #expect(stat(fixture.path("Library/Private"), &status) == 0 && status.st_mode & 0o7777 == 0o700)
+  }
+
+  /// A file with several links goes out at each of its paths (the reader sends the later ones
+  /// as hard links to the first, by inode) and comes back as separate copies.
+  @Test func aHardLinkedFileIsExportedAtEachOfItsPaths() throws {
+    let fixture = try Fixture()
+    try fixture.write("Documents/first", "shared content")
+    try FileManager.default.createDirectory(
+      atPath: fixture.path("Library/Keep"), withIntermediateDirectories: true)
+    guard link(fixture.path("Documents/first"), fixture.path("Documents/second")) == 0,
+      link(fixture.path("Documents/first"), fixture.path("Library/Keep/third")) == 0
+    else { throw SystemError("link") }
+    let folder = fixture.dir.url("backup")
+    let report = try fixture.session.exportDeviceBackup([.app(fixture.app)], to: folder)
+    #expect(report.domains.first?.files == 3)
+    for path in ["Documents/first", "Documents/second", "Library/Keep/third"] {
+      #expect(
+        try Data(contentsOf: URL(fileURLWithPath: contentPath(folder, path))) == Data("shared content".utf8),
+        "\(path)")
+    }
+    let (session, app, repository) = try importingFixture(fixture)
+    let result = try repository.importSnapshot(
+      of: .app("com.example.notes", installed: app), from: try DeviceBackup(at: folder) { nil }, in: session)
+    _ = try repository.restore("com.example.notes", snapshot: result.snapshot.id, in: session)
+    let home = session.home(of: app).path
+    for path in ["Documents/first", "Documents/second", "Library/Keep/third"] {
+      #expect(try String(contentsOfFile: home + "/" + path, encoding: .utf8) == "shared content", "\(path)")
+    }
+  }
 }
