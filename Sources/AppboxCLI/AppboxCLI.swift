@@ -17,7 +17,7 @@ public enum AppboxCLI {
     RestoreCommand.self,
     DiffCommand.self, LsCommand.self, DumpCommand.self, FindCommand.self, MountCommand.self,
     CheckCommand.self, ForgetCommand.self, RepoCommand.self, ArchiveCommand.self,
-    ExportCommand.self, ImportCommand.self,
+    ExportCommand.self, ImportCommand.self, ExportBackupCommand.self, ImportBackupCommand.self,
     WhyCommand.self, AdviseCommand.self, KeychainCommand.self, HelpCommand.self,
   ]
 
