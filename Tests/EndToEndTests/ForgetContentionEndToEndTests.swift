@@ -13,13 +13,17 @@ import Testing
 
 struct ForgetContentionEndToEndTests {
   static let app = "com.example.notes"
+  /// The prune lock's default settle time, not the fleet tests' 0.2 s: Swift's s3api stamps
+  /// objects to the second, so two forgets settling for less than that could both win.
+  static let settle = ["APPBOX_S3_LOCK_SETTLE": "1"]
 
   /// Starts `appbox forget` on `bucket` in the background, its stdout and stderr into files.
   func startForget(
     _ device: Device, _ bucket: Bucket, keepLast: Int, wait: Int, label: String,
     environment extra: [String: String] = [:]
   ) throws -> (process: SpawnedProcess, out: String, err: String) {
-    var environment = ProcessInfo.processInfo.environment.merging(bucket.environment) { $1 }.merging(extra) { $1 }
+    var environment = ProcessInfo.processInfo.environment.merging(bucket.environment) { $1 }
+      .merging(Self.settle) { $1 }.merging(extra) { $1 }
     environment.removeValue(forKey: "APPBOX_ROOT")
     let out = device.dir.url("\(label).out")
     let err = device.dir.url("\(label).err")
@@ -89,7 +93,7 @@ struct ForgetContentionEndToEndTests {
     let locks = try allObjects(bucket).map(\.key).filter { $0.hasPrefix("fleet/locks/") }
     #expect(locks.count == 1, "\(locks)")
     // The other is busy: 75, one line naming the lock.
-    let busy = try device.s3(bucket, "forget", Self.app, "--keep-last", "2")
+    let busy = try device.s3(bucket, "forget", Self.app, "--keep-last", "2", environment: Self.settle)
     #expect(busy.status == 75, "\(busy.err)")
     let lockName = String((locks.first ?? "fleet/?").dropFirst("fleet/".count))
     #expect(busy.err.split(separator: "\n").count == 1, "\(busy.err)")

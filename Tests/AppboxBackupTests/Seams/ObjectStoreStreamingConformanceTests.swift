@@ -167,6 +167,7 @@ struct ObjectStoreStreamingConformanceTests {
       }
     }
     reader.start()
+    while seen.withLock({ $0.reads }) == 0 { usleep(1000) }
     // Rewrite the object until the reader has met it many times while it was being replaced
     // (at least 12 rewrites, at most 400).
     var round = 0
@@ -174,6 +175,7 @@ struct ObjectStoreStreamingConformanceTests {
       try store.put("manifests/flip.tar", versions[round % 2])
       round += 1
     }
+    while seen.withLock({ $0.whole + $0.torn.count }) == 0 { usleep(1000) }
     done.store(true, ordering: .releasing)
     finished.wait()
     let result = seen.withLock { $0 }

@@ -18,7 +18,9 @@ struct PruneLockUnitTests {
     _ directory: TemporaryDirectory, bucket: String, cache: String = "cache", environment: [String: String] = [:]
   ) throws -> Repository {
     let cluster = try SwiftCluster.shared()
-    let env = cluster.environment.merging(["APPBOX_S3_LOCK_SETTLE": "0.05"]) { $1 }.merging(environment) { $1 }
+    // The default settle time (1 s): Swift's s3api stamps objects to the second (rounded up),
+    // so a shorter one would let two takers that wrote in the same second both win.
+    let env = cluster.environment.merging(environment) { $1 }
     let location = try RepositoryLocation.parse(
       "s3://\(bucket)/repo", defaultDirectory: "/nonexistent", environment: env)
     return try Repository(
@@ -97,7 +99,7 @@ struct PruneLockUnitTests {
     let body = try JSONSerialization.data(
       withJSONObject: ["host": Self.hostName(), "pid": Int(gone.pid), "purpose": "forget", "created": "2020-01-01T00:00:00Z"],
       options: [.sortedKeys])
-    try repository.store.put("locks/00000000000000000000000000000000", Array(body))
+    try repository.store.put("locks/ffffffffffffffffffffffffffffffff", Array(body))
     let held = try PruneLock.acquire(in: repository, purpose: "forget")
     #expect(try repository.store.list("locks").map(\.name) == [held.name])
     withExtendedLifetime(held) {}
@@ -111,7 +113,8 @@ struct PruneLockUnitTests {
     let body = try JSONSerialization.data(
       withJSONObject: ["host": "elsewhere.invalid", "pid": 1, "purpose": "forget", "created": "2020-01-01T00:00:00Z"],
       options: [.sortedKeys])
-    let foreign = "locks/ffffffffffffffffffffffffffffffff"
+    // Named to sort first: written in the same second as a taker's, it is still the older.
+    let foreign = "locks/00000000000000000000000000000000"
     try repository.store.put(foreign, Array(body))
     // Fresh (by the default stale time of 600 s), it holds: the taker is busy after 5 s.
     let patient = try Self.repository(directory, bucket: bucket, cache: "patient")
