@@ -36,7 +36,8 @@ struct ForgetContentionEndToEndTests {
     let process = try spawnProcess(
       productsDirectory + "/appbox",
       [
-        "--root", device.root, "--wait", String(wait), "--json", "forget", Self.app, "--keep-last", String(keepLast),
+        "--root", device.root, "--wait", String(wait), "--json", "forget", Self.app, "--keep-last",
+        String(keepLast),
         "--repo", bucket.url,
       ], environment: environment, stdout: stdout, stderr: stderr)
     return (process, out, err)
@@ -65,8 +66,11 @@ struct ForgetContentionEndToEndTests {
     #expect(check["ok"] as? Bool == true, "\(check)")
   }
 
-  func backup(_ device: Device, _ bucket: Bucket, round: Int) throws -> (id: String, data: [[UInt8]: CapturedEntry]) {
-    try Data("round \(round)".utf8).write(to: URL(fileURLWithPath: device.home + "/Documents/round-\(round).txt"))
+  func backup(_ device: Device, _ bucket: Bucket, round: Int) throws -> (
+    id: String, data: [[UInt8]: CapturedEntry]
+  ) {
+    try Data("round \(round)".utf8).write(
+      to: URL(fileURLWithPath: device.home + "/Documents/round-\(round).txt"))
     let data = try captureHomeData(device.home)
     let id = try #require(try device.backup(to: bucket)["snapshot"] as? String)
     return (id, data)
@@ -83,7 +87,8 @@ struct ForgetContentionEndToEndTests {
 
     // The holder stops after repacking, before it deletes anything, holding the lock.
     let holder = try startForget(
-      device, bucket, keepLast: 2, wait: 0, label: "holder", environment: ["APPBOX_PAUSE_AT": "forget.repacked"])
+      device, bucket, keepLast: 2, wait: 0, label: "holder",
+      environment: ["APPBOX_PAUSE_AT": "forget.repacked"])
     guard waitUntilStopped(holder.process.pid) else {
       kill(holder.process.pid, SIGKILL)
       _ = holder.process.wait()

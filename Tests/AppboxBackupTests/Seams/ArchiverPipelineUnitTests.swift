@@ -37,7 +37,9 @@ struct ArchiverPipelineUnitTests {
     #expect(symlink("a.txt", home + "/Documents/link") == 0)
     #expect(link(home + "/Documents/a.txt", home + "/Documents/hard") == 0)
     let plist = try directory.write("home/Library/Preferences/p.plist", "<plist/>", mode: 0o600)
-    try FileDescriptor.open(plist, O_RDONLY).closeAfter { try $0.setExtendedAttribute("user.color", Array("blue".utf8)) }
+    try FileDescriptor.open(plist, O_RDONLY).closeAfter {
+      try $0.setExtendedAttribute("user.color", Array("blue".utf8))
+    }
     try directory.write("home/Library/Caches/cached.txt", "left out")
     try directory.write("home/tmp/scratch", "left out")
     try directory.write("home/Notes.app/Info.plist", "the bundle, left out")
@@ -59,7 +61,8 @@ struct ArchiverPipelineUnitTests {
     let sinks = RecordingSinks()
     let trees = TreeBuilder(catalog: catalog, bundleEntry: nil, sink: sinks)
     let archiver = Archiver(
-      writer: writer, catalog: catalog, archiveName: "0c0c0c0c.tar", deduplicate: false, full: true, pool: pool,
+      writer: writer, catalog: catalog, archiveName: "0c0c0c0c.tar", deduplicate: false, full: true,
+      pool: pool,
       observer: SilentObserver(), blobs: sinks, trees: trees)
     let queue = HandoffQueue<ContentMessage>(capacity: 16 << 20)
     let reader = ContentReader(scanner: scanner, queue: queue, pool: pool, hashOnReader: hashOnReader)
@@ -94,7 +97,8 @@ struct ArchiverPipelineUnitTests {
     }
     #expect(
       Set(order) == [
-        "Documents", "Documents/a.txt", "Documents/empty", "Documents/hard", "Documents/link", "Documents/sub",
+        "Documents", "Documents/a.txt", "Documents/empty", "Documents/hard", "Documents/link",
+        "Documents/sub",
         "Documents/sub/deep.bin", "Library", "Library/Preferences", "Library/Preferences/p.plist",
       ], "\(order)")
     #expect(order.count == Set(order).count)
@@ -110,7 +114,10 @@ struct ArchiverPipelineUnitTests {
     #expect(members["Documents/hard"]?.entry.linkTarget == Array("Documents/a.txt".utf8))
     let plist = try #require(members["Library/Preferences/p.plist"])
     #expect(plist.entry.permissions & 0o7777 == 0o600 && plist.data == Array("<plist/>".utf8))
-    #expect(plist.entry.extendedAttributes.map { "\($0.name)=\(String(decoding: $0.value, as: UTF8.self))" } == ["user.color=blue"])
+    #expect(
+      plist.entry.extendedAttributes.map { "\($0.name)=\(String(decoding: $0.value, as: UTF8.self))" } == [
+        "user.color=blue"
+      ])
     #expect(members["Documents"]?.entry.type == .directory)
 
     // One blob per non-empty content, named by its SHA-256, locating its member and its data.
@@ -127,7 +134,8 @@ struct ArchiverPipelineUnitTests {
       #expect(blob.digest == SHA256.hash(content), "\(name)")
       #expect(blob.size == Int64(content.count) && blob.archive == "0c0c0c0c.tar")
       let dataOffset = Int(try #require(blob.dataOffset))
-      #expect(fingerprint(Array(archiveBytes[dataOffset..<(dataOffset + content.count)])) == fingerprint(content))
+      #expect(
+        fingerprint(Array(archiveBytes[dataOffset..<(dataOffset + content.count)])) == fingerprint(content))
       let fd = try FileDescriptor.open(path, O_RDONLY)
       defer { fd.close() }
       let there = try ArchiveReader(fileDescriptor: fd.rawValue, startingAt: blob.offset)
@@ -146,7 +154,9 @@ struct ArchiverPipelineUnitTests {
     let rootTree = try tree(root)
     #expect(rootTree.entries.map { String(decoding: $0.name, as: UTF8.self) } == ["Documents", "Library"])
     let documents = try tree(rootTree.entries.first?.digest)
-    let byName = Dictionary(documents.entries.map { (String(decoding: $0.name, as: UTF8.self), $0) }) { first, _ in first }
+    let byName = Dictionary(documents.entries.map { (String(decoding: $0.name, as: UTF8.self), $0) }) {
+      first, _ in first
+    }
     #expect(byName.keys.sorted() == ["a.txt", "empty", "hard", "link", "sub"])
     #expect(byName["a.txt"]?.digest == SHA256.hash(Array("hello".utf8)))
     #expect(byName["hard"]?.digest == byName["a.txt"]?.digest)

@@ -33,8 +33,10 @@ struct CatalogContents: Equatable {
       "\(digest.hex) \(archive) \(fingerprint(try catalog.treeData(digest)))"
     }
     chunks = try catalog.chunks().sorted { $0.digest < $1.digest }
-    chunkLists = try catalog.chunkLists().map { "\($0.digest.hex) \($0.archive) \(fingerprint($0.list.encoded()))" }
-      .sorted()
+    chunkLists = try catalog.chunkLists().map {
+      "\($0.digest.hex) \($0.archive) \(fingerprint($0.list.encoded()))"
+    }
+    .sorted()
   }
 }
 
@@ -90,7 +92,8 @@ struct CatalogRebuildUnitTests {
     let contents = try CatalogContents(rebuilt.catalog)
     #expect(contents.differences(from: original) == [])
     #expect(contents == original)
-    _ = try rebuilt.restore(fixture.app.bundleIdentifier, snapshot: results[0].snapshot.id, in: fixture.session)
+    _ = try rebuilt.restore(
+      fixture.app.bundleIdentifier, snapshot: results[0].snapshot.id, in: fixture.session)
     expectSame(captures[0], try fixture.captureData())
   }
 
@@ -110,7 +113,8 @@ struct CatalogRebuildUnitTests {
     #expect(contents == original)
     let repository = try Repository(path: path, create: false, environment: [:])
     #expect(repository.isLegacy)
-    _ = try repository.restore(fixture.app.bundleIdentifier, snapshot: results[1].snapshot.id, in: fixture.session)
+    _ = try repository.restore(
+      fixture.app.bundleIdentifier, snapshot: results[1].snapshot.id, in: fixture.session)
     expectSame(captures[1], try fixture.captureData())
   }
 }

@@ -18,8 +18,10 @@ struct CatalogUnitTests {
 
   static func sampleSnapshot(_ id: String, app: String = "com.example.notes", time: Double) -> Snapshot {
     Snapshot(
-      id: id, app: app, device: "UDID-1", containerID: "C0FFEE", version: "1.0", bundleDirectoryName: "Notes.app",
-      seal: "ab" + String(repeating: "0", count: 62), time: Date(timeIntervalSince1970: time), kind: .incremental,
+      id: id, app: app, device: "UDID-1", containerID: "C0FFEE", version: "1.0",
+      bundleDirectoryName: "Notes.app",
+      seal: "ab" + String(repeating: "0", count: 62), time: Date(timeIntervalSince1970: time),
+      kind: .incremental,
       tag: "pre-update", parent: "00000001", rootTree: digest(7), files: 12, bytes: 3456, bytesAdded: 789,
       archive: id + ".tar", keychainOffset: 4096, warnings: 2, unreadable: 1,
       unreadablePaths: [[0x44, 0xFF, 0x2F, 0x0A], Array("Library/x".utf8)], team: "TEAM12345", torn: 1,
@@ -45,7 +47,8 @@ struct CatalogUnitTests {
     let reader = try Catalog(path: path, readOnly: true)
     #expect(try reader.archives().count == 1)
     #expect(throws: (any Error).self) {
-      try reader.insert(ArchiveRecord(name: "x.tar", size: 1, checksum: 1, compression: .none, created: Date()))
+      try reader.insert(
+        ArchiveRecord(name: "x.tar", size: 1, checksum: 1, compression: .none, created: Date()))
     }
   }
 
@@ -57,7 +60,8 @@ struct CatalogUnitTests {
       let old = try Database(path: path, mode: .readWriteCreate)
       try old.migrate(Array(Catalog.migrations.prefix(3)))
       try old.execute(
-        "INSERT INTO archives(name, size, crc32c, compression, created) VALUES ('0b0b0b0b.tar', 1, 2, 'none', 3)")
+        "INSERT INTO archives(name, size, crc32c, compression, created) VALUES ('0b0b0b0b.tar', 1, 2, 'none', 3)"
+      )
       try old.execute(
         """
         INSERT INTO snapshots(id, app, device, container, version, bundle_name, seal, time, kind, root_tree,
@@ -71,7 +75,8 @@ struct CatalogUnitTests {
     #expect(try catalog.database.userVersion() == Catalog.migrations.count)
     let snapshot = try #require(try catalog.snapshot(id: "0b0b0b0b"))
     #expect(snapshot.kind == .full && snapshot.files == 3 && snapshot.rootTree == Self.digest(9))
-    #expect(snapshot.team == nil && snapshot.torn == 0 && snapshot.tornPaths == [] && snapshot.unreadable == 0)
+    #expect(
+      snapshot.team == nil && snapshot.torn == 0 && snapshot.tornPaths == [] && snapshot.unreadable == 0)
     #expect(try catalog.database.all("SELECT committed IS NULL FROM snapshots") { $0.int(0) } == [1])
     // A catalog from a newer appbox is not opened at all.
     try catalog.database.execute("PRAGMA user_version = \(Catalog.migrations.count + 1)")
@@ -94,7 +99,8 @@ struct CatalogUnitTests {
     let other = Self.sampleSnapshot("3333cccc", app: "com.example.journal", time: 1500)
     for snapshot in [first, second, other] {
       try catalog.insert(
-        ArchiveRecord(name: snapshot.archive, size: 1, checksum: 1, compression: .none, created: snapshot.time))
+        ArchiveRecord(
+          name: snapshot.archive, size: 1, checksum: 1, compression: .none, created: snapshot.time))
       try catalog.insert(snapshot, committed: Date())
     }
     #expect(try catalog.snapshot(id: "1111aaaa") == first)
@@ -120,7 +126,8 @@ struct CatalogUnitTests {
       try catalog.insert(ArchiveRecord(name: name, size: 1, checksum: 1, compression: .none, created: Date()))
     }
     let one = BlobLocation(
-      digest: Self.digest(1), archive: "aaaaaaaa.tar", offset: 1536, path: Array("Documents/a".utf8), size: 300,
+      digest: Self.digest(1), archive: "aaaaaaaa.tar", offset: 1536, path: Array("Documents/a".utf8),
+      size: 300,
       dataOffset: 2048)
     let two = BlobLocation(
       digest: Self.digest(2), archive: "aaaaaaaa.tar", offset: 512, path: [0x66, 0xFE], size: 40)
@@ -152,17 +159,24 @@ struct CatalogUnitTests {
   @Test func chunkLocationsAndChunkListsAddUp() throws {
     let directory = TemporaryDirectory("catalog")
     let catalog = try Catalog(path: directory.url("catalog.db"))
-    let chunkA = ChunkLocation(digest: Self.digest(10), archive: "cccccccc.tar", offset: 0, dataOffset: 512, size: 70_000)
+    let chunkA = ChunkLocation(
+      digest: Self.digest(10), archive: "cccccccc.tar", offset: 0, dataOffset: 512, size: 70_000)
     let chunkB = ChunkLocation(
       digest: Self.digest(11), archive: "cccccccc.tar", offset: 0, dataOffset: 70_512, size: 90_000)
-    let chunkC = ChunkLocation(digest: Self.digest(12), archive: "dddddddd.tar", offset: 1024, dataOffset: 1536, size: 80_000)
+    let chunkC = ChunkLocation(
+      digest: Self.digest(12), archive: "dddddddd.tar", offset: 1024, dataOffset: 1536, size: 80_000)
     try catalog.insertChunks([chunkB, chunkA, chunkC])
-    try catalog.insertChunks([ChunkLocation(digest: Self.digest(10), archive: "dddddddd.tar", offset: 9, dataOffset: 9, size: 70_000)])
+    try catalog.insertChunks([
+      ChunkLocation(digest: Self.digest(10), archive: "dddddddd.tar", offset: 9, dataOffset: 9, size: 70_000)
+    ])
     #expect(try catalog.chunk(Self.digest(10)) == chunkA)
     #expect(try catalog.hasChunk(Self.digest(11)) && !(try catalog.hasChunk(Self.digest(13))))
     #expect(try catalog.chunks(inArchive: "cccccccc.tar") == [chunkA, chunkB])
     // A content made of A, B, A again and C.
-    let list = ChunkList(chunks: [(Self.digest(10), 70_000), (Self.digest(11), 90_000), (Self.digest(10), 70_000), (Self.digest(12), 80_000)])
+    let list = ChunkList(chunks: [
+      (Self.digest(10), 70_000), (Self.digest(11), 90_000), (Self.digest(10), 70_000),
+      (Self.digest(12), 80_000),
+    ])
     try catalog.insertChunkList(Self.digest(20), list, archive: "cccccccc.tar")
     #expect(try catalog.chunkList(Self.digest(20)) == list)
     #expect(try catalog.chunkList(Self.digest(20), size: 310_000) == list)

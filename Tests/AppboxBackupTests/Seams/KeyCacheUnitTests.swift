@@ -26,7 +26,8 @@ struct KeyCacheUnitTests {
   }
 
   func open(
-    _ directory: TemporaryDirectory, keyObjects: [(name: String, bytes: [UInt8])]? = nil, password: [UInt8]? = nil,
+    _ directory: TemporaryDirectory, keyObjects: [(name: String, bytes: [UInt8])]? = nil,
+    password: [UInt8]? = nil,
     secret: [UInt8]? = nil, repositoryID: String = "repo-1"
   ) throws -> (key: RepositoryKey, keyName: String)? {
     try KeyCache.open(
@@ -45,7 +46,9 @@ struct KeyCacheUnitTests {
     // Not the master key in the clear.
     let file = Array(try Data(contentsOf: URL(fileURLWithPath: directory.url("key"))))
     let text = String(decoding: file, as: UTF8.self)
-    #expect(!text.contains(Data(key.master).base64EncodedString()) && !text.contains(String(repeating: "03", count: 32)))
+    #expect(
+      !text.contains(Data(key.master).base64EncodedString())
+        && !text.contains(String(repeating: "03", count: 32)))
     #expect(try open(directory, password: Array("wrong".utf8)) == nil)
     #expect(try open(directory, secret: [UInt8](repeating: 0x5B, count: 32)) == nil)
     #expect(try open(directory, repositoryID: "repo-2") == nil)
@@ -60,7 +63,8 @@ struct KeyCacheUnitTests {
     _ = try saved(directory)
     let path = directory.url("key")
     var object = try #require(
-      try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: String])
+      try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path)))
+        as? [String: String])
     var sealed = Array(try #require(object["sealed"].flatMap { Data(base64Encoded: $0) }))
     sealed[sealed.count / 2] ^= 1
     object["sealed"] = Data(sealed).base64EncodedString()
@@ -81,7 +85,8 @@ struct KeyCacheUnitTests {
         environment: [:], cacheDirectory: directory.url("cache"), password: { Array(password.utf8) },
         deviceSecret: { secret }, passwordGiven: true)
     }
-    let created = try Repository.initialize(location, password: Array("first".utf8), options: options("first"))
+    let created = try Repository.initialize(
+      location, password: Array("first".utf8), options: options("first"))
     let cache = try #require(created.cacheDirectory)
     let firstKey = try #require(created.keyName)
     func cachedKeyName() -> String? {

@@ -92,7 +92,8 @@ struct ObjectStoreConformanceTests {
   @Test(arguments: StoreKind.allCases)
   func listingsHoldOnlyTheDirectoryItselfInNameOrder(_ kind: StoreKind) throws {
     let store = try StoreUnderTest(kind).store
-    for name in ["archives/b.tar", "archives/a.tar", "archives/c.tar.zst", "archives-old/x.tar", "archivesq"] {
+    for name in ["archives/b.tar", "archives/a.tar", "archives/c.tar.zst", "archives-old/x.tar", "archivesq"]
+    {
       try store.put(name, Array(name.utf8))
     }
     try store.put("archives/nested/deeper.tar", [1, 2, 3])
@@ -166,7 +167,10 @@ struct ObjectStoreConformanceTests {
   func putAllWritesEveryObject(_ kind: StoreKind) throws {
     let store = try StoreUnderTest(kind).store
     let objects = (0..<5).map { index in
-      (name: (index < 3 ? "snapshots/" : "manifests/") + "object\(index)", bytes: patternBytes(100 + index, seed: 7))
+      (
+        name: (index < 3 ? "snapshots/" : "manifests/") + "object\(index)",
+        bytes: patternBytes(100 + index, seed: 7)
+      )
     }
     try store.putAll(objects)
     for object in objects { #expect(try store.get(object.name) == object.bytes, "\(object.name)") }

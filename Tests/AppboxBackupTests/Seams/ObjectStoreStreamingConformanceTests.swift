@@ -51,7 +51,9 @@ struct ObjectStoreStreamingConformanceTests {
     #expect(try readOnce(reader, at: Int64(bytes.count), count: 100).isEmpty)
     var past = [UInt8](repeating: 0, count: 20)
     #expect(throws: (any Error).self) {
-      try past.withUnsafeMutableBytes { try reader.readFully(at: Int64(bytes.count - 10), into: $0, object: "ranged") }
+      try past.withUnsafeMutableBytes {
+        try reader.readFully(at: Int64(bytes.count - 10), into: $0, object: "ranged")
+      }
     }
     #expect(fingerprint(try readAll(reader, from: 3 << 20)) == fingerprint(Array(bytes[(3 << 20)...])))
   }

@@ -15,7 +15,8 @@ import Testing
 struct PruneLockUnitTests {
   /// A handle on a fresh repository in its own bucket, with `environment` added.
   static func repository(
-    _ directory: TemporaryDirectory, bucket: String, cache: String = "cache", environment: [String: String] = [:]
+    _ directory: TemporaryDirectory, bucket: String, cache: String = "cache",
+    environment: [String: String] = [:]
   ) throws -> Repository {
     let cluster = try SwiftCluster.shared()
     // The default settle time (1 s): Swift's s3api stamps objects to the second (rounded up),
@@ -24,7 +25,8 @@ struct PruneLockUnitTests {
     let location = try RepositoryLocation.parse(
       "s3://\(bucket)/repo", defaultDirectory: "/nonexistent", environment: env)
     return try Repository(
-      location: location, options: RepositoryOptions(create: true, environment: env, cacheDirectory: directory.url(cache)))
+      location: location,
+      options: RepositoryOptions(create: true, environment: env, cacheDirectory: directory.url(cache)))
   }
 
   static func record(_ bytes: [UInt8]?) -> [String: Any] {
@@ -53,7 +55,9 @@ struct PruneLockUnitTests {
       do { _ = try PruneLock.acquire(in: second, purpose: "forget") } catch { thrown = error }
       let busy = try #require(thrown as? BackupError)
       #expect(busy.code == .busy && busy.kind == .busy, "\(busy)")
-      #expect(busy.message.contains("locks/\(held.name)") && busy.message.contains("\"pid\":\(getpid())"), "\(busy)")
+      #expect(
+        busy.message.contains("locks/\(held.name)") && busy.message.contains("\"pid\":\(getpid())"), "\(busy)"
+      )
       // The loser took its own object away again.
       #expect(try first.store.list("locks").map(\.name) == [held.name])
       withExtendedLifetime(held) {}
@@ -68,7 +72,8 @@ struct PruneLockUnitTests {
     let directory = TemporaryDirectory("prune-lock")
     let bucket = SwiftCluster.uniqueBucket("lock")
     // Stale after 2 s: the holder rewrites its object every half second.
-    let repository = try Self.repository(directory, bucket: bucket, environment: ["APPBOX_S3_LOCK_STALE": "2"])
+    let repository = try Self.repository(
+      directory, bucket: bucket, environment: ["APPBOX_S3_LOCK_STALE": "2"])
     var name = ""
     do {
       let held = try PruneLock.acquire(in: repository, purpose: "forget")
@@ -76,7 +81,8 @@ struct PruneLockUnitTests {
       var refreshed = false
       for _ in 0..<200 where !refreshed {
         usleep(50_000)
-        refreshed = Self.record(try repository.store.get("locks/" + held.name))["purpose"] as? String
+        refreshed =
+          Self.record(try repository.store.get("locks/" + held.name))["purpose"] as? String
           == "forget (refreshed)"
       }
       #expect(refreshed, "the lock object was never rewritten")
@@ -97,7 +103,9 @@ struct PruneLockUnitTests {
     let gone = try spawnProcess("/bin/true", [])
     #expect(gone.wait() == 0)
     let body = try JSONSerialization.data(
-      withJSONObject: ["host": Self.hostName(), "pid": Int(gone.pid), "purpose": "forget", "created": "2020-01-01T00:00:00Z"],
+      withJSONObject: [
+        "host": Self.hostName(), "pid": Int(gone.pid), "purpose": "forget", "created": "2020-01-01T00:00:00Z",
+      ],
       options: [.sortedKeys])
     try repository.store.put("locks/ffffffffffffffffffffffffffffffff", Array(body))
     let held = try PruneLock.acquire(in: repository, purpose: "forget")
@@ -108,10 +116,13 @@ struct PruneLockUnitTests {
   @Test func aLockNotRefreshedForTheStaleTimeIsTakenOverAndAFreshOneIsNot() throws {
     let directory = TemporaryDirectory("prune-lock")
     let bucket = SwiftCluster.uniqueBucket("lock")
-    let repository = try Self.repository(directory, bucket: bucket, environment: ["APPBOX_S3_LOCK_STALE": "2"])
+    let repository = try Self.repository(
+      directory, bucket: bucket, environment: ["APPBOX_S3_LOCK_STALE": "2"])
     // Another host's lock: its process cannot be looked up, only its age counts.
     let body = try JSONSerialization.data(
-      withJSONObject: ["host": "elsewhere.invalid", "pid": 1, "purpose": "forget", "created": "2020-01-01T00:00:00Z"],
+      withJSONObject: [
+        "host": "elsewhere.invalid", "pid": 1, "purpose": "forget", "created": "2020-01-01T00:00:00Z",
+      ],
       options: [.sortedKeys])
     // Named to sort first: written in the same second as a taker's, it is still the older.
     let foreign = "locks/00000000000000000000000000000000"

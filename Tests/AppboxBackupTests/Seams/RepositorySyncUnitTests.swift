@@ -65,7 +65,8 @@ struct RepositorySyncUnitTests {
     try writer.store.put("snapshots/" + patched.id, Array("not a snapshot object".utf8))
 
     let reader = try Self.handle(bucket, cache: fixture.dir.url("cache-r"))
-    #expect(reader.damage.objects.keys.sorted() == ["manifests/" + damaged.archive, "snapshots/" + patched.id])
+    #expect(
+      reader.damage.objects.keys.sorted() == ["manifests/" + damaged.archive, "snapshots/" + patched.id])
     // The snapshot whose manifest is damaged is not in the catalog but still listed, with why.
     #expect(try reader.catalog.snapshots().map(\.id) == [good.id, patched.id])
     #expect(reader.damage.unlisted.map(\.id) == [damaged.id])
