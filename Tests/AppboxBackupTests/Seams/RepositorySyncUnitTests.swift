@@ -32,7 +32,10 @@ struct RepositorySyncUnitTests {
     let made = try first.backup(fixture.app, in: fixture.session)
     #expect(try second.catalog.snapshots().isEmpty)
     try second.sync()
-    #expect(try second.catalog.snapshots() == [made.snapshot])
+    // (Rows as a catalog holds them: a time read back from one may differ from the backup's
+    // `Date` in its last bit.)
+    #expect(try second.catalog.snapshots() == first.catalog.snapshots())
+    #expect(try second.catalog.snapshots().map(\.id) == [made.snapshot.id])
     #expect(try CatalogContents(second.catalog).differences(from: CatalogContents(first.catalog)) == [])
     // The second device's snapshot lands in the first's catalog after its own, and content
     // the first stored is not stored again.
@@ -74,7 +77,7 @@ struct RepositorySyncUnitTests {
     #expect(listing.map(\.snapshot.id) == [good.id, patched.id, damaged.id])
     #expect(listing.last?.damage?.contains(damaged.archive) == true)
     // The damaged snapshot object was replaced by the row its archive's manifest carries.
-    #expect(try reader.catalog.snapshot(id: patched.id) == patched)
+    #expect(try reader.catalog.snapshot(id: patched.id) == writer.catalog.snapshot(id: patched.id))
     #expect(throws: BackupError.self) {
       _ = try reader.restore(fixture.app.bundleIdentifier, snapshot: damaged.id, in: fixture.session)
     }
