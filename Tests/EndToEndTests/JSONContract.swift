@@ -64,7 +64,7 @@ struct ContractField {
     guard let dot = path.lastIndex(of: ".") else { return path.hasPrefix("[]") ? "[]" : "" }
     return String(path[..<dot])
   }
-  var name: String { path.hasPrefix("[].") ? String(path.dropFirst(3)) : String(path.split(separator: ".").last!) }
+  var name: String { String(path.split(separator: ".").last ?? "") }
 
   /// "string", "integer or null", "array of strings (optional)", "object or null".
   init?(path: String, type text: String) {
