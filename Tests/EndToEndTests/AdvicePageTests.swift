@@ -18,7 +18,8 @@ struct AdvicePageTests {
     let writer = ContentWriter(seed: 11)
     for round in 0..<4 {
       try writer.write(support + "/store.sqlite", size: 300_000)
-      try writer.write(device.home + "/Documents/a-rather-long-file-name-for-a-narrow-screen.bin", size: 1_500_000)
+      try writer.write(
+        device.home + "/Documents/a-rather-long-file-name-for-a-narrow-screen.bin", size: 1_500_000)
       if round > 0 { try device.trustSnapshots() }
       _ = try device.backup()
     }
@@ -34,7 +35,9 @@ struct AdvicePageTests {
     let (device, report, html) = try advisedNotes()
     let groups = try #require((report["chart"] as? [String: Any])?["groups"] as? [String])
     #expect(groups.contains("Library/Application Support"), "\(groups)")
-    let directories = try #require(report["directories"] as? [[String: Any]]).compactMap { $0["path"] as? String }
+    let directories = try #require(report["directories"] as? [[String: Any]]).compactMap {
+      $0["path"] as? String
+    }
     for group in groups where group != "other" && group != "home" {
       let path = group.hasSuffix(" (top level)") ? String(group.dropLast(" (top level)".count)) : group
       #expect(directories.contains(path), "the chart shows \(group); the table lists \(directories)")
@@ -51,18 +54,20 @@ struct AdvicePageTests {
   }
 
   /// The rules that make the page work at 390 px: rows instead of a five-column table, a chart
-  /// that keeps its labels readable (15 px at a 640 px minimum width of a 960 unit view box:
-  /// 10 px on screen) and scrolls sideways, commands that wrap instead of being clipped.
+  /// that keeps its labels readable (14 px at a 720 px minimum width of a 960 unit view box:
+  /// 10.5 px on screen) and scrolls sideways, commands that wrap instead of being clipped.
   @Test func thePageHasANarrowLayout() throws {
     let (_, _, html) = try advisedNotes()
-    let style = try #require(html.range(of: "<style>").flatMap { start in
-      html.range(of: "</style>").map { String(html[start.upperBound..<$0.lowerBound]) }
-    })
-    let narrow = try #require(style.range(of: "@media (max-width:600px){").map { String(style[$0.upperBound...]) })
+    let style = try #require(
+      html.range(of: "<style>").flatMap { start in
+        html.range(of: "</style>").map { String(html[start.upperBound..<$0.lowerBound]) }
+      })
+    let narrow = try #require(
+      style.range(of: "@media (max-width:600px){").map { String(style[$0.upperBound...]) })
     for rule in [
       "table,tbody,tr,td{display:block}", "thead{display:none}", "td.path-cell{grid-column:1/-1}",
-      "td code{word-break:normal;overflow-wrap:anywhere}", ".meter{display:none}", ".chart{min-width:640px}",
-      ".chart .axis{font-size:15px}", "pre{white-space:pre-wrap;overflow-wrap:anywhere}",
+      "td code{word-break:normal;overflow-wrap:anywhere}", ".meter{display:none}", ".chart{min-width:720px}",
+      ".chart .axis{font-size:14px}", "pre{white-space:pre-wrap;overflow-wrap:anywhere}",
       ".num::before{content:attr(data-label)",
     ] {
       #expect(narrow.contains(rule), "missing at 600 px and below: \(rule)")
@@ -100,9 +105,9 @@ struct AdvicePageTests {
     let framed = html.replacingOccurrences(of: "</body>", with: probe + "</body>")
     let copy = device.dir.url("probe.html")
     try """
-      <!DOCTYPE html><html><body style="margin:0"><iframe style="width:390px;height:6000px;border:0" \
-      srcdoc="\(attribute(framed))"></iframe></body></html>
-      """.write(toFile: copy, atomically: false, encoding: .utf8)
+    <!DOCTYPE html><html><body style="margin:0"><iframe style="width:390px;height:6000px;border:0" \
+    srcdoc="\(attribute(framed))"></iframe></body></html>
+    """.write(toFile: copy, atomically: false, encoding: .utf8)
     let chromium = try runProcess(
       "/usr/bin/chromium",
       [

@@ -84,7 +84,9 @@ func inGroup(_ script: String) -> String {
 func groupSnapshots(_ value: Any?) -> [String: String] {
   var result: [String: String] = [:]
   for entry in value as? [[String: Any]] ?? [] {
-    if let group = entry["group"] as? String, let snapshot = entry["snapshot"] as? String { result[group] = snapshot }
+    if let group = entry["group"] as? String, let snapshot = entry["snapshot"] as? String {
+      result[group] = snapshot
+    }
   }
   return result
 }

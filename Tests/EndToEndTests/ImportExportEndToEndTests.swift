@@ -189,7 +189,8 @@ struct ExportIntoDirectoryTests {
     #expect(refused.status == 64, "\(refused.err)")
     #expect(
       refused.err.hasPrefix(
-        "Error: '\(blocked)/com.example.notes.tar' is a directory: name the tar file to write"), "\(refused.err)")
+        "Error: '\(blocked)/com.example.notes.tar' is a directory: name the tar file to write"),
+      "\(refused.err)")
     #expect(!refused.err.contains("rename"))
     #expect(try FileManager.default.contentsOfDirectory(atPath: blocked) == ["com.example.notes.tar"])
   }

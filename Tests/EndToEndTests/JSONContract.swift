@@ -8,7 +8,12 @@ import Foundation
 
 /// A JSON value decoded strictly: true/false are never numbers, 1.5 is never an integer.
 indirect enum JSON: Decodable, Equatable {
-  case null, bool(Bool), integer(Int64), number(Double), string(String), array([JSON])
+  case null
+  case bool(Bool)
+  case integer(Int64)
+  case number(Double)
+  case string(String)
+  case array([JSON])
   case object([String: JSON])
 
   init(from decoder: Decoder) throws {
@@ -101,7 +106,8 @@ struct ContractField {
 
   static func matches(_ value: JSON, _ kind: Kind) -> Bool {
     switch (kind, value) {
-    case (.any, _), (.string, .string), (.integer, .integer), (.boolean, .bool), (.object, .object): return true
+    case (.any, _), (.string, .string), (.integer, .integer), (.boolean, .bool), (.object, .object):
+      return true
     case (.number, .number), (.number, .integer): return true
     case (.array(let element), .array(let items)): return items.allSatisfy { matches($0, element) }
     default: return false
@@ -177,7 +183,8 @@ struct ContractCheck {
     for (key, member) in members {
       let full = path.isEmpty ? key : path + "." + key
       let dotted = path == "[]" ? "[]." + key : full
-      guard let field = children.first(where: { $0.path == dotted }) ?? children.first(where: { $0.name == "*" })
+      guard
+        let field = children.first(where: { $0.path == dotted }) ?? children.first(where: { $0.name == "*" })
       else {
         problems.append("\(section) \(context): prints \(dotted), which docs/json.md does not list")
         continue
@@ -195,7 +202,8 @@ struct ContractCheck {
       }
     }
     for field in children where !field.optional && field.name != "*" && members[field.name] == nil {
-      problems.append("\(section) \(context): \(field.path) is missing (docs/json.md says it is always there)")
+      problems.append(
+        "\(section) \(context): \(field.path) is missing (docs/json.md says it is always there)")
     }
   }
 

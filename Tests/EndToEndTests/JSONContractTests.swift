@@ -68,7 +68,8 @@ struct JSONContractTests {
     "backup": ["[].incomplete", "[].unreadable", "[].unreadablePaths", "[].torn", "[].tornPaths"],
     // Damage is recorded for objects of a shared store found damaged (DamagedObjectTests).
     "snapshots": [
-      "[].incomplete", "[].unreadable", "[].unreadablePaths", "[].torn", "[].tornPaths", "[].damaged", "[].damage",
+      "[].incomplete", "[].unreadable", "[].unreadablePaths", "[].torn", "[].tornPaths", "[].damaged",
+      "[].damage",
     ],
     "update": ["preUpdateIncomplete", "preUpdateUnreadable", "preUpdateUnreadablePaths"],
     "export": ["incomplete", "unreadable", "unreadablePaths"],
@@ -77,14 +78,19 @@ struct JSONContractTests {
   @Test(.enabled(if: EncryptedVolume.isAvailable))
   func everyCommandPrintsWhatDocsJSONSays() throws {
     let run = try JSONContractRun()
-    #expect(run.contract.malformedRows.isEmpty, "rows docs/json.md's tables cannot read: \(run.contract.malformedRows)")
+    #expect(
+      run.contract.malformedRows.isEmpty,
+      "rows docs/json.md's tables cannot read: \(run.contract.malformedRows)")
     try exercise(run)
     for problem in run.problems + run.errorCheck.problems { Issue.record(Comment(rawValue: problem)) }
     for (section, check) in run.checks.sorted(by: { $0.key < $1.key }) {
       for problem in check.problems { Issue.record(Comment(rawValue: problem)) }
       let unreached = Self.unreached[section] ?? []
       let never = Set(check.neverPrinted)
-      #expect(never == unreached, "\(section): documented but never printed: \(never.subtracting(unreached).sorted()); printed although listed as unreached: \(unreached.subtracting(never).sorted())")
+      #expect(
+        never == unreached,
+        "\(section): documented but never printed: \(never.subtracting(unreached).sorted()); printed although listed as unreached: \(unreached.subtracting(never).sorted())"
+      )
     }
     #expect(run.errorCheck.neverPrinted.isEmpty, "error: \(run.errorCheck.neverPrinted)")
     // Every command the page names ran.
@@ -169,7 +175,8 @@ struct JSONContractTests {
     try run.run("import", ["import", notes, work.url("Notes.xcappdata")])
     try work.write("whole/Documents/a.txt", "a\n")
     try work.write("whole/tmp/scratch", "x\n")
-    _ = try runProcess("/bin/tar", ["-cf", work.url("whole.tar"), "-C", work.url("whole"), "Documents", "tmp"])
+    _ = try runProcess(
+      "/bin/tar", ["-cf", work.url("whole.tar"), "-C", work.url("whole"), "Documents", "tmp"])
     try run.run("import", ["import", notes, work.url("whole.tar")])
     // Repositories.
     let plain = work.url("plain-repo")
@@ -180,11 +187,16 @@ struct JSONContractTests {
     chmod(work.url("pw2"), 0o600)
     try run.run("repo init", ["repo", "init", "--repo", plain])
     try run.run("repo show", ["repo", "show"])
-    try run.run("repo init", ["repo", "init", "--repo", vault, "--encrypt", "--password-file", work.url("pw")])
+    try run.run(
+      "repo init", ["repo", "init", "--repo", vault, "--encrypt", "--password-file", work.url("pw")])
     try run.run(
       "repo passwd",
-      ["repo", "passwd", "--repo", vault, "--password-file", work.url("pw"), "--new-password-file", work.url("pw2")])
-    let vaulted = try run.run("backup", ["backup", notes, "--repo", vault, "--password-file", work.url("pw2")])
+      [
+        "repo", "passwd", "--repo", vault, "--password-file", work.url("pw"), "--new-password-file",
+        work.url("pw2"),
+      ])
+    let vaulted = try run.run(
+      "backup", ["backup", notes, "--repo", vault, "--password-file", work.url("pw2")])
     try run.run(
       "archive decrypt",
       [

@@ -129,7 +129,9 @@ struct SparseSizeReportTests {
     let exported = try #require(
       try device.json("export", "com.example.notes", device.dir.url("data.tar")) as? [String: Any])
     let inspected = try #require(try device.json("inspect", "com.example.notes") as? [String: Any])
-    let documents = (inspected["locations"] as? [[String: Any]])?.first { $0["name"] as? String == "Documents" }
+    let documents = (inspected["locations"] as? [[String: Any]])?.first {
+      $0["name"] as? String == "Documents"
+    }
     let bytes = try #require(listed["bytes"] as? Int)
     #expect(bytes >= 50 << 20 && snapshot["snapshot"] as? String == listed["snapshot"] as? String)
     // The export holds the one file Documents and Library have: its length, as backup counts it.

@@ -4,6 +4,10 @@
 // image or anything else fetched, so it opens from a CI artifact or a mail as it is. Every
 // string that can come from the app (paths) or the repository goes through `escapeMarkup`
 // after `printablePath`, so no name can inject markup.
+// At 600 px and below (a phone, 390 px) the tables become one block per row (the path on a
+// line of its own, the numbers labelled below it), the chart keeps a 720 px minimum width in a
+// frame that scrolls sideways so its labels stay readable, and commands wrap instead of being
+// clipped.
 
 import AppboxCore
 import Foundation
@@ -279,8 +283,8 @@ private struct AdvicePage {
     section{padding:14px 12px}
     header h1{font-size:22px;overflow-wrap:anywhere}
     .card .value{white-space:normal;font-size:19px}
-    .chart{min-width:640px}
-    .chart .axis{font-size:15px}
+    .chart{min-width:720px}
+    .chart .axis{font-size:14px}
     .saving{margin-left:0;white-space:normal}
     pre{white-space:pre-wrap;overflow-wrap:anywhere}
     table,tbody,tr,td{display:block}

@@ -252,7 +252,9 @@ struct Advisor {
   }
 
   /// The chart, and the paths of the groups it shows by name (directories, and "home").
-  func chart(_ bars: [(snapshot: Snapshot, groups: [[UInt8]: Int64])]) -> (chart: AdviceChart, keys: [[UInt8]]) {
+  func chart(_ bars: [(snapshot: Snapshot, groups: [[UInt8]: Int64])]) -> (
+    chart: AdviceChart, keys: [[UInt8]]
+  ) {
     var totals: [[UInt8]: Int64] = [:]
     for bar in bars { for (group, bytes) in bar.groups { totals[group, default: 0] += bytes } }
     let ranked = totals.filter { $0.value > 0 }.sorted {

@@ -235,7 +235,8 @@ struct AdviseCommand: ParsableCommand {
     return .object([
       ("app", .string(report.app)), ("snapshots", .int(report.snapshots.count)),
       ("backups", .int(report.backups)),
-      ("oldSnapshot", .optional(report.snapshots.first?.id)), ("newSnapshot", .optional(report.snapshots.last?.id)),
+      ("oldSnapshot", .optional(report.snapshots.first?.id)),
+      ("newSnapshot", .optional(report.snapshots.last?.id)),
       ("bytesAdded", .int(report.bytesAdded)),
       ("bytesPerBackup", .int(report.backups > 0 ? report.bytesAdded / Int64(report.backups) : 0)),
       ("findings", .array(report.findings.map(findingJSON))),

@@ -195,7 +195,8 @@ struct ExportCommand: ParsableCommand {
       """,
     positionals: [
       appArgument,
-      .init("FILE", help: "The tar file (or a directory to write <bundle id>.tar in), or .xcappdata directory."),
+      .init(
+        "FILE", help: "The tar file (or a directory to write <bundle id>.tar in), or .xcappdata directory."),
     ],
     options: [
       .init(

@@ -68,7 +68,8 @@ public struct CommandRunner: Sendable {
       // The parser throws only usage errors; should another reach here, it is still one.
       var globals = GlobalOptions()
       globals.json = arguments.prefix { $0 != "--" }.contains("--json")
-      return reportUsage(UsageError(errorMessage(error)), globals: globals, document: document, stderr: stderr)
+      return reportUsage(
+        UsageError(errorMessage(error)), globals: globals, document: document, stderr: stderr)
     }
     let globals = invocation.globals
     if globals.version {
