@@ -73,6 +73,14 @@ struct JSONContractTests {
     ],
     "update": ["preUpdateIncomplete", "preUpdateUnreadable", "preUpdateUnreadablePaths"],
     "export": ["incomplete", "unreadable", "unreadablePaths"],
+    "export-backup": ["domains[].incomplete", "domains[].unreadable", "domains[].unreadablePaths"],
+    // A failed entry, a skipped path and a domain not imported need a backup folder made elsewhere
+    // (extensions, Library/Caches in it, a domain failing mid-import: DeviceBackupEndToEndTests).
+    "import-backup": [
+      "snapshots[].incomplete", "snapshots[].unreadable", "snapshots[].unreadablePaths", "snapshots[].error",
+      "snapshots[].error.status", "snapshots[].error.message", "snapshots[].skipped[].path",
+      "snapshots[].skipped[].members", "notImported[].domain", "notImported[].reason",
+    ],
   ]
 
   @Test(.enabled(if: EncryptedVolume.isAvailable))
@@ -203,6 +211,12 @@ struct JSONContractTests {
         "archive", "decrypt", vaulted.elements.first?["snapshot"]?.string ?? "", "--repo", vault,
         "--password-file", work.url("pw2"), "--output", work.url("plain.tar"),
       ])
+    // iOS device backups: written from the app, listed, imported back (the app and its group).
+    let deviceBackup = work.url("device-backup")
+    try run.run("export-backup", ["export-backup", notes, deviceBackup])
+    try run.run("import-backup --list", ["import-backup", deviceBackup, "--list"])
+    try run.run("import-backup", ["import-backup", deviceBackup, "--all"])
+    try run.run("error", ["import-backup", deviceBackup, "--app", "com.example.nope"], status: 66)
     // Update, revert with the groups, forget, restores.
     try run.run("update", ["update", notes, fixturePath("bundles/Notes-2.0/Notes.app")])
     try run.run("revert", ["revert", notes, "--with-groups"])
