@@ -46,9 +46,10 @@ step() {
 }
 
 # Prints and runs an appbox command whose stdout (a snapshot id) the demo keeps.
+# Prints and runs a backup, showing its summary line, and prints the snapshot id on stdout.
 capture() {
   show appbox "$@" >&2
-  "$APPBOX" "$@"
+  "$APPBOX" "$@" | tee /dev/stderr | sed -n 's/^.*: snapshot \([0-9a-f]*\) .*$/\1/p'
 }
 
 # Prints and runs a command that is expected to fail; shows its exit status.

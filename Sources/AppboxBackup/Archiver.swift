@@ -68,6 +68,8 @@ final class Archiver {
   /// Files stored (read, not vanished, not excluded) and symlinks written: an export's counts.
   private(set) var storedFiles = 0
   private(set) var storedSymlinks = 0
+  /// The sizes of the files stored, holes included (what a snapshot's `bytes` counts).
+  private(set) var storedBytes: Int64 = 0
   /// FIFOs and sockets met (an export leaves them out), by path.
   private(set) var specialFiles: [String] = []
   /// The phase the work is in once the scan has finished (the archive is written meanwhile,
@@ -264,7 +266,10 @@ final class Archiver {
     if status.linkCount > 1 && linked[status.inode] == nil {
       linked[status.inode] = (path(of: item), result, written)
     }
-    if !result.vanished && !result.isExcluded { storedFiles += 1 }
+    if !result.vanished && !result.isExcluded {
+      storedFiles += 1
+      if status.mode & UInt32(Glibc.S_IFMT) == UInt32(Glibc.S_IFREG) { storedBytes += result.status.size }
+    }
     filesDone += 1
     if filesDone % 256 == 0 { observer.engine(.progress(files: filesDone, bytes: bytesDone)) }
   }

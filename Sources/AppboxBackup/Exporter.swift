@@ -20,6 +20,8 @@ import Glibc
 /// What an export wrote.
 public struct ExportReport: Sendable {
   public var files: Int
+  /// The files' sizes, holes included: the measure of a snapshot's `bytes` and of `inspect`
+  /// (a sparse file counts its length, not the few bytes its data takes in the tar).
   public var bytes: Int64
   public var warnings: [String]
   /// Entries that could not be read and are not in the archive, and the first of their
@@ -86,7 +88,7 @@ extension DeviceSession {
     }
     return ExportReport(
       files: archiver.storedFiles + archiver.storedSymlinks,
-      bytes: archiver.bytesAdded,
+      bytes: archiver.storedBytes,
       warnings: (scanner.warnings + archiver.warnings).map { "'\($0.path)' \($0.message)" },
       unreadable: scanner.unreadableCount + archiver.unreadableCount,
       unreadablePaths: Snapshot.keptPaths(unreadable), skippedSpecialFiles: special)

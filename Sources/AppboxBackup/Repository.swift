@@ -169,6 +169,15 @@ public final class Repository {
     }
     let keys = try store.list("keys").map { ($0.name, try store.get("keys/" + $0.name) ?? []) }
     let password = try passwordSource()
+    // An empty line (an empty file, nothing on standard input) is no password at all: saying
+    // "wrong password" would send the user looking for a typo.
+    guard !password.isEmpty else {
+      throw BackupError(
+        .denied,
+        "No password for the encrypted repository '\(location.description)': the password given is empty "
+          + "(an empty file or nothing on standard input); give it with --password-file F, "
+          + "APPBOX_PASSWORD_FILE or on standard input")
+    }
     let segmentSize = config.segmentSize ?? RepositoryKey.defaultSegmentSize
     let id = config.id ?? ""
     // Best effort: a device without a keychain yet keeps no copy.

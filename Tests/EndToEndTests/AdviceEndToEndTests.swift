@@ -31,7 +31,7 @@ struct AdviceEndToEndTests {
       try device.json("why", "com.example.notes", "Documents/big.bin") as? [String: Any])
     #expect(
       Set(report.keys) == [
-        "app", "path", "exists", "type", "size", "backedUp", "rule", "reason", "excludedBy",
+        "app", "path", "exists", "type", "bytes", "backedUp", "rule", "reason", "excludedBy",
         "protectionClass",
         "unreadable", "next", "history", "summary",
       ])

@@ -74,7 +74,7 @@ struct AppGroupEndToEndTests {
     #expect(text.status == 0 && text.out.contains("com.example.journal, com.example.notes"))
     let inspect = try #require(try device.json("inspect", "com.example.notes") as? [String: Any])
     let usage = try #require((inspect["groups"] as? [[String: Any]])?.first)
-    #expect(usage["groupIdentifier"] as? String == sharedGroup && usage["path"] as? String == container)
+    #expect(usage["group"] as? String == sharedGroup && usage["path"] as? String == container)
     #expect(usage["files"] as? Int == 3)  // the metadata plist, private, journal.txt
     #expect((usage["bytes"] as? Int ?? 0) > 20)
     #expect(try device.run("inspect", "com.example.journal").out.contains("app groups    " + sharedGroup))
@@ -342,7 +342,7 @@ struct AppGroupEndToEndTests {
     try setState("v1")
     let first = try update()
     #expect(first["groups"] as? [String] == [sharedGroup])
-    let v1 = try #require((first["preUpdateGroupSnapshots"] as? [String: String])?[sharedGroup])
+    let v1 = try #require(groupSnapshots(first["preUpdateGroupSnapshots"])[sharedGroup])
     #expect(try device.groupContainer() == container && state() == "v1")
     #expect(
       try device.groups()[sharedGroup]?["members"] as? [String] == [
@@ -354,13 +354,13 @@ struct AppGroupEndToEndTests {
     // revert alone keeps the group's data.
     try setState("v2")
     let plain = try #require(try device.json("revert", "com.example.notes") as? [String: Any])
-    #expect((plain["restoredGroups"] as? [String: String])?.isEmpty == true)
+    #expect(groupSnapshots(plain["restoredGroups"]).isEmpty && plain["restoredGroups"] is [Any])
     #expect(try state() == "v2" && device.groupContainer() == container)
 
     // revert --with-groups restores the snapshot the update took, after saving the newer data;
     // a running member refuses it before anything changes.
     let second = try update()
-    let v2 = try #require((second["preUpdateGroupSnapshots"] as? [String: String])?[sharedGroup])
+    let v2 = try #require(groupSnapshots(second["preUpdateGroupSnapshots"])[sharedGroup])
     try setState("v3")
     let running = try device.startSleepingApp("com.example.journal", home: device.home(journalID))
     let busy = try device.run("revert", "com.example.notes", "--with-groups")
@@ -369,8 +369,8 @@ struct AppGroupEndToEndTests {
     #expect(try device.run("--json", "list").out.contains("\"2.0\"") && state() == "v3")
     let reverted = try #require(
       try device.json("revert", "com.example.notes", "--with-groups") as? [String: Any])
-    #expect(reverted["restoredGroups"] as? [String: String] == [sharedGroup: v2])
-    let saved = try #require((reverted["preRevertGroupSnapshots"] as? [String: String])?[sharedGroup])
+    #expect(groupSnapshots(reverted["restoredGroups"]) == [sharedGroup: v2])
+    let saved = try #require(groupSnapshots(reverted["preRevertGroupSnapshots"])[sharedGroup])
     #expect(try state() == "v2" && device.groupContainer() == container)
     #expect(try device.run("restore", sharedGroup, "--snapshot", saved).status == 0)
     #expect(state() == "v3")

@@ -17,7 +17,7 @@ extension Device {
   /// `list --groups --json`, by group identifier.
   func groups() throws -> [String: [String: Any]] {
     let list = try json("list", "--groups") as? [[String: Any]] ?? []
-    return Dictionary(uniqueKeysWithValues: list.map { ($0["groupIdentifier"] as? String ?? "", $0) })
+    return Dictionary(uniqueKeysWithValues: list.map { ($0["group"] as? String ?? "", $0) })
   }
 
   /// Names in Shared/AppGroup (containers and any debris).
@@ -78,4 +78,15 @@ func owners(below directory: String) -> [String: uid_t] {
 /// A script for a confined app: `$G` is its first group container.
 func inGroup(_ script: String) -> String {
   "G=\"${APPBOX_APP_GROUP_CONTAINERS#*=}\"; G=\"${G%%:*}\"; " + script
+}
+
+/// A JSON group result (`[{"group", "snapshot"}]`, docs/json.md) as snapshot ids by group.
+func groupSnapshots(_ value: Any?) -> [String: String] {
+  var result: [String: String] = [:]
+  for entry in value as? [[String: Any]] ?? [] {
+    if let group = entry["group"] as? String, let snapshot = entry["snapshot"] as? String {
+      result[group] = snapshot
+    }
+  }
+  return result
 }

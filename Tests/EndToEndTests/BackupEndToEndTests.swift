@@ -51,10 +51,16 @@ struct BackupEndToEndTests {
     #expect(Set(listed[0].keys) == ["snapshot", "app", "time", "kind", "files", "bytes"])
     #expect(listed[0]["time"] as? String != nil && (listed[0]["time"] as? String)!.hasSuffix("Z"))
     #expect(listed[0]["files"] as? Int == snapshot["files"] as? Int)
+    // The summary is human output: on stdout (it was on stderr), nothing of it on stderr.
     let text = try device.run("backup", "com.example.notes")
     #expect(text.status == 0)
-    #expect(text.out.trimmingCharacters(in: .whitespacesAndNewlines).count == 8)
-    #expect(text.err.contains("incremental"))
+    let again = try #require(try device.json("snapshots") as? [[String: Any]]).last?["snapshot"] as? String
+    #expect(
+      text.out.range(
+        of: #"^com\.example\.notes: snapshot [0-9a-f]{8} \(incremental\), \d+ files, .+; .+ added\n$"#,
+        options: .regularExpression) != nil, "\(text.out)")
+    #expect(text.out.contains("snapshot \(again ?? "?") "))
+    #expect(text.err.isEmpty, "\(text.err)")
   }
 
   @Test func incrementalAndNoChangeBackupsStoreOnlyWhatChanged() throws {

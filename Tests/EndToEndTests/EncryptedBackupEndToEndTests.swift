@@ -282,3 +282,40 @@ struct EncryptedBackupEndToEndTests {
         .contains("stays-here"))
   }
 }
+
+/// Issue 26: an empty or absent password was reported as "Wrong password". It is still 77
+/// (the repository refuses to open), and the line says no password was given.
+struct EmptyPasswordTests {
+  @Test func anEmptyOrAbsentPasswordIsNamedAsSuch() throws {
+    let device = Device()
+    try device.install("Notes-1.0/Notes.app")
+    let vault = device.dir.url("vault")
+    let password = try device.dir.write("pw", "correct horse\n", mode: 0o600)
+    let empty = try device.dir.write("empty", "", mode: 0o600)
+    let blankLine = try device.dir.write("blank", "\n", mode: 0o600)
+    #expect(
+      try device.run("repo", "init", "--repo", vault, "--encrypt", "--password-file", password).status == 0)
+    let attempts = [
+      try device.run("snapshots", "--repo", vault),  // nothing on standard input
+      try device.run("snapshots", "--repo", vault, "--password-file", empty),
+      try device.run("snapshots", "--repo", vault, "--password-file", blankLine),
+      try device.run("--json", "snapshots", "--repo", vault, environment: ["APPBOX_PASSWORD_FILE": empty]),
+    ]
+    for result in attempts {
+      #expect(result.status == 77, "\(result.err)")
+      #expect(!result.err.contains("Wrong password"), "\(result.err)")
+      #expect(
+        result.err.hasPrefix(
+          "Error: No password for the encrypted repository '\(vault)': the password given is empty"),
+        "\(result.err)")
+      #expect(result.err.split(separator: "\n").count == 1)
+    }
+    let document = try JSONSerialization.jsonObject(with: Data(attempts[3].stdout)) as? [String: Any]
+    #expect((document?["error"] as? [String: Any])?["status"] as? Int == 77)
+    // An empty new password is refused too, before anything is made.
+    let none = try device.run(
+      "repo", "init", "--repo", device.dir.url("other"), "--encrypt", "--password-file", empty)
+    #expect(none.status != 0 && none.err.contains("empty"), "\(none.err)")
+    #expect(!FileManager.default.fileExists(atPath: device.dir.url("other") + "/config"))
+  }
+}

@@ -61,7 +61,7 @@ struct GroupTeamEndToEndTests {
     let lines = restore.err.split(separator: "\n")
     #expect(
       lines.count == 1 && lines[0].contains("ZZZZZ99999") && lines[0].contains("ABCDE12345"), "\(lines)")
-    let listed = (try device.json("list") as? [[String: Any]] ?? []).compactMap { $0["bundleIdentifier"] }
+    let listed = (try device.json("list") as? [[String: Any]] ?? []).compactMap { $0["app"] }
     #expect(listed.isEmpty, "nothing installed: \(listed)")
     #expect(try device.groups().isEmpty)
     #expect(!treeHolds(device.root + "/Shared", Self.secret))

@@ -370,7 +370,7 @@ struct PerAppRecoveryTests {
     #expect(try FileManager.default.contentsOfDirectory(atPath: device.root + "/.appbox/journal").isEmpty)
     let version =
       try #require(try device.json("list") as? [[String: Any]]).first {
-        $0["bundleIdentifier"] as? String == "com.example.notes"
+        $0["app"] as? String == "com.example.notes"
       }?["version"] as? String
     #expect(version == (point == "update.moved" ? "1.0" : "2.0"))
     let finished = busy.finish()

@@ -159,3 +159,39 @@ func expectSameTree(
   #expect(
     lines.isEmpty, "\(label): \(lines.prefix(5).joined(separator: "; "))", sourceLocation: sourceLocation)
 }
+
+/// Issue 26: `export APP <existing dir>` failed at the final rename ("Unable to rename
+/// '.X.tmp-…': is a directory", 64). A directory now receives `<bundle id>.tar`; a directory
+/// where that tar would go is refused before anything is written.
+struct ExportIntoDirectoryTests {
+  @Test func anExistingDirectoryReceivesTheAppsTar() throws {
+    let device = Device()
+    try device.install("Notes-1.0/Notes.app")
+    try "hello".write(toFile: device.home + "/Documents/a.txt", atomically: false, encoding: .utf8)
+    let folder = device.dir.url("exports")
+    try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+    let result = try device.run("--json", "export", "com.example.notes", folder)
+    #expect(result.status == 0, "\(result.err)")
+    let tar = folder + "/com.example.notes.tar"
+    let document = try JSONSerialization.jsonObject(with: Data(result.stdout)) as? [String: Any]
+    #expect(document?["output"] as? String == tar)
+    let listing = try runProcess("/usr/bin/tar", ["-tf", tar])
+    #expect(listing.status == 0 && listing.out.contains("Documents/a.txt"), "\(listing.err)")
+    #expect(try FileManager.default.contentsOfDirectory(atPath: folder) == ["com.example.notes.tar"])
+    let text = try device.run("export", "com.example.notes", folder + "/")
+    #expect(text.status == 0 && text.out.hasSuffix(" to \(folder)/com.example.notes.tar\n"), "\(text.out)")
+
+    // A directory in the tar's place: refused up front, naming it, and nothing is left behind.
+    let blocked = device.dir.url("blocked")
+    try FileManager.default.createDirectory(
+      atPath: blocked + "/com.example.notes.tar", withIntermediateDirectories: true)
+    let refused = try device.run("export", "com.example.notes", blocked)
+    #expect(refused.status == 64, "\(refused.err)")
+    #expect(
+      refused.err.hasPrefix(
+        "Error: '\(blocked)/com.example.notes.tar' is a directory: name the tar file to write"),
+      "\(refused.err)")
+    #expect(!refused.err.contains("rename"))
+    #expect(try FileManager.default.contentsOfDirectory(atPath: blocked) == ["com.example.notes.tar"])
+  }
+}

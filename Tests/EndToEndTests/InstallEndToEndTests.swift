@@ -50,8 +50,8 @@ struct InstallEndToEndTests {
     let result = try device.run("--json", "install", fixturePath("bundles/Notes-1.0/Notes.app"))
     #expect(result.status == 0, "\(result.err)")
     let object = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout)) as? [String: Any])
-    #expect(Set(object.keys) == ["bundleIdentifier", "containerID", "home", "version"])
-    #expect(object["bundleIdentifier"] as? String == "com.example.notes")
+    #expect(Set(object.keys) == ["app", "containerID", "home", "version"])
+    #expect(object["app"] as? String == "com.example.notes")
     #expect(object["version"] as? String == "1.0")
     let id = try #require(object["containerID"] as? String)
     #expect(UUID(uuidString: id) != nil && id == id.uppercased())
@@ -96,9 +96,9 @@ struct InstallEndToEndTests {
     try device.install("Notes-2.0/Notes.app")
     try device.install("Journal-1.0/Journal.app")
     let apps = try #require(try device.json("list") as? [[String: Any]])
-    #expect(apps.map { $0["bundleIdentifier"] as? String } == ["com.example.journal", "com.example.notes"])
+    #expect(apps.map { $0["app"] as? String } == ["com.example.journal", "com.example.notes"])
     #expect(apps.map { $0["version"] as? String } == ["1.0", "2.0"])
-    #expect(apps.allSatisfy { Set($0.keys) == ["bundleIdentifier", "containerID", "version"] })
+    #expect(apps.allSatisfy { Set($0.keys) == ["app", "containerID", "version"] })
   }
 
   @Test func inspectReportsSealAndPolicies() throws {

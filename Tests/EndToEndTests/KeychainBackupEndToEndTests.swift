@@ -13,9 +13,8 @@ struct KeychainBackupEndToEndTests {
     let add = try device.run(
       "keychain", "com.example.notes", "add", "--service", "mail", "--account", "ada", "--data", "pa55word")
     #expect(add.status == 0, "\(add.err)")
-    let backup = try device.run("backup", "com.example.notes")
-    #expect(backup.status == 0, "\(backup.err)")
-    let snapshot = backup.out.trimmingCharacters(in: .whitespacesAndNewlines)
+    let backup = try device.json("backup", "com.example.notes") as? [[String: Any]]
+    let snapshot = try #require(backup?.first?["snapshot"] as? String)
     #expect(filesContaining(Array("pa55word".utf8), under: device.root).isEmpty)
 
     #expect(

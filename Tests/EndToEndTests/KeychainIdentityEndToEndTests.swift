@@ -47,7 +47,7 @@ struct KeychainIdentityEndToEndTests {
     let lookalike = try device.run("install", try Self.teamlessBundle("TEAM1.com.example.odd", in: device))
     #expect(lookalike.status == 65 && lookalike.err.contains("com.example.odd"), "\(lookalike.err)")
     let listed = (try device.json("list") as? [[String: Any]] ?? []).compactMap {
-      $0["bundleIdentifier"] as? String
+      $0["app"] as? String
     }
     #expect(listed.sorted() == ["com.example.notes", "com.example.odd"])
   }

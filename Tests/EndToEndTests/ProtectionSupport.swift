@@ -12,8 +12,11 @@ final class ProtectedDevice: @unchecked Sendable {
   static let passcode = "1234"
 
   /// With `passcode`, the device gets it set right away.
-  init(encrypt: Bool = true, passcode: String? = ProtectedDevice.passcode, name: String = "device") throws {
-    volume = try EncryptedVolume(encrypt: encrypt)
+  init(
+    encrypt: Bool = true, passcode: String? = ProtectedDevice.passcode, name: String = "device",
+    megabytes: Int = 64
+  ) throws {
+    volume = try EncryptedVolume(megabytes: megabytes, encrypt: encrypt)
     root = volume.path + "/" + name
     try expectSuccess(run("device", "init", "--name", "protection test"))
     if let passcode { try expectSuccess(run("device", "passcode", "set", input: passcode + "\n")) }

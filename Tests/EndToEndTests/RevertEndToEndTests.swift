@@ -52,7 +52,7 @@ struct RevertEndToEndTests {
     let result = try device.run("--json", "revert", "com.example.notes")
     #expect(result.status == 0, "\(result.err)")
     let report = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout)) as? [String: Any])
-    #expect(report["fromVersion"] as? String == "2.0" && report["toVersion"] as? String == "1.0")
+    #expect(report["oldVersion"] as? String == "2.0" && report["newVersion"] as? String == "1.0")
     #expect(report["restoredSnapshot"] as? String == preUpdate)
     let saved = try #require(report["preRevertSnapshot"] as? String)
     let revertedHome = try home(device)

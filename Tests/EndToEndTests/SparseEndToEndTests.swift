@@ -116,3 +116,28 @@ struct SparseEndToEndTests {
     #expect((inspect["seal"] as? [String: Any])?["valid"] as? Bool == true)
   }
 }
+
+/// Issue 26: `export` reported 3 B for a 50 MB sparse file that `backup` and `inspect` call
+/// 52.4 MB. Every command now counts a file's length, holes included.
+struct SparseSizeReportTests {
+  @Test func exportCountsASparseFileAsBackupAndInspectDo() throws {
+    let device = Device()
+    try device.install("Notes-1.0/Notes.app")
+    try makeSparse(device.home + "/Documents/disk.img", size: 50 << 20, data: [(0, [1, 2, 3])])
+    let snapshot = try #require((try device.json("backup", "com.example.notes") as? [[String: Any]])?.first)
+    let listed = try #require((try device.json("snapshots") as? [[String: Any]])?.first)
+    let exported = try #require(
+      try device.json("export", "com.example.notes", device.dir.url("data.tar")) as? [String: Any])
+    let inspected = try #require(try device.json("inspect", "com.example.notes") as? [String: Any])
+    let documents = (inspected["locations"] as? [[String: Any]])?.first {
+      $0["name"] as? String == "Documents"
+    }
+    let bytes = try #require(listed["bytes"] as? Int)
+    #expect(bytes >= 50 << 20 && snapshot["snapshot"] as? String == listed["snapshot"] as? String)
+    // The export holds the one file Documents and Library have: its length, as backup counts it.
+    #expect(exported["bytes"] as? Int == 50 << 20 && exported["files"] as? Int == 1, "\(exported)")
+    #expect(documents?["bytes"] as? Int == 50 << 20)
+    let text = try device.run("export", "com.example.notes", device.dir.url("again.tar"))
+    #expect(text.out.contains(" 52.4 MB to "), "\(text.out)")
+  }
+}

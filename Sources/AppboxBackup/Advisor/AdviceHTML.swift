@@ -4,6 +4,10 @@
 // image or anything else fetched, so it opens from a CI artifact or a mail as it is. Every
 // string that can come from the app (paths) or the repository goes through `escapeMarkup`
 // after `printablePath`, so no name can inject markup.
+// At 600 px and below (a phone, 390 px) the tables become one block per row (the path on a
+// line of its own, the numbers labelled below it), the chart keeps a 720 px minimum width in a
+// frame that scrolls sideways so its labels stay readable, and commands wrap instead of being
+// clipped.
 
 import AppboxCore
 import Foundation
@@ -157,7 +161,7 @@ private struct AdvicePage {
         return
           "<li><span class=\"swatch\" style=\"background:\(color(index, of: groups))\"></span><code>\(escapeMarkup(name))</code> <span class=\"muted\">\(escapeMarkup(formattedByteCount(total)))</span></li>"
       }.joined() + "</ul>"
-    return "<figure>" + svg + legend + "</figure>"
+    return "<figure><div class=\"chart-frame\">" + svg + "</div>" + legend + "</figure>"
   }
 
   /// 1, 2 or 5 times a power of ten, at least `rough`.
@@ -219,7 +223,7 @@ private struct AdvicePage {
       let size = row.size.map(formattedByteCount) ?? "gone"
       let files = row.files.map { " · \(counted($0, "file"))" } ?? ""
       html +=
-        "<tr><td><code>\(escapeMarkup(printablePath(row.path)))</code></td><td class=\"num\">\(escapeMarkup(formattedByteCount(row.bytesPerBackup)))</td><td class=\"meter\"><span style=\"width:\(f(share))%\"></span></td><td class=\"num\">\(row.changes) of \(report.backups)</td><td class=\"num\">\(escapeMarkup(size + files))</td></tr>"
+        "<tr><td class=\"path-cell\"><code>\(escapeMarkup(printablePath(row.path)))</code></td><td class=\"num\" data-label=\"Per backup\">\(escapeMarkup(formattedByteCount(row.bytesPerBackup)))</td><td class=\"meter\"><span style=\"width:\(f(share))%\"></span></td><td class=\"num\" data-label=\"Changed\">\(row.changes) of \(report.backups)</td><td class=\"num\" data-label=\"Size now\">\(escapeMarkup(size + files))</td></tr>"
     }
     return html + "</tbody></table>"
   }
@@ -272,6 +276,26 @@ private struct AdvicePage {
     .meter span{display:block;height:8px;border-radius:4px;background:linear-gradient(90deg,#4e79a7,#76b7b2);min-width:2px}
     .empty{color:var(--muted);font-style:italic}
     footer{color:var(--muted);font-size:12px;margin-top:18px}
+    .chart-frame{overflow-x:auto}
     @media (max-width:720px){.cards{grid-template-columns:repeat(2,1fr)}}
+    @media (max-width:600px){
+    main{padding:20px 12px 32px}
+    section{padding:14px 12px}
+    header h1{font-size:22px;overflow-wrap:anywhere}
+    .card .value{white-space:normal;font-size:19px}
+    .chart{min-width:720px}
+    .chart .axis{font-size:14px}
+    .saving{margin-left:0;white-space:normal}
+    pre{white-space:pre-wrap;overflow-wrap:anywhere}
+    table,tbody,tr,td{display:block}
+    thead{display:none}
+    tr{display:grid;grid-template-columns:repeat(3,auto);gap:2px 10px;padding:8px 0;border-bottom:1px solid #f0f2f6}
+    td{border:0;padding:0}
+    td.path-cell{grid-column:1/-1}
+    td code{word-break:normal;overflow-wrap:anywhere}
+    .meter{display:none}
+    .num{text-align:left;font-size:13px}
+    .num::before{content:attr(data-label) " ";display:block;font-size:11px;text-transform:uppercase;letter-spacing:.05em;color:var(--muted)}
+    }
     """
 }

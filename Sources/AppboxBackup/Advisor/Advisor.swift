@@ -225,12 +225,13 @@ struct Advisor {
     let report = Ranking(
       app: app, measured: bars.map(\.snapshot), files: files, directories: directories,
       collector: collector, limit: options.limit)
+    let chart = chart(bars)
     return AdviceReport(
       app: app, snapshots: window, backups: backups,
       bytesAdded: files.values.reduce(0) { $0 + $1.bytesAdded },
       files: report.rankedFiles(), frequentlyChanged: report.frequentFiles(),
-      directories: report.rankedDirectories(), findings: report.findings(),
-      chart: chart(bars))
+      directories: report.rankedDirectories(charted: Set(chart.keys)), findings: report.findings(),
+      chart: chart.chart)
   }
 
   /// Documents and Library: what a developer can move or mark.
@@ -250,7 +251,10 @@ struct Advisor {
     }
   }
 
-  func chart(_ bars: [(snapshot: Snapshot, groups: [[UInt8]: Int64])]) -> AdviceChart {
+  /// The chart, and the paths of the groups it shows by name (directories, and "home").
+  func chart(_ bars: [(snapshot: Snapshot, groups: [[UInt8]: Int64])]) -> (
+    chart: AdviceChart, keys: [[UInt8]]
+  ) {
     var totals: [[UInt8]: Int64] = [:]
     for bar in bars { for (group, bytes) in bar.groups { totals[group, default: 0] += bytes } }
     let ranked = totals.filter { $0.value > 0 }.sorted {
@@ -264,13 +268,14 @@ struct Advisor {
         ? printablePath($0) : printablePath($0) + " (top level)"
     }
     if hasOther { names.append("other") }
-    return AdviceChart(
+    let chart = AdviceChart(
       groups: names,
       bars: bars.map { bar in
         var bytes = keys.map { bar.groups[$0] ?? 0 }
         if hasOther { bytes.append(bar.groups.filter { !keys.contains($0.key) }.values.reduce(0, +)) }
         return ChartBar(snapshot: bar.snapshot.id, time: bar.snapshot.time, bytes: bytes)
       })
+    return (chart, keys)
   }
 }
 

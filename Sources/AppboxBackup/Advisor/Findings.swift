@@ -178,8 +178,11 @@ struct Ranking {
 
   /// Directories where more than one thing changed (a directory holding a single changing
   /// file says nothing its file does not).
-  func rankedDirectories() -> [PathActivity] {
-    let listed = directories.filter { $0.value.changedChildren.count > 1 }
+  /// Directories in which more than one child changed (one that only passes a single child's
+  /// changes on would repeat that child's row), and every directory in `charted`: those the
+  /// chart shows as groups are always listed, so the table and the chart agree.
+  func rankedDirectories(charted: Set<[UInt8]> = []) -> [PathActivity] {
+    let listed = directories.filter { $0.value.changedChildren.count > 1 || charted.contains($0.key) }
     return Array(listed.map { activity(ofDirectory: $0.key, $0.value) }.sorted(by: Self.byCost).prefix(limit))
   }
 

@@ -72,7 +72,7 @@ struct WhyCommand: ParsableCommand {
       json: .object([
         ("app", .string(report.app)), ("path", .string(printablePath(report.path))),
         ("exists", .bool(report.exists)),
-        ("type", .optional(report.type)), ("size", report.size.map(JSONValue.int) ?? .null),
+        ("type", .optional(report.type)), ("bytes", report.size.map(JSONValue.int) ?? .null),
         ("backedUp", .bool(report.backedUp)), ("rule", .string(report.rule.rawValue)),
         ("reason", .string(report.reason)),
         ("excludedBy", report.excludedBy.map { .string(printablePath($0)) } ?? .null),
@@ -223,7 +223,7 @@ struct AdviseCommand: ParsableCommand {
       var members: [(String, JSONValue)] = [
         ("path", .string(printablePath(item.path))), ("changes", .int(item.changes)),
         ("bytesAdded", .int(item.bytesAdded)), ("bytesPerBackup", .int(item.bytesPerBackup)),
-        ("size", item.size.map(JSONValue.int) ?? .null),
+        ("bytes", item.size.map(JSONValue.int) ?? .null),
       ]
       if item.isDirectory {
         members.append(("files", item.files.map(JSONValue.int) ?? .null))
@@ -235,7 +235,8 @@ struct AdviseCommand: ParsableCommand {
     return .object([
       ("app", .string(report.app)), ("snapshots", .int(report.snapshots.count)),
       ("backups", .int(report.backups)),
-      ("from", .optional(report.snapshots.first?.id)), ("to", .optional(report.snapshots.last?.id)),
+      ("oldSnapshot", .optional(report.snapshots.first?.id)),
+      ("newSnapshot", .optional(report.snapshots.last?.id)),
       ("bytesAdded", .int(report.bytesAdded)),
       ("bytesPerBackup", .int(report.backups > 0 ? report.bytesAdded / Int64(report.backups) : 0)),
       ("findings", .array(report.findings.map(findingJSON))),
@@ -300,7 +301,7 @@ func findingJSON(_ finding: Finding) -> JSONValue {
   .object([
     ("kind", .string(finding.kind.rawValue)), ("path", .string(printablePath(finding.path))),
     ("isDirectory", .bool(finding.isDirectory)), ("looksLike", .optional(finding.regenerable?.rawValue)),
-    ("bytesPerBackup", .int(finding.bytesPerBackup)), ("size", finding.size.map(JSONValue.int) ?? .null),
+    ("bytesPerBackup", .int(finding.bytesPerBackup)), ("bytes", finding.size.map(JSONValue.int) ?? .null),
     ("changes", .int(finding.changes)), ("backups", .int(finding.backups)),
     ("observation", .string(finding.observation)), ("advice", .string(finding.advice)),
     ("command", .optional(finding.command)),

@@ -35,7 +35,7 @@ struct InstallCommand: ParsableCommand {
           home       \(result.home)
         """ + (groups.isEmpty ? "" : "\n  groups     " + groups.joined(separator: ", ")),
       json: .object([
-        ("bundleIdentifier", .string(app.bundleIdentifier)), ("containerID", .string(app.containerID)),
+        ("app", .string(app.bundleIdentifier)), ("containerID", .string(app.containerID)),
         ("home", .string(result.home)), ("version", .string(app.version)),
       ]))
   }
@@ -48,7 +48,7 @@ struct ListCommand: ParsableCommand {
     examples: [
       .init("The installed apps, then the app groups:", "appbox list", "appbox list --groups"),
       .init(
-        "The bundle identifiers alone, for a script:", "appbox --json list | jq -r '.[].bundleIdentifier'"),
+        "The bundle identifiers alone, for a script:", "appbox --json list | jq -r '.[].app'"),
     ])
   let groups: Bool
   init(_ arguments: ParsedArguments) throws { groups = arguments.flag("groups") }
@@ -68,7 +68,7 @@ struct ListCommand: ParsableCommand {
       json: .array(
         apps.map { app in
           .object([
-            ("bundleIdentifier", .string(app.bundleIdentifier)), ("containerID", .string(app.containerID)),
+            ("app", .string(app.bundleIdentifier)), ("containerID", .string(app.containerID)),
             ("version", .string(app.version)),
           ])
         }))
@@ -138,7 +138,7 @@ struct InspectCommand: ParsableCommand {
     return CommandOutput(
       text: lines.joined(separator: "\n"),
       json: .object([
-        ("bundleIdentifier", .string(record.bundleIdentifier)), ("containerID", .string(record.containerID)),
+        ("app", .string(record.bundleIdentifier)), ("containerID", .string(record.containerID)),
         ("version", .string(record.version)), ("shortVersion", .optional(record.shortVersion)),
         ("name", .string(record.displayName)), ("home", .string(report.home)),
         ("bundle", .string(record.bundleDirectoryName)),
@@ -161,7 +161,7 @@ struct InspectCommand: ParsableCommand {
           .array(
             report.groups.map { usage in
               .object([
-                ("groupIdentifier", .string(usage.group.identifier)),
+                ("group", .string(usage.group.identifier)),
                 ("containerID", .string(usage.group.containerID)), ("path", .string(usage.path)),
                 ("files", .int(usage.files)), ("bytes", .int(usage.bytes)),
                 ("backedUpBytes", .int(usage.backedUpBytes)),
@@ -259,7 +259,7 @@ struct UninstallCommand: ParsableCommand {
     return CommandOutput(
       text: "Uninstalled \(record.bundleIdentifier) (container \(record.containerID))",
       json: .object([
-        ("bundleIdentifier", .string(record.bundleIdentifier)), ("containerID", .string(record.containerID)),
+        ("app", .string(record.bundleIdentifier)), ("containerID", .string(record.containerID)),
         ("uninstalled", .bool(true)),
       ]))
   }

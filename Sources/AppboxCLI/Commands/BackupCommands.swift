@@ -15,8 +15,9 @@ struct BackupCommand: ParsableCommand {
       Everything in the home is stored except the bundle (stored on an app's first snapshot and
       again only after it changes), Library/Caches, tmp, and files marked 'exclude from backup'.
       An app group's container (name it group.<id>) is a snapshot subject of its own: all of it
-      but Library/Caches. Prints one snapshot id per app or group. What the app made unreadable
-      (permission denied) or nested deeper than a 64 KiB path is left out: the snapshot is
+      but Library/Caches. Prints one line per app or group: its snapshot id, kind, files, size and
+      the bytes added. What the app made unreadable (permission denied) or nested deeper than a
+      64 KiB path is left out: the snapshot is
       recorded as incomplete, with a warning naming the paths, and the exit status stays 0 unless
       --strict is given (then 74). A file that kept changing while it was read is stored as last
       read and named as torn: that snapshot is incomplete too. With --all, every app is backed up
@@ -120,9 +121,6 @@ struct BackupCommand: ParsableCommand {
           result = try repository.backup(app, in: session, options: options, observer: progress)
         }
         let snapshot = result.snapshot
-        context.note(
-          "\(snapshot.app): snapshot \(snapshot.id) (\(snapshot.kind.rawValue)), \(snapshot.files) files, "
-            + "\(byteCount(snapshot.bytes)); \(byteCount(snapshot.bytesAdded)) added")
         if snapshot.isIncomplete {
           context.warn(
             "snapshot \(snapshot.id) of \(snapshot.app) is incomplete: " + incompleteSummary(snapshot))
@@ -138,9 +136,13 @@ struct BackupCommand: ParsableCommand {
         outcomes.append(.failed(app: name, error: error))
       }
     }
+    // The summary is the command's human output (stdout); warnings and progress stay on stderr.
     return CommandOutput(
       text: outcomes.compactMap {
-        if case .done(let result) = $0 { return result.snapshot.id } else { return nil }
+        guard case .done(let result) = $0 else { return nil }
+        let snapshot = result.snapshot
+        return "\(snapshot.app): snapshot \(snapshot.id) (\(snapshot.kind.rawValue)), "
+          + "\(snapshot.files) files, \(byteCount(snapshot.bytes)); \(byteCount(snapshot.bytesAdded)) added"
       }
       .joined(separator: "\n"),
       json: .array(

@@ -41,7 +41,7 @@ func groupList(_ groups: [GroupRecord], root: DeviceRoot) -> CommandOutput {
     json: .array(
       groups.map { group in
         .object([
-          ("groupIdentifier", .string(group.identifier)), ("containerID", .string(group.containerID)),
+          ("group", .string(group.identifier)), ("containerID", .string(group.containerID)),
           ("path", .string(root.groupContainer(group.containerID))),
           ("teamIdentifier", .string(group.teamIdentifier)),
           ("members", .array(group.members.map(JSONValue.string))),
@@ -94,7 +94,11 @@ func groupSnapshotList(_ snapshots: [String: String]) -> String {
   snapshots.sorted { $0.key < $1.key }.map { "\($0.key) (snapshot \($0.value))" }.joined(separator: ", ")
 }
 
-/// `{"group.a": "1a2b3c4d", …}` in name order.
+/// `[{"group": "group.a", "snapshot": "1a2b3c4d"}, …]` in name order (group results are
+/// arrays of objects naming their group, in every command).
 func groupSnapshotJSON(_ snapshots: [String: String]) -> JSONValue {
-  .object(snapshots.sorted { $0.key < $1.key }.map { ($0.key, .string($0.value)) })
+  .array(
+    snapshots.sorted { $0.key < $1.key }.map {
+      .object([("group", .string($0.key)), ("snapshot", .string($0.value))])
+    })
 }

@@ -331,7 +331,9 @@ struct ProtectCommand: ParsableCommand {
         (
           "raised",
           .array(
-            report.raised.map { .object([("path", .string($0.path)), ("from", .string($0.from.rawValue))]) })
+            report.raised.map {
+              .object([("path", .string($0.path)), ("oldClass", .string($0.from.rawValue))])
+            })
         ),
         ("unchanged", .array(report.unchanged.map(JSONValue.string))),
         (

@@ -42,7 +42,7 @@ struct DiffCommand: ParsableCommand {
     return CommandOutput(
       text: text,
       json: .object([
-        ("from", .string(a.id)), ("to", .string(b.id)),
+        ("oldSnapshot", .string(a.id)), ("newSnapshot", .string(b.id)),
         ("added", .array(diff.added.map { .string(show($0)) })),
         ("removed", .array(diff.removed.map { .string(show($0)) })),
         ("changed", .array(diff.changed.map { .string(show($0)) })),
@@ -255,14 +255,17 @@ struct ExportCommand: ParsableCommand {
     abstract:
       "Write an app's data (Documents and Library, as a backup stores them) to a tar file or an .xcappdata package.",
     discussion: """
-      A tar (pax, as GNU tar reads it) is replaced atomically; an .xcappdata package is Xcode's
-      app-data directory (AppDataInfo.plist, AppData/Documents, AppData/Library, AppData/tmp), and
-      replaces only an existing package. Files with holes stay sparse. FIFOs and sockets cannot be
-      exported: they are left out and counted (a warning, and skippedSpecialFiles in JSON).
+      A tar (pax, as GNU tar reads it) is replaced atomically; FILE may be an existing directory,
+      which then gets <bundle id>.tar. An .xcappdata package is Xcode's app-data directory
+      (AppDataInfo.plist, AppData/Documents, AppData/Library, AppData/tmp), and replaces only an
+      existing package. Files with holes stay sparse (the size reported counts them whole, as
+      backup does). FIFOs and sockets cannot be exported: they are left out and counted (a
+      warning, and skippedSpecialFiles in JSON).
       """,
     positionals: [
       appArgument,
-      .init("FILE", help: "The tar file or .xcappdata directory to write."),
+      .init(
+        "FILE", help: "The tar file (or a directory to write <bundle id>.tar in), or .xcappdata directory."),
     ],
     options: [
       .init(
@@ -288,6 +291,7 @@ struct ExportCommand: ParsableCommand {
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: true)
     let record = try session.lockApp(app)
+    let file = packageFormat ? self.file : try tarPath(for: record)
     let report =
       packageFormat
       ? try session.exportAppData(of: record, to: file, observer: ProgressBar(context))
@@ -301,10 +305,30 @@ struct ExportCommand: ParsableCommand {
         "Exported \(record.bundleIdentifier): \(report.files) files, \(byteCount(report.bytes)) to \(file)",
       json: .object(
         [
-          ("app", .string(record.bundleIdentifier)), ("archive", .string(file)),
+          ("app", .string(record.bundleIdentifier)), ("output", .string(file)),
           ("format", .string(packageFormat ? "xcappdata" : "tar")), ("files", .int(report.files)),
           ("bytes", .int(report.bytes)), ("skippedSpecialFiles", .int(report.skippedSpecialFiles.count)),
         ] + incompleteMembers(report.unreadable, report.unreadablePaths)))
+  }
+}
+
+extension ExportCommand {
+  /// The tar to write: FILE, or when FILE is an existing directory, `FILE/<bundle id>.tar` in it
+  /// (as `cp` copies into a directory). A directory where the tar would go is refused before
+  /// anything is written (64), rather than failing at the final rename.
+  func tarPath(for record: AppRecord) throws -> String {
+    func isDirectory(_ path: String) -> Bool {
+      var isDirectory: ObjCBool = false
+      return FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) && isDirectory.boolValue
+    }
+    guard isDirectory(file) else { return file }
+    let inside = (file.hasSuffix("/") ? file : file + "/") + record.bundleIdentifier + ".tar"
+    if isDirectory(inside) {
+      throw UsageError(
+        "'\(inside)' is a directory: name the tar file to write (appbox export APP FILE.tar)",
+        commandPath: "export")
+    }
+    return inside
   }
 }
 
@@ -397,8 +421,8 @@ struct ImportCommand: ParsableCommand {
     return CommandOutput(
       text: text,
       json: .object([
-        ("app", .string(record.bundleIdentifier)), ("archive", .string(file)),
-        ("format", .string(report.format.rawValue)), ("files", .int(report.files)),
+        ("app", .string(record.bundleIdentifier)), ("input", .string(file)),
+        ("format", .string(report.format == .xcappdata ? "xcappdata" : "tar")), ("files", .int(report.files)),
         ("directories", .int(report.directories)), ("bytes", .int(report.bytes)),
         ("warnings", .int(report.warnings.count)),
         (

@@ -180,7 +180,8 @@ struct FilesRemove: ParsableCommand {
     let session = try context.openDevice(mutating: true)
     let removed = try session.sharedDocuments(of: try session.lockApp(app)).remove(
       bytes: Terminal.unescape(path))
-    return CommandOutput(text: "Removed \(removed)", json: .object([("removed", .string(removed))]))
+    return CommandOutput(
+      text: "Removed \(removed)", json: .object([("path", .string(removed)), ("removed", .bool(true))]))
   }
 }
 

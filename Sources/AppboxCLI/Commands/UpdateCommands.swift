@@ -105,7 +105,7 @@ func updateText(_ report: UpdateReport, verb: String = "Updated") -> String {
 func updateJSON(_ report: UpdateReport) -> JSONValue {
   .object(
     [
-      ("bundleIdentifier", .string(report.bundleIdentifier)),
+      ("app", .string(report.bundleIdentifier)),
       ("oldContainerID", .string(report.oldContainerID)), ("newContainerID", .string(report.newContainerID)),
       ("oldVersion", .string(report.oldVersion)), ("newVersion", .string(report.newVersion)),
       ("home", .string(report.newHome)),
@@ -217,10 +217,10 @@ struct RevertCommand: ParsableCommand {
           saved      the replaced data as snapshot \(report.preRevertSnapshot)
         """ + groupLines.map { "\n" + $0 }.joined(),
       json: .object([
-        ("bundleIdentifier", .string(report.bundleIdentifier)),
+        ("app", .string(report.bundleIdentifier)),
         ("oldContainerID", .string(report.oldContainerID)),
         ("newContainerID", .string(report.newContainerID)),
-        ("fromVersion", .string(report.fromVersion)), ("toVersion", .string(report.toVersion)),
+        ("oldVersion", .string(report.fromVersion)), ("newVersion", .string(report.toVersion)),
         ("home", .string(report.home)), ("restoredSnapshot", .string(report.restoredSnapshot)),
         ("preRevertSnapshot", .string(report.preRevertSnapshot)), ("files", .int(report.files)),
         ("bytes", .int(report.bytes)), ("restoredGroups", groupSnapshotJSON(report.restoredGroups)),

@@ -23,7 +23,11 @@ public struct CommandRunner: Sendable {
   )
     -> Int32
   {
-    let status = execute(arguments, environment: environment, stdout: stdout, stderr: stderr)
+    // Under --json the document is held until the command has closed everything, so that a
+    // failure found late (a database's closing checkpoint) replaces it: one document, true.
+    let document = JSONDocument()
+    let status = execute(
+      arguments, environment: environment, stdout: stdout, stderr: stderr, document: document)
     // Writes that failed after the command thought it was done: a checkpoint of a database
     // as it closed, or the output itself. Every failed write or sync is the command's failure,
     // but a checkpoint of a database whose commits were synced loses nothing (a warning).
@@ -31,14 +35,27 @@ public struct CommandRunner: Sendable {
     for harmless in closing.harmless {
       stderr.write("warning: \(Terminal.sanitize(errorMessage(shown(harmless)))); its log keeps the data\n")
     }
-    let late: [any Error] = closing.lost + (stdout.failure.map { [$0] } ?? [])
-    guard status == 0, let first = late.first else { return status }
+    guard status == 0, let first = closing.lost.first else {
+      document.write(to: stdout)
+      return lateFailure(of: stdout, status: status, stderr: stderr)
+    }
     stderr.write("Error: \(Terminal.sanitize(errorMessage(shown(first))))\n")
+    if document.value != nil { document.value = .object([("error", errorJSON(first))]) }
+    document.write(to: stdout)
     return ExitStatus.of(first)
   }
 
+  /// A failed write to standard output (a full disk, a closed pipe) fails a command that
+  /// thought it had succeeded; it cannot be told on stdout, only on stderr.
+  private func lateFailure(of stdout: OutputSink, status: Int32, stderr: OutputSink) -> Int32 {
+    guard status == 0, let failure = stdout.failure else { return status }
+    stderr.write("Error: \(Terminal.sanitize(errorMessage(shown(failure))))\n")
+    return ExitStatus.of(failure)
+  }
+
   private func execute(
-    _ arguments: [String], environment: [String: String], stdout: OutputSink, stderr: OutputSink
+    _ arguments: [String], environment: [String: String], stdout: OutputSink, stderr: OutputSink,
+    document: JSONDocument
   )
     -> Int32
   {
@@ -46,16 +63,21 @@ public struct CommandRunner: Sendable {
     do {
       invocation = try parser.parse(arguments)
     } catch let error as UsageError {
-      return reportUsage(error, globals: error.globals ?? GlobalOptions(), stdout: stdout, stderr: stderr)
+      return reportUsage(error, globals: error.globals ?? GlobalOptions(), document: document, stderr: stderr)
     } catch {
-      stderr.write("Error: \(error)\n")
-      return ExitStatus.usage
+      // The parser throws only usage errors; should another reach here, it is still one.
+      var globals = GlobalOptions()
+      globals.json = arguments.prefix { $0 != "--" }.contains("--json")
+      return reportUsage(
+        UsageError(errorMessage(error)), globals: globals, document: document, stderr: stderr)
     }
     let globals = invocation.globals
     if globals.version {
-      stdout.write(
-        globals.json
-          ? JSONValue.object([("version", .string(version))]).serialized() + "\n" : "appbox \(version)\n")
+      if globals.json {
+        document.value = .object([("version", .string(version))])
+      } else {
+        stdout.write("appbox \(version)\n")
+      }
       return 0
     }
     if globals.help || invocation.command == nil {
@@ -66,8 +88,7 @@ public struct CommandRunner: Sendable {
         : HelpFormatter.commandHelp(chain: invocation.chain, width: width)
       if globals.json {
         let path = invocation.chain.map { $0.description.name }.joined(separator: " ")
-        stdout.write(
-          JSONValue.object([("command", .string(path)), ("help", .string(text))]).serialized() + "\n")
+        document.value = .object([("command", .string(path)), ("help", .string(text))])
       } else {
         stdout.write(text)
       }
@@ -81,7 +102,7 @@ public struct CommandRunner: Sendable {
       let command = try invocation.command!.init(invocation.arguments)
       let output = try command.run(context)
       if globals.json {
-        if let json = output.json { stdout.write(json.serialized() + "\n") }
+        document.value = output.json
       } else if let raw = output.raw {
         stdout.write(raw)
       } else if let text = output.text, !globals.quiet, !text.isEmpty {
@@ -92,10 +113,10 @@ public struct CommandRunner: Sendable {
       context.runAfterOutput()
       return output.exitStatus
     } catch let error as UsageError {
-      return reportUsage(error, globals: globals, stdout: stdout, stderr: stderr)
+      return reportUsage(error, globals: globals, document: document, stderr: stderr)
     } catch {
       context.report(error)
-      if globals.json { stdout.write(JSONValue.object([("error", errorJSON(error))]).serialized() + "\n") }
+      if globals.json { document.value = .object([("error", errorJSON(error))]) }
       context.runAfterOutput()
       return ExitStatus.of(error)
     }
@@ -104,7 +125,7 @@ public struct CommandRunner: Sendable {
   /// A malformed command line: "Error: …" and the page to read on stderr (one JSON line with
   /// --json-progress), and with --json the error document on stdout. Exit 64.
   private func reportUsage(
-    _ error: UsageError, globals: GlobalOptions, stdout: OutputSink, stderr: OutputSink
+    _ error: UsageError, globals: GlobalOptions, document: JSONDocument, stderr: OutputSink
   )
     -> Int32
   {
@@ -119,18 +140,25 @@ public struct CommandRunner: Sendable {
       stderr.write("Error: \(message)\nSee '\(error.helpCommand)'\n")
     }
     if globals.json {
-      stdout.write(
-        JSONValue.object([
-          (
-            "error",
-            .object([
-              ("status", .int(ExitStatus.usage)), ("message", .string(error.message)),
-              ("help", .string(error.helpCommand)),
-            ])
-          )
-        ]).serialized() + "\n")
+      document.value = .object([
+        (
+          "error",
+          .object([
+            ("status", .int(ExitStatus.usage)), ("message", .string(error.message)),
+            ("help", .string(error.helpCommand)),
+          ])
+        )
+      ])
     }
     return ExitStatus.usage
+  }
+}
+
+/// The one JSON document a --json command line prints, held until the command is done.
+final class JSONDocument {
+  var value: JSONValue?
+  func write(to stdout: OutputSink) {
+    if let value { stdout.write(value.serialized() + "\n") }
   }
 }
 
