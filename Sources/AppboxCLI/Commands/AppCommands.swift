@@ -19,10 +19,11 @@ struct InstallCommand: ParsableCommand {
       .deviceBusy,
     ])
   let bundle: String
+  static let createsDevice = true
   init(_ arguments: ParsedArguments) throws { bundle = arguments.positional(0)! }
 
   func run(_ context: CommandContext) throws -> CommandOutput {
-    let session = try context.openDevice(mutating: true)
+    let session = try context.openDevice(mutating: true, creating: true)
     let result = try session.install(bundleAt: bundle)
     let app = result.app
     let groups = try session.groups(of: app).map {

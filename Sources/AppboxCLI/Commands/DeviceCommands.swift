@@ -73,6 +73,7 @@ struct DeviceInit: ParsableCommand {
     exitStatuses: [.cannotCreate("The device root could not be created."), .deviceBusy])
   let name: String?
   let capabilities: [String]?
+  static let createsDevice = true
 
   init(_ arguments: ParsedArguments) throws {
     name = arguments.value("name")
@@ -87,7 +88,7 @@ struct DeviceInit: ParsableCommand {
   func run(_ context: CommandContext) throws -> CommandOutput {
     let root = context.deviceRoot
     let existed = try root.identityIfPresent() != nil
-    let session = try context.openDevice(mutating: true)
+    let session = try context.openDevice(mutating: true, creating: true)
     var identity = session.identity
     if let name { identity.name = name }
     if let capabilities {

@@ -104,6 +104,13 @@ public protocol ParsableCommand: Sendable {
   init(_ arguments: ParsedArguments) throws
   /// Does the work (one library call, usually) and returns what to print.
   func run(_ context: CommandContext) throws -> CommandOutput
+  /// Whether the command may create the device root (install, device init). Every other
+  /// command needs an existing device: a root without one is refused (66) before it runs.
+  static var createsDevice: Bool { get }
+}
+
+extension ParsableCommand {
+  public static var createsDevice: Bool { false }
 }
 
 /// A command group has no work of its own; it only holds subcommands.
