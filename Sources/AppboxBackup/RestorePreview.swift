@@ -189,19 +189,27 @@ private struct PreviewWalk {
     if listing { preview[keyPath: list].append(path) }
   }
 
-  /// Adds the snapshot's `entry` at `path` and everything below it.
+  /// Adds the snapshot's `entry` at `path` and everything below it (a stack of folders, not
+  /// recursion: a snapshot may be 10,000 levels deep). Nothing to do without the listing.
   mutating func listSnapshot(_ entry: TreeEntry, under path: [UInt8]) throws {
+    guard listing else { return }
     let entryPath = joinPath(path, entry.name)
-    record(\.added, entryPath)
+    preview.added.append(entryPath)
     if entry.type == .directory, let digest = entry.digest {
       try listSnapshot(digest, under: entryPath, isRoot: false)
     }
   }
 
   mutating func listSnapshot(_ digest: Digest, under path: [UInt8], isRoot: Bool) throws {
-    for entry in try restoredEntries(of: digest) {
-      if isRoot && entry.name == Array(rules.bundleDirectoryName.utf8) { continue }
-      try listSnapshot(entry, under: path)
+    guard listing else { return }
+    var pending: [(Digest, [UInt8])] = [(digest, path)]
+    while let (tree, directory) = pending.popLast() {
+      for entry in try restoredEntries(of: tree) {
+        if isRoot && directory.isEmpty && entry.name == Array(rules.bundleDirectoryName.utf8) { continue }
+        let entryPath = joinPath(directory, entry.name)
+        preview.added.append(entryPath)
+        if entry.type == .directory, let child = entry.digest { pending.append((child, entryPath)) }
+      }
     }
   }
 

@@ -58,7 +58,9 @@ struct AccidentalStateTests {
     let missing = device.dir.url("nonexistent") + "/dir"
     let result = try device.run("backup", "com.example.notes", "--repo", missing)
     #expect(result.status == 66, "\(result.err)")
-    #expect(result.err.contains("appbox repo init") && result.err.split(separator: "\n").count == 1, "\(result.err)")
+    #expect(
+      result.err.contains("appbox repo init") && result.err.split(separator: "\n").count == 1, "\(result.err)"
+    )
     #expect(!FileManager.default.fileExists(atPath: device.dir.url("nonexistent")))
     let empty = device.dir.url("empty-repo")
     #expect(mkdir(empty, 0o700) == 0)

@@ -281,8 +281,10 @@ struct AppGroupEndToEndTests {
     let repository = first.root + "/Backups"
 
     let second = Device()
+    #expect(try second.run("device", "init").status == 0)
     let result = try #require(
-      try second.json("restore", "com.example.notes", "--repo", repository) as? [String: Any])
+      try second.json("restore", "com.example.notes", "--snapshot", "latest", "--repo", repository)
+        as? [String: Any])
     #expect(result["installedBundle"] as? Bool == true)
     let groups = try #require(result["groups"] as? [[String: Any]])
     #expect(groups.map { $0["group"] as? String } == [sharedGroup])

@@ -55,6 +55,7 @@ struct DamagedObjectTests {
     _ id: String, _ repository: [String], environment: [String: String] = [:]
   ) throws -> (ProcessResult, [[UInt8]: CapturedEntry]?) {
     let fresh = Device()
+    #expect(try fresh.run("device", "init").status == 0)
     let result = try fresh.run(
       arguments: ["restore", "com.example.notes", "--snapshot", id] + repository, environment: environment)
     return (result, result.status == 0 ? try captureHomeData(fresh.home) : nil)
@@ -89,6 +90,7 @@ struct DamagedObjectTests {
     chmod(password, 0o600)
     let repository = device.dir.url("enc")
     let environment = ["APPBOX_PASSWORD_FILE": password]
+    #expect(try device.run("device", "init").status == 0)
     #expect(
       try device.run("repo", "init", "--repo", repository, "--encrypt", environment: environment).status == 0)
     let made = try Self.threeSnapshots(device) { device in
@@ -145,6 +147,7 @@ struct DamagedObjectTests {
   @Test func anS3RepositoryWithADamagedManifestHidesOnlyTheSnapshotsThatNeedIt() throws {
     let bucket = try Bucket()
     let device = Device()
+    #expect(try device.run("device", "init").status == 0)
     #expect(try device.s3(bucket, "repo", "init").status == 0)
     let made = try Self.threeSnapshots(device) { device in
       let result = try device.s3(bucket, "--json", "backup", "com.example.notes", "--full")

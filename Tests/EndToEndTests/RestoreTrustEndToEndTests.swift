@@ -57,7 +57,8 @@ struct RestoreTrustEndToEndTests {
     let device = try revertedNotes()
     try write(try home(device) + "/Documents/a.txt", "changed after the revert")
     let listed = try snapshots(device)
-    let preUpdate = try #require(listed.first { $0["tag"] as? String == "pre-update" }?["snapshot"] as? String)
+    let preUpdate = try #require(
+      listed.first { $0["tag"] as? String == "pre-update" }?["snapshot"] as? String)
     let restore = try device.run("--json", "restore", Self.app)
     #expect(restore.status == 0, "\(restore.err)")
     let report = try #require(try JSONSerialization.jsonObject(with: Data(restore.stdout)) as? [String: Any])

@@ -13,7 +13,8 @@ struct WhyAgreementTests {
   @Test func whyOnAnExcludedFileSaysItIsNotBackedUp() throws {
     let device = Device()
     try device.install("Notes-1.0/Notes.app")
-    try Data(repeating: 7, count: 3_000_000).write(to: URL(fileURLWithPath: device.home + "/Documents/big.bin"))
+    try Data(repeating: 7, count: 3_000_000).write(
+      to: URL(fileURLWithPath: device.home + "/Documents/big.bin"))
     try makeDirectories(device.home + "/Documents/Scratch")
     try Data("x".utf8).write(to: URL(fileURLWithPath: device.home + "/Documents/Scratch/x"))
     #expect(try device.run("exclude", Self.app, "Documents/big.bin").status == 0)

@@ -4,7 +4,9 @@ import Foundation
 
 struct InstallCommand: ParsableCommand {
   static let description = CommandDescription(
-    name: "install", abstract: "Validate and seal a bundle, and install it into a new home.",
+    name: "install",
+    abstract:
+      "Validate and seal a bundle, and install it into a new home (creating the device if the root has none).",
     positionals: [.init("BUNDLE.app", help: "The app bundle directory to install.")],
     examples: [
       .init("Install an app and print its container id and home:", "appbox install Notes.app"),

@@ -58,7 +58,9 @@ struct BackupCommand: ParsableCommand {
     exitStatuses: [
       ExitCode.ioError(
         "An I/O error, or with --strict a snapshot is incomplete; with --all, the first failure's status."),
-      .noInput("No such app or app group, or no such repository."),
+      .noInput(
+        "No such app or app group, or no such repository: one named by --repo must exist (appbox repo init "
+          + "creates it; the device's own is made on first use)."),
       .unavailable(
         "The device is locked (the app's protected files are unavailable), or the S3 store cannot be reached."
       ),
@@ -219,7 +221,10 @@ func incompleteMembers(_ count: Int, _ paths: [[UInt8]], prefix: String = "") ->
 /// What every description of a snapshot carries: `tag` (null for an ordinary backup) and
 /// `appVersion`, the app's version when it was taken (null for an app group's).
 func snapshotLabels(_ snapshot: Snapshot) -> [(String, JSONValue)] {
-  [("tag", .optional(snapshot.tag)), ("appVersion", .optional(snapshot.version.isEmpty ? nil : snapshot.version))]
+  [
+    ("tag", .optional(snapshot.tag)),
+    ("appVersion", .optional(snapshot.version.isEmpty ? nil : snapshot.version)),
+  ]
 }
 
 struct SnapshotsCommand: ParsableCommand {
@@ -271,7 +276,8 @@ struct SnapshotsCommand: ParsableCommand {
         listed.map { snapshot, why in
           [
             snapshot.id, snapshot.app, snapshot.version.isEmpty ? "-" : snapshot.version,
-            timestamp(snapshot.time), snapshot.kind.rawValue, String(snapshot.files), byteCount(snapshot.bytes),
+            timestamp(snapshot.time), snapshot.kind.rawValue, String(snapshot.files),
+            byteCount(snapshot.bytes),
             snapshot.tag ?? "-",
           ]
             + (incomplete ? [incompleteColumn(snapshot)] : [])

@@ -37,14 +37,14 @@ struct DeviceShow: ParsableCommand {
   static let description = CommandDescription(
     name: "show",
     abstract:
-      "Print the device's UDID, name, capabilities, passcode and lock state (creating the root on first use).",
+      "Print the device's UDID, name, capabilities, passcode and lock state.",
     examples: [
       .init(
         "The device of $APPBOX_ROOT, then of another root:", "appbox device",
         "appbox --root /tmp/ci device show"),
       .init("Its UDID, for a script:", "appbox --json device show | jq -r .udid"),
     ],
-    exitStatuses: [.cannotCreate("The device root could not be created."), .deviceBusy])
+    exitStatuses: [.noInput("No device at the root (appbox device init creates one)."), .deviceBusy])
   init(_ arguments: ParsedArguments) throws {}
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: false)
@@ -56,7 +56,7 @@ struct DeviceInit: ParsableCommand {
   static let description = CommandDescription(
     name: "init",
     abstract:
-      "Create the device root explicitly, or rename it and set its capabilities (the UDID never changes).",
+      "Create the device root, or rename it and set its capabilities (the UDID never changes).",
     options: [
       .init("name", value: "N", help: "The device's name."),
       .init(

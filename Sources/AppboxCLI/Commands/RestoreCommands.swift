@@ -25,21 +25,27 @@ struct RestoreCommand: ParsableCommand {
     options: [
       .init(
         "snapshot", value: "ID",
-        help: "The snapshot to restore, or latest (the newest of all); default: the newest of the installed version."),
+        help:
+          "The snapshot to restore, or latest (the newest of all); default: the newest of the installed version."
+      ),
       .init("dry-run", help: "List what the restore would add, replace, remove and drop; change nothing."),
       repositoryOption,
     ] + repositoryAccessOptions,
     examples: [
       .init(
-        "Restore the installed version's newest snapshot, then an older one:", "appbox restore com.example.notes",
+        "Restore the installed version's newest snapshot, then an older one:",
+        "appbox restore com.example.notes",
         "appbox restore com.example.notes --snapshot 1a2b3c4d"),
-      .init("See first what a restore would change:", "appbox restore com.example.notes --snapshot 1a2b3c4d --dry-run"),
+      .init(
+        "See first what a restore would change:",
+        "appbox restore com.example.notes --snapshot 1a2b3c4d --dry-run"),
       .init("Restore an app group's container:", "appbox restore group.com.example.shared"),
     ],
     exitStatuses: [
       .noInput(
         "No such snapshot of the app (or group), or no such repository; without --snapshot, no snapshot of the "
-          + "installed version, or the app is not installed (the message names the version --snapshot would bring)."),
+          + "installed version, or the app is not installed (the message names the version --snapshot would bring)."
+      ),
       .dataError("A damaged archive or catalog, or restored data that does not match its recorded hash."),
       .unavailable(
         "The device is locked (the app's protected files are unavailable), or the S3 store cannot be reached."
@@ -111,24 +117,25 @@ struct RestoreCommand: ParsableCommand {
     }
     return CommandOutput(
       text: lines.joined(separator: "\n"),
-      json: .object([
-        ("app", .string(result.app.bundleIdentifier)), ("snapshot", .string(result.snapshot.id)),
-      ] + snapshotLabels(result.snapshot) + [
-        ("containerID", .string(result.app.containerID)), ("files", .int(result.files)),
-        ("bytes", .int(result.bytes)), ("dropped", droppedJSON(result.dropped)),
-        ("installedBundle", .bool(result.installedBundle)),
-        ("keychainRestored", .bool(keychainRestored)), ("keychainReason", .optional(keychainReason)),
-        (
-          "groups",
-          .array(
-            result.groups.map {
-              .object([
-                ("group", .string($0.group.identifier)), ("snapshot", .string($0.snapshot.id)),
-                ("files", .int($0.files)), ("bytes", .int($0.bytes)),
-              ])
-            })
-        ),
-      ]))
+      json: .object(
+        [
+          ("app", .string(result.app.bundleIdentifier)), ("snapshot", .string(result.snapshot.id)),
+        ] + snapshotLabels(result.snapshot) + [
+          ("containerID", .string(result.app.containerID)), ("files", .int(result.files)),
+          ("bytes", .int(result.bytes)), ("dropped", droppedJSON(result.dropped)),
+          ("installedBundle", .bool(result.installedBundle)),
+          ("keychainRestored", .bool(keychainRestored)), ("keychainReason", .optional(keychainReason)),
+          (
+            "groups",
+            .array(
+              result.groups.map {
+                .object([
+                  ("group", .string($0.group.identifier)), ("snapshot", .string($0.snapshot.id)),
+                  ("files", .int($0.files)), ("bytes", .int($0.bytes)),
+                ])
+              })
+          ),
+        ]))
   }
 
   /// `restore group.<id>`: the group's container from one of its snapshots.
@@ -147,12 +154,13 @@ struct RestoreCommand: ParsableCommand {
     return CommandOutput(
       text: "Restored the app group \(group.identifier) from snapshot \(result.snapshot.id) "
         + "(\(timestamp(result.snapshot.time))): \(result.files) files, \(byteCount(result.bytes))",
-      json: .object([
-        ("app", .string(group.identifier)), ("snapshot", .string(result.snapshot.id)),
-      ] + snapshotLabels(result.snapshot) + [
-        ("containerID", .string(group.containerID)), ("files", .int(result.files)),
-        ("bytes", .int(result.bytes)),
-      ]))
+      json: .object(
+        [
+          ("app", .string(group.identifier)), ("snapshot", .string(result.snapshot.id)),
+        ] + snapshotLabels(result.snapshot) + [
+          ("containerID", .string(group.containerID)), ("files", .int(result.files)),
+          ("bytes", .int(result.bytes)),
+        ]))
   }
 }
 
@@ -186,13 +194,16 @@ extension RestoreCommand {
     let preview = try repository.previewRestore(
       of: chosen, into: home, bundleDirectoryName: namesGroup(app) ? nil : bundle)
     func show(_ path: [UInt8]) -> String { String(decoding: path, as: UTF8.self) }
-    var lines = ["Would restore \(chosen.app) from snapshot \(describe(chosen)): \(chosen.files) files, "
-      + "\(byteCount(chosen.bytes))"]
+    var lines = [
+      "Would restore \(chosen.app) from snapshot \(describe(chosen)): \(chosen.files) files, "
+        + "\(byteCount(chosen.bytes))"
+    ]
     if installs {
       lines.append("Would install \(chosen.bundleDirectoryName) \(chosen.version) from the backup")
     }
     let changes =
-      preview.added.map { ("+ ", $0) } + preview.replaced.map { ("~ ", $0) } + preview.removed.map { ("- ", $0) }
+      preview.added.map { ("+ ", $0) } + preview.replaced.map { ("~ ", $0) }
+      + preview.removed.map { ("- ", $0) }
     lines += changes.sorted { $0.1.lexicographicallyPrecedes($1.1) }.map { $0.0 + Terminal.escape($0.1) }
     lines.append(
       "\(preview.added.count) added, \(preview.replaced.count) replaced, \(preview.removed.count) removed, "
@@ -214,16 +225,21 @@ extension RestoreCommand {
 
 /// "1a2b3c4d (Notes 1.0, pre-update, 2026-01-02T03:04:05Z)": a snapshot as restore names it.
 func describe(_ snapshot: Snapshot) -> String {
-  let labels = [snapshot.version.isEmpty ? nil : "version \(snapshot.version)", snapshot.tag, timestamp(snapshot.time)]
+  let labels = [
+    snapshot.version.isEmpty ? nil : "version \(snapshot.version)", snapshot.tag, timestamp(snapshot.time),
+  ]
   return "\(snapshot.id) (\(labels.compactMap { $0 }.joined(separator: ", ")))"
 }
 
 /// "Dropped 3 files (3.0 MB) no snapshot keeps: 1 excluded from backup (3.0 MB), 1 in
 /// Library/Caches (1.0 KB), 1 in tmp (10 B)".
 func droppedLine(_ dropped: DroppedData, verb: String) -> String {
-  func counted(_ count: FileCount) -> String { "\(count.files) file\(count.files == 1 ? "" : "s") (\(byteCount(count.bytes)))" }
+  func counted(_ count: FileCount) -> String {
+    "\(count.files) file\(count.files == 1 ? "" : "s") (\(byteCount(count.bytes)))"
+  }
   let parts = [
-    (dropped.excluded, "excluded from backup"), (dropped.caches, "in Library/Caches"), (dropped.temporary, "in tmp"),
+    (dropped.excluded, "excluded from backup"), (dropped.caches, "in Library/Caches"),
+    (dropped.temporary, "in tmp"),
   ].filter { $0.0.files > 0 }.map { "\($0.0.files) \($0.1) (\(byteCount($0.0.bytes)))" }
   return "\(verb) \(counted(dropped.total)) no snapshot keeps: " + parts.joined(separator: ", ")
 }
@@ -235,7 +251,7 @@ func droppedJSON(_ dropped: DroppedData) -> JSONValue {
   }
   return .object([
     ("files", .int(dropped.total.files)), ("bytes", .int(dropped.total.bytes)),
-    ("excluded", count(dropped.excluded)), ("caches", count(dropped.caches)), ("tmp", count(dropped.temporary)),
+    ("excluded", count(dropped.excluded)), ("caches", count(dropped.caches)),
+    ("tmp", count(dropped.temporary)),
   ])
 }
-

@@ -102,6 +102,8 @@ public protocol ParsableCommand: Sendable {
   static var description: CommandDescription { get }
   /// Validates the parsed arguments; throws `UsageError` for anything malformed.
   init(_ arguments: ParsedArguments) throws
+  /// Checks what depends on the global options (throws `UsageError`), before anything is opened.
+  func validate(_ context: CommandContext) throws
   /// Does the work (one library call, usually) and returns what to print.
   func run(_ context: CommandContext) throws -> CommandOutput
   /// Whether the command may create the device root (install, device init). Every other
@@ -111,6 +113,7 @@ public protocol ParsableCommand: Sendable {
 
 extension ParsableCommand {
   public static var createsDevice: Bool { false }
+  public func validate(_ context: CommandContext) throws {}
 }
 
 /// A command group has no work of its own; it only holds subcommands.
