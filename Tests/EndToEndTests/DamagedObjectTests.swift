@@ -109,6 +109,7 @@ struct DamagedObjectTests {
 
     // A new device lists the others, marks the damaged one, and restores the others.
     let fresh = Device()
+    #expect(try fresh.run("device", "init").status == 0)
     let listing = try fresh.run(
       arguments: ["--json", "snapshots", "--repo", repository], environment: environment)
     #expect(listing.status == 0, "\(listing.err)")
@@ -162,6 +163,7 @@ struct DamagedObjectTests {
     #expect(check.out.contains("Object 'manifests/\(made[1].id).tar' is damaged"), "\(check.out)")
 
     let fresh = Device()
+    #expect(try fresh.run("device", "init").status == 0)
     let listing = try fresh.s3(bucket, "--json", "snapshots")
     #expect(listing.status == 0, "\(listing.err)")
     let listed = try #require(
@@ -172,6 +174,7 @@ struct DamagedObjectTests {
       ])
     for index in [0, 2] {
       let other = Device()
+      #expect(try other.run("device", "init").status == 0)
       let result = try other.s3(bucket, "restore", "com.example.notes", "--snapshot", made[index].id)
       #expect(result.status == 0, "\(made[index].id): \(result.err)")
       #expect(differences(made[index].data, try captureHomeData(other.home)) == [])
