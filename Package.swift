@@ -117,10 +117,15 @@ let package = Package(
     .testTarget(name: "AppboxContainerTests", dependencies: ["AppboxContainer", "AppboxTestSupport"]),
     .testTarget(
       name: "AppboxBackupTests",
-      dependencies: ["AppboxBackup", "AppboxArchive", "AppboxContainer", "AppboxCrypto", "AppboxTestSupport"]),
+      dependencies: [
+        "AppboxBackup", "AppboxArchive", "AppboxContainer", "AppboxCrypto", "AppboxStore",
+        "AppboxTestSupport",
+      ]),
     .testTarget(name: "AppboxCLITests", dependencies: ["AppboxCLI", "AppboxTestSupport"]),
     .testTarget(
       name: "EndToEndTests",
-      dependencies: ["AppboxCore", "AppboxArchive", "AppboxBackup", "AppboxS3", "AppboxTestSupport"]),
+      dependencies: [
+        "AppboxCore", "AppboxArchive", "AppboxBackup", "AppboxCrypto", "AppboxS3", "AppboxTestSupport",
+      ]),
   ]
 )

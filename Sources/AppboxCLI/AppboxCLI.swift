@@ -16,7 +16,7 @@ public enum AppboxCLI {
     DefaultsCommand.self, ExcludeCommand.self, ProtectCommand.self, BackupCommand.self, SnapshotsCommand.self,
     RestoreCommand.self,
     DiffCommand.self, CheckCommand.self, ForgetCommand.self, RepoCommand.self, ArchiveCommand.self,
-    ExportCommand.self, ImportCommand.self,
+    ExportCommand.self, ImportCommand.self, ExportBackupCommand.self, ImportBackupCommand.self,
     WhyCommand.self, AdviseCommand.self, KeychainCommand.self, HelpCommand.self,
   ]
 
