@@ -175,6 +175,8 @@ step snapshots com.example.notes
 step diff "$FIRST" "$SECOND"
 
 section "Restore the first snapshot: Documents and Library as they were, Caches and tmp empty"
+printf '%s(first, what it would change, and what it drops that no snapshot keeps; nothing is touched)%s\n' "$dim" "$reset"
+step restore com.example.notes --snapshot "$FIRST" --dry-run
 step restore com.example.notes --snapshot "$FIRST"
 printf '%s$ ls -R Documents && cat Documents/Drafts/letter.txt && ls Library/Caches tmp%s\n' "$dim" "$reset"
 (cd "$NOTES_HOME" && ls -R Documents && cat Documents/Drafts/letter.txt && ls Library/Caches tmp)
@@ -339,7 +341,11 @@ show grep -rl -e com.example.notes -e Notes.app -e Documents/ vault '|' wc -l
 { grep -rl -e com.example.notes -e Notes.app -e Documents/ "$LOCAL_VAULT" || true; } | wc -l
 refused snapshots --repo "$VAULT" --password-file "$DEMO_FILES/shared.txt"
 printf '%s(a new device restores Notes, and with it the keychain item that is not this-device-only)%s\n' "$dim" "$reset"
-step --root "$NEWDEVICE" restore com.example.notes --repo "$VAULT" --password-file "$DEMO_FILES/password"
+step --root "$NEWDEVICE" device init --name "New iPhone"
+printf '%s(Notes is not installed there: a restore names the snapshot it would install, then is given it)%s\n' "$dim" "$reset"
+refused --root "$NEWDEVICE" restore com.example.notes --repo "$VAULT" --password-file "$DEMO_FILES/password"
+step --root "$NEWDEVICE" restore com.example.notes --snapshot "$VAULT_SNAPSHOT" --repo "$VAULT" \
+  --password-file "$DEMO_FILES/password"
 step --root "$NEWDEVICE" keychain com.example.notes get --service sync --account ada
 printf '\n'
 printf '%s(the plain pax tar of the encrypted archive, for GNU tar:)%s\n' "$dim" "$reset"

@@ -39,7 +39,7 @@ struct OpenedFile {
   /// Its digest is the sparse content identity (a file with holes, or one confirmed against a
   /// previous entry of that kind).
   var hasSparseIdentity = false
-  var isExcluded: Bool { attributes.contains { $0.name == excludeFromBackupAttribute } }
+  var isExcluded: Bool { ScanRules.marksExcluded(attributes) }
   /// Bytes of data the archive stores for it (holes excluded).
   var dataBytes: Int64 { dataRegions?.reduce(0) { $0 + Int64($1.count) } ?? status.size }
 }

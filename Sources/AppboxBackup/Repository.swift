@@ -98,7 +98,10 @@ public final class Repository {
       }
       if legacyCatalog != true {
         guard options.create else {
-          throw BackupError(.snapshotNotFound, "No backup repository at '\(location.description)'")
+          throw BackupError(
+            .snapshotNotFound,
+            "No backup repository at '\(location.description)' "
+              + "(appbox repo init --repo \(location.description) creates one)")
         }
         try Repository.create(store, config: RepositoryConfig(encrypted: false))
         config = RepositoryConfig(encrypted: false)

@@ -9,7 +9,9 @@
 //    home yet: any failure discards the staging directory.
 // 3. If the app is not installed, extract the snapshot's bundle into a temp directory and
 //    install it like any bundle (validated and sealed: the backup is untrusted input).
-// 4. Swap the staged data with the home, carrying the live bundle over (HomeSwap, journaled).
+// 4. Count what the home holds that no snapshot brings back (files marked exclude-from-backup,
+//    Library/Caches, tmp: RestorePreview), then swap the staged data with the home, carrying
+//    the live bundle over (HomeSwap, journaled).
 // 5. Import the snapshot's keychain items, when it has some and a keychain is given.
 // 6. If step 3 installed the app and so created app groups the device lacked, restore each
 //    such group's latest snapshot (GroupRestore.swift).
@@ -34,6 +36,8 @@ public struct RestoreResult: Sendable {
   public var warnings: [String]
   /// The app groups restored with the app (its install created their containers).
   public var groups: [GroupRestoreResult] = []
+  /// What the home held that the restore removed and no snapshot keeps.
+  public var dropped = DroppedData()
 }
 
 /// Holds the app's running lock exclusively (a running app is refused, exit 75) until the
@@ -83,6 +87,18 @@ extension Repository {
       throw error
     }
     guard let app else { preconditionFailure("the app is installed by now") }
+    var dropped = DroppedData()
+    if !installed {
+      do {
+        dropped = try previewRestore(
+          of: snapshot, into: session.home(of: app).path, bundleDirectoryName: app.bundleDirectoryName,
+          listingPaths: false
+        ).dropped
+      } catch {
+        staging.discard()
+        throw error
+      }
+    }
     CrashPoint.hit("restore.staged")
     observer.engine(.phase(.swapping))
     observer.engine(.stage("swap"))
@@ -100,7 +116,7 @@ extension Repository {
     observer.engine(.finished(operation: "restore", app: bundleIdentifier))
     return RestoreResult(
       snapshot: snapshot, app: app, installedBundle: installed, files: report.files, bytes: report.bytes,
-      keychain: outcome, warnings: report.warnings + swapWarnings, groups: groups)
+      keychain: outcome, warnings: report.warnings + swapWarnings, groups: groups, dropped: dropped)
   }
 
   /// Writes the bundle of `snapshot` as `<directory>/<Name>.app` (the directory must exist;

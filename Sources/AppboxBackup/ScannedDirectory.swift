@@ -179,6 +179,20 @@ struct ScanRules: Sendable {
   /// quadratically; 64 KiB is also the longest path a manifest records.
   static let maximumPathLength = 65_536
 
+  /// Whether an entry with `attributes` (its `user.*` attributes, as a backup records them)
+  /// carries the exclude-from-backup mark: the one test the scanner, the content reader, `why`
+  /// and a restore's account of what it drops all apply.
+  static func marksExcluded(_ attributes: [ExtendedAttribute]) -> Bool {
+    attributes.contains { $0.name == excludeFromBackupAttribute }
+  }
+
+  /// The attributes the backup records for the open directory `directory`.
+  static func directoryAttributes(of directory: FileDescriptor) throws -> [ExtendedAttribute] {
+    try directory.userExtendedAttributes().map { ExtendedAttribute(name: $0.name, value: $0.value) }
+  }
+
+  /// Whether the scan leaves out entry `name` by name: in the home (`isRoot`) the bundle
+  /// (unless `includeBundle`) and `tmp`; in the top-level Library, `Caches`.
   func skips(_ name: UnsafeRawBufferPointer, inRoot isRoot: Bool, inTopLibrary isTopLibrary: Bool) -> Bool {
     if isRoot {
       if let onlyTopLevel { return !onlyTopLevel.contains(Array(name)) }

@@ -93,10 +93,8 @@ extension Scanner {
         result.isExcluded = previous.isExcluded
         result.isUnchanged = true
       } else {
-        result.attributes = try directory.userExtendedAttributes().map {
-          ExtendedAttribute(name: $0.name, value: $0.value)
-        }
-        result.isExcluded = result.attributes.contains { $0.name == excludeFromBackupAttribute }
+        result.attributes = try ScanRules.directoryAttributes(of: directory)
+        result.isExcluded = ScanRules.marksExcluded(result.attributes)
       }
       if result.isExcluded { return Visit() }
       if let reason = try unlistableEncryption(of: directory) {

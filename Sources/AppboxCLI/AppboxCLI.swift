@@ -51,12 +51,17 @@ extension CommandContext {
   /// The device root chosen by --root, $APPBOX_ROOT or the default.
   var deviceRoot: DeviceRoot { DeviceRoot.resolve(explicit: globals.root, environment: environment) }
 
-  /// Opens the device; mutating commands take its lock and finish interrupted work first.
+  /// Fails with exit 66 ("no device at ROOT") unless the root holds a device: only install
+  /// and device init create one (`ParsableCommand.createsDevice`).
+  func requireExistingDevice() throws { try deviceRoot.requireDevice() }
+
   /// Opens the device. A mutating session finishes what its command deferred (deleting an
   /// old home an update replaced) after the output is written, holding the root lock until then.
-  func openDevice(mutating: Bool) throws -> DeviceSession {
+  /// `creating`: make the device when the root has none (install, device init).
+  func openDevice(mutating: Bool, creating: Bool = false) throws -> DeviceSession {
     let session = try DeviceSession.open(
-      root: deviceRoot, mutating: mutating, recovery: recoverySteps, environment: environment)
+      root: deviceRoot, mutating: mutating, creating: creating, recovery: recoverySteps,
+      environment: environment)
     if mutating { afterOutput { session.finishDeferredWork() } }
     if case .released(let inodes, let bytes) = session.reserve {
       note(

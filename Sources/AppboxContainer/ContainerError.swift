@@ -17,6 +17,8 @@ public struct ContainerError: AppboxFailure, Equatable {
     case appRunning
     /// The device root or its files are unusable (exit 65).
     case invalidDevice
+    /// The root holds no device (exit 66): only install and device init create one.
+    case noDevice
     /// The request is malformed (exit 64).
     case invalidRequest
     /// The app has not opted in, or the sandbox forbids it (exit 77).
@@ -48,7 +50,7 @@ public struct ContainerError: AppboxFailure, Equatable {
   public var kind: FailureKind {
     switch code {
     case .invalidBundle, .missingCapability, .sealBroken, .invalidDevice, .invalidData: return .badData
-    case .appNotFound, .fileNotFound, .keyNotFound: return .notFound
+    case .appNotFound, .fileNotFound, .keyNotFound, .noDevice: return .notFound
     case .alreadyInstalled, .alreadyExists: return .cannotCreate
     case .appRunning, .tryLater: return .busy
     case .invalidRequest: return .invalidArgument

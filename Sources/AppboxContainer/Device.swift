@@ -93,8 +93,17 @@ extension DeviceRoot {
     try AtomicFile.write(identity.propertyList.xmlData(), toPath: deviceFile, mode: 0o644)
   }
 
-  /// The device, creating the root with a fresh identity on first use.
-  public func prepare() throws -> DeviceIdentity {
+  /// Fails with `.noDevice` (exit 66) unless the root holds a device identity.
+  public func requireDevice() throws {
+    guard try identityIfPresent() != nil else {
+      throw ContainerError(.noDevice, "No device at \(path) (appbox device init creates one)")
+    }
+  }
+
+  /// The device; with `creating`, the root is made with a fresh identity when it has none,
+  /// otherwise that is `.noDevice` and nothing is written.
+  public func prepare(creating: Bool = false) throws -> DeviceIdentity {
+    if !creating { try requireDevice() }
     try createLayout()
     if let identity = try identityIfPresent() { return identity }
     let lock = try self.lock()

@@ -66,16 +66,18 @@ public final class DeviceSession {
     self.environment = environment
   }
 
-  /// Opens the device at `root`, creating it on first use. A mutating session holds the
+  /// Opens the device at `root`; with `creating`, makes it when the root has none (otherwise
+  /// that is `.noDevice`, exit 66, and nothing is written). A mutating session holds the
   /// root lock shared until it is released. When a killed appbox left work behind and no
   /// other appbox is active, it is all finished first (under the root lock, exclusive for
   /// that moment), so nothing ever reads a half-done state; when others are active, each
   /// app's part is finished by whoever takes that app's lock, or reads it (`app(_:)`).
   public static func open(
-    root: DeviceRoot, mutating: Bool, recovery: [any RecoveryStep] = [ContainerRecovery()],
+    root: DeviceRoot, mutating: Bool, creating: Bool = false,
+    recovery: [any RecoveryStep] = [ContainerRecovery()],
     environment: [String: String] = ProcessInfo.processInfo.environment
   ) throws -> DeviceSession {
-    let identity = try root.prepare()
+    let identity = try root.prepare(creating: creating)
     // Before anything here needs a new file (SQLite's -wal and -shm come first).
     let reserve = SpaceReserve(root: root).balance(refill: mutating)
     // A session that changes nothing reads the registry read only (so it reads on a full

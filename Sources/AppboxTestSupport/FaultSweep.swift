@@ -339,6 +339,12 @@ public struct FaultSweep {
       let fresh = workspace.freshRoot()
       defer { withExtendedLifetime(fresh) {} }
       let root = fresh.url("root")
+      // Only install and device init create a device.
+      let made = try workspace.run(["device", "init"], environment: environment, root: root)
+      guard made.status == 0 else {
+        problems.append("device init of a new device: \(made.status) \(made.err)")
+        continue
+      }
       let restored = try workspace.run(
         ["restore", app, "--snapshot", id] + repository, environment: environment, root: root)
       guard restored.status == 0 else {

@@ -35,7 +35,8 @@ func wholeSecondTimes(_ root: String, seconds: Int64 = 1_700_000_000) throws {
 func importingFixture(_ fixture: Fixture) throws -> (DeviceSession, AppRecord, Repository) {
   let root = DeviceRoot(path: fixture.dir.url("root2"))
   let session = try DeviceSession.open(
-    root: root, mutating: true, recovery: [ContainerRecovery(), HomeSwapRecovery()], environment: [:])
+    root: root, mutating: true, creating: true, recovery: [ContainerRecovery(), HomeSwapRecovery()],
+    environment: [:])
   let app = try session.install(bundleAt: fixturePath("bundles/Notes-1.0/Notes.app")).app
   return (session, app, try Repository(path: fixture.dir.url("repo2"), environment: [:]))
 }
@@ -181,7 +182,8 @@ struct DeviceBackupTests {
     let folder = fixture.dir.url("backup")
     _ = try fixture.session.exportDeviceBackup([.app(fixture.app)], to: folder)
     let root = DeviceRoot(path: fixture.dir.url("empty-device"))
-    let session = try DeviceSession.open(root: root, mutating: true, recovery: [], environment: [:])
+    let session = try DeviceSession.open(
+      root: root, mutating: true, creating: true, recovery: [], environment: [:])
     let repository = try Repository(path: fixture.dir.url("repo2"), environment: [:])
     let result = try repository.importSnapshot(
       of: .app("com.example.notes", installed: nil), from: try DeviceBackup(at: folder) { nil }, in: session)

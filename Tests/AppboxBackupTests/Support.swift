@@ -18,7 +18,8 @@ final class Fixture: @unchecked Sendable {
   init(bundle: String = "Notes-1.0/Notes.app") throws {
     root = DeviceRoot(path: dir.url("root"))
     session = try DeviceSession.open(
-      root: root, mutating: true, recovery: [ContainerRecovery(), HomeSwapRecovery()], environment: [:])
+      root: root, mutating: true, creating: true, recovery: [ContainerRecovery(), HomeSwapRecovery()],
+      environment: [:])
     app = try session.install(bundleAt: fixturePath("bundles/" + bundle)).app
     repository = try Repository(path: dir.url("repo"), environment: [:])
   }

@@ -14,7 +14,7 @@ final class TestDevice: @unchecked Sendable {
 
   init(_ fixture: String = "Notes-1.0/Notes.app") throws {
     root = DeviceRoot(path: dir.url("root"))
-    let session = try DeviceSession.open(root: root, mutating: true)
+    let session = try DeviceSession.open(root: root, mutating: true, creating: true)
     app = try session.install(bundleAt: fixturePath("bundles/" + fixture)).app
   }
 

@@ -82,7 +82,9 @@ struct SandboxV2MigrationTests {
     #expect(chmod(dir.url("Notes.app/Info.plist"), 0o600) == 0)
     #expect(chmod(dir.url("Notes.app/Base.lproj"), 0o700) == 0)
     let root = DeviceRoot(path: dir.url("root"))
-    let app = try DeviceSession.open(root: root, mutating: true).install(bundleAt: dir.url("Notes.app")).app
+    let app = try DeviceSession.open(root: root, mutating: true, creating: true).install(
+      bundleAt: dir.url("Notes.app")
+    ).app
     let bundle = root.home(app.containerID) + "/Notes.app"
     for (path, mode) in [("Notes", 0o755), ("Info.plist", 0o644), ("Base.lproj", 0o755), (".", 0o755)] {
       var st = stat()

@@ -281,8 +281,10 @@ struct AppGroupEndToEndTests {
     let repository = first.root + "/Backups"
 
     let second = Device()
+    #expect(try second.run("device", "init").status == 0)
     let result = try #require(
-      try second.json("restore", "com.example.notes", "--repo", repository) as? [String: Any])
+      try second.json("restore", "com.example.notes", "--snapshot", "latest", "--repo", repository)
+        as? [String: Any])
     #expect(result["installedBundle"] as? Bool == true)
     let groups = try #require(result["groups"] as? [[String: Any]])
     #expect(groups.map { $0["group"] as? String } == [sharedGroup])
@@ -292,7 +294,8 @@ struct AppGroupEndToEndTests {
     // Once the group is there, restoring another member leaves its data alone.
     try Data("live".utf8).write(to: URL(fileURLWithPath: restored + "/shared.txt"))
     let journal = try #require(
-      try second.json("restore", "com.example.journal", "--repo", repository) as? [String: Any])
+      try second.json("restore", "com.example.journal", "--snapshot", "latest", "--repo", repository)
+        as? [String: Any])
     #expect((journal["groups"] as? [Any])?.isEmpty == true)
     #expect(contents(restored + "/shared.txt") == Array("live".utf8))
     #expect(try second.groupContainer("com.example.journal") == restored)

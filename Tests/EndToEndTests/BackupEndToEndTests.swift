@@ -40,7 +40,10 @@ struct BackupEndToEndTests {
     try device.install("Notes-1.0/Notes.app")
     try writeSampleData(home: device.home)
     let snapshot = try device.backup()
-    #expect(Set(snapshot.keys) == ["snapshot", "app", "kind", "files", "bytesAdded", "archive"])
+    #expect(
+      Set(snapshot.keys) == [
+        "snapshot", "app", "tag", "appVersion", "kind", "files", "bytesAdded", "archive",
+      ])
     #expect(snapshot["kind"] as? String == "full")
     #expect(snapshot["app"] as? String == "com.example.notes")
     let id = try #require(snapshot["snapshot"] as? String)
@@ -48,7 +51,8 @@ struct BackupEndToEndTests {
     #expect(snapshot["archive"] as? String == device.repository + "/archives/\(id).tar")
     let listed = try #require(try device.json("snapshots") as? [[String: Any]])
     #expect(listed.count == 1)
-    #expect(Set(listed[0].keys) == ["snapshot", "app", "time", "kind", "files", "bytes"])
+    #expect(
+      Set(listed[0].keys) == ["snapshot", "app", "tag", "appVersion", "time", "kind", "files", "bytes"])
     #expect(listed[0]["time"] as? String != nil && (listed[0]["time"] as? String)!.hasSuffix("Z"))
     #expect(listed[0]["files"] as? Int == snapshot["files"] as? Int)
     // The summary is human output: on stdout (it was on stderr), nothing of it on stderr.
@@ -214,8 +218,10 @@ struct BackupEndToEndTests {
     let expected = try captureHomeData(source.home)
     _ = try source.backup()
     let target = Device()
+    #expect(try target.run("device", "init").status == 0)
     let restored = try appbox(
-      ["--json", "restore", "com.example.notes", "--repo", source.repository], root: target.root)
+      ["--json", "restore", "com.example.notes", "--snapshot", "latest", "--repo", source.repository],
+      root: target.root)
     #expect(restored.status == 0, "\(restored.err)")
     let object = try JSONSerialization.jsonObject(with: Data(restored.stdout)) as? [String: Any]
     #expect(object?["installedBundle"] as? Bool == true)

@@ -55,6 +55,7 @@ struct DamagedObjectTests {
     _ id: String, _ repository: [String], environment: [String: String] = [:]
   ) throws -> (ProcessResult, [[UInt8]: CapturedEntry]?) {
     let fresh = Device()
+    #expect(try fresh.run("device", "init").status == 0)
     let result = try fresh.run(
       arguments: ["restore", "com.example.notes", "--snapshot", id] + repository, environment: environment)
     return (result, result.status == 0 ? try captureHomeData(fresh.home) : nil)
@@ -89,6 +90,7 @@ struct DamagedObjectTests {
     chmod(password, 0o600)
     let repository = device.dir.url("enc")
     let environment = ["APPBOX_PASSWORD_FILE": password]
+    #expect(try device.run("device", "init").status == 0)
     #expect(
       try device.run("repo", "init", "--repo", repository, "--encrypt", environment: environment).status == 0)
     let made = try Self.threeSnapshots(device) { device in
@@ -107,6 +109,7 @@ struct DamagedObjectTests {
 
     // A new device lists the others, marks the damaged one, and restores the others.
     let fresh = Device()
+    #expect(try fresh.run("device", "init").status == 0)
     let listing = try fresh.run(
       arguments: ["--json", "snapshots", "--repo", repository], environment: environment)
     #expect(listing.status == 0, "\(listing.err)")
@@ -145,6 +148,7 @@ struct DamagedObjectTests {
   @Test func anS3RepositoryWithADamagedManifestHidesOnlyTheSnapshotsThatNeedIt() throws {
     let bucket = try Bucket()
     let device = Device()
+    #expect(try device.run("device", "init").status == 0)
     #expect(try device.s3(bucket, "repo", "init").status == 0)
     let made = try Self.threeSnapshots(device) { device in
       let result = try device.s3(bucket, "--json", "backup", "com.example.notes", "--full")
@@ -159,6 +163,7 @@ struct DamagedObjectTests {
     #expect(check.out.contains("Object 'manifests/\(made[1].id).tar' is damaged"), "\(check.out)")
 
     let fresh = Device()
+    #expect(try fresh.run("device", "init").status == 0)
     let listing = try fresh.s3(bucket, "--json", "snapshots")
     #expect(listing.status == 0, "\(listing.err)")
     let listed = try #require(
@@ -169,6 +174,7 @@ struct DamagedObjectTests {
       ])
     for index in [0, 2] {
       let other = Device()
+      #expect(try other.run("device", "init").status == 0)
       let result = try other.s3(bucket, "restore", "com.example.notes", "--snapshot", made[index].id)
       #expect(result.status == 0, "\(made[index].id): \(result.err)")
       #expect(differences(made[index].data, try captureHomeData(other.home)) == [])

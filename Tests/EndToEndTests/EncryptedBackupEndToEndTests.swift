@@ -242,11 +242,14 @@ struct EncryptedBackupEndToEndTests {
       try device.run("repo", "init", "--repo", vault, "--encrypt", "--password-file", password).status == 0)
     #expect(
       try device.run("backup", "com.example.notes", "--repo", vault, "--password-file", password).status == 0)
+    #expect(try device.run("repo", "init", "--repo", plain).status == 0)
     #expect(try device.run("backup", "com.example.notes", "--repo", plain).status == 0)
 
     // From the unencrypted repository: the data, but no keychain item (as before).
     let second = Device()
-    let fromPlain = try second.run("--json", "restore", "com.example.notes", "--repo", plain)
+    #expect(try second.run("device", "init").status == 0)
+    let fromPlain = try second.run(
+      "--json", "restore", "com.example.notes", "--snapshot", "latest", "--repo", plain)
     #expect(fromPlain.status == 0, "\(fromPlain.err)")
     #expect(fromPlain.err.contains("another device"))
     #expect(
@@ -258,8 +261,10 @@ struct EncryptedBackupEndToEndTests {
 
     // From the encrypted one: the portable item comes back; the this-device-only one never does.
     let third = Device()
+    #expect(try third.run("device", "init").status == 0)
     let fromVault = try third.run(
-      "--json", "restore", "com.example.notes", "--repo", vault, "--password-file", password)
+      "--json", "restore", "com.example.notes", "--snapshot", "latest", "--repo", vault, "--password-file",
+      password)
     #expect(fromVault.status == 0, "\(fromVault.err)")
     let result = try JSONSerialization.jsonObject(with: Data(fromVault.stdout)) as? [String: Any]
     #expect(result?["keychainRestored"] as? Bool == true)

@@ -65,6 +65,8 @@ struct FleetEndToEndTests {
     let kiosk = Device()
     let spare = Device()
     try kiosk.install("Notes-1.0/Notes.app")
+    #expect(try kiosk.s3(bucket, "repo", "init").status == 0)
+    #expect(try spare.run("device", "init").status == 0)
     try writeSampleData(home: kiosk.home)
     // Files over 256 KiB are streamed into each archive as they are read (the engine cannot
     // look their content up first), so this test keeps to what is deduplicated: the rest.
@@ -147,6 +149,7 @@ struct FleetEndToEndTests {
     let bucket = try Bucket()
     let device = Device()
     try device.install("Notes-1.0/Notes.app")
+    #expect(try device.s3(bucket, "repo", "init").status == 0)
     let denied = try device.s3(
       bucket, "backup", "com.example.notes", environment: ["AWS_SECRET_ACCESS_KEY": "wrong"])
     #expect(denied.status == 77, "\(denied.err)")
@@ -169,6 +172,7 @@ struct FleetEndToEndTests {
     let bucket = try Bucket()
     let device = Device()
     try device.install("Notes-1.0/Notes.app")
+    #expect(try device.s3(bucket, "repo", "init").status == 0)
     try writeSampleData(home: device.home)
     _ = try device.backup(to: bucket)
     // At each named step of the commit, and of forget.
@@ -231,6 +235,7 @@ struct FleetEndToEndTests {
     let bucket = try Bucket(cluster: cluster)
     let device = Device()
     try device.install("Notes-1.0/Notes.app")
+    #expect(try device.s3(bucket, "repo", "init").status == 0)
     try writeSampleData(home: device.home)
     var big = [UInt8](repeating: 0, count: 40 << 20)
     for index in stride(from: 0, to: big.count, by: 4096) {

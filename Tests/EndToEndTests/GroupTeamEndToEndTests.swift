@@ -56,7 +56,7 @@ struct GroupTeamEndToEndTests {
     try device.install(path: try Self.impostorBundle(device))
     #expect(try device.run("backup", "org.other.spy").status == 0)
     #expect(try device.run("uninstall", "org.other.spy").status == 0)
-    let restore = try device.run("restore", "org.other.spy")
+    let restore = try device.run("restore", "org.other.spy", "--snapshot", "latest")
     #expect(restore.status == 77, "\(restore.out) \(restore.err)")
     let lines = restore.err.split(separator: "\n")
     #expect(

@@ -62,7 +62,7 @@ struct HostileAppTests {
 
     #expect(try device.appbox(["backup", "com.example.hostile"]).status == 0)
     #expect(try device.appbox(["uninstall", "com.example.hostile"]).status == 0)
-    #expect(try device.appbox(["restore", "com.example.hostile"]).status == 0)
+    #expect(try device.appbox(["restore", "com.example.hostile", "--snapshot", "latest"]).status == 0)
     id = try #require(
       try device.appbox(["path", "com.example.hostile"]).out.split(separator: "/").last.map {
         String($0.dropLast())

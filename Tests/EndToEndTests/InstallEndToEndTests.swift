@@ -163,6 +163,7 @@ struct InstallEndToEndTests {
 
   @Test func unknownAppIs66WithOneLine() throws {
     let device = Device()
+    #expect(try device.run("device", "init").status == 0)
     for command in [["inspect", "com.nope"], ["path", "com.nope"], ["uninstall", "com.nope"]] {
       let result = try appbox(command, root: device.root)
       #expect(result.status == 66)

@@ -29,6 +29,7 @@ struct KeychainBackupEndToEndTests {
 
     // Another device restores the data but not the keychain, and says so in one line.
     let other = Device()
+    #expect(try other.run("device", "init").status == 0)
     let elsewhere = try appbox(
       ["--json", "restore", "com.example.notes", "--snapshot", snapshot, "--repo", device.root + "/Backups"],
       root: other.root)

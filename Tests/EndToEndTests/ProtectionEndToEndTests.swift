@@ -33,6 +33,7 @@ struct ProtectionEndToEndTests {
     #expect(try !device.imageContains(secret + "-pref"))
     #expect(try String(contentsOfFile: home + "/Documents/vault.txt", encoding: .utf8) == secret)
 
+    try expectSuccess(device.run("repo", "init", "--repo", device.volume.path + "/repo"))
     try device.lock()
     let status = try device.status()
     #expect(status["locked"] as? Bool == true && status["protectedDataAvailable"] as? Bool == false)
@@ -323,6 +324,7 @@ struct ProtectionEndToEndTests {
     let device = try ProtectedDevice()
     let home = try device.install("Vault-1.0/Vault.app")
     let repo = TemporaryDirectory("protect-repo")  // off the volume: archives hold plain data
+    try expectSuccess(device.run("repo", "init", "--repo", repo.path))
     let a = marker("a")
     let b = marker("b")
     try writeDurably(home + "/Documents/a.txt", a)

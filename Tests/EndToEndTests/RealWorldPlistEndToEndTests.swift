@@ -39,6 +39,7 @@ struct RealWorldPlistEndToEndTests {
         """, to: $0)
     }
     let device = Device()
+    #expect(try device.run("device", "init").status == 0)
     let listed = try #require(try device.json("device") as? [String: Any])
     let capabilities = Set(listed["capabilities"] as? [String] ?? [])
     #expect(capabilities.isSuperset(of: ["arm64", "armv7", "nfc", "telephony", "metal", "arkit"]))

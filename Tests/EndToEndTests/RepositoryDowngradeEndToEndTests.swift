@@ -30,6 +30,7 @@ struct RepositoryDowngradeEndToEndTests {
   static func replaceWithAPlainRepository(_ repository: String) throws {
     try FileTree.remove(atPath: repository)
     let other = Device()
+    #expect(try other.run("device", "init").status == 0)
     #expect(try appbox(["repo", "init", "--repo", repository], root: other.root).status == 0)
   }
 

@@ -260,7 +260,8 @@ struct Bench {
     // The bytes stored are what each run added to its repository or archive.
     for repository in ["full-appbox", "full-zstd"] {
       try shell.run(
-        "rm -rf \(work)/\(repository) && \(ab) --quiet backup \(app) --repo \(work)/\(repository)")
+        "rm -rf \(work)/\(repository) && \(ab) --quiet repo init --repo \(work)/\(repository)"
+          + " && \(ab) --quiet backup \(app) --repo \(work)/\(repository)")
     }
     for run in 0..<runs {
       try shell.run("rm -rf \(work)/full && mkdir -p \(work)/full && restic -q -r \(work)/full/restic init")
@@ -339,7 +340,8 @@ struct Bench {
   func incrementals(_ home: String, workload: Workload) throws -> [Scenario] {
     let base = work + "/chain-\(workload.rawValue)"
     try shell.run("rm -rf \(base) && mkdir -p \(base) && restic -q -r \(base)/restic init")
-    try shell.run("\(ab) --quiet backup \(app) --repo \(base)/appbox")
+    try shell.run(
+      "\(ab) --quiet repo init --repo \(base)/appbox && \(ab) --quiet backup \(app) --repo \(base)/appbox")
     try shell.run("tar -C \(home) \(tarExcludes) --listed-incremental=\(base)/snar -cf \(base)/l0.tar .")
     try shell.run("restic -q -r \(base)/restic backup \(resticExcludes(home)) \(home)")
     let prune = "-path ./Bench.app -prune -o -path ./Library/Caches -prune -o -path ./tmp -prune -o"

@@ -35,6 +35,7 @@ extension Bench {
     try makeDirectories(home + "/Documents/Exports")
     try makeDirectories(home + "/" + Churner.thumbnails)
     try writer.write(home + "/" + Churner.deleted, size: 400_000)
+    try shell.run("\(ab) --quiet repo init --repo \(repository)")
     let start = DispatchTime.now().uptimeNanoseconds
     for round in 0..<Self.historySnapshots {
       try writer.write(home + "/" + Churner.export, size: 3_000_000)

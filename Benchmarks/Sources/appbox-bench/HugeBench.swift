@@ -12,7 +12,8 @@ extension Bench {
     try shell.run("rm -rf \(base) && mkdir -p \(base)")
     // appbox stores the bundle on an app's first snapshot only: the timed runs re-read and store
     // all the data (`--full`) into a repository that already holds it, as the peers exclude it.
-    try shell.run("\(ab) --quiet backup \(app) --repo \(base)/appbox")
+    try shell.run(
+      "\(ab) --quiet repo init --repo \(base)/appbox && \(ab) --quiet backup \(app) --repo \(base)/appbox")
 
     var full = Scenario(name: "full backup, 1,000,000 small files", reference: "GNU tar level 0")
     full.notes = ["machine state: \(machineState())"]

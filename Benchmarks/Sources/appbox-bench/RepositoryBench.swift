@@ -16,7 +16,8 @@ extension Bench {
     let plain = work + "/enc-plain"
     let sealed = work + "/enc-sealed"
     try shell.run(
-      "rm -rf \(plain) \(sealed) && \(ab) --quiet repo init --repo \(sealed) --encrypt --password-file \(passwordFile)"
+      "rm -rf \(plain) \(sealed) && \(ab) --quiet repo init --repo \(plain)"
+        + " && \(ab) --quiet repo init --repo \(sealed) --encrypt --password-file \(passwordFile)"
     )
     // First snapshots hold the bundle (stored once per repository); the timed ones do not.
     try shell.run("\(ab) --quiet backup \(app) --repo \(plain)")
@@ -96,6 +97,7 @@ extension Bench {
         "\(ab) --quiet repo init --repo s3://\(bucket)-enc/r --encrypt --password-file \(passwordFile)"
           + " && \(ab) --quiet repo init --repo s3://\(bucket)/r"
           + " && \(ab) --quiet repo init --repo s3://\(bucket)-tls/r --endpoint \(tls)"
+          + " && \(ab) --quiet repo init --repo \(local)"
           + " && restic -q -r \(local)-restic init && \(restic) init")
       let backups: [(String, String)] = [
         ("appbox backup to a directory", "\(ab) --quiet backup \(app) --repo \(local)"),

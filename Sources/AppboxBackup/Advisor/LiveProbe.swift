@@ -4,7 +4,8 @@
 // Algorithm: from the home's descriptor, one component at a time: fstatat without following
 // (a symlink anywhere is reported, never followed), then openat(O_NOFOLLOW | O_DIRECTORY) of
 // each ancestor and a look at its exclude-from-backup mark, as the scanner checks every
-// directory below the home. The entry itself is opened (O_NONBLOCK, so a FIFO or a planted
+// directory below the home (the attributes the backup records, tested by the backup's own
+// `ScanRules.marksExcluded`). The entry itself is opened (O_NONBLOCK, so a FIFO or a planted
 // device cannot hang appbox; only regular files and directories are opened) to learn whether
 // it can be read, its own mark and its protection class.
 // Invariants: nothing is followed, created or changed; every descriptor is closed.
@@ -75,7 +76,9 @@ enum LiveProbe {
       }
       directory.close()
       directory = child
-      if state.excludedAncestor == nil, (try? child.extendedAttribute(excludeFromBackupAttribute)) != nil {
+      if state.excludedAncestor == nil,
+        ScanRules.marksExcluded((try? ScanRules.directoryAttributes(of: child)) ?? [])
+      {
         state.excludedAncestor = depth
       }
     }
@@ -105,7 +108,11 @@ enum LiveProbe {
       return
     }
     defer { file.close() }
-    state.isExcluded = (try? file.extendedAttribute(excludeFromBackupAttribute)) != nil
+    // The attributes the backup would record, and its own test of them.
+    let attributes =
+      status.type == .regular
+      ? try? backupAttributes(of: file, classes: classes) : try? ScanRules.directoryAttributes(of: file)
+    state.isExcluded = ScanRules.marksExcluded(attributes ?? [])
     state.protectionClass = protectionClass(of: file, classes: classes)
   }
 }
@@ -192,7 +199,7 @@ extension LiveProbe {
           continue
         }
         defer { child.close() }
-        if (try? child.extendedAttribute(excludeFromBackupAttribute)) != nil {
+        if ScanRules.marksExcluded((try? ScanRules.directoryAttributes(of: child)) ?? []) {
           survey.excludedFolders += 1
           continue
         }

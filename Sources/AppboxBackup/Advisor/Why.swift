@@ -93,7 +93,9 @@ public struct WhyReport: Sendable {
   /// "file", "directory", "symlink", "fifo", "socket" or "device": now, else as last recorded.
   public var type: String?
   public var size: Int64?
-  /// Whether the next backup stores it (or, for a marked entry, records it).
+  /// Whether the next backup stores it (a FIFO or socket: records it). False for an entry
+  /// marked exclude-from-backup (its content is never stored, and a restore drops it), for
+  /// one the backup skips, and when the next backup fails or refuses (a locked device: 69).
   public var backedUp: Bool
   public var rule: Rule
   public var reason: String
@@ -193,8 +195,10 @@ struct PathExplainer {
       next.inside = try survey(installed, recorded: recorded)
       if let inside = next.inside { next.explanation += "; inside it, " + Self.describe(inside) }
     }
+    // Stored (or, without content, recorded) by the next backup; a marked entry's content never is.
     let backedUp =
-      [.store, .verify, .reuse, .record].contains(next.action) || (!exists && isBackedUpRule(rule))
+      rule != .excluded
+      && ([.store, .verify, .reuse, .record].contains(next.action) || (!exists && isBackedUpRule(rule)))
     let type = live?.status.map { typeName($0.type) } ?? latestSeenType(recorded)
     let size = live?.status.map(\.size) ?? recorded.records.last(where: { $0.facts != nil })?.facts?.size
     var report = WhyReport(
@@ -207,7 +211,7 @@ struct PathExplainer {
   }
 
   func isBackedUpRule(_ rule: WhyReport.Rule) -> Bool {
-    [.documents, .library, .preferences, .home, .bundle, .excluded, .withoutContent].contains(rule)
+    [.documents, .library, .preferences, .home, .bundle, .withoutContent].contains(rule)
   }
 
   // MARK: 1. The rule
@@ -218,18 +222,22 @@ struct PathExplainer {
   ) {
     let top = relative.components[0]
     let second = relative.components.dropFirst().first
-    if top == "tmp" {
+    // The names the scanner leaves out at their fixed places, by the scanner's own rules.
+    let rules = ScanRules(bundleDirectoryName: bundleName, includeBundle: false)
+    if components[0].withUnsafeBytes({ rules.skips($0, inRoot: true, inTopLibrary: false) }) {
+      if components[0] == Array(bundleName.utf8) {
+        return (
+          .bundle,
+          "it is in the app's sealed bundle, which is stored on the first backup and again only when it changes (after an update)",
+          nil
+        )
+      }
       return (.tmp, "tmp is never backed up (the system empties it when the app is not running)", nil)
     }
-    if top == "Library" && second == "Caches" {
+    if top == "Library", components.count > 1,
+      components[1].withUnsafeBytes({ rules.skips($0, inRoot: false, inTopLibrary: true) })
+    {
       return (.caches, "Library/Caches is never backed up (it holds data the app can regenerate)", nil)
-    }
-    if top == bundleName {
-      return (
-        .bundle,
-        "it is in the app's sealed bundle, which is stored on the first backup and again only when it changes (after an update)",
-        nil
-      )
     }
     if let live {
       if let depth = live.symlinkAncestor {
@@ -265,7 +273,7 @@ struct PathExplainer {
       if live.isExcluded {
         return (
           .excluded,
-          "it carries the exclude-from-backup mark, so backups record its name and metadata but not its content",
+          "it carries the exclude-from-backup mark, so backups record its name and metadata but never its content, and a restore removes it",
           path
         )
       }
@@ -274,7 +282,9 @@ struct PathExplainer {
           .withoutContent, "it is a \(typeName(status.type)): backups record it, but it has no content", nil
         )
       }
-    } else if let recorded, recorded.isExcluded {
+    }
+    // Gone from the home (a restore drops marked files), or not installed: as last recorded.
+    if live?.status == nil, let recorded, recorded.isExcluded {
       return (
         .excluded, "it carried the exclude-from-backup mark, so backups recorded it without its content", path
       )

@@ -80,8 +80,7 @@ extension PathExplainer {
     var sentences: [String] = []
     let verdict: String
     switch report.rule {
-    case .caches, .tmp, .excludedAncestor, .symlinkAncestor: verdict = "is not backed up"
-    case .excluded: verdict = "is recorded without its content"
+    case .caches, .tmp, .excludedAncestor, .symlinkAncestor, .excluded: verdict = "is not backed up"
     case .deviceFile, .unreadable: verdict = "cannot be backed up"
     default: verdict = report.exists || report.history.lastSeen != nil ? "is backed up" : "would be backed up"
     }

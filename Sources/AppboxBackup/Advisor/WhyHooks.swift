@@ -1,7 +1,8 @@
 // The facts `why` reports that other parts of appbox provide, each behind one small function:
 // - file protection: a file's data-protection class (from its fscrypt policy);
 // - unreadable entries: what a backup does with an entry it cannot read, and whether a
-//   snapshot recorded one as unreadable.
+//   snapshot recorded one as unreadable;
+// - a locked device: whether the backup would refuse to start (69), by the backup's own check.
 
 import AppboxContainer
 import AppboxCore
@@ -27,5 +28,19 @@ func wasUnreadable(_ path: [UInt8], in snapshot: Snapshot) -> Bool {
   guard snapshot.isIncomplete else { return false }
   return snapshot.unreadablePaths.contains { recorded in
     recorded == path || (path.count > recorded.count && path.starts(with: recorded + [UInt8(ascii: "/")]))
+  }
+}
+
+/// Why the next backup of `app` refuses to start, if it does: the check the backup itself runs
+/// first (`requireProtectedDataAvailable`: the device is locked and the home holds protected
+/// data whose key is gone), with its message, lower-cased to continue a sentence.
+func lockedRefusal(_ session: DeviceSession, _ app: AppRecord) -> String? {
+  do {
+    try session.requireProtectedDataAvailable(of: app, for: "back up")
+    return nil
+  } catch let error as ContainerError where error.kind == .unavailable {
+    return error.message.prefix(1).lowercased() + error.message.dropFirst()
+  } catch {
+    return nil
   }
 }

@@ -27,6 +27,14 @@ extension PathExplainer {
     case .symlinkAncestor: return next(.skip, "not read: only the link is recorded")
     case .excludedAncestor:
       return next(.skip, "not read: the backup stops at the marked folder")
+    default: break
+    }
+    // The backup's own check before it reads anything: a locked device with protected data
+    // in the home refuses the whole backup, whatever this path is.
+    if let refusal = lockedRefusal(installed.session, installed.app) {
+      return next(.fail, "the next backup refuses to start (exit 69): \(refusal)")
+    }
+    switch rule {
     case .deviceFile: return next(.fail, "the backup stops with an error at it")
     case .unreadable: return next(.fail, unreadableConsequence(live?.unreadable ?? "unreadable"))
     default: break

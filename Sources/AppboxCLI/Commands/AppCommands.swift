@@ -4,7 +4,9 @@ import Foundation
 
 struct InstallCommand: ParsableCommand {
   static let description = CommandDescription(
-    name: "install", abstract: "Validate and seal a bundle, and install it into a new home.",
+    name: "install",
+    abstract:
+      "Validate and seal a bundle, and install it into a new home (creating the device if the root has none).",
     positionals: [.init("BUNDLE.app", help: "The app bundle directory to install.")],
     examples: [
       .init("Install an app and print its container id and home:", "appbox install Notes.app"),
@@ -19,10 +21,11 @@ struct InstallCommand: ParsableCommand {
       .deviceBusy,
     ])
   let bundle: String
+  static let createsDevice = true
   init(_ arguments: ParsedArguments) throws { bundle = arguments.positional(0)! }
 
   func run(_ context: CommandContext) throws -> CommandOutput {
-    let session = try context.openDevice(mutating: true)
+    let session = try context.openDevice(mutating: true, creating: true)
     let result = try session.install(bundleAt: bundle)
     let app = result.app
     let groups = try session.groups(of: app).map {

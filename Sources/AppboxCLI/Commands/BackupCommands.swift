@@ -64,7 +64,9 @@ struct BackupCommand: ParsableCommand {
     exitStatuses: [
       ExitCode.ioError(
         "An I/O error, or with --strict a snapshot is incomplete; with --all, the first failure's status."),
-      .noInput("No such app or app group, or no such repository."),
+      .noInput(
+        "No such app or app group, or no such repository: one named by --repo must exist (appbox repo init "
+          + "creates it; the device's own is made on first use)."),
       .unavailable(
         "The device is locked (the app's protected files are unavailable), or the S3 store cannot be reached."
       ),
@@ -100,7 +102,8 @@ struct BackupCommand: ParsableCommand {
       all
       ? try session.registry.apps().map(\.bundleIdentifier) + session.registry.groups().map(\.identifier)
       : apps
-    let repository = try context.repository(arguments, create: true)
+    // The device's own repository is made on first use; any other must exist (repo init).
+    let repository = try context.repository(arguments, create: arguments.value("repo") == nil)
     var options = self.options
     options.keychain = context.keychainSnapshotter
     let progress = ProgressBar(context)
@@ -152,6 +155,7 @@ struct BackupCommand: ParsableCommand {
             return .object(
               [
                 ("snapshot", .string(result.snapshot.id)), ("app", .string(result.snapshot.app)),
+              ] + snapshotLabels(result.snapshot) + [
                 ("kind", .string(result.snapshot.kind.rawValue)), ("files", .int(result.snapshot.files)),
                 ("bytesAdded", .int(result.snapshot.bytesAdded)), ("archive", .string(result.archivePath)),
               ] + incompleteMembers(result.snapshot))
@@ -221,9 +225,18 @@ func incompleteMembers(_ count: Int, _ paths: [[UInt8]], prefix: String = "") ->
   ]
 }
 
+/// What every description of a snapshot carries: `tag` (null for an ordinary backup) and
+/// `appVersion`, the app's version when it was taken (null for an app group's).
+func snapshotLabels(_ snapshot: Snapshot) -> [(String, JSONValue)] {
+  [
+    ("tag", .optional(snapshot.tag)),
+    ("appVersion", .optional(snapshot.version.isEmpty ? nil : snapshot.version)),
+  ]
+}
+
 struct SnapshotsCommand: ParsableCommand {
   static let description = CommandDescription(
-    name: "snapshots", abstract: "List snapshots: id, app, time, kind, files, bytes.",
+    name: "snapshots", abstract: "List snapshots: id, app, app version, time, kind, files, bytes, tag.",
     positionals: [
       .init(
         "APP", help: "Only this app's (or app group's) snapshots: a bundle or group identifier.",
@@ -260,7 +273,6 @@ struct SnapshotsCommand: ParsableCommand {
     }
     let listed = try repository.listing(app: name).filter { tag == nil || $0.snapshot.tag == tag }
     let snapshots = listed.map(\.snapshot)
-    let tagged = snapshots.contains { $0.tag != nil }
     let incomplete = snapshots.contains { $0.isIncomplete }
     let damaged = listed.contains { $0.damage != nil }
     for (snapshot, why) in listed {
@@ -270,15 +282,15 @@ struct SnapshotsCommand: ParsableCommand {
       snapshots.isEmpty
       ? "No snapshots."
       : table(
-        ["ID", "APP", "TIME", "KIND", "FILES", "SIZE"] + (tagged ? ["TAG"] : [])
+        ["ID", "APP", "VERSION", "TIME", "KIND", "FILES", "SIZE", "TAG"]
           + (incomplete ? ["INCOMPLETE"] : []) + (damaged ? ["DAMAGED"] : []),
         listed.map { snapshot, why in
           [
-            snapshot.id, snapshot.app, timestamp(snapshot.time), snapshot.kind.rawValue,
-            String(snapshot.files),
+            snapshot.id, snapshot.app, snapshot.version.isEmpty ? "-" : snapshot.version,
+            timestamp(snapshot.time), snapshot.kind.rawValue, String(snapshot.files),
             byteCount(snapshot.bytes),
+            snapshot.tag ?? "-",
           ]
-            + (tagged ? [snapshot.tag ?? ""] : [])
             + (incomplete ? [incompleteColumn(snapshot)] : [])
             + (damaged ? [why == nil ? "" : "damaged"] : [])
         })
@@ -289,6 +301,7 @@ struct SnapshotsCommand: ParsableCommand {
           .object(
             [
               ("snapshot", .string(snapshot.id)), ("app", .string(snapshot.app)),
+            ] + snapshotLabels(snapshot) + [
               ("time", .string(timestamp(snapshot.time))),
               ("kind", .string(snapshot.kind.rawValue)), ("files", .int(snapshot.files)),
               ("bytes", .int(snapshot.bytes)),

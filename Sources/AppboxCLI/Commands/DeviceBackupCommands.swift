@@ -190,7 +190,9 @@ struct ImportBackupCommand: ParsableCommand {
       }
     }
     for (domain, reason) in skipped { context.warn("\(domain) was not imported: \(reason)") }
-    let repository = try context.repository(repositoryArguments(arguments), create: true)
+    // The device's own repository is made on first use; one named by --repo must exist.
+    let repository = try context.repository(
+      repositoryArguments(arguments), create: arguments.value("repo") == nil)
     var limits = ImportLimits.from(environment: context.environment)
     if let maxMembers { limits.maxEntries = maxMembers }
     if let maxSize { limits.maxBytes = maxSize }

@@ -37,14 +37,14 @@ struct DeviceShow: ParsableCommand {
   static let description = CommandDescription(
     name: "show",
     abstract:
-      "Print the device's UDID, name, capabilities, passcode and lock state (creating the root on first use).",
+      "Print the device's UDID, name, capabilities, passcode and lock state.",
     examples: [
       .init(
         "The device of $APPBOX_ROOT, then of another root:", "appbox device",
         "appbox --root /tmp/ci device show"),
       .init("Its UDID, for a script:", "appbox --json device show | jq -r .udid"),
     ],
-    exitStatuses: [.cannotCreate("The device root could not be created."), .deviceBusy])
+    exitStatuses: [.noInput("No device at the root (appbox device init creates one)."), .deviceBusy])
   init(_ arguments: ParsedArguments) throws {}
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: false)
@@ -56,7 +56,7 @@ struct DeviceInit: ParsableCommand {
   static let description = CommandDescription(
     name: "init",
     abstract:
-      "Create the device root explicitly, or rename it and set its capabilities (the UDID never changes).",
+      "Create the device root, or rename it and set its capabilities (the UDID never changes).",
     options: [
       .init("name", value: "N", help: "The device's name."),
       .init(
@@ -73,6 +73,7 @@ struct DeviceInit: ParsableCommand {
     exitStatuses: [.cannotCreate("The device root could not be created."), .deviceBusy])
   let name: String?
   let capabilities: [String]?
+  static let createsDevice = true
 
   init(_ arguments: ParsedArguments) throws {
     name = arguments.value("name")
@@ -87,7 +88,7 @@ struct DeviceInit: ParsableCommand {
   func run(_ context: CommandContext) throws -> CommandOutput {
     let root = context.deviceRoot
     let existed = try root.identityIfPresent() != nil
-    let session = try context.openDevice(mutating: true)
+    let session = try context.openDevice(mutating: true, creating: true)
     var identity = session.identity
     if let name { identity.name = name }
     if let capabilities {

@@ -217,10 +217,13 @@ struct ArchiveDecrypt: ParsableCommand {
     self.arguments = arguments
   }
 
-  func run(_ context: CommandContext) throws -> CommandOutput {
+  func validate(_ context: CommandContext) throws {
     if context.globals.json && output == nil {
       throw arguments.usage("with --json, give --output FILE (stdout carries the JSON summary)")
     }
+  }
+
+  func run(_ context: CommandContext) throws -> CommandOutput {
     let repository = try context.repository(arguments, create: false, readOnly: true)
     let record = try repository.archiveNamed(archive)
     let bytes: Int64

@@ -9,8 +9,12 @@ struct RestoreCommand: ParsableCommand {
     abstract: "Restore an app's data from a snapshot (installing its bundle from the backup if absent).",
     discussion: """
       Documents, Library and the other data of the snapshot replace the home's, all or nothing;
-      Library/Caches and tmp end up empty. Every archive and file is verified before the home is
-      touched. An app group (group.<id>) is restored the same way into its container, which must
+      Library/Caches and tmp end up empty, and files marked exclude-from-backup go (one line
+      counts what was dropped). Every archive and file is verified before the home is touched.
+      Without --snapshot, the newest snapshot of the installed version is restored; when that
+      version has none, or the app is not installed, nothing is guessed: the command names the
+      version the newest snapshot would bring and asks for --snapshot (66). --dry-run lists what
+      the restore would add, replace and remove, and what it would drop, and changes nothing. An app group (group.<id>) is restored the same way into its container, which must
       exist (it comes with its first member app); its running members: exit 75. When the restore
       installs the app and so creates an app group the device lacked, that group's latest
       snapshot is restored too.
@@ -19,7 +23,12 @@ struct RestoreCommand: ParsableCommand {
       .init("APP", help: "A bundle identifier or container id, or an app group identifier (group.<id>).")
     ],
     options: [
-      .init("snapshot", value: "ID", help: "The snapshot to restore (default: latest)."),
+      .init(
+        "snapshot", value: "ID",
+        help:
+          "The snapshot to restore, or latest (the newest of all); default: the newest of the installed version."
+      ),
+      .init("dry-run", help: "List what the restore would add, replace, remove and drop; change nothing."),
       .init(
         "include", value: "PATH",
         help: "Replace only this path of the home (Documents/a.txt; repeat for more), all or nothing."),
@@ -30,8 +39,12 @@ struct RestoreCommand: ParsableCommand {
     ] + repositoryAccessOptions,
     examples: [
       .init(
-        "Restore the latest snapshot, then an older one:", "appbox restore com.example.notes",
+        "Restore the installed version's newest snapshot, then an older one:",
+        "appbox restore com.example.notes",
         "appbox restore com.example.notes --snapshot 1a2b3c4d"),
+      .init(
+        "See first what a restore would change:",
+        "appbox restore com.example.notes --snapshot 1a2b3c4d --dry-run"),
       .init("Restore an app group's container:", "appbox restore group.com.example.shared"),
       .init(
         "Bring back one file, then look at a whole snapshot elsewhere:",
@@ -39,7 +52,10 @@ struct RestoreCommand: ParsableCommand {
         "appbox restore com.example.notes --snapshot 1a2b --target /tmp/notes-then"),
     ],
     exitStatuses: [
-      .noInput("No such snapshot of the app (or group), or no such repository."),
+      .noInput(
+        "No such snapshot of the app (or group), or no such repository; without --snapshot, no snapshot of the "
+          + "installed version, or the app is not installed (the message names the version --snapshot would bring)."
+      ),
       .dataError("A damaged archive or catalog, or restored data that does not match its recorded hash."),
       .unavailable(
         "The device is locked (the app's protected files are unavailable), or the S3 store cannot be reached."
@@ -51,23 +67,30 @@ struct RestoreCommand: ParsableCommand {
     ] + ExitCode.repository,
     environment: EnvironmentVariable.repository + EnvironmentVariable.progress)
   let app: String
-  let snapshot: String
+  /// The snapshot named by --snapshot; nil: the newest of the installed version.
+  let snapshot: String?
+  let dryRun: Bool
   let include: [[UInt8]]
   let target: String?
   let arguments: ParsedArguments
 
   init(_ arguments: ParsedArguments) throws {
     app = arguments.positional(0)!
-    snapshot = arguments.value("snapshot") ?? "latest"
+    snapshot = arguments.value("snapshot")
+    dryRun = arguments.flag("dry-run")
     include = (arguments.values["include"] ?? []).map(Terminal.unescape)
     target = arguments.value("target")
     if include.contains(where: { $0.isEmpty }) {
       throw arguments.usage("--include needs a path such as Documents/a.txt")
     }
+    if dryRun && (target != nil || !include.isEmpty) {
+      throw arguments.usage("--dry-run lists a whole restore; it does not combine with --include or --target")
+    }
     self.arguments = arguments
   }
 
   func run(_ context: CommandContext) throws -> CommandOutput {
+    if dryRun { return try rehearse(context) }
     if target != nil || !include.isEmpty { return try restorePart(context) }
     let session = try context.openDevice(mutating: true)
     let repository = try context.repository(arguments, create: false, readOnly: true)
@@ -75,8 +98,9 @@ struct RestoreCommand: ParsableCommand {
     // The app may be missing (the restore installs it): its lock is taken by identifier.
     let identifier = try session.registry.appIfPresent(app)?.bundleIdentifier ?? app
     try session.lockApp(bundleIdentifier: identifier)
+    let chosen = try snapshot ?? repository.defaultRestoreSnapshot(of: identifier, in: session).id
     let result = try repository.restore(
-      identifier, snapshot: snapshot, in: session, keychain: context.keychainSnapshotter,
+      identifier, snapshot: chosen, in: session, keychain: context.keychainSnapshotter,
       observer: ProgressBar(context))
     var keychainRestored = false
     var keychainReason: String?
@@ -100,9 +124,10 @@ struct RestoreCommand: ParsableCommand {
           + incompleteSummary(result.snapshot))
     }
     var lines = [
-      "Restored \(result.app.bundleIdentifier) from snapshot \(result.snapshot.id) "
-        + "(\(timestamp(result.snapshot.time))): \(result.files) files, \(byteCount(result.bytes))"
+      "Restored \(result.app.bundleIdentifier) from snapshot \(describe(result.snapshot)): "
+        + "\(result.files) files, \(byteCount(result.bytes))"
     ]
+    if result.dropped.total.files > 0 { lines.append(droppedLine(result.dropped, verb: "Dropped")) }
     if result.installedBundle {
       lines.append(
         "Installed \(result.app.bundleDirectoryName) \(result.app.version) from the backup "
@@ -116,22 +141,25 @@ struct RestoreCommand: ParsableCommand {
     }
     return CommandOutput(
       text: lines.joined(separator: "\n"),
-      json: .object([
-        ("app", .string(result.app.bundleIdentifier)), ("snapshot", .string(result.snapshot.id)),
-        ("containerID", .string(result.app.containerID)), ("files", .int(result.files)),
-        ("bytes", .int(result.bytes)), ("installedBundle", .bool(result.installedBundle)),
-        ("keychainRestored", .bool(keychainRestored)), ("keychainReason", .optional(keychainReason)),
-        (
-          "groups",
-          .array(
-            result.groups.map {
-              .object([
-                ("group", .string($0.group.identifier)), ("snapshot", .string($0.snapshot.id)),
-                ("files", .int($0.files)), ("bytes", .int($0.bytes)),
-              ])
-            })
-        ),
-      ]))
+      json: .object(
+        [
+          ("app", .string(result.app.bundleIdentifier)), ("snapshot", .string(result.snapshot.id)),
+        ] + snapshotLabels(result.snapshot) + [
+          ("containerID", .string(result.app.containerID)), ("files", .int(result.files)),
+          ("bytes", .int(result.bytes)), ("dropped", droppedJSON(result.dropped)),
+          ("installedBundle", .bool(result.installedBundle)),
+          ("keychainRestored", .bool(keychainRestored)), ("keychainReason", .optional(keychainReason)),
+          (
+            "groups",
+            .array(
+              result.groups.map {
+                .object([
+                  ("group", .string($0.group.identifier)), ("snapshot", .string($0.snapshot.id)),
+                  ("files", .int($0.files)), ("bytes", .int($0.bytes)),
+                ])
+              })
+          ),
+        ]))
   }
 
   /// `restore group.<id>`: the group's container from one of its snapshots.
@@ -140,7 +168,7 @@ struct RestoreCommand: ParsableCommand {
   {
     let group = try lockedGroup(app, in: session)
     let result = try repository.restore(
-      group: group, snapshot: snapshot, in: session, observer: ProgressBar(context))
+      group: group, snapshot: snapshot ?? "latest", in: session, observer: ProgressBar(context))
     for warning in result.warnings { context.warn(warning) }
     if result.snapshot.isIncomplete {
       context.warn(
@@ -150,11 +178,13 @@ struct RestoreCommand: ParsableCommand {
     return CommandOutput(
       text: "Restored the app group \(group.identifier) from snapshot \(result.snapshot.id) "
         + "(\(timestamp(result.snapshot.time))): \(result.files) files, \(byteCount(result.bytes))",
-      json: .object([
-        ("app", .string(group.identifier)), ("snapshot", .string(result.snapshot.id)),
-        ("containerID", .string(group.containerID)), ("files", .int(result.files)),
-        ("bytes", .int(result.bytes)),
-      ]))
+      json: .object(
+        [
+          ("app", .string(group.identifier)), ("snapshot", .string(result.snapshot.id)),
+        ] + snapshotLabels(result.snapshot) + [
+          ("containerID", .string(group.containerID)), ("files", .int(result.files)),
+          ("bytes", .int(result.bytes)),
+        ]))
   }
 
   /// `--include` (into the live home) and `--target` (a plain tree elsewhere).
@@ -170,14 +200,16 @@ struct RestoreCommand: ParsableCommand {
       {
         name = record.bundleIdentifier
       }
-      let chosen = try repository.snapshot(snapshot, app: name)
+      let chosen = try repository.snapshot(snapshot ?? "latest", app: name)
       result = try repository.restore(
         chosen, paths: include, toTarget: RepositoryLocation.absoluteForOutput(target),
         observer: ProgressBar(context))
     } else {
       let session = try context.openDevice(mutating: true)
       let record = try session.lockApp(app)
-      let chosen = try repository.snapshot(snapshot, app: record.bundleIdentifier)
+      let chosen =
+        try snapshot.map { try repository.snapshot($0, app: record.bundleIdentifier) }
+        ?? repository.defaultRestoreSnapshot(of: record.bundleIdentifier, in: session)
       result = try repository.restore(
         chosen, paths: include, into: record, in: session, observer: ProgressBar(context))
     }
@@ -193,4 +225,96 @@ struct RestoreCommand: ParsableCommand {
         ("target", .optional(target)), ("files", .int(result.files)), ("bytes", .int(result.bytes)),
       ]))
   }
+}
+
+extension RestoreCommand {
+  /// `restore --dry-run`: the snapshot the restore would take, and what it would add, replace,
+  /// remove and drop in the home, read without a lock and without writing anything.
+  func rehearse(_ context: CommandContext) throws -> CommandOutput {
+    let session = try context.openDevice(mutating: false)
+    let repository = try context.repository(arguments, create: false, readOnly: true)
+    let chosen: Snapshot
+    let home: String?
+    var bundle: String?
+    var installs = false
+    if namesGroup(app) {
+      let group = try session.registry.groupIfPresent(app)
+      guard let group else {
+        throw ContainerError(.appNotFound, "No app group '\(app)' on this device")
+      }
+      chosen = try repository.snapshot(snapshot ?? "latest", app: group.identifier)
+      home = session.root.groupContainer(group.containerID)
+    } else {
+      let installed = try session.registry.appIfPresent(app)
+      let identifier = installed?.bundleIdentifier ?? app
+      chosen =
+        try snapshot.map { try repository.snapshot($0, app: identifier) }
+        ?? repository.defaultRestoreSnapshot(of: identifier, in: session)
+      home = installed.map { session.home(of: $0).path }
+      bundle = installed?.bundleDirectoryName ?? chosen.bundleDirectoryName
+      installs = installed == nil
+    }
+    let preview = try repository.previewRestore(
+      of: chosen, into: home, bundleDirectoryName: namesGroup(app) ? nil : bundle)
+    func show(_ path: [UInt8]) -> String { String(decoding: path, as: UTF8.self) }
+    var lines = [
+      "Would restore \(chosen.app) from snapshot \(describe(chosen)): \(chosen.files) files, "
+        + "\(byteCount(chosen.bytes))"
+    ]
+    if installs {
+      lines.append("Would install \(chosen.bundleDirectoryName) \(chosen.version) from the backup")
+    }
+    let changes =
+      preview.added.map { ("+ ", $0) } + preview.replaced.map { ("~ ", $0) }
+      + preview.removed.map { ("- ", $0) }
+    lines += changes.sorted { $0.1.lexicographicallyPrecedes($1.1) }.map { $0.0 + Terminal.escape($0.1) }
+    lines.append(
+      "\(preview.added.count) added, \(preview.replaced.count) replaced, \(preview.removed.count) removed, "
+        + "\(preview.unchanged) unchanged")
+    if preview.dropped.total.files > 0 { lines.append(droppedLine(preview.dropped, verb: "Would drop")) }
+    lines.append("Dry run: nothing was changed.")
+    return CommandOutput(
+      text: lines.joined(separator: "\n"),
+      json: .object(
+        [("app", .string(chosen.app)), ("snapshot", .string(chosen.id))] + snapshotLabels(chosen) + [
+          ("dryRun", .bool(true)), ("installsBundle", .bool(installs)),
+          ("added", .array(preview.added.map { .string(show($0)) })),
+          ("replaced", .array(preview.replaced.map { .string(show($0)) })),
+          ("removed", .array(preview.removed.map { .string(show($0)) })),
+          ("unchanged", .int(preview.unchanged)), ("dropped", droppedJSON(preview.dropped)),
+        ]))
+  }
+}
+
+/// "1a2b3c4d (Notes 1.0, pre-update, 2026-01-02T03:04:05Z)": a snapshot as restore names it.
+func describe(_ snapshot: Snapshot) -> String {
+  let labels = [
+    snapshot.version.isEmpty ? nil : "version \(snapshot.version)", snapshot.tag, timestamp(snapshot.time),
+  ]
+  return "\(snapshot.id) (\(labels.compactMap { $0 }.joined(separator: ", ")))"
+}
+
+/// "Dropped 3 files (3.0 MB) no snapshot keeps: 1 excluded from backup (3.0 MB), 1 in
+/// Library/Caches (1.0 KB), 1 in tmp (10 B)".
+func droppedLine(_ dropped: DroppedData, verb: String) -> String {
+  func counted(_ count: FileCount) -> String {
+    "\(count.files) file\(count.files == 1 ? "" : "s") (\(byteCount(count.bytes)))"
+  }
+  let parts = [
+    (dropped.excluded, "excluded from backup"), (dropped.caches, "in Library/Caches"),
+    (dropped.temporary, "in tmp"),
+  ].filter { $0.0.files > 0 }.map { "\($0.0.files) \($0.1) (\(byteCount($0.0.bytes)))" }
+  return "\(verb) \(counted(dropped.total)) no snapshot keeps: " + parts.joined(separator: ", ")
+}
+
+/// `{"files", "bytes", "excluded": {"files", "bytes"}, "caches": {…}, "tmp": {…}}`.
+func droppedJSON(_ dropped: DroppedData) -> JSONValue {
+  func count(_ count: FileCount) -> JSONValue {
+    .object([("files", .int(count.files)), ("bytes", .int(count.bytes))])
+  }
+  return .object([
+    ("files", .int(dropped.total.files)), ("bytes", .int(dropped.total.bytes)),
+    ("excluded", count(dropped.excluded)), ("caches", count(dropped.caches)),
+    ("tmp", count(dropped.temporary)),
+  ])
 }

@@ -102,8 +102,18 @@ public protocol ParsableCommand: Sendable {
   static var description: CommandDescription { get }
   /// Validates the parsed arguments; throws `UsageError` for anything malformed.
   init(_ arguments: ParsedArguments) throws
+  /// Checks what depends on the global options (throws `UsageError`), before anything is opened.
+  func validate(_ context: CommandContext) throws
   /// Does the work (one library call, usually) and returns what to print.
   func run(_ context: CommandContext) throws -> CommandOutput
+  /// Whether the command may create the device root (install, device init). Every other
+  /// command needs an existing device: a root without one is refused (66) before it runs.
+  static var createsDevice: Bool { get }
+}
+
+extension ParsableCommand {
+  public static var createsDevice: Bool { false }
+  public func validate(_ context: CommandContext) throws {}
 }
 
 /// A command group has no work of its own; it only holds subcommands.

@@ -100,7 +100,11 @@ extension ExitStatus {
     (0, "Success."),
     (usage, "Usage: the command line is malformed (the error line says how; nothing was changed)."),
     (dataError, "Bad data: an invalid bundle, property list, archive, catalog or snapshot."),
-    (noInput, "No such thing: app, snapshot, file, preference, keychain item or repository."),
+    (
+      noInput,
+      "No such thing: app, snapshot, file, preference, keychain item or repository; or no device at the root "
+        + "(only install and device init create one)."
+    ),
     (
       unavailable,
       "Unavailable: bubblewrap, user namespaces, Landlock or file encryption missing; the device is locked."

@@ -100,6 +100,9 @@ public struct CommandRunner: Sendable {
     let context = CommandContext(globals: globals, environment: environment, stdout: stdout, stderr: stderr)
     do {
       let command = try invocation.command!.init(invocation.arguments)
+      try command.validate(context)
+      // No state by accident: a mistyped --root never becomes a new device.
+      if !invocation.command!.createsDevice { try context.requireExistingDevice() }
       let output = try command.run(context)
       if globals.json {
         document.value = output.json
