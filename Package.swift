@@ -77,7 +77,8 @@ let package = Package(
       ]),
     // Command-line parsing, the commands, text and JSON output.
     .target(
-      name: "AppboxCLI", dependencies: ["AppboxCore", "AppboxKeychain", "AppboxContainer", "AppboxBackup"]),
+      name: "AppboxCLI",
+      dependencies: ["AppboxCore", "AppboxStore", "AppboxKeychain", "AppboxContainer", "AppboxBackup"]),
     // The executable: a few lines that hand over to AppboxCLI.
     .executableTarget(name: "appbox", dependencies: ["AppboxCLI"]),
 

@@ -15,8 +15,8 @@ extension ArchiveEntry {
   /// Why this entry cannot be written, or nil if it can.
   var invalidReason: String? {
     if path.isEmpty { return "the path is empty" }
-    if path.contains(0) { return "the path contains a NUL byte" }
-    if let linkTarget, linkTarget.contains(0) { return "the link target contains a NUL byte" }
+    if containsNUL(path) { return "the path contains a NUL byte" }
+    if let linkTarget, containsNUL(linkTarget) { return "the link target contains a NUL byte" }
     switch type {
     case .symlink, .hardlink:
       if linkTarget?.isEmpty ?? true { return "a link needs a non-empty target" }
@@ -184,6 +184,11 @@ extension ArchiveEntry {
     if start == end || (end - start == 1 && raw[start] == dot) { return [dot] }
     return Array(raw[start..<end])
   }
+}
+
+/// Whether `bytes` holds a zero byte (memchr: a path 10,000 levels deep is 20 KB long).
+private func containsNUL(_ bytes: [UInt8]) -> Bool {
+  bytes.withUnsafeBytes { raw in raw.count > 0 && memchr(raw.baseAddress!, 0, raw.count) != nil }
 }
 
 /// The bytes of a NUL-terminated C string, without the NUL.

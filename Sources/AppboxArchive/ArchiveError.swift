@@ -89,3 +89,8 @@ extension ArchiveError {
       errno: isPseudo ? nil : code)
   }
 }
+
+extension ArchiveError: SpaceAwareFailure {
+  public var isOutOfSpace: Bool { errno == ENOSPC || errno == EDQUOT }
+  public var spacePath: String? { archive }
+}

@@ -338,7 +338,7 @@ public final class ArchiveWriter {
       state = .failed
       return ArchiveError(
         kind: (streamError as? any AppboxFailure)?.kind ?? .io, operation: operation, archive: name,
-        entryPath: path, message: "\(streamError)")
+        entryPath: path, message: "\(streamError)", errno: streamError.isOutOfSpace ? ENOSPC : nil)
     }
     let kind: FailureKind
     if sink.failure != nil || status != ArchiveStatus.failed {

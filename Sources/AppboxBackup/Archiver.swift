@@ -1,11 +1,14 @@
-// Stage 3b of a backup: write new and changed content into the snapshot's tar archive.
+// Stage 3 of a backup: write new and changed content into the snapshot's tar archive.
 //
-// Algorithm: the plan lists, in depth-first name order, every item the archive needs: the
-// directories and symlinks that are new or changed (all of them for a full backup) and the
-// regular files change detection could not vouch for. The content reader (its own thread)
-// reads and hashes files and hands them over in that order; this stage, on the calling
-// thread, writes members: a directory, symlink or file header with mode, mtime (ns), owner
-// ids and `user.*` xattrs (pax SCHILY), then the file's data.
+// Algorithm: the content reader (its own thread) walks the scan in depth-first name order and
+// hands over every item the archive needs: the directories and symlinks that are new or
+// changed (all of them for a full backup) and the regular files change detection could not
+// vouch for, read and (mostly) hashed. This stage, on the calling thread, writes members in
+// that order: a directory, symlink or file header with mode, mtime (ns), owner ids and
+// `user.*` xattrs (pax SCHILY), then the file's data. It records what it learned about each
+// file in the file's directory, and when the reader says a directory's subtree is done, has
+// its tree built (TreeBuilder): nothing is kept per file beyond its directory, and blob
+// locations go to the manifest's spool as they are made.
 //
 // Large files stream through a ChunkWriter as well (see StreamMode): their chunks are indexed,
 // or only the new ones are written, as `.appbox/chunks/<hex>` members.
@@ -23,177 +26,122 @@ import AppboxCrypto
 import Foundation
 import Glibc
 
-/// One thing the archive needs, in member order.
-enum ArchiveItem {
-  case directory(Int)
-  case file(directory: Int, entry: Int)
-  case symlink(directory: Int, entry: Int)
+/// Where the archiver puts what a snapshot's manifest records besides the trees: the
+/// locations of the blobs an archive holds. (A backup's spool; nil for an export.)
+protocol BlobSink: AnyObject {
+  func add(_ blob: BlobLocation) throws
 }
 
-/// The scanned directories and the items to archive.
-struct ArchivePlan: @unchecked Sendable {
-  var directories: [ScannedDirectory]
-  var items: [ArchiveItem] = []
-  /// Regular files to read, and their total size.
-  var fileCount = 0
-  var fileBytes: Int64 = 0
-  /// The item index of each `.file` item, by `directory << 32 | entry`.
-  var fileItems: [Int: Int] = [:]
-  /// For files whose stat matched the previous snapshot but was too recent to trust: the
-  /// content digest recorded then, by item index.
-  var probableDigests: [Int: Digest] = [:]
-
-  /// Lists what the archive needs: everything with `full`, else only new and changed items.
-  init(directories: [ScannedDirectory], full: Bool) {
-    self.directories = directories
-    var stack = [0]
-    while let index = stack.popLast() {
-      let directory = directories[index]
-      if index != 0 && (full || !directory.isUnchanged) && !directory.isExcluded {
-        items.append(.directory(index))
-      }
-      var children: [Int] = []
-      for (position, entry) in directory.entries.enumerated() {
-        switch entry.type {
-        case .directory:
-          if let child = entry.child { children.append(child) }
-        case .file where !entry.isReused:
-          if entry.isRacy, let previous = entry.previous {
-            probableDigests[items.count] = directory.previousData.withUnsafeBytes { old in
-              (try? TreeCursor.entry(at: previous.range, in: old))?.digest(in: old)
-            }
-          }
-          fileItems[index << 32 | position] = items.count
-          items.append(.file(directory: index, entry: position))
-          fileCount += 1
-          fileBytes += entry.status.size
-        case .symlink where !entry.isReused:
-          items.append(.symlink(directory: index, entry: position))
-        default:
-          break
-        }
-      }
-      stack.append(contentsOf: children.reversed())
-    }
-  }
-}
-
-/// What archiving learned about one changed file.
-struct FileResult {
-  var status: EntryStatus
-  var attributes: [ExtendedAttribute]
-  var isExcluded: Bool
-  var digest: Digest?
-  /// Gone by the time it was opened: the file is left out of the snapshot.
-  var vanished: Bool
-}
-
-/// Writes the plan's items into an archive as the content reader delivers them.
+/// Writes the items the content reader delivers into an archive, in their order.
 final class Archiver {
-  private let plan: ArchivePlan
   private let writer: ArchiveWriter
   private let catalog: Catalog?
   private let archiveName: String
   private let deduplicate: Bool
+  /// A full backup (or an export) stores every directory's member, not only changed ones.
+  private let full: Bool
   private let observer: EngineObserver
   private let pool: BufferPool
+  /// Where blob locations go, in archive order (nil: not recorded).
+  private let blobs: BlobSink?
+  /// Builds each directory's tree when its subtree is done (nil for an export).
+  private let trees: TreeBuilder?
 
-  /// Results of `.file` items, by item index (nil for other items).
-  private(set) var results: [FileResult?]
-  /// Blobs whose content this archive holds, in archive order (compact: a full backup has
-  /// one per file; paths are looked up when the locations are made). `dataOffset` is -1 for a
-  /// sparse member (its data is not contiguous).
-  private var stored: [(digest: Digest, offset: Int64, dataOffset: Int64, size: Int64, item: Int32)] = []
   /// Cuts large files into chunks; nil when the archive is not chunked (no catalog).
   private let chunkWriter: ChunkWriter?
   /// Chunk lists of the contents stored as chunks, by content digest.
   private(set) var chunkLists: [Digest: ChunkList] = [:]
   /// Digests stored here, for deduplication (incremental archives only).
   private var storedDigests: Set<Digest> = []
+  /// Files with several links recorded so far, by inode: the path and result of the first,
+  /// and whether its content went into this archive (later paths link to it).
+  private var linked: [UInt64: (path: [UInt8], result: FileResult, written: Bool)] = [:]
   private(set) var bytesAdded: Int64 = 0
   private(set) var warnings: [(path: String, message: String)] = []
   /// Files that could not be read (left out of the snapshot, which is then incomplete).
   private(set) var unreadable: [UnreadableEntry] = []
   private(set) var unreadableCount = 0
-  /// By item index: whether its content was written here (for hard links to it).
-  private var writtenItems: [Bool]
+  /// Files that kept changing while they were read (the snapshot holds a torn copy, and is
+  /// incomplete): the first paths, and how many.
+  private(set) var torn: [[UInt8]] = []
+  private(set) var tornCount = 0
+  /// Files stored (read, not vanished, not excluded) and symlinks written: an export's counts.
+  private(set) var storedFiles = 0
+  private(set) var storedSymlinks = 0
+  /// FIFOs and sockets met (an export leaves them out), by path.
+  private(set) var specialFiles: [String] = []
+  /// The phase the work is in once the scan has finished (the archive is written meanwhile,
+  /// and the totals are known from then on).
+  private let phaseAfterScan: Phase
   private var filesDone = 0
+  /// The bytes of the files to read, once the scan has counted them.
+  private var plannedBytes: Int64?
+  /// What the archive is to hold, as far as it is known (a full disk says how much was
+  /// wanted): the scan's count, or while it scans, what has been written so far.
+  var neededBytes: Int64 { plannedBytes ?? bytesDone }
   private var bytesDone: Int64 = 0
+  /// The directory whose items are arriving.
+  private var path = DirectoryPath()
   /// For content the reader left unhashed (it hashes while this thread keeps up).
   private let hasher = SHA256Hasher()
 
   init(
-    plan: ArchivePlan, writer: ArchiveWriter, catalog: Catalog?, archiveName: String, deduplicate: Bool,
-    pool: BufferPool, observer: EngineObserver, time: Date = Date()
+    writer: ArchiveWriter, catalog: Catalog?, archiveName: String, deduplicate: Bool, full: Bool,
+    pool: BufferPool, observer: EngineObserver, time: Date = Date(), blobs: BlobSink? = nil,
+    trees: TreeBuilder? = nil, phaseAfterScan: Phase = .archiving
   ) {
+    self.phaseAfterScan = phaseAfterScan
     chunkWriter = catalog.map {
       ChunkWriter(writer: writer, catalog: $0, archiveName: archiveName, time: time)
     }
     self.pool = pool
-    self.plan = plan
     self.writer = writer
     self.catalog = catalog
     self.archiveName = archiveName
     self.deduplicate = deduplicate
+    self.full = full
     self.observer = observer
-    results = [FileResult?](repeating: nil, count: plan.items.count)
-    writtenItems = [Bool](repeating: false, count: plan.items.count)
+    self.blobs = blobs
+    self.trees = trees
   }
 
-  private func addBlob(_ digest: Digest, offset: Int64, dataOffset: Int64?, item: Int, size: Int64) {
-    guard size > 0 else { return }
+  private func addBlob(_ digest: Digest, offset: Int64, dataOffset: Int64?, item: ItemReference, size: Int64)
+    throws
+  {
+    guard size > 0, let blobs else { return }
     if deduplicate && !storedDigests.insert(digest).inserted { return }
-    stored.append((digest, offset, dataOffset ?? -1, size, Int32(item)))
-  }
-
-  /// The locations of the content this archive holds, in archive order.
-  func blobLocations() -> [BlobLocation] {
-    stored.map {
+    try blobs.add(
       BlobLocation(
-        digest: $0.digest, archive: archiveName, offset: $0.offset, path: path(of: Int($0.item)),
-        size: $0.size, dataOffset: $0.dataOffset < 0 ? nil : $0.dataOffset)
-    }
+        digest: digest, archive: archiveName, offset: offset, path: path(of: item), size: size,
+        dataOffset: dataOffset))
   }
 
   /// The chunks first stored in this archive.
   var chunkLocations: [ChunkLocation] { chunkWriter?.locations ?? [] }
 
-  /// The last directory whose path was built: items come grouped by directory.
-  private var pathCache: (index: Int, path: [UInt8]) = (0, [])
-
-  /// The path of directory `index`: from the cache, or its parent's cached path plus its
-  /// name (depth-first order makes that the common case, so a deep chain costs no walk per
-  /// level), or built from its ancestors.
-  private func directoryPath(_ index: Int) -> [UInt8] {
-    if pathCache.index == index { return pathCache.path }
-    let directory = plan.directories[index]
-    if directory.parent >= 0 && pathCache.index == directory.parent {
-      pathCache = (index, joinPath(pathCache.path, directory.name))
-    } else {
-      pathCache = (index, plan.directories.path(of: index))
-    }
-    return pathCache.path
-  }
-
-  private func path(of item: Int) -> [UInt8] {
-    switch plan.items[item] {
-    case .directory(let index): return directoryPath(index)
-    case .file(let directory, let entry), .symlink(let directory, let entry):
-      let scanned = plan.directories[directory]
-      return joinPath(directoryPath(directory), scanned.name(of: scanned.entries[entry]))
-    }
-  }
+  private func path(of item: ItemReference) -> [UInt8] { path.path(of: item.name) }
 
   /// Consumes the queue until the reader closes it. On error, cancels the queue (freeing
   /// what is pending) and rethrows.
   func run(_ queue: HandoffQueue<ContentMessage>) throws {
     var current:
-      (item: Int, offset: Int64, dataOffset: Int64?, file: OpenedFile, hashing: Bool, mode: StreamMode)?
+      (
+        item: ItemReference, offset: Int64, dataOffset: Int64?, file: OpenedFile, hashing: Bool,
+        mode: StreamMode
+      )?
     do {
       while let message = queue.pop() {
         switch message {
-        case .passthrough(let item):
-          try writePassthrough(item)
+        case .directory(let directory):
+          try begin(directory)
+        case .endDirectory(let directory):
+          try trees?.finish(directory)
+        case .symlink(let item):
+          try writeSymlink(item)
+        case .totals(let entries, let files, let bytes):
+          plannedBytes = bytes
+          observer.engine(.planned(entries: entries, files: files, bytes: bytes))
+          observer.engine(.phase(phaseAfterScan))
         case .whole(let item, let file, let buffer, let count, let digest, let stable):
           defer { pool.give(buffer) }
           let data = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
@@ -238,18 +186,21 @@ final class Archiver {
           }
           guard final, let started = current, let digest else { continue }
           let size = started.file.status.size
+          var written = false
           if mode == .chunks {
             if let list, size > 0 { chunkLists[digest] = list }
           } else {
             bytesAdded += started.file.dataBytes
-            addBlob(digest, offset: started.offset, dataOffset: started.dataOffset, item: item, size: size)
-            writtenItems[item] = true
+            try addBlob(
+              digest, offset: started.offset, dataOffset: started.dataOffset, item: item, size: size)
+            written = true
           }
           record(
             item,
             FileResult(
               status: started.file.status, attributes: started.file.attributes,
-              isExcluded: false, digest: digest, vanished: false))
+              isExcluded: false, digest: digest, vanished: false,
+              isSparseIdentity: started.file.hasSparseIdentity), written: written)
           if !stable { warnUnstable(item) }
           current = nil
         case .confirmed(let item, let file, let digest):
@@ -258,7 +209,7 @@ final class Archiver {
             item,
             FileResult(
               status: file.status, attributes: file.attributes, isExcluded: false, digest: digest,
-              vanished: false))
+              vanished: false, isSparseIdentity: file.hasSparseIdentity))
         case .excluded(let item, let file):
           record(
             item,
@@ -282,8 +233,8 @@ final class Archiver {
             FileResult(
               status: .placeholder, attributes: [], isExcluded: false, digest: nil,
               vanished: true))
-        case .hardlink(let item, let first):
-          try writeHardlink(item, first: first)
+        case .hardlink(let item, let inode):
+          try writeHardlink(item, inode: inode)
         }
       }
     } catch {
@@ -293,6 +244,7 @@ final class Archiver {
         default: break
         }
       }
+      trees?.abandon()
       throw error
     }
     // Chunk members (of every attempt: they are stored) count as added bytes.
@@ -305,84 +257,99 @@ final class Archiver {
     return hasher.finalize()
   }
 
-  private func record(_ item: Int, _ result: FileResult) {
-    results[item] = result
+  /// Records what archiving learned about `item`; `written`: its content is in this archive.
+  private func record(_ item: ItemReference, _ result: FileResult, written: Bool = false) {
+    item.directory.results[item.position] = result
+    let status = item.entry.status
+    if status.linkCount > 1 && linked[status.inode] == nil {
+      linked[status.inode] = (path(of: item), result, written)
+    }
+    if !result.vanished && !result.isExcluded { storedFiles += 1 }
     filesDone += 1
     if filesDone % 256 == 0 { observer.engine(.progress(files: filesDone, bytes: bytesDone)) }
   }
 
-  private func warnUnstable(_ item: Int) {
+  private func warnUnstable(_ item: ItemReference) {
+    tornCount += 1
+    if torn.count < Scanner.unreadableLimit { torn.append(path(of: item)) }
     warnings.append(
       (display(path(of: item)), "kept changing while it was read; the snapshot holds its last reading"))
   }
 
-  private func writeWhole(_ item: Int, file: OpenedFile, data: UnsafeRawBufferPointer, digest: Digest) throws
-  {
+  private func writeWhole(
+    _ item: ItemReference, file: OpenedFile, data: UnsafeRawBufferPointer, digest: Digest
+  ) throws {
     bytesDone += Int64(data.count)
+    var written = false
     defer {
       record(
         item,
         FileResult(
           status: file.status, attributes: file.attributes, isExcluded: false, digest: digest,
-          vanished: false))
+          vanished: false), written: written)
     }
     if data.count > 0 && deduplicate {
       if storedDigests.contains(digest) { return }
       if let catalog, try catalog.hasBlob(digest) { return }
     }
     let offset = writer.uncompressedOffset
-    let path = path(of: item)
-    try writer.writeHeader(member(path, file: file))
+    try writer.writeHeader(member(path(of: item), file: file))
     let dataOffset = writer.uncompressedOffset
     try writer.writeData(data)
     try writer.finishEntry()
-    writtenItems[item] = true
+    written = true
     bytesAdded += Int64(data.count)
-    addBlob(digest, offset: offset, dataOffset: dataOffset, item: item, size: Int64(data.count))
+    try addBlob(digest, offset: offset, dataOffset: dataOffset, item: item, size: Int64(data.count))
   }
 
-  private func writeHardlink(_ item: Int, first: Int) throws {
-    guard var result = results[first] else { return }
+  private func writeHardlink(_ item: ItemReference, inode: UInt64) throws {
+    guard let first = linked[inode] else { return }
+    var result = first.result
     if result.vanished {
       record(item, result)
       return
     }
     // Same inode, so the same status; only the name differs.
-    if case .file(let directory, let entry) = plan.items[item] {
-      result.status = plan.directories[directory].entries[entry].status
-    }
+    result.status = item.entry.status
     record(item, result)
-    guard writtenItems[first] else { return }
+    guard first.written else { return }
     var entry = member(path(of: item), file: OpenedFile(status: result.status, attributes: result.attributes))
     entry.type = .hardlink
     entry.size = 0
-    entry.linkTarget = path(of: first)
+    entry.linkTarget = first.path
     try writer.writeHeader(entry)
     try writer.finishEntry()
   }
 
-  private func writePassthrough(_ item: Int) throws {
-    switch plan.items[item] {
-    case .directory(let index):
-      let directory = plan.directories[index]
-      guard let status = directory.status else { return }
-      var entry = member(
-        directoryPath(index), file: OpenedFile(status: EntryStatus(status), attributes: directory.attributes))
-      entry.type = .directory
-      entry.size = 0
-      try writer.writeHeader(entry)
-      try writer.finishEntry()
-    case .symlink(let directory, let position):
-      let scanned = plan.directories[directory].entries[position]
-      var entry = member(path(of: item), file: OpenedFile(status: scanned.status, attributes: []))
-      entry.type = .symlink
-      entry.size = 0
-      entry.linkTarget = scanned.linkTarget ?? []
-      try writer.writeHeader(entry)
-      try writer.finishEntry()
-    case .file:
-      break
+  /// A directory begins: its member, when the archive needs one (always in a full archive; in
+  /// an incremental one, when it is new or changed).
+  private func begin(_ directory: ScannedDirectory) throws {
+    path.enter(directory)
+    if !directory.isExcluded {
+      for entry in directory.entries where entry.type == .fifo || entry.type == .socket {
+        specialFiles.append(display(path.path(of: directory.name(of: entry))))
+      }
     }
+    guard directory.depth > 0, full || !directory.isUnchanged, !directory.isExcluded,
+      let status = directory.status
+    else { return }
+    var entry = member(
+      path.bytes, file: OpenedFile(status: EntryStatus(status), attributes: directory.attributes))
+    entry.type = .directory
+    entry.size = 0
+    try writer.writeHeader(entry)
+    try writer.finishEntry()
+  }
+
+  private func writeSymlink(_ item: ItemReference) throws {
+    let scanned = item.entry
+    var entry = member(path(of: item), file: OpenedFile(status: scanned.status, attributes: []))
+    entry.type = .symlink
+    entry.size = 0
+    entry.linkTarget = scanned.linkTarget ?? []
+    try writer.writeHeader(entry)
+    try writer.finishEntry()
+    storedSymlinks += 1
   }
 
   private func member(_ path: [UInt8], file: OpenedFile) -> ArchiveEntry {

@@ -5,13 +5,16 @@
 //    when no one else writes (local repositories; an S3 repository's writers take no lock).
 // 2. Pick the parent: the subject's latest snapshot from this device (change detection trusts
 //    inode numbers and ctimes only there), else its latest from anywhere (for the bundle).
-// 3. Scan the directory with two workers, comparing with the parent's trees (Scanner).
+// 3. Scan the directory with two workers, comparing with the parent's trees (Scanner), a
+//    little ahead of step 4, which takes the directories one at a time in depth-first order.
 //    An app's bundle is not scanned when a snapshot recorded the same seal: its entry is reused.
 // 4. Archive what changed into a staged archive (Repository.stageArchive: a temp file, or a
-//    multipart upload; sealed when the repository is encrypted): one thread reads and hashes
-//    (ContentReader), this one writes (Archiver).
-// 5. Build the trees bottom-up (TreeBuilder); add the keychain member if any, then the
-//    manifest as the last member.
+//    multipart upload; sealed when the repository is encrypted): one thread walks the scan and
+//    reads and hashes (ContentReader), this one writes (Archiver) and builds each directory's
+//    tree once its subtree is done (TreeBuilder), then releases it. New trees and blob
+//    locations go to a spool on disk (ManifestSpool), so memory follows the largest directory,
+//    not the number of files. Then the keychain member if any, then the manifest (streamed
+//    from the spool) as the last member.
 // 6. Commit the archive (fsync and rename, or complete the upload), then the snapshot object,
 //    the manifest object (the commit point), and the catalog rows (Repository.commit). On a
 //    shared store, a backup that ran longer than half the grace period first checks that no
@@ -43,6 +46,9 @@ public struct BackupOptions: Sendable {
   var afterRead: (@Sendable ([UInt8], Int) -> Void)?
   /// Tests: where content is hashed (true: the reader, false: the archiver); nil adapts.
   var hashOnReader: Bool?
+  /// Tests: give files with holes the plain identity, as appbox did before the sparse one
+  /// (a repository written then, to read back).
+  var plainSparseIdentity = false
 
   public init(
     full: Bool = false, compression: ArchiveCompression = .none, tag: String? = nil,
@@ -124,7 +130,19 @@ private struct BackupRun {
     self.observer = observer
   }
 
+  /// What the archive is about to need: the bytes of the files to read, plus room for the
+  /// catalog (a full disk says how much was wanted).
+  private let needed = NeededSpace()
+
   func run() throws -> BackupResult {
+    do {
+      return try backUp()
+    } catch {
+      throw NoSpaceError.from(error, path: repository.path, needed: needed.bytes) ?? error
+    }
+  }
+
+  private func backUp() throws -> BackupResult {
     let startedAt = ContinuousClock.now
     if let app = subject.app { try session.requireProtectedDataAvailable(of: app, for: "back up") }
     let catalog = repository.catalog
@@ -189,20 +207,24 @@ private struct BackupRun {
       throw error
     }
     CrashPoint.hit("backup.committed")
+    // The catalog's commits are not synced (a cache of the objects): a checkpoint that fails
+    // is a write that did not reach the disk, and fails the backup here, before anything
+    // (an update) builds on it.
+    try repository.catalog.database.checkpoint()
     for warning in written.warnings {
       observer.engine(.warning(path: warning.path, message: warning.message))
     }
     return BackupResult(
       snapshot: written.snapshot, archivePath: repository.archivePath(archiveName),
-      newTrees: written.manifest.trees.count,
-      newBlobs: written.manifest.blobs.count, warnings: written.warnings.map { "'\($0.path)' \($0.message)" })
+      newTrees: written.manifest.treeCount,
+      newBlobs: written.manifest.blobCount, warnings: written.warnings.map { "'\($0.path)' \($0.message)" })
   }
 
   private struct Written {
     var snapshot: Snapshot
     /// Size and checksum are the stored archive's, filled in once it is committed.
     var record: ArchiveRecord
-    var manifest: Manifest
+    var manifest: ManifestSpool
     var warnings: [(path: String, message: String)]
   }
 
@@ -227,21 +249,21 @@ private struct BackupRun {
       try writer.writeData(items)
       try writer.finishEntry()
     }
-    let blobs = content.blobs
-    let trees = content.trees
     let snapshot = Snapshot(
       id: id, app: subject.name, device: session.identity.udid, containerID: subject.containerID,
       version: subject.version, bundleDirectoryName: subject.bundleDirectoryName, seal: subject.seal,
       time: start,
       kind: kind,
-      tag: options.tag, parent: parent?.id, rootTree: trees.root, files: trees.files, bytes: trees.bytes,
+      tag: options.tag, parent: parent?.id, rootTree: content.root, files: content.files,
+      bytes: content.bytes,
       bytesAdded: content.bytesAdded, archive: name, keychainOffset: keychainOffset,
       warnings: content.warnings.count, unreadable: content.unreadableCount,
-      unreadablePaths: Snapshot.keptPaths(content.unreadable.map(\.path)), team: subject.team)
+      unreadablePaths: Snapshot.keptPaths(content.unreadable.map(\.path)), team: subject.team,
+      torn: content.tornCount,
+      tornPaths: Snapshot.keptPaths(content.torn.sorted { $0.lexicographicallyPrecedes($1) }))
     observer.engine(.stage("manifest"))
-    let manifest = Manifest(
-      snapshot: snapshot, trees: trees.newTrees, blobs: blobs, chunks: content.chunks,
-      chunkLists: content.chunkLists)
+    let manifest = content.manifest
+    manifest.snapshot = snapshot
     try writer.writeHeader(metadataMember(Manifest.memberPath, size: manifest.encodedSize, time: start))
     try manifest.encode { try writer.writeData($0) }
     try writer.finishEntry()
@@ -251,19 +273,22 @@ private struct BackupRun {
     return Written(snapshot: snapshot, record: record, manifest: manifest, warnings: content.warnings)
   }
 
-  /// What scanning and archiving produced, without the scan itself (which is large and
-  /// released when this is returned).
+  /// What scanning and archiving produced.
   private struct ArchivedContent {
-    var trees: TreeBuildResult
-    var blobs: [BlobLocation]
-    var chunks: [ChunkLocation]
-    /// In digest order, so the manifest's bytes do not depend on hashing order.
-    var chunkLists: [(digest: Digest, list: ChunkList)]
+    var root: Digest
+    var files: Int
+    var bytes: Int64
+    /// The new trees and blob locations (on disk), with the chunks and chunk lists (in digest
+    /// order, so the manifest's bytes do not depend on hashing order).
+    var manifest: ManifestSpool
     var bytesAdded: Int64
     var warnings: [(path: String, message: String)]
     /// What could not be read, sorted by path (the first ones), and how many in all.
     var unreadable: [UnreadableEntry]
     var unreadableCount: Int
+    /// What kept changing while it was read (the first paths), and how many in all.
+    var torn: [[UInt8]]
+    var tornCount: Int
   }
 
   /// Scans the home, writes the new and changed content, and builds the trees.
@@ -272,46 +297,55 @@ private struct BackupRun {
     bundleEntry: TreeEntry?, start: Date, sealed: [[UInt8]: Digest]
   ) throws -> ArchivedContent {
     observer.engine(.phase(.scanning))
-    let plan = ArchivePlan(directories: try scanner.scan(), full: kind == .full)
-    observer.engine(
-      .planned(
-        entries: plan.directories.reduce(0) { $0 + $1.entries.count }, files: plan.fileCount,
-        bytes: plan.fileBytes))
-    observer.engine(.phase(.archiving))
+    let spool = try ManifestSpool(directory: splitPath(repository.catalogPath).directory, archive: name)
+    let trees = TreeBuilder(catalog: repository.catalog, bundleEntry: bundleEntry, sink: spool)
     let pool = BufferPool(count: 16, bufferSize: ContentReader.wholeReadLimit)
     let archiver = Archiver(
-      plan: plan, writer: writer, catalog: repository.catalog, archiveName: name,
-      deduplicate: kind == .incremental,
-      pool: pool, observer: observer, time: start)
+      writer: writer, catalog: repository.catalog, archiveName: name, deduplicate: kind == .incremental,
+      full: kind == .full, pool: pool, observer: observer, time: start, blobs: spool, trees: trees)
     let queue = HandoffQueue<ContentMessage>(capacity: 16 << 20)
+    // Tests: `APPBOX_PAUSE_AT=backup.file-read` stops the process after each reading of a
+    // file, before it is checked for changes (a test rewrites it there: a torn file).
+    let hook = options.afterRead
+    let afterRead: (@Sendable ([UInt8], Int) -> Void)? =
+      CrashPoint.isArmed("backup.file-read")
+      ? { @Sendable path, attempt in
+        hook?(path, attempt)
+        CrashPoint.hit("backup.file-read")
+      } : hook
     let reader = ContentReader(
-      home: home, plan: plan, queue: queue, pool: pool, afterRead: options.afterRead,
+      scanner: scanner, queue: queue, pool: pool, afterRead: afterRead,
       hashOnReader: options.hashOnReader, protectionClasses: try session.protectionClassesByKey(),
       chunking: (options.compression == .none && repository.readsDirectly, kind == .incremental),
-      sealed: sealed)
+      sealed: sealed, plainSparseIdentity: options.plainSparseIdentity)
     let readerThread = WorkerThread(name: "appbox-read") { try reader.run() }
     do {
       try archiver.run(queue)
     } catch {
+      needed.bytes = archiver.neededBytes + (1 << 20)
       try? readerThread.join()
       throw error
     }
+    needed.bytes = archiver.neededBytes + (1 << 20)
     try readerThread.join()
     observer.engine(.phase(.committing))
-    observer.engine(.stage("trees"))
-    let trees = try TreeBuilder(
-      plan: plan, results: archiver.results, catalog: repository.catalog, bundleEntry: bundleEntry
-    ).build()
+    guard let root = trees.root else { throw BackupError(.corruptCatalog, "The home itself was not scanned") }
+    spool.chunks = archiver.chunkLocations
+    spool.chunkLists = archiver.chunkLists.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
     return ArchivedContent(
-      trees: trees, blobs: archiver.blobLocations(), chunks: archiver.chunkLocations,
-      chunkLists: archiver.chunkLists.sorted { $0.key < $1.key }.map { ($0.key, $0.value) },
-      bytesAdded: archiver.bytesAdded,
+      root: root, files: trees.files, bytes: trees.bytes, manifest: spool, bytesAdded: archiver.bytesAdded,
       warnings: scanner.warnings + archiver.warnings,
       unreadable: (scanner.unreadable + archiver.unreadable).sorted {
         $0.path.lexicographicallyPrecedes($1.path)
       },
-      unreadableCount: scanner.unreadableCount + archiver.unreadableCount)
+      unreadableCount: scanner.unreadableCount + archiver.unreadableCount, torn: archiver.torn,
+      tornCount: archiver.tornCount)
   }
+}
+
+/// A backup's estimate of the space it needs, set once its archive is written (or fails).
+private final class NeededSpace: @unchecked Sendable {
+  var bytes: Int64 = 1 << 20
 }
 
 /// A member for appbox's own data (`.appbox/...`), private to the owner.

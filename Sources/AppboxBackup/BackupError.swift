@@ -30,6 +30,8 @@ public struct BackupError: AppboxFailure, Equatable {
     /// A repository this device used encrypted is plain now, or a password was given for a
     /// plain one (exit 65; Repository/EncryptionMemory.swift).
     case downgraded
+    /// Writing or syncing failed: a disk full or an I/O error (exit 74).
+    case io
   }
 
   public var code: Code
@@ -49,6 +51,7 @@ public struct BackupError: AppboxFailure, Equatable {
     case .cannotCreate: return .cannotCreate
     case .denied: return .denied
     case .busy: return .busy
+    case .io: return .io
     }
   }
 

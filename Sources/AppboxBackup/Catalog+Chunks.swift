@@ -159,12 +159,36 @@ extension Catalog {
   /// blob locations, chunk locations and chunk lists. Returns how many trees were new. The
   /// caller holds a transaction and inserts the archive and snapshot rows.
   @discardableResult
-  func ingest(_ manifest: Manifest, archive: String) throws -> Int {
+  func ingest(_ manifest: some ManifestContent, archive: String) throws -> Int {
     var trees = 0
-    for tree in manifest.trees where try insertTree(tree, archive: archive) { trees += 1 }
-    try insertBlobs(manifest.blobs)
+    try manifest.forEachTree { tree in if try insertTree(tree, archive: archive) { trees += 1 } }
+    // In batches (each sorted by digest inside `insertBlobs`): a spooled manifest of a million
+    // files is never read into memory whole.
+    var batch: [BlobLocation] = []
+    batch.reserveCapacity(min(manifest.blobCount, 1 << 14))
+    try manifest.forEachBlob { blob in
+      batch.append(blob)
+      if batch.count == 1 << 14 {
+        try insertBlobs(batch)
+        batch.removeAll(keepingCapacity: true)
+      }
+    }
+    try insertBlobs(batch)
     try insertChunks(manifest.chunks)
     for (digest, list) in manifest.chunkLists { try insertChunkList(digest, list, archive: archive) }
     return trees
+  }
+}
+
+extension Catalog {
+  /// Every archive name some row (a snapshot, blob, tree, chunk or chunk list) refers to.
+  public func namedArchives() throws -> Set<String> {
+    var names: Set<String> = []
+    for table in ["snapshots", "blobs", "trees", "chunks", "chunk_lists"] {
+      for name in try database.all("SELECT DISTINCT archive FROM \(table)", map: { $0.text(0) ?? "" }) {
+        names.insert(name)
+      }
+    }
+    return names
   }
 }

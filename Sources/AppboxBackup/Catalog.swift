@@ -77,9 +77,15 @@ public struct Snapshot: Sendable, Equatable {
   /// For an app group's snapshot: the team that owned the group when it was taken (nil for an
   /// app's, and for a group's taken before teams were recorded).
   public var team: String? = nil
+  /// Files that kept changing while the backup read them: the snapshot holds a reading that
+  /// may mix two versions (torn). 0 for a snapshot whose every file held still.
+  public var torn: Int = 0
+  /// The first of their paths, shortened.
+  public var tornPaths: [[UInt8]] = []
 
-  /// Whether some entries could not be read, so the snapshot lacks them.
-  public var isIncomplete: Bool { unreadable > 0 }
+  /// Whether some entries could not be read (the snapshot lacks them) or were torn (the
+  /// snapshot holds a copy no version of them ever had).
+  public var isIncomplete: Bool { unreadable > 0 || torn > 0 }
 
   /// How many unreadable paths a snapshot keeps, and their total size at most.
   public static let unreadablePathLimit = 20
@@ -236,6 +242,11 @@ public final class Catalog {
     """
     ALTER TABLE snapshots ADD COLUMN team TEXT;
     """,
+    // 6: files that kept changing while they were read (torn copies).
+    """
+    ALTER TABLE snapshots ADD COLUMN torn INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE snapshots ADD COLUMN torn_paths BLOB;
+    """,
   ]
 
   /// Opens (creating and migrating when writable) the catalog at `path`. `walMode: false`
@@ -247,7 +258,8 @@ public final class Catalog {
     database = try Database(path: path, mode: readOnly ? .readOnly : .readWriteCreate)
     if !readOnly {
       if walMode {
-        try database.setJournalModeWAL()
+        // A backup's transaction can hold thousands of pages: wal-index for 32 Ki frames.
+        try database.setJournalModeWAL(walIndexBytes: 256 << 10)
         // A backup commits megabytes of trees at once; checkpointing after every one of them
         // (the default threshold is 4 MiB) would add a database fsync to each backup.
         try database.execute("PRAGMA wal_autocheckpoint = 8192")
@@ -270,7 +282,7 @@ public final class Catalog {
 
   static let snapshotColumns = """
     id, app, device, container, version, bundle_name, seal, time, kind, tag, parent, root_tree, files, bytes,
-    bytes_added, archive, keychain_offset, warnings, unreadable, unreadable_paths, team
+    bytes_added, archive, keychain_offset, warnings, unreadable, unreadable_paths, team, torn, torn_paths
     """
 
   private func snapshot(_ row: Statement) throws -> Snapshot {
@@ -286,7 +298,8 @@ public final class Catalog {
       archive: row.text(15) ?? "", keychainOffset: row.isNull(16) ? nil : row.int64(16),
       warnings: row.int(17),
       unreadable: row.int(18), unreadablePaths: Snapshot.splitPaths(row.isNull(19) ? [] : row.blob(19)),
-      team: row.text(20)
+      team: row.text(20), torn: row.int(21),
+      tornPaths: Snapshot.splitPaths(row.isNull(22) ? [] : row.blob(22))
     )
   }
 
@@ -318,7 +331,7 @@ public final class Catalog {
       """
       INSERT \(ignoringExisting ? "OR IGNORE " : "")INTO snapshots(\(Self.snapshotColumns), committed)
       VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21,
-        ?22)
+        ?22, ?23, ?24)
       """)
     try statement.bind([
       .text(snapshot.id), .text(snapshot.app), .text(snapshot.device), .text(snapshot.containerID),
@@ -331,6 +344,8 @@ public final class Catalog {
       .integer(Int64(snapshot.warnings)), .integer(Int64(snapshot.unreadable)),
       snapshot.unreadablePaths.isEmpty ? .null : .blob(Snapshot.joinedPaths(snapshot.unreadablePaths)),
       snapshot.team.map(SQLValue.text) ?? .null,
+      .integer(Int64(snapshot.torn)),
+      snapshot.tornPaths.isEmpty ? .null : .blob(Snapshot.joinedPaths(snapshot.tornPaths)),
       committed.map { .real($0.timeIntervalSince1970) } ?? .null,
     ])
     try statement.execute()

@@ -33,6 +33,52 @@ public struct RebuildReport: Sendable {
   public var blobs = 0
   /// Archives that could not be used, with why.
   public var skipped: [String] = []
+  /// Snapshots whose archives' manifests could not be read, kept from the catalog found.
+  public var keptFromPrevious = 0
+}
+
+extension Catalog {
+  /// Copies what `previous` (of the same schema) holds about archives `names` into this
+  /// catalog: their rows, trees, blobs, chunks and chunk lists, and the snapshots in them whose
+  /// ids are in `snapshots` (still live); rows already here are kept. Returns the snapshots
+  /// copied.
+  func keep(archives names: Set<String>, from previous: Catalog, snapshots: Set<String>? = nil) throws -> Int
+  {
+    guard try previous.database.userVersion() == database.userVersion() else { return 0 }
+    var kept = 0
+    try database.execute("ATTACH DATABASE ?1 AS previous", .text(previous.database.path))
+    defer { try? database.execute("DETACH DATABASE previous") }
+    try database.inTransaction {
+      for name in names.sorted() {
+        try database.execute(
+          "INSERT OR IGNORE INTO archives SELECT * FROM previous.archives WHERE name = ?1", .text(name))
+        guard database.changes > 0 else { continue }
+        for table in ["trees", "blobs", "chunks", "chunk_lists"] {
+          try database.execute(
+            "INSERT OR IGNORE INTO \(table) SELECT * FROM previous.\(table) WHERE archive = ?1", .text(name))
+        }
+        let ids = try database.all(
+          "SELECT id FROM previous.snapshots WHERE archive = ?1 ORDER BY rowid", .text(name),
+          map: { $0.text(0) ?? "" })
+        for id in ids where snapshots?.contains(id) ?? true {
+          try database.execute(
+            "INSERT OR IGNORE INTO snapshots SELECT * FROM previous.snapshots WHERE id = ?1", .text(id))
+          kept += database.changes
+        }
+      }
+      // Rows stay in commit order (the order `latest` follows).
+      if kept > 0 {
+        try database.execute(
+          """
+          CREATE TEMP TABLE ordered AS SELECT * FROM snapshots ORDER BY coalesce(committed, time), rowid;
+          DELETE FROM snapshots;
+          INSERT INTO snapshots SELECT * FROM ordered;
+          DROP TABLE ordered
+          """)
+      }
+    }
+    return kept
+  }
 }
 
 extension Repository {
@@ -50,9 +96,14 @@ extension Repository {
     {
       return try rebuildCatalog(at: path, environment: options.environment)
     }
-    // Open once to find (and unlock) the catalog, then drop it and open again: the sync
-    // rebuilds it whole.
-    let catalogPath = try Repository(location: location, options: probe).catalogPath
+    // Open once to find (and unlock) the catalog, then set it aside and open again: the sync
+    // rebuilds it whole from the objects it can read.
+    let catalogPath: String
+    do {
+      catalogPath = try Repository(location: location, options: probe).catalogPath
+    } catch  where Repository.isDamage(error) {
+      catalogPath = try Repository.catalogPath(of: location, options: probe)
+    }
     let lock: FileLock? =
       if case .directory(let path) = location {
         try FileLock.acquire(
@@ -61,14 +112,51 @@ extension Repository {
           what: "Repository '\(path)'")
       } else { nil }
     defer { withExtendedLifetime(lock) {} }
-    for suffix in ["", "-wal", "-shm"] { unlink(catalogPath + suffix) }
-    let rebuilt = try Repository(location: location, options: probe)
+    // The catalog found here is kept aside (with its WAL), so that what it knew of archives
+    // whose manifest objects cannot be read now is not lost: a rebuild never leaves less.
+    let previous = catalogPath + ".previous"
+    for suffix in ["", "-wal", "-shm"] { unlink(previous + suffix) }
+    for suffix in ["", "-wal", "-shm"] { rename(catalogPath + suffix, previous + suffix) }
+    let rebuilt: Repository
+    do {
+      rebuilt = try Repository(location: location, options: probe)
+    } catch {
+      for suffix in ["", "-wal", "-shm"] {
+        unlink(catalogPath + suffix)
+        rename(previous + suffix, catalogPath + suffix)
+      }
+      throw error
+    }
     var report = RebuildReport()
+    // Damaged manifests: those whose archives the rebuild could not read another way.
+    let known = Set(try rebuilt.catalog.archives().map(\.name))
+    let unreadable = Set(
+      rebuilt.damage.objects.keys.filter { $0.hasPrefix("manifests/") }.map { String($0.dropFirst(10)) }
+    ).subtracting(known)
+    for name in unreadable.sorted() {
+      report.skipped.append(
+        "\(name): \(rebuilt.damage.objects["manifests/" + name] ?? "its manifest is damaged")")
+    }
+    if !unreadable.isEmpty, FileManager.default.fileExists(atPath: previous),
+      let old = try? Catalog(path: previous, readOnly: true)
+    {
+      let live = Set(try rebuilt.store.list("snapshots").map(\.name))
+      report.keptFromPrevious = try rebuilt.catalog.keep(archives: unreadable, from: old, snapshots: live)
+    }
+    for suffix in ["", "-wal", "-shm"] { unlink(previous + suffix) }
     report.archives = try rebuilt.catalog.count("archives")
     report.snapshots = try rebuilt.catalog.count("snapshots")
     report.trees = try rebuilt.catalog.count("trees")
     report.blobs = try rebuilt.catalog.count("blobs")
     return report
+  }
+
+  /// Where the catalog of `location` is, without opening it (it may be what is broken).
+  static func catalogPath(of location: RepositoryLocation, options: RepositoryOptions) throws -> String {
+    let store = try makeStore(location)
+    let config = try readConfig(store)
+    if let local = store as? LocalObjectStore, config?.encrypted != true { return local.root + "/catalog.db" }
+    return options.resolvedCacheDirectory + "/" + SHA256Name.of(location.cacheKey) + "/catalog.db"
   }
 
   /// Replaces the catalog of the layout 1 repository at `path` by one rebuilt from its
@@ -99,11 +187,13 @@ extension Repository {
       let names = try FileManager.default.contentsOfDirectory(atPath: archivesPath)
         .filter { !$0.hasPrefix(Repository.temporaryPrefix) }.sorted()
       var manifests: [(ArchiveRecord, Manifest)] = []
+      var unreadable: Set<String> = []
       for name in names {
         do {
           manifests.append(try readManifest(archivesPath + "/" + name, name: name))
         } catch {
           report.skipped.append("\(name): \(error)")
+          unreadable.insert(name)
         }
       }
       manifests.sort { $0.0.created < $1.0.created }
@@ -117,6 +207,11 @@ extension Repository {
             report.snapshots += 1
           }
         }
+      }
+      // What the catalog found here knew of archives that could not be read is kept.
+      if !unreadable.isEmpty, let old = try? Catalog(path: path + "/catalog.db", readOnly: true) {
+        report.keptFromPrevious = try catalog.keep(archives: unreadable, from: old)
+        report.snapshots += report.keptFromPrevious
       }
       report.blobs = try catalog.count("blobs")
     } catch {

@@ -9,8 +9,33 @@ import Glibc
 
 /// What the catalog holds content for: digests with a blob location, chunks with a location.
 struct ContentIndex {
-  var blobs: Set<Digest>
+  var blobs: SortedDigests
   var chunks: Set<Digest>
+}
+
+/// Every digest of the catalog's blob locations, in order, looked up by binary search: 32
+/// bytes a content (a set would take twice that, and the locations themselves ten times).
+struct SortedDigests {
+  private var digests: [Digest] = []
+
+  init(_ catalog: Catalog) throws {
+    digests.reserveCapacity(try catalog.count("blobs"))
+    let rows = try catalog.database.prepare("SELECT digest FROM blobs ORDER BY digest")
+    while try rows.step() {
+      if let digest = rows.withUnsafeBlob(0, { Digest(validating: $0) }) { digests.append(digest) }
+    }
+  }
+
+  func contains(_ digest: Digest) -> Bool {
+    var low = 0
+    var high = digests.count
+    while low < high {
+      let middle = (low + high) / 2
+      if digests[middle] == digest { return true }
+      if digests[middle] < digest { low = middle + 1 } else { high = middle }
+    }
+    return false
+  }
 }
 
 extension Repository {

@@ -5,9 +5,11 @@
 // members in between are skipped by seeking). Each member must be a regular file with the
 // path and size the catalog recorded. Its data is written to every planned file with that
 // content, each run at its offset, so the holes of a sparse member stay holes (the file gets
-// its full length at the end); then each file gets its mode, attributes and times. Chunks, and
-// the holes between them as counts of zeros, go to the hashing thread, which compares each
-// member's digest with the tree's; `finish()` reports any mismatch. Buffers are freed by
+// its full length at the end); then each file gets its mode, attributes and times. Chunks, with
+// their offsets, go to the hashing thread, which computes each member's content identity (the
+// sparse kind, when the tree recorded that one, hashes the data only: a member's holes cost
+// nothing; the plain kind hashes them as zeros) and compares it with the tree's digest;
+// `finish()` reports any mismatch. Buffers are freed by
 // whoever holds them last (the hasher, or `cancel` on error). Any warning libarchive gives
 // about an archive appbox wrote means damage, and fails the restore.
 
@@ -18,8 +20,10 @@ import Glibc
 
 final class ContentExtractor {
   private enum HashMessage {
-    case chunk(UnsafeMutableRawBufferPointer, Int)
-    case zeros(Int64)
+    /// A content of `size` bytes begins; `sparse`: its identity is the sparse kind.
+    case start(size: Int64, sparse: Bool)
+    /// Its bytes `buffer[0..<count]`, at `offset`.
+    case chunk(UnsafeMutableRawBufferPointer, Int, offset: Int64)
     case end(expected: Digest, path: [UInt8])
   }
 
@@ -46,15 +50,17 @@ final class ContentExtractor {
     let pool = self.pool
     hasherThread = WorkerThread(name: "appbox-verify-content") {
       let hasher = SHA256Hasher()
+      var content: ContentHasher?
       while let message = queue.pop() {
         switch message {
-        case .chunk(let buffer, let count):
-          hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
+        case .start(let size, let sparse):
+          content = ContentHasher(sparse: sparse, size: size, hasher: hasher)
+        case .chunk(let buffer, let count, let offset):
+          content?.update(UnsafeRawBufferPointer(rebasing: buffer[0..<count]), at: offset)
           pool.give(buffer)
-        case .zeros(let count):
-          ContentReader.hashZeros(count, into: hasher)
         case .end(let expected, let path):
-          if hasher.finalize() != expected { mismatches.add(path) }
+          if content?.finalize() != expected { mismatches.add(path) }
+          content = nil
         }
       }
     }
@@ -63,7 +69,7 @@ final class ContentExtractor {
   deinit {
     let pool = self.pool
     queue.cancel { message in
-      if case .chunk(let buffer, _) = message { pool.give(buffer) }
+      if case .chunk(let buffer, _, _) = message { pool.give(buffer) }
     }
     try? hasherThread.join()
   }
@@ -105,6 +111,7 @@ final class ContentExtractor {
     defer { descriptors.forEach { $0.close() } }
     for target in targets { descriptors.append(try writer.createFile(plan.files[target])) }
     var position: Int64 = 0
+    queue.push(.start(size: location.size, sparse: plan.hasSparseIdentity(location.digest)))
     while true {
       let buffer = pool.take(beforeWaiting: queue.nudge)
       let chunk: ArchiveChunk?
@@ -118,7 +125,6 @@ final class ContentExtractor {
         pool.give(buffer)
         break
       }
-      if chunk.offset > position { queue.push(.zeros(chunk.offset - position)) }
       let data = UnsafeRawBufferPointer(rebasing: buffer[0..<chunk.count])
       do {
         for descriptor in descriptors { try descriptor.writeAll(data, at: chunk.offset) }
@@ -127,10 +133,10 @@ final class ContentExtractor {
         throw error
       }
       position = chunk.offset + Int64(chunk.count)
-      queue.push(.chunk(buffer, chunk.count), cost: chunk.count)
+      queue.push(.chunk(buffer, chunk.count, offset: chunk.offset), cost: chunk.count)
     }
     let total = reader.deliveredLength
-    if total > position { queue.push(.zeros(total - position)) }
+    // What lies past the last data (a trailing hole) is zeros: the hasher counts them in.
     queue.push(.end(expected: location.digest, path: location.path))
     guard total == location.size else {
       throw BackupError(.corruptArchive, "The member '\(display(location.path))' is shorter than recorded")

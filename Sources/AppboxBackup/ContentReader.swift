@@ -1,13 +1,18 @@
-// Stage 3a of a backup: read and hash changed files, on their own thread.
+// Stage 2 of a backup: walk the scan in depth-first order, and read and hash changed files, on
+// a thread of its own.
 //
-// Algorithm: for each archive item in order, the reader opens a changed regular file beneath
-// the home (no symlink followed anywhere), takes fstat, reads its `user.*` attributes, and
-// either stops there (the file is marked "exclude from backup"), reads it whole (small files:
-// the archiver can then skip content the repository already holds), or streams it in chunks
-// (large files). SHA-256 runs on whichever core has room: on this thread while the
-// archiver keeps up (its buffers come back), else the digest is left to the archiver (the
-// message carries none), which hashes what it writes. Directory and symlink items pass
-// straight through so the archiver sees every item in order.
+// Algorithm: the reader takes the scanned directories from the scanner one at a time, in
+// depth-first order, and tells the archiver, in that order, where each directory begins, each
+// of its items (the symlinks and the regular files change detection could not vouch for) and,
+// once its whole subtree has gone by, where it ends (so its tree can be built and the
+// directory released). It opens each changed regular file by name through the descriptor the
+// scan listed its directory with (no path walked, no symlink followed), takes fstat, reads its
+// `user.*` attributes, and either stops there (the file is marked "exclude from backup"), reads
+// it whole (small files: the archiver can then skip content the repository already holds), or
+// streams it in chunks (large files, ContentReader+Stream.swift). SHA-256 runs on whichever
+// core has room: on this thread while the archiver keeps up (its buffers come back), else the
+// digest is left to the archiver (the message carries none), which hashes what it writes.
+// Symlink items pass straight through so the archiver sees every item in order.
 //
 // A file changed while read (size, mtime, ctime or inode differ between the fstat before and
 // after, or it ended early) is read again, up to `maxAttempts` times; a streamed attempt that
@@ -17,10 +22,8 @@
 // zeros to the size its header declared; the digest covers those zeros, so the digest always
 // describes the member's bytes. Buffers are handed to the archiver, which frees them.
 //
-// A large file with fewer blocks allocated than its size may have holes: its data regions are
-// found with SEEK_DATA/SEEK_HOLE, only they are read (pread at their offsets), and each hole is
-// handed over as a count of zeros, which the archiver stores as a hole of a sparse member. The
-// digest is still that of the whole content, holes hashed as zeros.
+// A large file with holes is read by its data regions only and gets the sparse content
+// identity (ContentIdentity.swift): see ContentReader+Stream.swift.
 
 import AppboxContainer
 import AppboxCore
@@ -33,6 +36,9 @@ struct OpenedFile {
   var attributes: [ExtendedAttribute]
   /// For a file with holes, its data regions (the rest reads as zeros); nil when dense.
   var dataRegions: [Range<Int64>]? = nil
+  /// Its digest is the sparse content identity (a file with holes, or one confirmed against a
+  /// previous entry of that kind).
+  var hasSparseIdentity = false
   var isExcluded: Bool { attributes.contains { $0.name == excludeFromBackupAttribute } }
   /// Bytes of data the archive stores for it (holes excluded).
   var dataBytes: Int64 { dataRegions?.reduce(0) { $0 + Int64($1.count) } ?? status.size }
@@ -40,34 +46,40 @@ struct OpenedFile {
 
 /// A message from the reader to the archiver, in item order.
 enum ContentMessage {
-  /// A directory or symlink item: nothing to read.
-  case passthrough(item: Int)
+  /// A directory begins: its member (when the archive needs one), then its items follow.
+  case directory(ScannedDirectory)
+  /// A directory's items and its whole subtree have gone by: its tree can be built.
+  case endDirectory(ScannedDirectory)
+  /// A changed symlink: nothing to read.
+  case symlink(ItemReference)
+  /// What the scan has found so far: entries, and files and bytes to read.
+  case totals(entries: Int, files: Int, bytes: Int64)
   /// A small file read whole: `buffer[0..<count]` is its content; no digest means the
   /// archiver hashes it.
   case whole(
-    item: Int, file: OpenedFile, buffer: UnsafeMutableRawBufferPointer, count: Int, digest: Digest?,
+    item: ItemReference, file: OpenedFile, buffer: UnsafeMutableRawBufferPointer, count: Int, digest: Digest?,
     stable: Bool)
   /// A large file's attempt begins: the header declares `file.status.size` bytes; with
   /// `archiverHashes`, the archiver hashes the chunks (and the `end` carries no digest);
   /// `mode` says how the archiver stores it.
-  case begin(item: Int, file: OpenedFile, archiverHashes: Bool, mode: StreamMode)
+  case begin(item: ItemReference, file: OpenedFile, archiverHashes: Bool, mode: StreamMode)
   /// With `cut` ≥ 0 (files cut into chunks), the chunk being cut ends after `cut` bytes of it.
   case chunk(buffer: UnsafeMutableRawBufferPointer, count: Int, cut: Int32)
   /// `count` zero bytes of a hole, between chunks of a file with holes.
   case hole(count: Int64)
   /// The attempt ended: `short` bytes were missing (to pad); `final` is false when another
   /// attempt follows.
-  case end(item: Int, digest: Digest?, short: Int64, stable: Bool, final: Bool)
+  case end(item: ItemReference, digest: Digest?, short: Int64, stable: Bool, final: Bool)
   /// Read and hashed to the digest the previous snapshot recorded: nothing to store.
-  case confirmed(item: Int, file: OpenedFile, digest: Digest)
+  case confirmed(item: ItemReference, file: OpenedFile, digest: Digest)
   /// Marked "exclude from backup": not read.
-  case excluded(item: Int, file: OpenedFile)
+  case excluded(item: ItemReference, file: OpenedFile)
   /// Gone (or no longer a regular file) by the time it was opened.
-  case vanished(item: Int, reason: String?)
+  case vanished(item: ItemReference, reason: String?)
   /// Could not be opened (permission denied): left out, and the snapshot is incomplete.
-  case unreadable(item: Int, reason: String)
-  /// Another path of a file (same inode) read earlier in this run as `first`.
-  case hardlink(item: Int, first: Int)
+  case unreadable(item: ItemReference, reason: String)
+  /// Another path of a file (inode `inode`) read earlier in this run.
+  case hardlink(item: ItemReference, inode: UInt64)
 }
 
 /// How the archiver stores a file it streams (larger than `ContentReader.wholeReadLimit`).
@@ -93,15 +105,14 @@ final class ContentReader: @unchecked Sendable {
   /// again whenever they are read, even with content the repository holds.
   static let wholeReadLimit = 256 << 10
 
-  private let home: FileDescriptor
-  private let plan: ArchivePlan
-  private let queue: HandoffQueue<ContentMessage>
+  private let scanner: Scanner
+  let queue: HandoffQueue<ContentMessage>
   /// Buffers for file data; the archiver gives them back. A file up to one buffer is read
   /// whole (so the archiver can skip content the repository holds), larger ones stream.
-  private let pool: BufferPool
+  let pool: BufferPool
   /// Tests: called with the path and attempt number after each reading, before the fstat
   /// that decides whether the file held still.
-  private let afterRead: (@Sendable ([UInt8], Int) -> Void)?
+  let afterRead: (@Sendable ([UInt8], Int) -> Void)?
   /// Tests pin where hashing happens; nil chooses per file by whether the archiver keeps up.
   private let hashOnReader: Bool?
   /// The device's protection classes by key, to record each file's class.
@@ -112,104 +123,117 @@ final class ContentReader: @unchecked Sendable {
   /// Bundle files (by path from the home) whose sealed digest the repository holds: recorded
   /// with that digest, not read.
   private let sealed: [[UInt8]: Digest]
+  /// Tests: files with holes get the plain identity (what an older appbox recorded).
+  let plainSparseIdentity: Bool
   /// Hashes chunked files whole on a third thread: this one reads and cuts them, the archiver
   /// hashes their chunks. Made when the first one comes.
-  private var streamHasher: StreamHasher?
+  var streamHasher: StreamHasher?
 
   /// Wakes whoever holds pool buffers before this thread waits for one.
-  private func nudgeConsumers() {
+  func nudgeConsumers() {
     queue.nudge()
     streamHasher?.nudge()
   }
 
   init(
-    home: FileDescriptor, plan: ArchivePlan, queue: HandoffQueue<ContentMessage>, pool: BufferPool,
+    scanner: Scanner, queue: HandoffQueue<ContentMessage>, pool: BufferPool,
     afterRead: (@Sendable ([UInt8], Int) -> Void)? = nil, hashOnReader: Bool? = nil,
     protectionClasses: [FscryptKeyIdentifier: ProtectionClass] = [:],
-    chunking: (enabled: Bool, incremental: Bool) = (false, false), sealed: [[UInt8]: Digest] = [:]
+    chunking: (enabled: Bool, incremental: Bool) = (false, false), sealed: [[UInt8]: Digest] = [:],
+    plainSparseIdentity: Bool = false
   ) {
+    self.plainSparseIdentity = plainSparseIdentity
     self.chunking = chunking
     self.sealed = sealed
     self.hashOnReader = hashOnReader
     self.protectionClasses = protectionClasses
-    self.home = home
-    self.plan = plan
+    self.scanner = scanner
     self.queue = queue
     self.pool = pool
     self.afterRead = afterRead
   }
 
-  /// Runs on the reader thread; closes the queue when done or failed.
+  /// Runs on the reader thread; closes the queue when done or failed, and stops the scan.
   func run() throws {
     defer {
       streamHasher?.close()
       queue.close()
+      scanner.finish()
     }
     let hasher = SHA256Hasher()
-    var firstPathOfInode: [UInt64: Int] = [:]
-    // The directory of the current files, open: each file is then one openat of a plain name
-    // (items come grouped by directory), instead of a path walk from the home. A directory
-    // whose parent is the one open is opened from it by name (depth-first order makes that
-    // the common case), so a deep tree costs no long path walks.
-    var open: (index: Int, descriptor: FileDescriptor, path: [UInt8])?
-    defer { open?.descriptor.close() }
-    for (index, item) in plan.items.enumerated() {
-      guard case .file(let directory, let entry) = item else {
-        guard queue.push(.passthrough(item: index)) else { return }
-        continue
+    // Inodes of files with several links already read: later paths become hard links.
+    var linked: Set<UInt64> = []
+    // The directories whose subtrees are not done yet, from the home down.
+    var open: [ScannedDirectory] = []
+    var path = DirectoryPath()
+    var totals = (entries: 0, files: 0, bytes: Int64(0), directories: 0)
+    while let directory = try scanner.next() {
+      while let top = open.last, top.depth >= directory.depth {
+        open.removeLast()
+        guard queue.push(.endDirectory(top)) else { return }
       }
-      let scanned = plan.directories[directory].entries[entry]
-      if scanned.status.linkCount > 1 {
-        if let first = firstPathOfInode[scanned.status.inode] {
-          guard queue.push(.hardlink(item: index, first: first)) else { return }
-          continue
-        }
-        firstPathOfInode[scanned.status.inode] = index
-      }
-      let name = plan.directories[directory].name(of: scanned)
-      if open?.index != directory {
-        let parentPath = plan.directories.path(of: directory)
-        let opened: FileDescriptor
-        do {
-          if let open, plan.directories[directory].parent == open.index {
-            opened = try open.descriptor.open(
-              rawName: plan.directories[directory].name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
-          } else {
-            opened = try home.openBeneath(
-              parentPath, O_RDONLY | O_DIRECTORY, displayPath: display(parentPath))
+      open.append(directory)
+      path.enter(directory)
+      guard queue.push(.directory(directory)) else { return }
+      totals.entries += directory.entries.count
+      totals.directories += 1
+      for position in directory.entries.indices {
+        let entry = directory.entries[position]
+        guard !entry.isReused else { continue }
+        let item = ItemReference(directory: directory, position: Int32(position))
+        switch entry.type {
+        case .symlink:
+          guard queue.push(.symlink(item)) else { return }
+        case .file:
+          totals.files += 1
+          totals.bytes += entry.status.size
+          if entry.status.linkCount > 1 && !linked.insert(entry.status.inode).inserted {
+            guard queue.push(.hardlink(item: item, inode: entry.status.inode)) else { return }
+            continue
           }
-        } catch let error as SystemError
-          where error.errno == .noEntry || error.errno == .tooManyLinks || error.errno == .notDirectory
-        {
-          guard queue.push(.vanished(item: index, reason: "its directory was moved during the backup")) else {
-            return
+          guard let handle = directory.handle else {
+            throw BackupError(.corruptCatalog, "The scan of '\(display(path.bytes))' kept no descriptor")
           }
-          continue
-        } catch let error as SystemError
-          where error.errno == .permissionDenied || error.errno == .notPermitted
-        {
-          let reason = "cannot open its directory (\(error.errno))"
-          guard queue.push(.unreadable(item: index, reason: reason)) else { return }
-          continue
-        } catch let error as SystemError {
-          throw backupFailure(error, path: display(parentPath))
+          let name = item.name
+          guard
+            try read(
+              item: item, name: name, in: handle.descriptor, path: path.path(of: name),
+              probable: probableDigest(of: entry, in: directory), hasher: hasher)
+          else { return }
+        default:
+          break
         }
-        open?.descriptor.close()
-        open = (directory, opened, parentPath)
       }
-      let path = joinPath(open!.path, name)
-      guard try read(item: index, name: name, in: open!.descriptor, path: path, hasher: hasher) else {
-        return
+      // Done with its files: its descriptor stays open only for its subdirectories' scans.
+      directory.handle = nil
+      if totals.directories % 256 == 0 {
+        guard queue.push(.totals(entries: totals.entries, files: totals.files, bytes: totals.bytes)) else {
+          return
+        }
       }
+    }
+    while let top = open.popLast() {
+      guard queue.push(.endDirectory(top)) else { return }
+    }
+    _ = queue.push(.totals(entries: totals.entries, files: totals.files, bytes: totals.bytes))
+  }
+
+  /// For a file whose stat matched the previous snapshot but was too recent to trust: the
+  /// content digest recorded then.
+  private func probableDigest(of entry: ScannedEntry, in directory: ScannedDirectory) -> Digest? {
+    guard entry.isRacy, let previous = entry.previous else { return nil }
+    return directory.previousData.withUnsafeBytes { old in
+      (try? TreeCursor.entry(at: previous.range, in: old))?.digest(in: old)
     }
   }
 
   /// Whether to leave hashing to the archiver: it keeps up (most buffers are back).
-  private var archiverHasRoom: Bool { hashOnReader.map { !$0 } ?? pool.isMostlyFree }
+  var archiverHasRoom: Bool { hashOnReader.map { !$0 } ?? pool.isMostlyFree }
 
   /// Reads one file (all attempts). Returns false when the archiver cancelled.
   private func read(
-    item: Int, name: [UInt8], in directory: FileDescriptor, path: [UInt8], hasher: SHA256Hasher
+    item: ItemReference, name: [UInt8], in directory: FileDescriptor, path: [UInt8], probable: Digest?,
+    hasher: SHA256Hasher
   )
     throws -> Bool
   {
@@ -254,12 +278,15 @@ final class ContentReader: @unchecked Sendable {
       if !sealed.isEmpty, let digest = sealed[path] {
         return queue.push(.confirmed(item: item, file: file, digest: digest))
       }
-      if attempt == 1, before.size > Int64(pool.bufferSize), let probable = plan.probableDigests[item] {
+      if attempt == 1, before.size > Int64(pool.bufferSize), let probable {
         // Most likely unchanged (only its stat was too recent to trust): hash it first, and
         // write it only if the digest differs. Small files need no such care: the archiver
         // skips content the repository already holds.
-        if try hashMatches(fd, probable, before: before, hasher: hasher, path: path) {
-          return queue.push(.confirmed(item: item, file: file, digest: probable))
+        let sparse = item.entry.previous?.hasSparseIdentity ?? false
+        if try hashMatches(fd, probable, sparse: sparse, before: before, hasher: hasher, path: path) {
+          var confirmed = file
+          confirmed.hasSparseIdentity = sparse
+          return queue.push(.confirmed(item: item, file: confirmed, digest: probable))
         }
         continue
       }
@@ -303,101 +330,17 @@ final class ContentReader: @unchecked Sendable {
         return true
       }
 
-      var opened = file
-      if before.mayBeSparse { opened.dataRegions = (try? fd.dataRegions(size: before.size)) ?? nil }
-      let mode = streamMode(item, size: before.size, sparse: opened.dataRegions != nil)
-      // A chunked file is hashed twice, whole and chunk by chunk, and cut (the gear hash):
-      // this thread reads and cuts, a third hashes it whole, the archiver hashes the chunks.
-      let archiverHashes = mode == .whole && archiverHasRoom
-      var chunker = mode == .whole ? nil : Chunker()
-      let wholeHasher = mode == .whole ? nil : startedStreamHasher()
-      guard queue.push(.begin(item: item, file: opened, archiverHashes: archiverHashes, mode: mode)) else {
-        return false
+      switch try stream(
+        item, fd: fd, file: file, before: before, path: path, attempt: attempt, hasher: hasher)
+      {
+      case .cancelled: return false
+      case .done: return true
+      case .again: continue
       }
-      var remaining = before.size
-      var position: Int64 = 0
-      var endedEarly = false
-      runs: for run in opened.dataRegions ?? [0..<before.size] {
-        if run.lowerBound > position {
-          let gap = run.lowerBound - position
-          if !archiverHashes { Self.hashZeros(gap, into: hasher) }
-          guard queue.push(.hole(count: gap)) else { return false }
-          position = run.lowerBound
-          remaining -= gap
-        }
-        while position < run.upperBound {
-          let size = Int(min(Int64(pool.bufferSize), run.upperBound - position))
-          let buffer = pool.take(beforeWaiting: nudgeConsumers)
-          let n: Int
-          do {
-            // Never more than the header declared: growth shows in the fstat after.
-            n = try fd.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<size]), at: position)
-          } catch let error as SystemError {
-            pool.give(buffer)
-            throw backupFailure(error, path: display(path))
-          }
-          if n == 0 {
-            pool.give(buffer)
-            endedEarly = true
-            break runs
-          }
-          if let wholeHasher {
-            wholeHasher.feed(buffer, count: n)
-          } else if !archiverHashes {
-            hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
-          }
-          remaining -= Int64(n)
-          position += Int64(n)
-          var cut: Int32 = -1
-          if chunker != nil {
-            cut = Self.cut(UnsafeRawBufferPointer(rebasing: buffer[0..<n]), with: &chunker!)
-          }
-          guard queue.push(.chunk(buffer: buffer, count: n, cut: cut), cost: n) else {
-            pool.give(buffer)
-            return false
-          }
-        }
-      }
-      if !endedEarly && remaining > 0 && opened.dataRegions != nil {
-        // The hole at the end of the file.
-        if !archiverHashes { Self.hashZeros(remaining, into: hasher) }
-        guard queue.push(.hole(count: remaining)) else { return false }
-        remaining = 0
-      }
-      let wasShort = remaining > 0
-      if var cutting = chunker, remaining > 0 {
-        // A chunked file that ended early gets its missing bytes as zeros here, cut like the
-        // rest (the archiver pads a whole member; chunks need the cuts).
-        while remaining > 0 {
-          let count = Int(min(Int64(pool.bufferSize), remaining))
-          let buffer = pool.take(beforeWaiting: nudgeConsumers)
-          let zeros = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<count])
-          zeros.initializeMemory(as: UInt8.self, repeating: 0)
-          wholeHasher?.feed(buffer, count: count)
-          remaining -= Int64(count)
-          let cut = Self.cut(UnsafeRawBufferPointer(zeros), with: &cutting)
-          guard queue.push(.chunk(buffer: buffer, count: count, cut: cut), cost: count) else {
-            pool.give(buffer)
-            return false
-          }
-        }
-      }
-      if remaining > 0 && !archiverHashes { Self.hashZeros(remaining, into: hasher) }
-      afterRead?(path, attempt)
-      let after = try fd.status()
-      let stable = !wasShort && Self.same(before, after)
-      guard
-        queue.push(
-          .end(
-            item: item, digest: wholeHasher?.finish() ?? (archiverHashes ? nil : hasher.finalize()),
-            short: remaining, stable: stable,
-            final: stable || isLast))
-      else { return false }
-      if stable || isLast { return true }
     }
   }
 
-  private func startedStreamHasher() -> StreamHasher {
+  func startedStreamHasher() -> StreamHasher {
     if let streamHasher { return streamHasher }
     let started = StreamHasher(pool: pool)
     streamHasher = started
@@ -418,34 +361,10 @@ final class ContentReader: @unchecked Sendable {
   }
 
   /// How the archiver will store item `item`, a file of `size` bytes being streamed.
-  private func streamMode(_ item: Int, size: Int64, sparse: Bool) -> StreamMode {
+  func streamMode(_ item: ItemReference, size: Int64, sparse: Bool) -> StreamMode {
     guard chunking.enabled, !sparse, size >= ChunkingParameters.threshold else { return .whole }
-    guard chunking.incremental, case .file(let directory, let entry) = plan.items[item],
-      plan.directories[directory].entries[entry].previous?.type == .file
-    else { return .wholeIndexed }
+    guard chunking.incremental, item.entry.previous?.type == .file else { return .wholeIndexed }
     return .chunks
-  }
-
-  /// Reads the whole file and tells whether it hashes to `digest` and held still meanwhile.
-  private func hashMatches(
-    _ fd: FileDescriptor, _ digest: Digest, before: FileStatus, hasher: SHA256Hasher, path: [UInt8]
-  ) throws -> Bool {
-    let buffer = pool.take(beforeWaiting: nudgeConsumers)
-    defer { pool.give(buffer) }
-    var total: Int64 = 0
-    do {
-      while true {
-        let n = try fd.read(into: buffer)
-        if n == 0 { break }
-        hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
-        total += Int64(n)
-      }
-      let after = try fd.status()
-      return hasher.finalize() == digest && total == before.size && Self.same(before, after)
-    } catch let error as SystemError {
-      _ = hasher.finalize()
-      throw backupFailure(error, path: display(path))
-    }
   }
 
   /// Whether two stats of one open file say it did not change in between.

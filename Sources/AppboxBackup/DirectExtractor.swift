@@ -175,30 +175,22 @@ final class DirectExtractor: @unchecked Sendable {
     let buffer = UnsafeMutableRawBufferPointer.allocate(
       byteCount: max(DirectExtractor.batchBytes, ChunkingParameters.maximum), alignment: 4096)
     let hasher = SHA256Hasher()
-    /// Open directories by index in `plan.directories`; bounded.
-    var directories: [Int32: FileDescriptor] = [:]
+    /// The worker's own way to its files' directories: from one to the next by name.
+    let cursor: PlanCursor
 
-    init(extractor: DirectExtractor) { self.extractor = extractor }
+    init(extractor: DirectExtractor) {
+      self.extractor = extractor
+      cursor = PlanCursor(target: extractor.target)
+    }
 
     func close() {
-      for fd in directories.values { fd.close() }
-      directories.removeAll()
+      cursor.closeAll()
       buffer.deallocate()
     }
 
     var plan: RestorePlan { extractor.plan }
 
-    func directory(_ index: Int32) throws -> FileDescriptor {
-      if index < 0 { return extractor.target }
-      if let open = directories[index] { return open }
-      if directories.count >= 64 {
-        for fd in directories.values { fd.close() }
-        directories.removeAll()
-      }
-      let fd = try extractor.target.openBeneath(plan.directories[Int(index)].path, O_RDONLY | O_DIRECTORY)
-      directories[index] = fd
-      return fd
-    }
+    func directory(_ index: Int32) throws -> FileDescriptor { try cursor.directory(index, in: plan) }
 
     /// Creates file `index` of the plan, empty, open for writing.
     func create(_ index: Int) throws -> FileDescriptor {
@@ -206,9 +198,10 @@ final class DirectExtractor: @unchecked Sendable {
       let parent = try directory(item.parent)
       if item.protectionClass != .none, let protected = extractor.protectedFiles {
         return try protected.createFile(
-          rawName: item.name, in: parent, class: item.protectionClass, mode: 0o600)
+          rawName: plan.name(of: item), in: parent, class: item.protectionClass, mode: 0o600)
       }
-      return try parent.open(rawName: item.name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o600)
+      return try parent.open(
+        rawName: plan.name(of: item), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o600)
     }
 
     /// Gives file `index` (open as `fd`) its owner, attributes, mode and times.
@@ -229,7 +222,7 @@ final class DirectExtractor: @unchecked Sendable {
       guard hasher.finalize() == digest else {
         throw BackupError(
           .corruptArchive,
-          "The content of '\(display(plan.files[first].path))' does not match its recorded SHA-256: an archive is damaged"
+          "The content of '\(display(plan.path(of: plan.files[first])))' does not match its recorded SHA-256: an archive is damaged"
         )
       }
       var count = 1
@@ -237,7 +230,7 @@ final class DirectExtractor: @unchecked Sendable {
       if !others.isEmpty {
         // Read back through a descriptor of its own (the first was opened write-only).
         let item = plan.files[first]
-        let source = try directory(item.parent).open(rawName: item.name, O_RDONLY | O_NOFOLLOW)
+        let source = try directory(item.parent).open(rawName: plan.name(of: item), O_RDONLY | O_NOFOLLOW)
         defer { source.close() }
         let regions = try source.dataRegions(size: size) ?? (size > 0 ? [0..<size] : [])
         for index in others {
@@ -250,7 +243,7 @@ final class DirectExtractor: @unchecked Sendable {
                 let n = try source.readAll(
                   into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<wanted]), at: position)
                 guard n == wanted else {
-                  throw SystemError("read", path: display(plan.files[first].path), errno: .ioError)
+                  throw SystemError("read", path: display(plan.path(of: plan.files[first])), errno: .ioError)
                 }
                 try copy.writeAll(UnsafeRawBufferPointer(rebasing: buffer[0..<n]), at: position)
                 position += Int64(n)

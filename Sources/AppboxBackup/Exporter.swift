@@ -1,8 +1,9 @@
 // `export`: an app's data as one standalone pax tar.
 //
 // The same stages as a full backup, without a repository: scan Documents and Library (not
-// Library/Caches, nothing marked "exclude from backup") with both cores, then read and write
-// every item (ContentReader on one thread, Archiver on this one). No manifest: the archive is
+// Library/Caches, nothing marked "exclude from backup") with both cores, while reading and
+// writing every item in depth-first order (ContentReader on one thread, Archiver on this one),
+// in the memory of a few directories whatever the number of files. No manifest: the archive is
 // plain data that GNU tar extracts and `import` accepts. It is written as a `StagedFile` (a
 // temp file beside the destination, fsynced and renamed over it), so the destination is
 // either the old file or the complete new one. Files with holes become sparse members (their
@@ -45,32 +46,17 @@ extension DeviceSession {
       home: home.borrowed, rules: rules, catalogPath: nil, previousRoot: nil, trustedBefore: 0,
       observer: observer)
     observer.engine(.phase(.scanning))
-    let plan = ArchivePlan(directories: try scanner.scan(), full: true)
-    let special = plan.directories.indices.filter { !plan.directories[$0].isExcluded }.flatMap { index in
-      let directory = plan.directories[index]
-      let path = plan.directories.path(of: index)
-      return directory.entries.filter { $0.type == .fifo || $0.type == .socket }.map {
-        display(joinPath(path, directory.name(of: $0)))
-      }
-    }
-    observer.engine(
-      .planned(
-        entries: plan.directories.reduce(0) { $0 + $1.entries.count }, files: plan.fileCount,
-        bytes: plan.fileBytes))
-
-    observer.engine(.phase(.writing))
     let (directoryPath, name) = splitPath(path)
     let directory = try OwnedFileDescriptor.open(directoryPath, O_RDONLY | O_DIRECTORY)
     let staged = try StagedFile(name, in: directory.borrowed, mode: 0o644, displayPath: path)
     let writer = try ArchiveWriter(fileDescriptor: staged.descriptor.rawValue, compression: .none, name: path)
     let pool = BufferPool(count: 16, bufferSize: 256 << 10)
     let archiver = Archiver(
-      plan: plan, writer: writer, catalog: nil, archiveName: name, deduplicate: false, pool: pool,
-      observer: observer)
+      writer: writer, catalog: nil, archiveName: name, deduplicate: false, full: true, pool: pool,
+      observer: observer, phaseAfterScan: .writing)
     let queue = HandoffQueue<ContentMessage>(capacity: 16 << 20)
     let reader = ContentReader(
-      home: home.borrowed, plan: plan, queue: queue, pool: pool,
-      protectionClasses: try protectionClassesByKey())
+      scanner: scanner, queue: queue, pool: pool, protectionClasses: try protectionClassesByKey())
     let thread = WorkerThread(name: "appbox-read") { try reader.run() }
     do {
       try archiver.run(queue)
@@ -81,6 +67,7 @@ extension DeviceSession {
     try thread.join()
     try writer.finish()
     try staged.commit()
+    let special = archiver.specialFiles
     for warning in scanner.warnings + archiver.warnings {
       observer.engine(.warning(path: warning.path, message: warning.message))
     }
@@ -94,13 +81,11 @@ extension DeviceSession {
             + (special.count > 5 ? ", ..." : "")))
     }
     observer.engine(.finished(operation: "export", app: app.bundleIdentifier))
-    let stored = archiver.results.compactMap { $0 }.filter { !$0.vanished && !$0.isExcluded }
     let unreadable = (scanner.unreadable + archiver.unreadable).map(\.path).sorted {
       $0.lexicographicallyPrecedes($1)
     }
     return ExportReport(
-      files: stored.count
-        + plan.items.filter { if case .symlink = $0 { return true } else { return false } }.count,
+      files: archiver.storedFiles + archiver.storedSymlinks,
       bytes: archiver.bytesAdded,
       warnings: (scanner.warnings + archiver.warnings).map { "'\($0.path)' \($0.message)" },
       unreadable: scanner.unreadableCount + archiver.unreadableCount,

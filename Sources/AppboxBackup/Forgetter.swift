@@ -4,7 +4,8 @@
 // 1. Drop all but the app's last N snapshots. What stays reachable is computed from every
 //    remaining snapshot of every app (content is shared across snapshots, apps and devices).
 // 2. The dropped snapshots' archives will go, and so will archives no snapshot owns (written by
-//    an earlier forget) that no longer hold live content. Live content located in an archive
+//    an earlier forget, or left by a killed one) of which a quarter or more is dead: no live
+//    blob, chunk or tree is located in those bytes. Live content located in an archive
 //    that goes is copied, verified against its digest on the way, into one new archive, with a
 //    manifest carrying those blobs and the live trees first stored with the archives that go
 //    (so a catalog rebuilt from the objects still has them). Live chunks (those of live
@@ -34,9 +35,17 @@
 // runs for more than half the grace period checks again, just before it commits, that nothing
 // it reuses has been marked since (BackupEngine.swift), and starts over if something has: so
 // the hour needs to cover only the few seconds of a commit, with a wide margin for stalls.
-// Crash safety: before step 3, the new archive is an extra copy (a later forget drops it);
-// after it, leftovers are debris of the kinds above, removed by the next writer (local) or
-// marked and swept (S3).
+// Crash safety, at every system call (docs/crash-safety.md): the objects are the record and
+// the catalog a cache of them. Before step 3, the new archive is an extra copy: no row locates
+// content in it, so the next forget finds it dead and drops it. Deleting snapshot objects only
+// makes content dead. A manifest object is deleted only once every live content of its
+// archive has a copy in the new archive's manifest, so when the kill comes before the catalog
+// transaction, the next sync rebuilds every table (chunks and chunk lists too) from the
+// manifests that remain and so locates that content in the new copy. The archives left then
+// have no manifest and no row: debris, removed by the next writer (local; debris removal
+// never deletes an archive any row names) or marked and swept (S3). What a killed forget
+// left unreclaimed (archives of snapshots it dropped) is unowned and mostly dead: the next
+// forget takes it.
 
 import AppboxArchive
 import AppboxCore
@@ -104,16 +113,16 @@ extension Repository {
     for snapshot in remaining { try reach(snapshot.rootTree, trees: &liveTrees, blobs: &liveBlobs) }
 
     let owned = Set(remaining.map(\.archive))
-    let everOwned = Set(try catalog.snapshots().map(\.archive))
     let retired = Set(try retiredArchiveNames())
     let records = try catalog.archives().filter { !retired.contains($0.name) }
     let allBlobs = try catalog.blobs()
     let liveByArchive = Dictionary(grouping: allBlobs.filter { liveBlobs.contains($0.digest) }, by: \.archive)
+    let live = try liveBytes(
+      blobs: liveByArchive, chunks: try liveChunks(of: liveBlobs, doomed: []).digests, trees: liveTrees)
+    let dropped = Set(report.removed.map(\.archive))
     let doomed = records.filter { record in
       !owned.contains(record.name)
-        && (report.removed.contains { $0.archive == record.name }
-          || !everOwned.contains(record.name)
-            && liveByArchive[record.name] == nil)
+        && (dropped.contains(record.name) || Self.isMostlyDead(record, liveBytes: live[record.name] ?? 0))
     }
     let doomedNames = Set(doomed.map(\.name))
     let moving = doomed.flatMap { liveByArchive[$0.name] ?? [] }
@@ -259,6 +268,42 @@ extension Repository {
     try sync()
   }
 
+  /// Whether an archive no snapshot owns holds so little live content that copying it out is
+  /// worth it: a quarter or more of its bytes are dead. (An archive every byte of which stays
+  /// live, a repack's, is kept as it is; one left by a killed `forget`, or one whose content
+  /// later snapshots dropped, goes once its dead part grows. So the space held by dead content
+  /// stays below a third of the live content's.)
+  static func isMostlyDead(_ record: ArchiveRecord, liveBytes: Int64) -> Bool {
+    liveBytes * 4 <= record.size * 3
+  }
+
+  /// Bytes of live content each archive holds: its live blobs, the live chunks outside those
+  /// blobs' members, and its live trees.
+  private func liveBytes(blobs: [String: [BlobLocation]], chunks: Set<Digest>, trees: Set<Digest>) throws
+    -> [String: Int64]
+  {
+    var bytes: [String: Int64] = [:]
+    var members: Set<String> = []
+    for (archive, locations) in blobs {
+      for location in locations {
+        bytes[archive, default: 0] += location.size
+        members.insert("\(archive) \(location.offset)")
+      }
+    }
+    for chunk in try catalog.chunks() where chunks.contains(chunk.digest) {
+      if !members.contains("\(chunk.archive) \(chunk.offset)") {
+        bytes[chunk.archive, default: 0] += chunk.size
+      }
+    }
+    let rows = try catalog.database.all("SELECT digest, archive, length(data) FROM trees") {
+      (Digest(validating: $0.blob(0)), $0.text(1) ?? "", $0.int64(2))
+    }
+    for (digest, archive, size) in rows where digest.map(trees.contains) ?? false {
+      bytes[archive, default: 0] += size
+    }
+    return bytes
+  }
+
   private func retiredArchiveNames() throws -> [String] {
     try catalog.database.all("SELECT name FROM archives WHERE retired IS NOT NULL") { $0.text(0) ?? "" }
   }
@@ -269,6 +314,23 @@ extension Repository {
         "SELECT archive FROM trees WHERE digest = ?1", .blob(digest.bytes))
     else { return nil }
     return name
+  }
+
+  /// The SHA-256 of every byte of the member at `location` (holes read as zeros).
+  private func plainDigest(
+    of location: BlobLocation, in archive: String, buffer: UnsafeMutableRawBufferPointer
+  )
+    throws -> Digest?
+  {
+    let reader = try openArchive(try archiveRecord(archive)).reader(startingAt: location.offset)
+    guard try reader.nextEntry() != nil, reader.headerOffset == location.offset else { return nil }
+    let hasher = SHA256Hasher()
+    while true {
+      let count = try reader.readData(into: buffer)
+      if count == 0 { break }
+      hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
+    }
+    return hasher.finalize()
   }
 
   /// Adds every tree and non-empty content reachable from `root`.
@@ -311,15 +373,25 @@ extension Repository {
         let newOffset = writer.uncompressedOffset
         try writer.writeHeader(entry)
         let dataOffset = entry.sparseRegions == nil ? writer.uncompressedOffset : nil
-        while true {
-          let count = try reader.readData(into: buffer)
-          if count == 0 { break }
-          let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
-          hasher.update(chunk)
-          try writer.writeData(chunk)
+        // A sparse member is copied run by run (its holes are neither read nor hashed) and
+        // checked against its sparse identity; one an older appbox wrote has a plain digest,
+        // checked by reading the member once more (ContentIdentity.swift).
+        let identity = ContentHasher(sparse: entry.sparseRegions != nil, size: entry.size, hasher: hasher)
+        var position: Int64 = 0
+        while let chunk = try reader.readChunk(into: buffer) {
+          if chunk.offset > position { try writer.writeZeros(chunk.offset - position) }
+          let data = UnsafeRawBufferPointer(rebasing: buffer[0..<chunk.count])
+          identity.update(data, at: chunk.offset)
+          try writer.writeData(data)
+          position = chunk.offset + Int64(chunk.count)
         }
+        if entry.size > position { try writer.writeZeros(entry.size - position) }
         try writer.finishEntry()
-        guard hasher.finalize() == location.digest else {
+        var matches = identity.finalize() == location.digest
+        if !matches && identity.isSparse {
+          matches = try plainDigest(of: location, in: archive, buffer: buffer) == location.digest
+        }
+        guard matches else {
           throw BackupError(
             .corruptArchive,
             "Archive '\(archive)' is damaged: '\(display(location.path))' does not match its SHA-256")

@@ -63,10 +63,11 @@ extension Repository {
     }
     observer.engine(.phase(.swapping))
     observer.engine(.stage("swap"))
-    try HomeSwap.swap(staging, intoGroup: group, session: session)
+    let swapWarnings = try HomeSwap.swap(staging, intoGroup: group, session: session)
     observer.engine(.finished(operation: "restore", app: group.identifier))
     return GroupRestoreResult(
-      snapshot: snapshot, group: group, files: report.files, bytes: report.bytes, warnings: report.warnings)
+      snapshot: snapshot, group: group, files: report.files, bytes: report.bytes,
+      warnings: report.warnings + swapWarnings)
   }
 
   /// After a restore installed an app: restores the latest snapshot of each group that

@@ -16,6 +16,11 @@
 // forward: carried items still in the home are moved, the exchange is done unless the
 // home's inode already is the staging inode, the old tree is removed. A staging directory
 // without a journal was still being built: it is removed, and the home never changed.
+// A failure (not a crash) decides the outcome at once, so that a command that reports a
+// failure has not replaced the home: before the exchange, the swap is undone (carried items
+// back, the staged directory renamed to a name no journal gives, so no recovery can swap it
+// in, then the journal removed); after it, the swap has happened, and a failure cleaning up
+// is returned as a warning (the journal stays: the next command finishes it).
 // Invariant: at every instant the home is either entirely the old contents (possibly minus
 // carried items sitting in the staging directory, which the journal brings back to a
 // consistent state) or entirely the new ones.
@@ -86,9 +91,11 @@ public enum HomeSwap {
   static let groupParent = "AppGroup"
 
   /// Makes `staging` (made `forGroups`) the contents of app group `group`'s container.
-  /// Consumes `staging` (closes it).
+  /// Consumes `staging` (closes it). Returns warnings: the swap was done, but cleaning up
+  /// after it failed (the next command finishes that).
+  @discardableResult
   public static func swap(_ staging: HomeStagingArea, intoGroup group: GroupRecord, session: DeviceSession)
-    throws
+    throws -> [String]
   {
     precondition(session.isLocked(group.identifier), "swapping a group's container needs its lock")
     let journal: [String: PropertyList]
@@ -103,16 +110,15 @@ public enum HomeSwap {
         "stagingInode": .integer(Int64(bitPattern: try staging.descriptor.status().inode)),
         "carry": .array([]), "parent": .string(groupParent),
       ]
-      try Journal(root: session.root).write(journalName(group.containerID), journal)
-      staging.descriptor.close()
     } catch {
       staging.discard()
       throw error
     }
+    try writeJournal(journal, for: staging, session: session)
     CrashPoint.hit("swap.journaled")
     defer { staging.applicationRoot.close() }
-    try finish(
-      journal: PropertyListDictionary(journal), applicationRoot: staging.applicationRoot,
+    return try commit(
+      try SwapRecord(PropertyListDictionary(journal)), in: staging.applicationRoot,
       journal: Journal(root: session.root))
   }
 
@@ -120,17 +126,20 @@ public enum HomeSwap {
   /// Consumes `staging` (closes it).
   /// `dataOwned`: the staged data already belongs to the app's uid (restore gives it as it
   /// creates each entry), so the walk that hands it over is skipped.
+  /// Either the home is swapped and this returns (with warnings when cleaning up after the
+  /// swap failed: the next command finishes that), or it throws and the home is as it was.
+  @discardableResult
   public static func swap(
     _ staging: HomeStagingArea, into app: AppRecord, carrying: Carry, session: DeviceSession,
     dataOwned: Bool = false
   )
-    throws
+    throws -> [String]
   {
     let journal = try prepare(staging, into: app, carrying: carrying, session: session, dataOwned: dataOwned)
     CrashPoint.hit("swap.journaled")
     defer { staging.applicationRoot.close() }
-    try finish(
-      journal: PropertyListDictionary(journal), applicationRoot: staging.applicationRoot,
+    return try commit(
+      try SwapRecord(PropertyListDictionary(journal)), in: staging.applicationRoot,
       journal: Journal(root: session.root))
   }
 
@@ -144,6 +153,7 @@ public enum HomeSwap {
     throws -> [String: PropertyList]
   {
     precondition(session.isLocked(app.bundleIdentifier), "swapping a home needs the app's lock")
+    let journal: [String: PropertyList]
     do {
       try staging.descriptor.setPermissions(0o700)
       if !dataOwned, let owner = AppUser.dataOwner(of: app) {  // the app's data belongs to its own uid
@@ -164,51 +174,167 @@ public enum HomeSwap {
           }
         }
       }
-      let journal: [String: PropertyList] = [
+      journal = [
         "containerID": .string(app.containerID), "staging": .string(staging.name),
         "stagingInode": .integer(Int64(bitPattern: try staging.descriptor.status().inode)),
         "carry": .array(carried.map { .data(Data($0)) }),
       ]
-      try Journal(root: session.root).write(journalName(app.containerID), journal)
-      staging.descriptor.close()
-      return journal
     } catch {
       staging.discard()
       throw error
     }
+    try writeJournal(journal, for: staging, session: session)
+    return journal
   }
 
-  /// Rolls a journaled swap forward from wherever it stopped.
+  /// Writes the journal entry durably and closes the staging descriptor. When that fails,
+  /// the entry may be in place all the same (renamed in, its directory's fsync failed):
+  /// the staged directory is first renamed to a name no journal gives, so that no recovery
+  /// can swap in what is being removed; if even that fails, the swap goes ahead (the
+  /// journal is there, and the staged contents are whole).
+  private static func writeJournal(
+    _ journal: [String: PropertyList], for staging: HomeStagingArea, session: DeviceSession
+  ) throws {
+    let entries = Journal(root: session.root)
+    guard let id = journal["containerID"]?.string else { preconditionFailure("a journal names its home") }
+    do {
+      try entries.write(journalName(id), journal)
+      staging.descriptor.close()
+    } catch {
+      staging.descriptor.close()
+      let retired = HomeStagingArea.prefix + UUID().uuidString
+      guard (try? staging.applicationRoot.rename(staging.name, to: retired, flags: .noReplace)) != nil else {
+        // Still under its journaled name: with the journal in place the swap goes on;
+        // without it the home never changed (recovery removes the staged directory).
+        if (try? entries.records(prefix: journalName(id)))?.isEmpty == false { return }
+        staging.applicationRoot.close()
+        throw error
+      }
+      try? entries.remove(journalName(id))
+      try? FileTree.remove(retired, in: staging.applicationRoot)
+      staging.applicationRoot.close()
+      throw error
+    }
+  }
+
+  /// Carries the items over and exchanges the directories; then cleans up. A failure before
+  /// the exchange undoes the swap (carried items go back, the staged directory is retired,
+  /// the journal removed) and is thrown; once the exchange is made the swap has happened, so
+  /// a failure cleaning up is returned as a warning, the journal left for the next command's
+  /// recovery.
+  static func commit(_ record: SwapRecord, in applicationRoot: FileDescriptor, journal entries: Journal)
+    throws
+    -> [String]
+  {
+    do {
+      try record.exchange(in: applicationRoot)
+    } catch {
+      if try record.isExchanged(in: applicationRoot) != true {
+        do {
+          try record.undo(in: applicationRoot, journal: entries)
+        } catch let undoError {
+          throw BackupError(
+            .io,
+            "\(error); undoing the swap failed too (\(undoError)): the next appbox "
+              + "command completes it")
+        }
+        throw error
+      }
+    }
+    CrashPoint.hit("swap.exchanged")
+    do {
+      try record.cleanUp(in: applicationRoot, journal: entries)
+    } catch {
+      // No second try: a sync that failed once may report success the next time without
+      // its data having reached the disk. The journal stays; the next command finishes it.
+      return [
+        "the new contents are in place, but cleaning up after the swap failed (\(error)); "
+          + "the next appbox command finishes it"
+      ]
+    }
+    return []
+  }
+
+  /// Rolls a journaled swap forward from wherever it stopped (recovery).
   static func finish(
     journal: PropertyListDictionary, applicationRoot: FileDescriptor, journal entries: Journal
   )
     throws
   {
+    let record = try SwapRecord(journal)
+    if try record.isExchanged(in: applicationRoot) == false { try record.exchange(in: applicationRoot) }
+    CrashPoint.hit("swap.exchanged")
+    try record.cleanUp(in: applicationRoot, journal: entries)
+  }
+}
+
+/// A journaled swap, as its journal entry records it.
+struct SwapRecord {
+  var containerID: String
+  var staging: String
+  var stagingInode: UInt64
+  var carried: [[UInt8]]
+
+  init(_ journal: PropertyListDictionary) throws {
     guard let id = journal["containerID"]?.string, let staging = journal["staging"]?.string,
       staging.hasPrefix(HomeStagingArea.prefix), !id.contains("/"),
       let inode = journal["stagingInode"]?.integer
     else { throw BackupError(.corruptCatalog, "A home swap journal in '.appbox/journal' is malformed") }
-    let carried = (journal["carry"]?.array ?? []).compactMap { $0.data.map { Array($0) } }
-    let exchanged = try applicationRoot.statusIfPresent(of: id)?.inode == UInt64(bitPattern: inode)
-    if !exchanged, try applicationRoot.statusIfPresent(of: staging)?.inode == UInt64(bitPattern: inode),
-      try applicationRoot.statusIfPresent(of: id) != nil
+    containerID = id
+    self.staging = staging
+    stagingInode = UInt64(bitPattern: inode)
+    carried = (journal["carry"]?.array ?? []).compactMap { $0.data.map { Array($0) } }
+  }
+
+  /// Whether the home is the staged directory: true, false, or nil when neither the home nor
+  /// the staged directory is there under its name (recovery already ran).
+  func isExchanged(in applicationRoot: FileDescriptor) throws -> Bool? {
+    if try applicationRoot.statusIfPresent(of: containerID)?.inode == stagingInode { return true }
+    guard try applicationRoot.statusIfPresent(of: staging)?.inode == stagingInode,
+      try applicationRoot.statusIfPresent(of: containerID) != nil
+    else { return nil }
+    return false
+  }
+
+  /// Moves the carried items from the home into the staged directory, then exchanges the two.
+  func exchange(in applicationRoot: FileDescriptor) throws {
+    guard try isExchanged(in: applicationRoot) == false else { return }
+    let home = try applicationRoot.open(containerID, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+    defer { home.close() }
+    let target = try applicationRoot.open(staging, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+    defer { target.close() }
+    for name in carried where try home.status(ofRawName: name) != nil && target.status(ofRawName: name) == nil
     {
-      let home = try applicationRoot.open(id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
-      defer { home.close() }
-      let target = try applicationRoot.open(staging, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
-      defer { target.close() }
-      for name in carried
-      where try home.status(ofRawName: name) != nil && target.status(ofRawName: name) == nil {
-        try home.rename(rawName: name, to: name, in: target, flags: .noReplace)
-        CrashPoint.hit("swap.carried")
-      }
-      try applicationRoot.rename(staging, to: id, flags: .exchange)
-      try applicationRoot.sync()
+      try home.rename(rawName: name, to: name, in: target, flags: .noReplace)
+      CrashPoint.hit("swap.carried")
     }
-    CrashPoint.hit("swap.exchanged")
-    // The staging name now holds the old contents (or nothing, if recovery already ran).
+    try applicationRoot.rename(staging, to: containerID, flags: .exchange)
+  }
+
+  /// Before the exchange: carried items back into the home, the staged directory renamed to
+  /// a name no journal gives (from then on no recovery swaps it in), the journal removed,
+  /// the staged directory removed (recovery removes it if this fails).
+  func undo(in applicationRoot: FileDescriptor, journal entries: Journal) throws {
+    let home = try applicationRoot.open(containerID, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+    defer { home.close() }
+    let target = try applicationRoot.open(staging, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+    defer { target.close() }
+    for name in carried where try home.status(ofRawName: name) == nil && target.status(ofRawName: name) != nil
+    {
+      try target.rename(rawName: name, to: name, in: home, flags: .noReplace)
+    }
+    let retired = HomeStagingArea.prefix + UUID().uuidString
+    try applicationRoot.rename(staging, to: retired, flags: .noReplace)
+    try? entries.remove(HomeSwap.journalName(containerID))
+    try? FileTree.remove(retired, in: applicationRoot)
+  }
+
+  /// After the exchange: makes it durable, removes the old contents (now under the staging
+  /// name) and the journal.
+  func cleanUp(in applicationRoot: FileDescriptor, journal entries: Journal) throws {
+    try applicationRoot.sync()
     try FileTree.remove(staging, in: applicationRoot)
-    try entries.remove(journalName(id))
+    try entries.remove(HomeSwap.journalName(containerID))
   }
 }
 

@@ -17,21 +17,24 @@ import Glibc
 
 /// Pass 2: builds the planned tree in the staging directory.
 struct ImportBuild {
-  let writer: TreeWriter
+  let staging: FileDescriptor
+  /// Where the build is: the parent directory of the member being created. Members come in
+  /// archive order, usually grouped by directory, so moving between them costs the names that
+  /// differ, never a walk from the top (a tree 10,000 levels deep builds in linear time).
+  let cursor: DirectoryCursor
   var validator: ImportValidator
   let observer: EngineObserver
-  /// Directory metadata to apply at the end (the latest member's, for a repeated directory).
-  var directories: [[UInt8]: TreeEntry] = [:]
   var report = ImportReport(files: 0, directories: 0, bytes: 0, format: .archive, skipped: [], warnings: [])
 
   init(staging: FileDescriptor, limits: ImportLimits, room: Int64, observer: EngineObserver) {
-    writer = TreeWriter(target: staging)
+    self.staging = staging
+    cursor = DirectoryCursor(base: staging)
     validator = ImportValidator(maxEntries: limits.maxEntries, maxBytes: limits.maxBytes, maxDataBytes: room)
     self.observer = observer
   }
 
   mutating func run(_ source: ImportSource, plan: ImportPlan) throws {
-    defer { writer.closeAll() }
+    defer { cursor.closeAll() }
     let reader = try source.open()
     var layout = ImportLayout()
     var skipped = SkippedMembers()
@@ -40,7 +43,7 @@ struct ImportBuild {
     defer { buffer.deallocate() }
     var index = 0
     while let entry = try reader.nextMember() {
-      guard index < plan.fingerprints.count, entry.hashValue == plan.fingerprints[index] else {
+      guard index < plan.fingerprints.count, ImportPlan.fingerprint(entry) == plan.fingerprints[index] else {
         throw BackupError(
           .refusedArchive,
           "member \(index + 1) ('\(entry.displayPath)') reads differently from when it was checked "
@@ -49,32 +52,43 @@ struct ImportBuild {
       index += 1
       try validator.count()
       guard let member = try placed(entry, layout: &layout, skipped: &skipped) else { continue }
-      let (admission, implied) = try validator.admit(ArchiveEntryFacts(member))
-      for directory in implied {
-        try writer.makeDirectory(directory)
-        directories[directory] = TreeEntry(
-          name: [], type: .directory, permissions: 0o755,
-          modificationTime: Int64(Date().timeIntervalSince1970 * 1e9))
+      let admitted = try validator.admit(ArchiveEntryFacts(member))
+      let name = TreeWriter.split(member.path).name
+      // To the member's parent: through the directories that exist, then creating the ones
+      // it implies.
+      try cursor.move(toParentOf: member.path, creating: admitted.impliedCount)
+      if admitted.impliedCount > 0 {
+        let now = Int64(Date().timeIntervalSince1970 * 1e9)
+        for directory in validator.trail.suffix(admitted.impliedCount) {
+          directory.isCreated = true
+          directory.metadata = TreeEntry(
+            name: [], type: .directory, permissions: 0o755, modificationTime: now)
+        }
       }
       let metadata = treeEntry(member)
-      switch admission {
+      switch admitted.admission {
       case .directory:
-        if directories[member.path] == nil {
-          try writer.makeDirectory(member.path)
+        let directory = admitted.directory!
+        if !directory.isCreated {
+          try cursor.current.makeDirectory(rawName: name, mode: 0o700)
+          directory.isCreated = true
           report.directories += 1
         }
-        directories[member.path] = metadata
+        directory.metadata = metadata
       case .file:
-        let fd = try writer.createFile(member.path)
+        let fd = try cursor.current.open(rawName: name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o600)
         try fd.closeAfter { fd in
           try writeData(of: member, from: reader, to: fd, buffer: buffer)
-          try TreeWriter.applyMetadata(RestoreItem(path: member.path, entry: metadata), to: fd)
+          try TreeWriter.applyMetadata(RestoreItem(entry: metadata), to: fd)
         }
         report.files += 1
         observer.engine(.progress(files: report.files, bytes: report.bytes))
       case .hardlink(let target):
-        try writer.link(
-          RestoreItem(path: member.path, entry: metadata), to: RestoreItem(path: target, entry: metadata))
+        // The target's directory, resolved beneath the staging directory (never following a
+        // link): a path of the archive's own, so its cost is the member's length.
+        let split = TreeWriter.split(target)
+        let source = try staging.openBeneath(split.parent, FileDescriptor.pathOnlyFlag | O_DIRECTORY)
+        try source.closeAfter { try $0.link(rawName: split.name, to: name, in: cursor.current) }
         report.files += 1
       case .symlink:
         links.append((member.path, member.linkTarget ?? [], metadata.modificationTime))
@@ -86,20 +100,47 @@ struct ImportBuild {
         "it read differently from when it was checked (\(index) members, not \(plan.fingerprints.count))")
     }
     for link in links {
-      var entry = TreeEntry(name: [], type: .symlink, permissions: 0o777, modificationTime: link.time)
-      entry.linkTarget = link.target
-      try writer.makeSymlink(RestoreItem(path: link.path, entry: entry))
+      let name = TreeWriter.split(link.path).name
+      try cursor.move(toParentOf: link.path)
+      try cursor.current.makeSymlink(rawName: name, target: link.target)
+      try cursor.current.setTimes(ofRawName: name, modification: Timespec(totalNanoseconds: link.time))
       report.files += 1
     }
-    writer.closeAll()
-    let staging = writer.target
+    cursor.closeAll()
     for path in ["Documents", "Library", "Library/Preferences", "Library/Caches"]
     where try staging.status(ofRawName: Array(path.utf8)) == nil {
       try staging.makeDirectory(path, mode: 0o755)
     }
-    // Deepest first, so setting a directory's time is not undone by work inside it.
-    for (path, entry) in directories.sorted(by: { $0.key.count > $1.key.count }) {
-      try writer.finishDirectory(RestoreItem(path: path, entry: entry))
+    try finishDirectories()
+  }
+
+  /// Applies each created directory's metadata after everything inside it is done (setting a
+  /// directory's time is then not undone by work inside it): a walk of the admitted tree that
+  /// finishes each directory as it leaves it.
+  private func finishDirectories() throws {
+    func subdirectories(_ directory: ImportDirectory) -> [(name: [UInt8], directory: ImportDirectory)] {
+      directory.children.compactMap { name, child in
+        if case .directory(let subdirectory) = child, subdirectory.isCreated { return (name, subdirectory) }
+        return nil
+      }
+    }
+    let walk = DirectoryCursor(base: staging)
+    defer { walk.closeAll() }
+    var stack = [(directory: validator.root, pending: subdirectories(validator.root))]
+    while let top = stack.last {
+      if let next = top.pending.last {
+        stack[stack.count - 1].pending.removeLast()
+        try walk.descend(next.name)
+        stack.append((next.directory, subdirectories(next.directory)))
+        continue
+      }
+      stack.removeLast()
+      if stack.isEmpty { break }
+      try walk.ascend { fd in
+        if let metadata = top.directory.metadata {
+          try TreeWriter.applyMetadata(RestoreItem(entry: metadata), to: fd)
+        }
+      }
     }
   }
 

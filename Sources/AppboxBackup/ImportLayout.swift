@@ -57,12 +57,14 @@ struct ImportLayout {
 
   private mutating func placeMember(_ path: [UInt8]) -> Placement {
     if path == [UInt8(ascii: ".")] { return .ignored }
-    let components = path.split(separator: Self.slash, omittingEmptySubsequences: false).map(Array.init)
+    // Only the first four components decide; the rest (a deep path's thousands) stays one
+    // piece, so placing a member costs its length once.
+    let components = path.split(separator: Self.slash, maxSplits: 4, omittingEmptySubsequences: false)
     if kind == .undecided {
       let first = components[0]
       if first.count > Self.packageSuffix.count && first.ends(with: Self.packageSuffix) {
-        kind = .package(prefix: first)
-      } else if first == Self.appData || first == Self.appDataInfo {
+        kind = .package(prefix: Array(first))
+      } else if first.elementsEqual(Self.appData) || first.elementsEqual(Self.appDataInfo) {
         kind = .package(prefix: [])
       } else {
         kind = .home
@@ -70,50 +72,50 @@ struct ImportLayout {
     }
     switch kind {
     case .undecided, .home:
-      return Self.placeInHome(components)
+      return Self.placeInHome(components[...], of: path)
     case .package(let prefix):
       var rest = components[...]
       if !prefix.isEmpty {
-        guard rest.first == prefix else { return .outside }
+        guard rest.first?.elementsEqual(prefix) == true else { return .outside }
         rest = rest.dropFirst()
         if rest.isEmpty { return .ignored }
       }
-      if rest.count == 1 && rest.first == Self.appDataInfo { return .ignored }
-      guard rest.first == Self.appData else { return .outside }
+      if rest.count == 1 && rest.first!.elementsEqual(Self.appDataInfo) { return .ignored }
+      guard rest.first?.elementsEqual(Self.appData) == true else { return .outside }
       rest = rest.dropFirst()
       if rest.isEmpty { return .ignored }
-      if rest.first == Array("SystemData".utf8) { return .skipped(group: "AppData/SystemData") }
-      return Self.placeInHome(Array(rest))
+      // The components after AppData, split again so that the home's first ones are whole.
+      let start = rest.first!.startIndex
+      let home = path[start...].split(separator: Self.slash, maxSplits: 2, omittingEmptySubsequences: false)
+      if home[0].elementsEqual("SystemData".utf8) { return .skipped(group: "AppData/SystemData") }
+      return Self.placeInHome(home[...], of: path)
     }
   }
 
-  /// Places home-relative components.
-  private static func placeInHome(_ components: [[UInt8]]) -> Placement {
-    let first = components[0]
-    switch first {
-    case Array("Documents".utf8):
-      return .home(components.joined(separator: [slash]).map { $0 })
-    case Array("Library".utf8):
-      if components.count >= 2 && components[1] == Array("Caches".utf8) {
+  /// Places home-relative components (the first two whole, the last one the rest of `path`).
+  private static func placeInHome(_ components: ArraySlice<ArraySlice<UInt8>>, of path: [UInt8]) -> Placement
+  {
+    let first = components.first!
+    let whole = Array(path[first.startIndex...])
+    if first.elementsEqual("Documents".utf8) { return .home(whole) }
+    if first.elementsEqual("Library".utf8) {
+      if components.count >= 2 && components[components.startIndex + 1].elementsEqual("Caches".utf8) {
         return .skipped(group: "Library/Caches")
       }
-      return .home(components.joined(separator: [slash]).map { $0 })
-    case Array("tmp".utf8):
-      return .skipped(group: "tmp")
-    case Array(Home.metadataFile.utf8):
-      return .skipped(group: Home.metadataFile)
-    default:
-      if first.count > 4 && first.ends(with: Array(".app".utf8)) {
-        return .skipped(group: String(decoding: first, as: UTF8.self))
-      }
-      return .outside
+      return .home(whole)
     }
+    if first.elementsEqual("tmp".utf8) { return .skipped(group: "tmp") }
+    if first.elementsEqual(Home.metadataFile.utf8) { return .skipped(group: Home.metadataFile) }
+    if first.count > 4 && first.ends(with: Array(".app".utf8)) {
+      return .skipped(group: String(decoding: first, as: UTF8.self))
+    }
+    return .outside
   }
 }
 
-extension Array where Element == UInt8 {
+extension Collection where Element == UInt8 {
   fileprivate func ends(with suffix: [UInt8]) -> Bool {
-    count >= suffix.count && self[(count - suffix.count)...].elementsEqual(suffix)
+    count >= suffix.count && dropFirst(count - suffix.count).elementsEqual(suffix)
   }
 }
 

@@ -52,6 +52,21 @@ public struct ImportLimits: Sendable {
   }
 }
 
+/// A directory the validator has admitted or implied: its entries by name, and (for the build
+/// pass) the metadata to give it at the end.
+final class ImportDirectory {
+  enum Child {
+    case directory(ImportDirectory)
+    case file
+    case symlink
+  }
+  var children: [[UInt8]: Child] = [:]
+  /// The latest member's metadata (a repeated directory), or the default of an implied one.
+  var metadata: TreeEntry?
+  /// Whether the build pass created it in the staging directory.
+  var isCreated = false
+}
+
 struct ImportValidator {
   enum Kind { case directory, file, symlink }
   /// What to do with an admitted member.
@@ -62,7 +77,28 @@ struct ImportValidator {
     case hardlink(target: [UInt8])
   }
 
-  private(set) var known: [[UInt8]: Kind] = [:]
+  /// What `admit` decided about a member.
+  struct Admitted {
+    var admission: Admission
+    /// How many of the member's parent directories, counted from its parent upwards, are new
+    /// (implied by this member): the caller creates them first, shallowest first.
+    var impliedCount: Int
+    /// The member's directory, for a directory member.
+    var directory: ImportDirectory?
+  }
+
+  /// Every path admitted so far, as a tree from the home.
+  let root = ImportDirectory()
+  /// The parent directories of the previous member (`trail[i]` is the directory of its first
+  /// `i + 1` components) and their names: consecutive members usually share most of their
+  /// parents (a tar lists a directory's entries together), so each member costs its own
+  /// length, not one lookup per level from the top.
+  private(set) var trail: [ImportDirectory] = []
+  /// The previous member's path, and where each of its parents' names ends in it.
+  private var trailPath: [UInt8] = []
+  private var trailEnds: [Int] = []
+  /// A reusable key for dictionary lookups (no allocation per lookup).
+  private var key: [UInt8] = []
   private var entries = 0
   /// Apparent bytes of the files admitted, and bytes of their data (holes excluded).
   private(set) var bytes: Int64 = 0
@@ -93,23 +129,55 @@ struct ImportValidator {
     }
   }
 
-  /// Checks one member; returns how to create it and the parent directories it implies
-  /// (which the caller creates first, in order).
-  mutating func admit(_ entry: ArchiveEntryFacts) throws -> (Admission, implied: [[UInt8]]) {
-    let path = entry.path
-    if path.first == UInt8(ascii: "/") { throw Self.refuse(path, "has an absolute path") }
-    let components = path.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false).map(
-      Array.init)
-    for component in components {
-      if component == Array("..".utf8) { throw Self.refuse(path, "climbs out with '..'") }
-      if component.isEmpty || component == [UInt8(ascii: ".")] {
-        throw Self.refuse(path, "has an empty or '.' component")
+  private mutating func child(_ name: ArraySlice<UInt8>, of directory: ImportDirectory) -> ImportDirectory
+    .Child?
+  {
+    key.removeAll(keepingCapacity: true)
+    key.append(contentsOf: name)
+    return directory.children[key]
+  }
+
+  private mutating func setChild(
+    _ name: ArraySlice<UInt8>, of directory: ImportDirectory, to child: ImportDirectory.Child
+  ) {
+    directory.children[Array(name)] = child
+  }
+
+  /// The kind of what the archive put at `path` so far, if anything.
+  mutating func kind(of path: [UInt8]) -> Kind? {
+    var directory = root
+    let components = componentRanges(of: path)
+    for (index, range) in components.enumerated() {
+      switch child(path[range], of: directory) {
+      case .directory(let next)?:
+        if index == components.count - 1 { return .directory }
+        directory = next
+      case .file?: return index == components.count - 1 ? .file : nil
+      case .symlink?: return index == components.count - 1 ? .symlink : nil
+      case nil: return nil
       }
     }
-    guard let first = components.first, Self.topLevel.contains(first) else {
+    return nil
+  }
+
+  /// Checks one member; returns how to create it and how many parent directories it implies
+  /// (which the caller creates first).
+  mutating func admit(_ entry: ArchiveEntryFacts) throws -> Admitted {
+    let path = entry.path
+    if path.first == UInt8(ascii: "/") { throw Self.refuse(path, "has an absolute path") }
+    if hasEmptyOrDotComponent(path) {
+      if componentRanges(of: path).contains(where: {
+        $0.count == 2 && path[$0.lowerBound] == UInt8(ascii: ".")
+      }) {
+        throw Self.refuse(path, "climbs out with '..'")
+      }
+      throw Self.refuse(path, "has an empty or '.' component")
+    }
+    let firstEnd = nextSlash(in: path, from: 0) ?? path.count
+    guard Self.topLevel.contains(Array(path[..<firstEnd])) else {
       throw Self.refuse(path, "is outside Documents and Library")
     }
-    if components.count == 1 && entry.kind != .directory { throw Self.refuse(path, "must be a directory") }
+    if firstEnd == path.count && entry.kind != .directory { throw Self.refuse(path, "must be a directory") }
     switch entry.kind {
     case .other: throw Self.refuse(path, "is a device file, FIFO or socket")
     default: break
@@ -118,20 +186,43 @@ struct ImportValidator {
     if let attribute = entry.attributeNames.first(where: { !$0.hasPrefix("user.") }) {
       throw Self.refuse(path, "carries the extended attribute '\(attribute)' (only user.* are accepted)")
     }
-    var implied: [[UInt8]] = []
-    var prefix: [UInt8] = []
-    for component in components.dropLast() {
-      prefix = joinPath(prefix, component)
-      switch known[prefix] {
-      case .directory?: continue
-      case .symlink?:
-        throw Self.refuse(path, "would be written through the symbolic link '\(display(prefix))'")
-      case .file?: throw Self.refuse(path, "is inside '\(display(prefix))', which is a file")
-      case nil:
-        known[prefix] = .directory
-        implied.append(prefix)
-      }
+    // The parents: those shared with the previous member are known directories (found by a
+    // binary search of prefix comparisons); the rest are looked up (or implied) one by one.
+    let shared = sharedParentComponents(of: path, with: trailPath, ends: trailEnds)
+    trail.removeSubrange(shared...)
+    trailEnds.removeSubrange(shared...)
+    trailPath = path
+    var start = shared == 0 ? 0 : trailEnds[shared - 1] + 1
+    var newParents: [Range<Int>] = []
+    while let slash = nextSlash(in: path, from: start) {
+      newParents.append(start..<slash)
+      start = slash + 1
     }
+    let parents = shared + newParents.count
+    var implied = 0
+    for (offset, range) in newParents.enumerated() {
+      let component = path[range]
+      let parent = trail.last ?? root
+      let directory: ImportDirectory
+      switch child(component, of: parent) {
+      case .directory(let existing)?:
+        directory = existing
+      case .symlink?:
+        let prefix = Array(path[..<range.upperBound])
+        throw Self.refuse(path, "would be written through the symbolic link '\(display(prefix))'")
+      case .file?:
+        let prefix = Array(path[..<range.upperBound])
+        throw Self.refuse(path, "is inside '\(display(prefix))', which is a file")
+      case nil:
+        directory = ImportDirectory()
+        setChild(component, of: parent, to: .directory(directory))
+        if implied == 0 { implied = newParents.count - offset }
+      }
+      trail.append(directory)
+      trailEnds.append(range.upperBound)
+    }
+    let parent = parents == 0 ? root : trail[parents - 1]
+    let name = path[start...]
     let kind: Kind
     let admission: Admission
     switch entry.kind {
@@ -161,7 +252,7 @@ struct ImportValidator {
       kind = .symlink
       admission = .symlink
     case .hardlink(let target):
-      guard known[target] == .file else {
+      guard self.kind(of: target) == .file else {
         throw Self.refuse(
           path, "is a hard link to '\(display(target))', which is not an earlier file of the archive")
       }
@@ -170,15 +261,25 @@ struct ImportValidator {
     case .other:
       throw Self.refuse(path, "is a device file, FIFO or socket")
     }
-    if let existing = known[path] {
-      if !(existing == .directory && kind == .directory) {
-        throw Self.refuse(path, "appears twice in the archive")
+    var directory: ImportDirectory?
+    switch child(name, of: parent) {
+    case .directory(let existing)?:
+      guard kind == .directory else { throw Self.refuse(path, "appears twice in the archive") }
+      directory = existing
+    case .file?, .symlink?:
+      throw Self.refuse(path, "appears twice in the archive")
+    case nil:
+      switch kind {
+      case .directory:
+        let made = ImportDirectory()
+        setChild(name, of: parent, to: .directory(made))
+        directory = made
+      case .file: setChild(name, of: parent, to: .file)
+      case .symlink: setChild(name, of: parent, to: .symlink)
       }
     }
-    known[path] = kind
-    return (admission, implied)
+    return Admitted(admission: admission, impliedCount: implied, directory: directory)
   }
-
 }
 
 /// The facts about a member the validator judges, independent of libarchive's types.

@@ -65,6 +65,8 @@ public struct ImportReport: Sendable {
   public var skipped: [ImportSkip]
   /// What libarchive warned about (imported anyway, because the import was lenient).
   public var warnings: [String]
+  /// The data was imported, but cleaning up after the swap failed (the next command does it).
+  public var cleanupWarnings: [String] = []
 }
 
 /// Members of one part of a home that import skipped.
@@ -117,7 +119,7 @@ extension DeviceSession {
     report.warnings = plan.warnings.map(\.description)
     observer.engine(.phase(.swapping))
     observer.engine(.stage("swap"))
-    try HomeSwap.swap(staging, into: app, carrying: .allButData, session: self)
+    report.cleanupWarnings = try HomeSwap.swap(staging, into: app, carrying: .allButData, session: self)
     observer.engine(.finished(operation: "import", app: app.bundleIdentifier))
     return report
   }
@@ -165,7 +167,7 @@ struct ImportPlan {
     var plan = ImportPlan()
     while let entry = try reader.nextMember() {
       try validator.count()
-      plan.fingerprints.append(entry.hashValue)
+      plan.fingerprints.append(fingerprint(entry))
       guard let member = try placed(entry, layout: &layout, skipped: &plan.skipped) else { continue }
       _ = try validator.admit(ArchiveEntryFacts(member))
       plan.imported += 1
@@ -175,6 +177,32 @@ struct ImportPlan {
     plan.warnings = reader.warnings
     if case .package = layout.kind { plan.format = .xcappdata }
     return plan
+  }
+
+  /// What the build pass must find again for a member: everything libarchive reported about
+  /// it, hashed (paths and targets as raw bytes, in one call each: a deep tree's members are
+  /// long).
+  static func fingerprint(_ entry: ArchiveEntry) -> Int {
+    var hasher = Hasher()
+    entry.path.withUnsafeBytes { hasher.combine(bytes: $0) }
+    hasher.combine(entry.path.count)
+    hasher.combine(entry.type)
+    hasher.combine(entry.permissions)
+    hasher.combine(entry.uid)
+    hasher.combine(entry.gid)
+    hasher.combine(entry.userName)
+    hasher.combine(entry.groupName)
+    hasher.combine(entry.size)
+    hasher.combine(entry.modificationTime)
+    if let target = entry.linkTarget {
+      target.withUnsafeBytes { hasher.combine(bytes: $0) }
+      hasher.combine(target.count)
+    } else {
+      hasher.combine(-1)
+    }
+    hasher.combine(entry.extendedAttributes)
+    hasher.combine(entry.sparseRegions)
+    return hasher.finalize()
   }
 
   /// The rule for damaged data, and for empty sources.

@@ -8,7 +8,8 @@
 // LEB128 varints:
 //   "APPBOXMF" 0x02
 //   fieldCount (key value)*                  snapshot fields: UTF-8 strings, except the
-//                                            unreadable paths (raw bytes joined by NUL)
+//                                            unreadable and torn paths (raw bytes joined
+//                                            by NUL)
 //   treeCount (digest[32] 0|1 [base[32]] dataLen data)*     1: data is a delta against base
 //   blobCount (digest[32] offset size pathLen path dataOffset+1)*   0: no direct data offset
 //   chunkCount (digest[32] offset dataOffset size)*
@@ -43,22 +44,66 @@ struct Manifest {
 
   /// The length of `encoded()`, computed without encoding.
   var encodedSize: Int {
-    func data(_ count: Int) -> Int { ByteWriter.varintSize(UInt64(count)) + count }
-    var size = Manifest.magic.count + 1
+    var treeBytes = 0
+    for tree in trees {
+      treeBytes +=
+        Digest.byteCount + 1 + (tree.base == nil ? 0 : Digest.byteCount) + Self.dataSize(tree.data.count)
+    }
+    var blobBytes = 0
+    for blob in blobs { blobBytes += Self.encodedSize(of: blob) }
+    return Self.encodedSize(
+      snapshot: snapshot, treeCount: trees.count, treeBytes: treeBytes, blobCount: blobs.count,
+      blobBytes: blobBytes, chunks: chunks, chunkLists: chunkLists)
+  }
+
+  /// Hands the encoding to `sink` in pieces of about 64 KiB, so a manifest of a large
+  /// snapshot (one blob per file) never has to sit in memory whole.
+  func encode(_ sink: (UnsafeRawBufferPointer) throws -> Void) rethrows {
+    try Self.encode(
+      snapshot: snapshot, treeCount: trees.count,
+      trees: { piece in
+        var out = ByteWriter()
+        for tree in trees {
+          Self.encode(tree, into: &out)
+          if out.bytes.count >= 64 << 10 {
+            try out.bytes.withUnsafeBytes { try piece($0) }
+            out.bytes.removeAll(keepingCapacity: true)
+          }
+        }
+        try out.bytes.withUnsafeBytes { try piece($0) }
+      },
+      blobCount: blobs.count,
+      blobs: { piece in
+        var out = ByteWriter()
+        for blob in blobs {
+          Self.encode(blob, into: &out)
+          if out.bytes.count >= 64 << 10 {
+            try out.bytes.withUnsafeBytes { try piece($0) }
+            out.bytes.removeAll(keepingCapacity: true)
+          }
+        }
+        try out.bytes.withUnsafeBytes { try piece($0) }
+      }, chunks: chunks, chunkLists: chunkLists, sink)
+  }
+
+  private static func dataSize(_ count: Int) -> Int { ByteWriter.varintSize(UInt64(count)) + count }
+
+  static func encodedSize(of blob: BlobLocation) -> Int {
+    Digest.byteCount + ByteWriter.varintSize(UInt64(blob.offset)) + ByteWriter.varintSize(UInt64(blob.size))
+      + dataSize(blob.path.count) + ByteWriter.varintSize(UInt64(blob.dataOffset.map { $0 + 1 } ?? 0))
+  }
+
+  /// The length of an encoding whose trees and blobs take `treeBytes` and `blobBytes`.
+  static func encodedSize(
+    snapshot: Snapshot?, treeCount: Int, treeBytes: Int, blobCount: Int, blobBytes: Int,
+    chunks: [ChunkLocation], chunkLists: [(digest: Digest, list: ChunkList)]
+  ) -> Int {
+    var size = magic.count + 1
     let fields = snapshot.map(Manifest.fields) ?? []
     size += ByteWriter.varintSize(UInt64(fields.count))
-    for (key, value) in fields { size += data(key.utf8.count) + data(value.count) }
-    size += ByteWriter.varintSize(UInt64(trees.count))
-    for tree in trees {
-      size += Digest.byteCount + 1 + (tree.base == nil ? 0 : Digest.byteCount) + data(tree.data.count)
-    }
-    size += ByteWriter.varintSize(UInt64(blobs.count))
-    for blob in blobs {
-      size +=
-        Digest.byteCount + ByteWriter.varintSize(UInt64(blob.offset))
-        + ByteWriter.varintSize(UInt64(blob.size))
-        + data(blob.path.count) + ByteWriter.varintSize(UInt64(blob.dataOffset.map { $0 + 1 } ?? 0))
-    }
+    for (key, value) in fields { size += dataSize(key.utf8.count) + dataSize(value.count) }
+    size += ByteWriter.varintSize(UInt64(treeCount)) + treeBytes
+    size += ByteWriter.varintSize(UInt64(blobCount)) + blobBytes
     size += ByteWriter.varintSize(UInt64(chunks.count))
     for chunk in chunks {
       size +=
@@ -66,21 +111,62 @@ struct Manifest {
         + ByteWriter.varintSize(UInt64(chunk.dataOffset)) + ByteWriter.varintSize(UInt64(chunk.size))
     }
     size += ByteWriter.varintSize(UInt64(chunkLists.count))
-    for list in chunkLists { size += Digest.byteCount + data(list.list.encoded().count) }
+    for list in chunkLists { size += Digest.byteCount + dataSize(list.list.encoded().count) }
     return size + Digest.byteCount
   }
 
-  /// Hands the encoding to `sink` in pieces of about 64 KiB, so a manifest of a large
-  /// snapshot (one blob per file) never has to sit in memory whole.
-  func encode(_ sink: (UnsafeRawBufferPointer) throws -> Void) rethrows {
+  /// One tree as the manifest records it.
+  static func encode(_ tree: StoredTree, into out: inout ByteWriter) {
+    out.digest(tree.digest)
+    if let base = tree.base {
+      out.byte(1)
+      out.digest(base)
+    } else {
+      out.byte(0)
+    }
+    out.data(tree.data)
+  }
+
+  /// One blob location as the manifest records it (its archive is the manifest's).
+  static func encode(_ blob: BlobLocation, into out: inout ByteWriter) {
+    out.digest(blob.digest)
+    out.varint(UInt64(blob.offset))
+    out.varint(UInt64(blob.size))
+    out.data(blob.path)
+    out.varint(UInt64(blob.dataOffset.map { $0 + 1 } ?? 0))
+  }
+
+  /// The whole encoding, with the trees' and blobs' encodings coming from `trees` and `blobs`
+  /// (each hands its pieces to the function it is given).
+  static func encode(
+    snapshot: Snapshot?, treeCount: Int,
+    trees: ((UnsafeRawBufferPointer) throws -> Void) throws -> Void, blobCount: Int,
+    blobs: ((UnsafeRawBufferPointer) throws -> Void) throws -> Void, chunks: [ChunkLocation],
+    chunkLists: [(digest: Digest, list: ChunkList)], _ sink: (UnsafeRawBufferPointer) throws -> Void
+  ) rethrows {
+    try withoutActuallyEscaping(sink) { sink in
+      try encode(
+        snapshot: snapshot, treeCount: treeCount, trees: trees, blobCount: blobCount, blobs: blobs,
+        chunks: chunks, chunkLists: chunkLists, escaping: sink)
+    }
+  }
+
+  private static func encode(
+    snapshot: Snapshot?, treeCount: Int,
+    trees: ((UnsafeRawBufferPointer) throws -> Void) throws -> Void, blobCount: Int,
+    blobs: ((UnsafeRawBufferPointer) throws -> Void) throws -> Void, chunks: [ChunkLocation],
+    chunkLists: [(digest: Digest, list: ChunkList)],
+    escaping sink: @escaping (UnsafeRawBufferPointer) throws -> Void
+  ) throws {
     let hasher = SHA256Hasher()
+    func pass(_ piece: UnsafeRawBufferPointer) throws {
+      hasher.update(piece)
+      try sink(piece)
+    }
     var out = ByteWriter()
     func flush(force: Bool = false) throws {
       guard force || out.bytes.count >= 64 << 10 else { return }
-      try out.bytes.withUnsafeBytes { piece in
-        hasher.update(piece)
-        try sink(piece)
-      }
+      try out.bytes.withUnsafeBytes { try pass($0) }
       out.bytes.removeAll(keepingCapacity: true)
     }
     out.bytes.append(contentsOf: Manifest.magic)
@@ -91,27 +177,12 @@ struct Manifest {
       out.data(Array(key.utf8))
       out.data(value)
     }
-    out.varint(UInt64(trees.count))
-    for tree in trees {
-      out.digest(tree.digest)
-      if let base = tree.base {
-        out.byte(1)
-        out.digest(base)
-      } else {
-        out.byte(0)
-      }
-      out.data(tree.data)
-      try flush()
-    }
-    out.varint(UInt64(blobs.count))
-    for blob in blobs {
-      out.digest(blob.digest)
-      out.varint(UInt64(blob.offset))
-      out.varint(UInt64(blob.size))
-      out.data(blob.path)
-      out.varint(UInt64(blob.dataOffset.map { $0 + 1 } ?? 0))
-      try flush()
-    }
+    out.varint(UInt64(treeCount))
+    try flush(force: true)
+    try trees(pass)
+    out.varint(UInt64(blobCount))
+    try flush(force: true)
+    try blobs(pass)
     out.varint(UInt64(chunks.count))
     for chunk in chunks {
       out.digest(chunk.digest)
@@ -148,6 +219,10 @@ struct Manifest {
     if !snapshot.unreadablePaths.isEmpty {
       result.append(("unreadablePaths", Snapshot.joinedPaths(snapshot.unreadablePaths)))
     }
+    if snapshot.torn > 0 {
+      result.append(("torn", Array(String(snapshot.torn).utf8)))
+      result.append(("tornPaths", Snapshot.joinedPaths(snapshot.tornPaths)))
+    }
     return result
   }
 
@@ -178,42 +253,11 @@ struct Manifest {
         }
         var trees: [StoredTree] = []
         for _ in 0..<(try input.count(limit: raw.count)) {
-          let digest = try input.digest()
-          var base: Digest?
-          if version >= 2 {
-            switch try input.byte() {
-            case 0: break
-            case 1: base = try input.digest()
-            default: throw bad("tree \(digest.hex.prefix(16)) has a bad form")
-            }
-          }
-          let data = try input.data(limit: raw.count)
-          guard base != nil || SHA256.hash(data) == digest else {
-            throw bad("tree \(digest.hex.prefix(16)) does not match its digest")
-          }
-          trees.append(StoredTree(digest: digest, base: base, data: data))
+          trees.append(try decodeTree(&input, version: version, bad: bad))
         }
         var blobs: [BlobLocation] = []
         for _ in 0..<(try input.count(limit: raw.count)) {
-          let digest = try input.digest()
-          let offset = Int64(bitPattern: try input.varint())
-          let size = Int64(bitPattern: try input.varint())
-          let path = try input.data(limit: 1 << 16)
-          guard offset >= 0, size > 0 else { throw bad("a blob location is out of range") }
-          var dataOffset: Int64?
-          if version >= 2 {
-            let encoded = try input.varint()
-            if encoded > 0 {
-              guard encoded - 1 > UInt64(offset), encoded - 1 <= UInt64(Int64.max) else {
-                throw bad("a blob location is out of range")
-              }
-              dataOffset = Int64(encoded - 1)
-            }
-          }
-          blobs.append(
-            BlobLocation(
-              digest: digest, archive: archive, offset: offset, path: path, size: size, dataOffset: dataOffset
-            ))
+          blobs.append(try decodeBlob(&input, version: version, archive: archive, bad: bad))
         }
         var chunks: [ChunkLocation] = []
         var chunkLists: [(digest: Digest, list: ChunkList)] = []
@@ -246,12 +290,60 @@ struct Manifest {
           snapshot?.unreadable = unreadable
           snapshot?.unreadablePaths = Snapshot.splitPaths(rawFields["unreadablePaths"] ?? [])
         }
+        if let count = fields["torn"] {
+          guard let torn = Int(count), torn >= 0 else { throw bad("a snapshot field is malformed") }
+          snapshot?.torn = torn
+          snapshot?.tornPaths = Snapshot.splitPaths(rawFields["tornPaths"] ?? [])
+        }
         return Manifest(
           snapshot: snapshot, trees: trees, blobs: blobs, chunks: chunks, chunkLists: chunkLists)
       }
     } catch let error as BackupError where error.code == .corruptCatalog {
       throw bad(error.message)
     }
+  }
+
+  /// One tree record (a whole tree is checked against its digest; a delta when resolved).
+  static func decodeTree(_ input: inout ByteReader, version: UInt8, bad: (String) -> BackupError) throws
+    -> StoredTree
+  {
+    let digest = try input.digest()
+    var base: Digest?
+    if version >= 2 {
+      switch try input.byte() {
+      case 0: break
+      case 1: base = try input.digest()
+      default: throw bad("tree \(digest.hex.prefix(16)) has a bad form")
+      }
+    }
+    let data = try input.data(limit: TreeDelta.maximumLength)
+    guard base != nil || SHA256.hash(data) == digest else {
+      throw bad("tree \(digest.hex.prefix(16)) does not match its digest")
+    }
+    return StoredTree(digest: digest, base: base, data: data)
+  }
+
+  /// One blob location record, of archive `archive`.
+  static func decodeBlob(
+    _ input: inout ByteReader, version: UInt8, archive: String, bad: (String) -> BackupError
+  ) throws -> BlobLocation {
+    let digest = try input.digest()
+    let offset = Int64(bitPattern: try input.varint())
+    let size = Int64(bitPattern: try input.varint())
+    let path = try input.data(limit: 1 << 16)
+    guard offset >= 0, size > 0 else { throw bad("a blob location is out of range") }
+    var dataOffset: Int64?
+    if version >= 2 {
+      let encoded = try input.varint()
+      if encoded > 0 {
+        guard encoded - 1 > UInt64(offset), encoded - 1 <= UInt64(Int64.max) else {
+          throw bad("a blob location is out of range")
+        }
+        dataOffset = Int64(encoded - 1)
+      }
+    }
+    return BlobLocation(
+      digest: digest, archive: archive, offset: offset, path: path, size: size, dataOffset: dataOffset)
   }
 
   private static func snapshot(_ fields: [String: String], archive: String, bad: (String) -> BackupError)

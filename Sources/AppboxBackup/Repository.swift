@@ -49,6 +49,8 @@ public final class Repository {
   let keyName: String?
   /// The directory of this device's cache of the repository (remote or encrypted ones).
   let cacheDirectory: String?
+  /// Damaged objects the last sync met, and the snapshots they cost (RepositoryDamage.swift).
+  public internal(set) var damage = RepositoryDamage()
   public let catalogPath: String
 
   /// Whether the archives are sealed (an encrypted repository).
@@ -127,13 +129,30 @@ public final class Repository {
       key = nil
       keyName = nil
     }
-    catalog = try Catalog(path: catalogPath)
-    if !isLegacy {
+    let writable: Catalog
+    do {
+      writable = try Catalog(path: catalogPath)
+    } catch  where options.readOnly && Repository.cannotWrite(error) {
+      // Reading needs no space: the catalog as the last sync left it.
+      catalog = try Catalog(path: catalogPath, readOnly: true)
+      return
+    }
+    catalog = writable
+    if config != nil {
       // Layout 2: the catalog is a cache of the objects, which are durable before it is
       // written; a transaction lost to a power cut is synced back in. No fsync per commit.
-      try catalog.database.setSynchronous(.normal)
-      try sync()
+      do {
+        try catalog.database.setSynchronous(.normal)
+        try sync()
+      } catch  where options.readOnly && Repository.cannotWrite(error) {
+        // The sync's transaction rolled back: the catalog reads as the last sync left it.
+      }
     }
+  }
+
+  /// Whether `error` says the catalog cannot be written here (a full or read-only file system).
+  static func cannotWrite(_ error: any Error) -> Bool {
+    error.isOutOfSpace || (error as? any AppboxFailure)?.kind == .denied
   }
 
   /// Unlocks an encrypted repository's key with the password: from this device's copy when it
@@ -335,7 +354,15 @@ public final class Repository {
       for name in temporary { try FileTree.remove(atPath: local.path(directory + "/" + name)) }
       removed += temporary
     }
-    let debris = try local.list("archives").map(\.name).filter { !known.contains($0) }
+    // Never an archive some row still names, whatever its manifest says: deleting it would
+    // lose content (a catalog out of step keeps the file; `check` reports the rows).
+    let named = try catalog.namedArchives()
+    // Layout 2: debris has no manifest object at all (one whose manifest is only damaged is
+    // not debris: its content may be all that is left of some snapshot).
+    let committed = isLegacy ? known : Set(try local.list("manifests").map(\.name))
+    let debris = try local.list("archives").map(\.name).filter {
+      !known.contains($0) && !named.contains($0) && !committed.contains($0)
+    }
     try local.delete(debris.map { "archives/" + $0 })
     removed += debris
     if !isLegacy {
@@ -350,7 +377,8 @@ public final class Repository {
   /// Archive files (and temp files) no committed archive accounts for: debris not yet removed.
   public func unknownArchiveFiles() throws -> [String] {
     guard let local else { return [] }
-    let known = Set(try catalog.archives().map(\.name))
+    var known = Set(try catalog.archives().map(\.name))
+    if !isLegacy { known.formUnion(try local.list("manifests").map(\.name)) }
     let names = try local.list("archives").map(\.name).filter { !known.contains($0) }
     return (names + (try local.temporaryFiles(in: "archives"))).sorted()
   }
@@ -398,6 +426,12 @@ public final class Repository {
       return last
     }
     guard let snapshot = try catalog.snapshot(id: id), app.map({ $0 == snapshot.app }) ?? true else {
+      if let unlisted = damage.unlisted.first(where: { $0.id == id.lowercased() }) {
+        throw BackupError(
+          .corruptArchive,
+          "Snapshot \(unlisted.id) cannot be restored: the manifest of its archive '\(unlisted.archive)' is damaged"
+        )
+      }
       throw BackupError(
         .snapshotNotFound, "No snapshot '\(id)'\(app.map { " of '\($0)'" } ?? "") in '\(path)'")
     }

@@ -53,6 +53,9 @@ extension Repository {
     var app = try session.registry.appIfPresent(name)
     let bundleIdentifier = app?.bundleIdentifier ?? name
     let snapshot = try self.snapshot(id, app: bundleIdentifier)
+    if let why = damage.affected[snapshot.id] {
+      throw BackupError(.corruptArchive, "Snapshot \(snapshot.id) cannot be restored: \(why)")
+    }
     let running = try app.map { try holdNotRunning($0, session: session) }
     defer { withExtendedLifetime(running) {} }
     observer.engine(.started(operation: "restore", app: bundleIdentifier))
@@ -82,7 +85,9 @@ extension Repository {
     CrashPoint.hit("restore.staged")
     observer.engine(.phase(.swapping))
     observer.engine(.stage("swap"))
-    try HomeSwap.swap(staging, into: app, carrying: .bundle, session: session, dataOwned: owner != nil)
+    // From here on the home holds the snapshot: what fails after the swap is a warning.
+    let swapWarnings = try HomeSwap.swap(
+      staging, into: app, carrying: .bundle, session: session, dataOwned: owner != nil)
     CrashPoint.hit("restore.swapped")
 
     var outcome: KeychainRestoreOutcome?
@@ -94,7 +99,7 @@ extension Repository {
     observer.engine(.finished(operation: "restore", app: bundleIdentifier))
     return RestoreResult(
       snapshot: snapshot, app: app, installedBundle: installed, files: report.files, bytes: report.bytes,
-      keychain: outcome, warnings: report.warnings, groups: groups)
+      keychain: outcome, warnings: report.warnings + swapWarnings, groups: groups)
   }
 
   /// Writes the bundle of `snapshot` as `<directory>/<Name>.app` (the directory must exist;

@@ -95,10 +95,10 @@ extension Repository {
       let (protectedFiles, protectionWarning) = try protectedFileWriter(for: plan, session: session)
       defer { protectedFiles?.close() }
       if let protectionWarning { report.warnings.append(protectionWarning) }
-      let writer = TreeWriter(target: directory)
+      let writer = TreeWriter(target: directory, plan: plan)
       writer.protectedFiles = protectedFiles
       defer { writer.closeAll() }
-      for item in plan.directories { try writer.makeDirectory(item.path) }
+      for index in plan.directories.indices { try writer.makeDirectory(index) }
       observer.engine(.phase(.writing))
       observer.engine(.stage("extract"))
       let direct = DirectExtractor(
@@ -115,11 +115,11 @@ extension Repository {
       for (index, item) in plan.files.enumerated() {
         if direct.written[index] { continue }
         if extractor.written[index] {
-          if let owner, item.isData { try writer.handOver(item.path, to: owner) }
+          if let owner, item.isData { try writer.handOver(item, to: owner) }
           continue
         }
         guard plan.sizes[index] == 0 else {
-          throw BackupError(.corruptCatalog, "No content was found for '\(display(item.path))'")
+          throw BackupError(.corruptCatalog, "No content was found for '\(display(plan.path(of: item)))'")
         }
         let fd = try writer.createFile(item)
         try fd.closeAfter {
@@ -130,21 +130,19 @@ extension Repository {
       for (item, primary) in plan.hardLinks { try writer.link(item, to: plan.files[primary]) }
       for item in plan.fifos {
         try writer.makeFIFO(item)
-        if let owner, item.isData { try writer.handOver(item.path, to: owner) }
+        if let owner, item.isData { try writer.handOver(item, to: owner) }
       }
       for item in plan.symlinks {
         try writer.makeSymlink(item)
-        if let owner, item.isData { try writer.handOver(item.path, to: owner) }
+        if let owner, item.isData { try writer.handOver(item, to: owner) }
       }
       writer.closeAll()
       if standardDirectories {
         let added = try addStandardDirectories(in: directory)
-        if let owner { for path in added { try writer.handOver(Array(path.utf8), to: owner) } }
+        if let owner { for path in added { try writer.handOver(path: Array(path.utf8), to: owner) } }
         writer.closeAll()
       }
-      for item in plan.directories.reversed() {
-        try writer.finishDirectory(item, owner: item.isData ? owner : nil)
-      }
+      try writer.finishDirectories(owner: owner)
       report.files = plan.files.count + plan.hardLinks.count + plan.symlinks.count + plan.fifos.count
       report.bytes = plan.totalBytes
     } catch {
@@ -180,36 +178,40 @@ extension Repository {
     }
     // Where each content's copy is. Restoring most of what the repository holds, one pass over
     // the blobs is cheaper than a lookup per content; otherwise look each up, in digest order
-    // (the lookups then walk the B-tree from one end to the other).
-    var positions: [Digest: (archive: String, offset: Int64, size: Int64, dataOffset: Int64?)] = [:]
-    let contents = plan.contentsByDigest
-    if contents.count * 4 >= (try catalog.count("blobs")) {
-      positions.reserveCapacity(contents.count)
-      try catalog.forEachBlobPosition { digest, archive, offset, size, dataOffset in
-        if plan.firstFile(withContent: digest) != nil {
-          positions[digest] = (archive, offset, size, dataOffset)
+    // (the lookups then walk the B-tree from one end to the other). Either way each position
+    // goes straight into the work (no table of positions by digest: a million of them would
+    // cost more than the plan), and only which contents were found is kept, by first file.
+    var found = [Bool](repeating: false, count: plan.files.count)
+    func place(_ digest: Digest, first: Int32, archive: String, size: Int64, dataOffset: Int64?) throws {
+      found[Int(first)] = true
+      sources.archives.insert(archive)
+      // A sparse identity is verified from the member's map (its holes are not hashed).
+      if readsDirectly, let dataOffset, !plan.hasSparseIdentity(digest),
+        records[archive]?.compression == ArchiveCompression.none
+      {
+        sources.direct.blobs.append(
+          DirectWork.Blob(digest: digest, archive: index(archive), dataOffset: dataOffset, size: size))
+      } else if let location = try catalog.blob(digest) {
+        sources.streamed[location.archive, default: []].append(location)
+      }
+    }
+    if plan.contentCount * 4 >= (try catalog.count("blobs")) {
+      try catalog.forEachBlobPosition { digest, archive, _, size, dataOffset in
+        if let first = plan.firstFile(withContent: digest), !found[Int(first)] {
+          try place(digest, first: first, archive: archive, size: size, dataOffset: dataOffset)
         }
       }
     } else {
-      for (digest, _) in contents {
-        if let position = try catalog.blobPosition(digest) { positions[digest] = position }
+      for (digest, first) in plan.contentsByDigest {
+        if let position = try catalog.blobPosition(digest) {
+          try place(
+            digest, first: first, archive: position.archive, size: position.size,
+            dataOffset: position.dataOffset)
+        }
       }
     }
-    for (digest, first) in contents {
-      if let position = positions[digest] {
-        sources.archives.insert(position.archive)
-        if readsDirectly, let dataOffset = position.dataOffset,
-          records[position.archive]?.compression == ArchiveCompression.none
-        {
-          sources.direct.blobs.append(
-            DirectWork.Blob(
-              digest: digest, archive: index(position.archive), dataOffset: dataOffset, size: position.size))
-        } else if let location = try catalog.blob(digest) {
-          sources.streamed[location.archive, default: []].append(location)
-        }
-        continue
-      }
-      let path = plan.files[Int(first)].path
+    for (digest, first) in plan.contents where !found[Int(first)] {
+      let path = plan.path(of: plan.files[Int(first)])
       let size = plan.sizes[Int(first)]
       guard let list = try catalog.chunkList(digest, size: size) else {
         throw BackupError(

@@ -41,6 +41,8 @@ public struct RevertReport: Sendable {
   /// their data first.
   public var restoredGroups: [String: String] = [:]
   public var preRevertGroupSnapshots: [String: String] = [:]
+  /// The revert happened, but something after its commit failed (the next command finishes it).
+  public var warnings: [String] = []
 }
 
 extension Repository {
@@ -95,24 +97,27 @@ extension Repository {
       try staging.makeDirectory(dataName, mode: 0o700)
       let data = try staging.open(dataName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
       defer { data.close() }
+      // The standard directories too (Library/Caches), before directory times are set:
+      // created later, they would give Library the time of the revert.
       report = try materialize(
-        snapshot, part: .data, into: data, protectingOn: session, owner: AppUser.dataOwner(of: app),
-        observer: observer)
+        snapshot, part: .data, into: data, standardDirectories: true, protectingOn: session,
+        owner: AppUser.dataOwner(of: app), observer: observer)
       try data.syncFileSystem()
     } catch {
       session.discard(staged)
       throw error
     }
     CrashPoint.hit("revert.staged")
+    var warnings: [String] = []
     let record = try session.replaceHome(
-      of: app, with: staged, event: "revert", snapshot: current.snapshot.id
-    ) {
-      staging, _ in
-      let data = try staging.open(dataName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
-      defer { data.close() }
-      try HomeStaging.moveData(from: data, into: staging)
-      try FileTree.remove(dataName, in: staging)
-    }
+      of: app, with: staged, event: "revert", snapshot: current.snapshot.id,
+      warnings: { warnings.append($0) },
+      migrate: { staging, _ in
+        let data = try staging.open(dataName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+        defer { data.close() }
+        try HomeStaging.moveData(from: data, into: staging)
+        try FileTree.remove(dataName, in: staging)
+      })
     var restoredGroups: [String: String] = [:]
     for (group, groupSnapshot) in groupSnapshots {
       // The old bundle lists the group again (its container was kept, or made anew).
@@ -126,7 +131,7 @@ extension Repository {
       fromVersion: app.version, toVersion: record.version, home: session.root.home(record.containerID),
       restoredSnapshot: snapshot.id, preRevertSnapshot: current.snapshot.id, files: report.files,
       bytes: report.bytes, preUpdateGroupSnapshots: update.groupSnapshots, restoredGroups: restoredGroups,
-      preRevertGroupSnapshots: preRevertGroups)
+      preRevertGroupSnapshots: preRevertGroups, warnings: warnings)
   }
 
   /// The snapshot the app's last update took, if that update has not been reverted, and the

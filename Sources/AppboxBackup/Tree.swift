@@ -6,11 +6,17 @@
 // entries, same metadata, same subtrees) serializes to the same bytes and is stored once
 // however many snapshots share it.
 //
-// Format (version 1), all integers LEB128 varints, times zigzag-encoded nanoseconds:
-//   tree  := 0x01 count entry*
+// Format (versions 1 and 2), all integers LEB128 varints, times zigzag-encoded nanoseconds:
+//   tree  := version count entry*
 //   entry := nameLen name type flags permissions uid gid size mtime ctime inode nlink
 //            [digest: 32 bytes if flags & hasDigest] [targetLen target if flags & hasTarget]
 //            xattrCount (nameLen name valueLen value)*
+//   flags := 1 excluded | 2 hasDigest | 4 hasTarget | 8 sparseIdentity (version 2 only)
+// Version 2 differs only by the `sparseIdentity` flag: the file's digest is its sparse content
+// identity (ContentIdentity.swift: its data map and data), not the SHA-256 of every byte. A
+// tree is written as version 2 exactly when one of its entries has the flag, so every other
+// tree keeps the bytes (and the digest) version 1 gave it, and older appbox versions refuse a
+// version 2 tree ("unknown tree version") rather than misread it.
 // Invariants (enforced by `decode`, which treats its input as untrusted): names are
 // non-empty, contain neither `/` nor NUL, are not `.` or `..`, and strictly ascend; a file or
 // directory that is not excluded has a digest; only symlinks have targets; attribute names
@@ -59,6 +65,8 @@ public struct TreeEntry: Sendable, Equatable {
   public var extendedAttributes: [ExtendedAttribute]
   /// Marked "exclude from backup": recorded, but its content (or subtree) is not stored.
   public var isExcluded: Bool
+  /// A file whose `digest` is its sparse content identity (ContentIdentity.swift).
+  public var hasSparseIdentity = false
 
   public init(
     name: [UInt8], type: TreeEntryType, permissions: UInt32, uid: UInt32 = 0, gid: UInt32 = 0,
@@ -91,21 +99,25 @@ public struct Tree: Sendable, Equatable {
   public init(entries: [TreeEntry]) { self.entries = entries }
 
   static let version: UInt8 = 1
+  /// The version of a tree with an entry of sparse identity.
+  static let sparseVersion: UInt8 = 2
   static let excludedFlag: UInt8 = 1
   static let digestFlag: UInt8 = 2
   static let targetFlag: UInt8 = 4
+  static let sparseIdentityFlag: UInt8 = 8
 
   /// The serialization (entries must already be sorted by name).
   public func encoded() -> [UInt8] {
     var out = ByteWriter()
     out.bytes.reserveCapacity(16 + entries.count * 96)
-    Tree.encodeHeader(count: entries.count, into: &out)
+    Tree.encodeHeader(count: entries.count, sparse: entries.contains { $0.hasSparseIdentity }, into: &out)
     for entry in entries { Tree.encode(entry, into: &out) }
     return out.bytes
   }
 
-  static func encodeHeader(count: Int, into out: inout ByteWriter) {
-    out.byte(Tree.version)
+  /// A tree's header; `sparse`: one of its entries has a sparse identity (version 2).
+  static func encodeHeader(count: Int, sparse: Bool = false, into out: inout ByteWriter) {
+    out.byte(sparse ? Tree.sparseVersion : Tree.version)
     out.varint(UInt64(count))
   }
 
@@ -118,6 +130,7 @@ public struct Tree: Sendable, Equatable {
     if entry.isExcluded { flags |= excludedFlag }
     if entry.digest != nil { flags |= digestFlag }
     if entry.linkTarget != nil { flags |= targetFlag }
+    if entry.hasSparseIdentity { flags |= sparseIdentityFlag }
     out.byte(flags)
     out.varint(UInt64(entry.permissions))
     out.varint(UInt64(entry.uid))
@@ -163,6 +176,7 @@ public struct Tree: Sendable, Equatable {
       gid: encoded.gid, size: encoded.size, modificationTime: encoded.modificationTime,
       changeTime: encoded.changeTime, inode: encoded.inode, linkCount: encoded.linkCount,
       isExcluded: encoded.isExcluded)
+    entry.hasSparseIdentity = encoded.hasSparseIdentity
     var input = ByteReader(UnsafeRawBufferPointer(rebasing: buffer[encoded.tailRange]))
     if encoded.hasDigest { entry.digest = try input.digest() }
     if encoded.type == .symlink { entry.linkTarget = try input.data(limit: 4096) }

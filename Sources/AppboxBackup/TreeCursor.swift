@@ -27,6 +27,8 @@ struct EncodedEntry {
   var linkCount: UInt64
   var isExcluded: Bool
   var hasDigest: Bool
+  /// The digest is the file's sparse content identity (version 2 trees only).
+  var hasSparseIdentity = false
 
   /// The digest (content or subtree), read from `buffer`.
   func digest(in buffer: UnsafeRawBufferPointer) -> Digest? {
@@ -44,13 +46,18 @@ struct TreeCursor {
   let count: Int
   /// The header's length in bytes (version and count): where the first entry starts.
   let headerLength: Int
+  /// The tree's format version (1, or 2 when entries may have a sparse identity).
+  let version: UInt8
   private var read = 0
   private var previousName: Range<Int>?
 
   init(_ buffer: UnsafeRawBufferPointer) throws {
     self.buffer = buffer
     input = ByteReader(buffer)
-    guard try input.byte() == Tree.version else { throw ByteReader.malformed("unknown tree version") }
+    version = try input.byte()
+    guard version == Tree.version || version == Tree.sparseVersion else {
+      throw ByteReader.malformed("unknown tree version")
+    }
     count = try input.count(limit: buffer.count)
     headerLength = input.position
   }
@@ -79,6 +86,7 @@ struct TreeCursor {
     _ = try input.raw(position)
     count = 1
     headerLength = 0
+    version = Tree.sparseVersion  // the tree already passed a cursor
   }
 
   private mutating func parseEntry() throws -> EncodedEntry {
@@ -89,9 +97,10 @@ struct TreeCursor {
     try checkName(name, nameStart: nameStart)
     guard let type = TreeEntryType(rawValue: try input.byte()) else { throw ByteReader.malformed("bad type") }
     let flags = try input.byte()
-    guard flags & ~(Tree.excludedFlag | Tree.digestFlag | Tree.targetFlag) == 0 else {
-      throw ByteReader.malformed("bad flags")
-    }
+    let known =
+      Tree.excludedFlag | Tree.digestFlag | Tree.targetFlag
+      | (version == Tree.sparseVersion ? Tree.sparseIdentityFlag : 0)
+    guard flags & ~known == 0 else { throw ByteReader.malformed("bad flags") }
     let permissions = try input.varint()
     guard permissions <= 0o7777 else { throw ByteReader.malformed("bad permissions") }
     let uid = UInt32(truncatingIfNeeded: try input.varint())
@@ -106,6 +115,10 @@ struct TreeCursor {
     let isExcluded = flags & Tree.excludedFlag != 0
     let hasDigest = flags & Tree.digestFlag != 0
     let hasTarget = flags & Tree.targetFlag != 0
+    let hasSparseIdentity = flags & Tree.sparseIdentityFlag != 0
+    guard !hasSparseIdentity || (type == .file && hasDigest) else {
+      throw ByteReader.malformed("a sparse identity without a file digest")
+    }
     if hasDigest { _ = try input.raw(Digest.byteCount) }
     if hasTarget { _ = try input.raw(try input.count(limit: 4096)) }
     guard hasDigest || !((type == .file || type == .directory) && !isExcluded) else {
@@ -127,7 +140,7 @@ struct TreeCursor {
       tailRange: tailStart..<input.position, type: type, permissions: UInt32(permissions), uid: uid, gid: gid,
       size: size, modificationTime: modificationTime, changeTime: changeTime, inode: inode,
       linkCount: linkCount,
-      isExcluded: isExcluded, hasDigest: hasDigest)
+      isExcluded: isExcluded, hasDigest: hasDigest, hasSparseIdentity: hasSparseIdentity)
   }
 
   private func checkName(_ name: UnsafeRawBufferPointer, nameStart: Int) throws {

@@ -1,14 +1,15 @@
-// Restore, step 2: create entries beneath a target directory, through descriptors only.
+// Restore, step 2: create a plan's entries beneath a target directory, through descriptors only.
 //
 // Every entry is created relative to an open descriptor of its parent, which was itself
-// created by this writer or opened with openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) from
-// the target: nothing is ever followed, nothing can land outside the target, and no chdir
-// happens. Files are created with O_CREAT | O_EXCL | O_NOFOLLOW, so an existing entry (a
-// symlink planted in the target, say) is an error, never overwritten or followed.
-// Directories start as 0700 so their contents can be written whatever their final mode;
-// their mode, attributes and times are applied last, deepest first (creating entries inside
-// a directory would move its mtime again). Symlinks are created after all files, so no
-// write can pass through one.
+// created by this writer and reached from the target by name, one level at a time
+// (O_DIRECTORY | O_NOFOLLOW, through a PlanCursor): nothing is ever followed, nothing can land
+// outside the target, no chdir happens, and no path is resolved from the top, so a tree of
+// any depth costs O(entries). Files are created with O_CREAT | O_EXCL | O_NOFOLLOW, so an
+// existing entry (a symlink planted in the target, say) is an error, never overwritten or
+// followed. Directories start as 0700 so their contents can be written whatever their final
+// mode; their mode, attributes and times are applied last, each as a depth-first walk leaves
+// it (creating entries inside a directory would move its mtime again). Symlinks are created
+// after all files, so no write can pass through one.
 
 import AppboxContainer
 import AppboxCore
@@ -16,58 +17,48 @@ import Glibc
 
 final class TreeWriter {
   let target: FileDescriptor
+  let plan: RestorePlan
   /// Creates the files a snapshot recorded as protected under their class; nil: every file
   /// is created unprotected.
   var protectedFiles: ProtectedFileWriter?
-  /// Open parent directories by path; bounded, since a tree may have many thousands.
-  private var cache: [[UInt8]: FileDescriptor] = [:]
-  private static let cacheLimit = 256
+  /// Where entries are created; a second one for the other end of a hard link.
+  private let cursor: PlanCursor
+  private let linkSource: PlanCursor
 
-  /// Writes beneath `target`, which the caller keeps open and closes.
-  init(target: FileDescriptor) { self.target = target }
+  /// Writes `plan` beneath `target`, which the caller keeps open and closes.
+  init(target: FileDescriptor, plan: RestorePlan) {
+    self.target = target
+    self.plan = plan
+    cursor = PlanCursor(target: target)
+    linkSource = PlanCursor(target: target)
+  }
 
   deinit { closeAll() }
 
   func closeAll() {
-    for descriptor in cache.values { descriptor.close() }
-    cache.removeAll()
+    cursor.closeAll()
+    linkSource.closeAll()
   }
 
-  /// An open descriptor of directory `path` ("" is the target); the writer owns it.
-  func directory(_ path: [UInt8]) throws -> FileDescriptor {
-    if path.isEmpty { return target }
-    if let open = cache[path] { return open }
-    if cache.count >= TreeWriter.cacheLimit { closeAll() }
-    let descriptor = try target.openBeneath(path, O_RDONLY | O_DIRECTORY)
-    cache[path] = descriptor
-    return descriptor
-  }
+  /// An open descriptor of directory `index` of the plan (-1: the target); valid until the
+  /// writer's next call.
+  func directory(_ index: Int32) throws -> FileDescriptor { try cursor.directory(index, in: plan) }
 
-  /// The parent's path and the last name of `path`.
-  static func split(_ path: [UInt8]) -> (parent: [UInt8], name: [UInt8]) {
-    guard let slash = path.lastIndex(of: UInt8(ascii: "/")) else { return ([], path) }
-    return (Array(path[..<slash]), Array(path[(slash + 1)...]))
-  }
-
-  /// Creates directory `path` (mode 0700 until `finishDirectory`).
-  func makeDirectory(_ path: [UInt8]) throws {
-    let (parent, name) = TreeWriter.split(path)
-    try directory(parent).makeDirectory(rawName: name, mode: 0o700)
-  }
-
-  /// Creates regular file `path`, empty, open for writing.
-  func createFile(_ path: [UInt8]) throws -> FileDescriptor {
-    let (parent, name) = TreeWriter.split(path)
-    return try directory(parent).open(rawName: name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o600)
+  /// Creates directory `index` of the plan (mode 0700 until `finishDirectories`).
+  func makeDirectory(_ index: Int) throws {
+    let item = plan.directories[index]
+    try directory(item.parent).makeDirectory(rawName: plan.name(of: item), mode: 0o700)
   }
 
   /// Creates `item`'s regular file, empty, open for writing, under its protection class when
   /// it has one and `protectedFiles` is set.
   func createFile(_ item: RestoreItem) throws -> FileDescriptor {
-    guard item.protectionClass != .none, let protectedFiles else { return try createFile(item.path) }
-    let (parent, name) = TreeWriter.split(item.path)
-    return try protectedFiles.createFile(
-      rawName: name, in: directory(parent), class: item.protectionClass, mode: 0o600)
+    let parent = try directory(item.parent)
+    let name = plan.name(of: item)
+    guard item.protectionClass != .none, let protectedFiles else {
+      return try parent.open(rawName: name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o600)
+    }
+    return try protectedFiles.createFile(rawName: name, in: parent, class: item.protectionClass, mode: 0o600)
   }
 
   /// Applies mode, `user.*` attributes and times to an open file or directory.
@@ -81,16 +72,15 @@ final class TreeWriter {
   }
 
   func makeSymlink(_ item: RestoreItem) throws {
-    let (parent, name) = TreeWriter.split(item.path)
-    let directory = try directory(parent)
+    let directory = try directory(item.parent)
+    let name = plan.name(of: item)
     try directory.makeSymlink(rawName: name, target: item.linkTarget ?? [])
-    try directory.setTimes(
-      ofRawName: name, modification: Timespec(totalNanoseconds: item.modificationTime))
+    try directory.setTimes(ofRawName: name, modification: Timespec(totalNanoseconds: item.modificationTime))
   }
 
   func makeFIFO(_ item: RestoreItem) throws {
-    let (parent, name) = TreeWriter.split(item.path)
-    let directory = try directory(parent)
+    let directory = try directory(item.parent)
+    let name = plan.name(of: item)
     try directory.makeFIFO(rawName: name, mode: mode_t(item.permissions & 0o777))
     let fd = try directory.open(rawName: name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW)
     try fd.closeAfter { try TreeWriter.applyMetadata(item, to: $0) }
@@ -98,26 +88,50 @@ final class TreeWriter {
 
   /// Makes `item` a hard link to the already written `primary`.
   func link(_ item: RestoreItem, to primary: RestoreItem) throws {
-    let (fromParent, fromName) = TreeWriter.split(primary.path)
-    let (toParent, toName) = TreeWriter.split(item.path)
-    let source = try directory(fromParent)
-    let destination = try directory(toParent)
-    try source.link(rawName: fromName, to: toName, in: destination)
+    let source = try linkSource.directory(primary.parent, in: plan)
+    let destination = try directory(item.parent)
+    try source.link(rawName: plan.name(of: primary), to: plan.name(of: item), in: destination)
   }
 
-  /// Applies a directory's final metadata.
-  /// Applies a directory's final metadata, giving it to `owner` first when one is given.
-  func finishDirectory(_ item: RestoreItem, owner: UInt32? = nil) throws {
-    let descriptor = try target.openBeneath(item.path, O_RDONLY | O_DIRECTORY)
-    try descriptor.closeAfter {
-      if let owner { try $0.setOwner(owner, owner) }
-      try TreeWriter.applyMetadata(item, to: $0)
+  /// Applies every directory's final metadata, giving the app's data to `owner` first when one
+  /// is given: a depth-first walk that finishes each directory as it leaves it, so a
+  /// directory's time is set after everything inside it.
+  func finishDirectories(owner: UInt32?) throws {
+    cursor.closeAll()
+    let finish = { [plan] (index: Int32, fd: FileDescriptor) throws in
+      let item = plan.directories[Int(index)]
+      if let owner, item.isData { try fd.setOwner(owner, owner) }
+      try TreeWriter.applyMetadata(item, to: fd)
+    }
+    for index in plan.directories.indices {
+      // Moving to the next directory in depth-first order leaves (and finishes) every
+      // directory whose subtree is done.
+      _ = try cursor.directory(Int32(index), in: plan, leaving: finish)
+    }
+    try cursor.ascend(toDepth: 0, leaving: finish)
+  }
+
+  /// Gives `item` (not following it) to `owner`, through its parent's descriptor.
+  func handOver(_ item: RestoreItem, to owner: UInt32) throws {
+    try DataOwnership.handOver(rawName: plan.name(of: item), in: directory(item.parent), to: owner)
+  }
+
+  /// Gives the entry at `path` (a short path of the home's standard directories, not
+  /// following it) to `owner`.
+  func handOver(path: [UInt8], to owner: UInt32) throws {
+    guard let slash = path.lastIndex(of: UInt8(ascii: "/")) else {
+      try DataOwnership.handOver(rawName: path, in: target, to: owner)
+      return
+    }
+    let parent = try target.openBeneath(Array(path[..<slash]), O_RDONLY | O_DIRECTORY)
+    try parent.closeAfter {
+      try DataOwnership.handOver(rawName: Array(path[(slash + 1)...]), in: $0, to: owner)
     }
   }
 
-  /// Gives the entry at `path` (not following it) to `owner`, through its parent's descriptor.
-  func handOver(_ path: [UInt8], to owner: UInt32) throws {
-    let (parent, name) = TreeWriter.split(path)
-    try DataOwnership.handOver(rawName: name, in: directory(parent), to: owner)
+  /// The parent's path and the last name of `path`.
+  static func split(_ path: [UInt8]) -> (parent: [UInt8], name: [UInt8]) {
+    guard let slash = lastSlash(in: path) else { return ([], path) }
+    return (Array(path[..<slash]), Array(path[(slash + 1)...]))
   }
 }

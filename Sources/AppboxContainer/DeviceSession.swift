@@ -80,7 +80,10 @@ public final class DeviceSession {
     let identity = try root.prepare()
     // Before anything here needs a new file (SQLite's -wal and -shm come first).
     let reserve = SpaceReserve(root: root).balance(refill: mutating)
-    let registry = try Registry(root: root)
+    // A session that changes nothing reads the registry read only (so it reads on a full
+    // disk), unless recovery or the adoption of app groups has work to do.
+    var registry = try Registry(root: root, readOnly: !mutating && !root.hasPendingRecovery())
+    if registry.isReadOnly, try !registry.appsAwaitingGroups().isEmpty { registry = try Registry(root: root) }
     let session = DeviceSession(
       root: root, identity: identity, registry: registry, lock: nil, recovery: recovery,
       environment: environment)

@@ -43,6 +43,8 @@ public struct AppRecord: Sendable, Equatable {
 public final class Registry {
   public let database: Database
   let path: String
+  /// Opened read only (a session that changes nothing).
+  public let isReadOnly: Bool
 
   static let migrations = [
     """
@@ -121,8 +123,20 @@ public final class Registry {
     """,
   ]
 
-  public init(root: DeviceRoot) throws {
+  /// Opens the device's registry. `readOnly` (commands that change nothing): opened read
+  /// only, so that it reads on a full file system too; a registry of an older schema is
+  /// opened for writing after all, to be migrated.
+  public init(root: DeviceRoot, readOnly: Bool = false) throws {
     path = root.registryFile
+    if readOnly, FileManager.default.fileExists(atPath: path) {
+      let database = try Database(path: path, mode: .readOnly)
+      if try database.userVersion() == Self.migrations.count {
+        self.database = database
+        isReadOnly = true
+        return
+      }
+    }
+    isReadOnly = false
     database = try Database(path: path)
     try database.setJournalModeWAL()
     try database.migrate(Self.migrations)

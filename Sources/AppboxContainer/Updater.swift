@@ -37,6 +37,8 @@ public struct UpdateReport: Sendable {
   public var preUpdateGroupSnapshots: [String: String] = [:]
   /// The app groups the app is a member of after the update.
   public var groups: [String] = []
+  /// The update happened, but something after its commit failed (the next command finishes it).
+  public var warnings: [String] = []
 }
 
 /// What the snapshot an update takes first recorded.
@@ -111,13 +113,12 @@ extension DeviceSession {
 
       let migrationStart = DispatchTime.now().uptimeNanoseconds
       journaled = true  // from here on, failures are left to recovery (it may have to roll forward)
+      var warnings: [String] = []
       let record = try replaceHome(
         of: app, with: staged, event: "update", snapshot: snapshotID,
         groupSnapshots: preUpdate?.groups ?? [:],
-        groups: groups
-      ) { staging, old in
-        try HomeStaging.moveData(from: old, into: staging)
-      }
+        groups: groups, warnings: { warnings.append($0) },
+        migrate: { staging, old in try HomeStaging.moveData(from: old, into: staging) })
       let migrationSeconds = seconds(since: migrationStart)
 
       let surveyStart = DispatchTime.now().uptimeNanoseconds
@@ -137,7 +138,7 @@ extension DeviceSession {
         staleAbsolutePaths: survey.stale,
         snapshotSeconds: snapshotSeconds, migrationSeconds: migrationSeconds, surveySeconds: surveySeconds,
         totalSeconds: seconds(since: started), preUpdateGroupSnapshots: preUpdate?.groups ?? [:],
-        groups: try registry.groups(of: app.bundleIdentifier).map(\.identifier))
+        groups: try registry.groups(of: app.bundleIdentifier).map(\.identifier), warnings: warnings)
     } catch {
       if journaled {
         // Finish or roll back now rather than at the next command.
@@ -161,6 +162,7 @@ extension DeviceSession {
   public func replaceHome(
     of app: AppRecord, with staged: StagedHome, event: String, snapshot: String?,
     groupSnapshots: [String: String] = [:], groups prepared: GroupMembershipChange? = nil,
+    warnings: ((String) -> Void)? = nil,
     migrate: (_ staging: FileDescriptor, _ old: FileDescriptor) throws -> Void
   ) throws -> AppRecord {
     let applicationRoot = try FileDescriptor.open(root.applicationRoot, O_RDONLY | O_DIRECTORY)
@@ -181,6 +183,62 @@ extension DeviceSession {
         "newContainerID": staged.containerID,
       ])
     CrashPoint.hit("update.journaled")
+    var record = staged.record(installedAt: app.installedAt, uid: app.uid)
+    record.updatedAt = Date()
+    do {
+      try moveIn(of: app, with: staged, in: applicationRoot, migrate: migrate)
+      try registry.database.inTransaction {
+        try registry.replace(record)
+        try registry.record(
+          .init(
+            bundleIdentifier: app.bundleIdentifier, event: event, containerID: record.containerID,
+            previousContainerID: app.containerID, version: record.version, previousVersion: app.version,
+            snapshot: snapshot, groupSnapshots: groupSnapshots))
+        try groups.commit(to: registry)
+      }
+    } catch {
+      // Not committed: back to the old home now (data moved back, staging removed), so that
+      // a failed command has changed nothing; if that fails too, the next command does it.
+      try? UpdateRecovery().recover(self, scope: .app(bundleIdentifier: app.bundleIdentifier))
+      throw error
+    }
+    committed = true
+    CrashPoint.hit("update.committed")
+    // Committed: the switch has happened, whatever fails from here on. What is left is tried
+    // once more through recovery, and failing that left to the next command's (a warning).
+    do {
+      try groups.finish(root: root)
+      let trash = try finishUpdate(
+        oldContainerID: app.containerID, newContainerID: staged.containerID, in: applicationRoot,
+        removingTrash: false)
+      try journal.remove(entry)
+      CrashPoint.hit("update.finished")
+      deferRemoval(ofTrash: trash)
+    } catch {
+      // Said either way: a sync that failed once may pass the second time without its data
+      // having reached the disk.
+      let retried: Bool
+      do {
+        try groups.finish(root: root)
+        try UpdateRecovery().recover(self, scope: .app(bundleIdentifier: app.bundleIdentifier))
+        retried = true
+      } catch {
+        retried = false
+      }
+      warnings?(
+        "the new home is committed, but finishing the switch failed (\(error)); "
+          + (retried ? "a second try finished it" : "the next appbox command finishes it"))
+    }
+    removeRunningLock(of: app)
+    return record
+  }
+
+  /// `replaceHome`'s migration: the data into the staging home, the standard directories
+  /// it lacks, both homes synced.
+  private func moveIn(
+    of app: AppRecord, with staged: StagedHome, in applicationRoot: FileDescriptor,
+    migrate: (_ staging: FileDescriptor, _ old: FileDescriptor) throws -> Void
+  ) throws {
     let old = try applicationRoot.open(app.containerID, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
     defer { old.close() }
     let staging = try applicationRoot.open(staged.stagingName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
@@ -198,29 +256,6 @@ extension DeviceSession {
     try staging.sync()
     try old.sync()
     CrashPoint.hit("update.moved")
-
-    var record = staged.record(installedAt: app.installedAt, uid: app.uid)
-    record.updatedAt = Date()
-    try registry.database.inTransaction {
-      try registry.replace(record)
-      try registry.record(
-        .init(
-          bundleIdentifier: app.bundleIdentifier, event: event, containerID: record.containerID,
-          previousContainerID: app.containerID, version: record.version, previousVersion: app.version,
-          snapshot: snapshot, groupSnapshots: groupSnapshots))
-      try groups.commit(to: registry)
-    }
-    committed = true
-    CrashPoint.hit("update.committed")
-    try groups.finish(root: root)
-    let trash = try finishUpdate(
-      oldContainerID: app.containerID, newContainerID: staged.containerID, in: applicationRoot,
-      removingTrash: false)
-    try journal.remove(entry)
-    CrashPoint.hit("update.finished")
-    deferRemoval(ofTrash: trash)
-    removeRunningLock(of: app)
-    return record
   }
 
   private func checkUpdate(_ app: AppRecord, staged: StagedHome, allowDowngrade: Bool) throws {

@@ -19,6 +19,8 @@ public enum CrashPoint {
   @inline(__always)
   public static func hit(_ name: StaticString) {
     if let target, target == name.description { kill(getpid(), SIGKILL) }
-    if let pause, pause == name.description { kill(getpid(), SIGSTOP) }
+    // raise, not kill(getpid()): directed at this thread, the stop takes it before it runs
+    // on (a process-directed stop may reach this thread only some instructions later).
+    if let pause, pause == name.description { raise(SIGSTOP) }
   }
 }

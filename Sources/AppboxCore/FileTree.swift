@@ -53,45 +53,39 @@ public enum FileTree {
   }
 
   /// Empties the directory `start` (which this consumes and closes), walking down one
-  /// directory at a time with a stack of names rather than of descriptors. Each level
-  /// remembers its directory's identity: if ".." does not lead back to it (a directory was
-  /// moved meanwhile), the removal stops rather than empty some other directory.
+  /// directory at a time with a stack of names rather than of descriptors. Each directory is
+  /// listed once: its other entries are removed at once and its subdirectories kept as names,
+  /// visited one after another, so a directory of many subdirectories costs one listing, not
+  /// one per subdirectory (and a chain one per level). A subdirectory that turns out not empty
+  /// when removed (something wrote into it meanwhile) is visited again. Each level remembers
+  /// its directory's identity: if ".." does not lead back to it (a directory was moved
+  /// meanwhile), the removal stops rather than empty some other directory.
   private static func removeContents(startingAt start: FileDescriptor) throws {
     var current = start
     defer { current.close() }
-    // From `start` down to `current`: each directory's name in its parent, and the parent's
-    // identity (device, inode).
-    var path: [(name: [UInt8], parent: (UInt64, UInt64))] = []
+    // From `start` down to `current`: each directory's name in its parent, the parent's
+    // identity (device, inode), and the parent's subdirectories still to visit.
+    var path: [(name: [UInt8], parent: (UInt64, UInt64), pending: [[UInt8]])] = []
+    // The subdirectories of `current` still to visit.
+    var pending = try removeFiles(in: current)
     while true {
-      var descended = false
-      for entry in try current.entries() {
-        let isDirectory: Bool
-        if let type = entry.type {
-          isDirectory = type == .directory
-        } else {
-          guard let status = try current.status(ofRawName: entry.name) else { continue }  // vanished
-          isDirectory = status.type == .directory
+      if let name = pending.popLast() {
+        let child: FileDescriptor
+        CrashPoint.hit("filetree.descend")
+        do {
+          child = try openForRemoval(rawName: name, in: current)
+        } catch let error as SystemError where error.errno == .noEntry {
+          continue
         }
-        if isDirectory {
-          let child: FileDescriptor
-          CrashPoint.hit("filetree.descend")
-          do {
-            child = try openForRemoval(rawName: entry.name, in: current)
-          } catch let error as SystemError where error.errno == .noEntry {
-            continue
-          }
-          let identity = try current.status()
-          current.close()
-          current = child
-          path.append((entry.name, (identity.device, identity.inode)))
-          descended = true
-          break
-        }
-        try removeEntry(entry.name, in: current, directory: false)
+        let identity = try current.status()
+        current.close()
+        current = child
+        path.append((name, (identity.device, identity.inode), pending))
+        pending = try removeFiles(in: current)
+        continue
       }
-      if descended { continue }
       // `current` is empty now: climb to its parent and remove it.
-      guard let (name, expected) = path.popLast() else { return }
+      guard let (name, expected, rest) = path.popLast() else { return }
       let parent = try current.open("..", O_RDONLY | O_DIRECTORY)
       current.close()
       current = parent
@@ -100,8 +94,39 @@ public enum FileTree {
         throw SystemError(
           "remove", path: String(decoding: name, as: UTF8.self), errno: Errno(rawValue: ESTALE))
       }
-      try removeEntry(name, in: current, directory: true)
+      pending = rest
+      let result = withCName(name) { Glibc.unlinkat(current.rawValue, $0, AT_REMOVEDIR) }
+      if result != 0 {
+        switch Errno.current {
+        case .noEntry: break
+        case .notEmpty, .exists: pending.append(name)  // written into meanwhile: empty it again
+        default: throw SystemError("remove", path: String(decoding: name, as: UTF8.self))
+        }
+      }
     }
+  }
+
+  /// Removes every entry of `directory` that is not a directory; returns the names of its
+  /// subdirectories.
+  private static func removeFiles(in directory: FileDescriptor) throws -> [[UInt8]] {
+    var subdirectories: [[UInt8]] = []
+    for entry in try directory.entries() {
+      let isDirectory: Bool
+      if let type = entry.type {
+        isDirectory = type == .directory
+      } else {
+        guard let status = try directory.status(ofRawName: entry.name) else { continue }  // vanished
+        isDirectory = status.type == .directory
+      }
+      if isDirectory {
+        subdirectories.append(entry.name)
+      } else {
+        try removeEntry(entry.name, in: directory, directory: false)
+      }
+    }
+    // Visited in listing order (popped from the end).
+    subdirectories.reverse()
+    return subdirectories
   }
 
   /// Opens directory `name` of `parent` for emptying, making it readable, writable and

@@ -8,14 +8,33 @@ final class Connection {
   let handle: OpaquePointer
   let path: String
 
+  /// The wal-index (`-shm`) file, held open after its space was allocated (see
+  /// `Database.preallocateWALIndex`): closed only after the handle, because closing any
+  /// descriptor of a file drops the process's POSIX locks on it, SQLite's included.
+  var walIndex: Int32 = -1
+  /// Whether commits sync the WAL (`synchronous` FULL or EXTRA, SQLite's default): then a
+  /// checkpoint that fails loses nothing (the WAL keeps what it could not copy).
+  var commitsAreDurable = true
+
   init(handle: OpaquePointer, path: String) {
     self.handle = handle
     self.path = path
   }
 
-  /// Uses `sqlite3_close_v2`.
+  /// Checkpoints the WAL first when this connection wrote (what closing would do, with its
+  /// errors ignored), keeping a
+  /// failure for `Database.takeCloseFailures()`: a checkpoint's fdatasync that fails is a
+  /// write that did not reach the disk. Uses `sqlite3_wal_checkpoint_v2` and `sqlite3_close_v2`.
   deinit {
+    // Only a connection that wrote: what others left in the WAL is theirs to checkpoint.
+    if sqlite3_db_readonly(handle, "main") == 0 && sqlite3_total_changes64(handle) > 0 {
+      let code = sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
+      if code != SQLITE_OK && code & 0xFF != SQLITE_BUSY && code & 0xFF != SQLITE_LOCKED {
+        CloseFailures.add(error(code, operation: "checkpoint the WAL", sql: nil), harmless: commitsAreDurable)
+      }
+    }
     sqlite3_close_v2(handle)
+    if walIndex >= 0 { close(walIndex) }
   }
 
   /// The error for a failed call on this connection, with SQLite's current message.
@@ -72,4 +91,21 @@ private func isFullFileSystem(creating path: String) -> Bool {
   let inodes = root ? info.f_ffree : info.f_favail
   let blocks = root ? info.f_bfree : info.f_bavail
   return (info.f_files > 0 && inodes == 0) || blocks == 0
+}
+
+/// Failures of connections as they closed (their checkpoints), kept for whoever reports.
+enum CloseFailures {
+  nonisolated(unsafe) private static var failures: [(error: StoreError, harmless: Bool)] = []
+  private static let lock = Monitor()
+
+  static func add(_ failure: StoreError, harmless: Bool) {
+    lock.withLock { failures.append((failure, harmless)) }
+  }
+
+  static func take() -> [(error: StoreError, harmless: Bool)] {
+    lock.withLock {
+      defer { failures.removeAll() }
+      return failures
+    }
+  }
 }

@@ -1,5 +1,6 @@
 import AppboxCore
 import CSQLite
+import Glibc
 
 extension Database {
   // MARK: Transactions
@@ -110,12 +111,38 @@ extension Database {
 
   /// Switches to write-ahead logging, which persists in the file, and checks that SQLite
   /// agreed (an in-memory database, for one, cannot). Uses `PRAGMA journal_mode = WAL`.
-  public func setJournalModeWAL() throws {
+  /// `walIndexBytes`: how much of the wal-index to allocate up front (see
+  /// `preallocateWALIndex`); 32 KiB serve each 4,096 frames of WAL.
+  public func setJournalModeWAL(walIndexBytes: Int = 64 << 10) throws {
     let mode = try journalMode(setting: "WAL")
     guard mode == "wal" else {
       throw connection.error(
         SQLITE_ERROR, message: "journal mode stayed '\(mode)' instead of 'wal'",
         operation: "enable WAL", sql: "PRAGMA journal_mode = WAL", kind: .unavailable)
+    }
+    try preallocateWALIndex(bytes: walIndexBytes)
+  }
+
+  /// Allocates the wal-index file's blocks up front. SQLite maps `-shm` and writes it through
+  /// memory; it grows the file by writing one byte per 4 KiB page, which on a file system of
+  /// 1 KiB blocks allocates a quarter of each page: a store into the rest then needs a block,
+  /// and on a full file system that is a SIGBUS, not an error. With the blocks allocated
+  /// (fallocate) and the size already there, SQLite neither grows the file nor faults. Where
+  /// there is no room for that, the database is not opened for writing (`.io`, out of space):
+  /// it would fail to write soon anyway, and this way without a crash.
+  /// Uses `open(2)` and `posix_fallocate(3)`.
+  func preallocateWALIndex(bytes: Int) throws {
+    guard connection.walIndex < 0 else { return }
+    // A new database makes its `-shm` at its first read in WAL mode.
+    _ = try scalar("SELECT count(*) FROM sqlite_master")
+    let fd = open(path + "-shm", O_RDWR | O_CLOEXEC | O_NOFOLLOW)
+    guard fd >= 0 else { return }  // `locking_mode = EXCLUSIVE`: the wal-index is in memory
+    connection.walIndex = fd
+    let code = posix_fallocate(fd, 0, off_t(bytes))
+    guard code == 0 || code == EOPNOTSUPP || code == EINVAL else {
+      throw StoreError(
+        extendedCode: SQLITE_FULL, message: String(cString: strerror(code)).lowercased(), sql: nil,
+        path: path, operation: "allocate the wal-index", systemErrno: code)
     }
   }
 
@@ -133,6 +160,7 @@ extension Database {
   /// Sets how often SQLite waits for data to reach the disk. Uses `PRAGMA synchronous`.
   public func setSynchronous(_ level: Synchronous) throws {
     try execute("PRAGMA synchronous = \(level.rawValue)")
+    connection.commitsAreDurable = level == .full || level == .extra
   }
 
   /// The current synchronous level. Uses `PRAGMA synchronous`.

@@ -5,6 +5,7 @@
 
 import AppboxCore
 import CSQLite
+import Glibc
 
 /// One SQLite connection to one database file.
 ///
@@ -55,6 +56,9 @@ public final class Database {
   /// Opens (or creates) a database, enables foreign keys and extended result codes, sets the
   /// busy timeout, and reads the schema so that a file that is not a database (`.badData`)
   /// fails here rather than at first use. A failed open closes the half-opened handle.
+  /// Read only on a full file system (the wal-index `-shm` cannot be made or grown there): the
+  /// file is opened `immutable` when its WAL is empty, or with the wal-index in memory
+  /// (`locking_mode = EXCLUSIVE`) when the WAL holds transactions; reading needs no space.
   /// Uses `sqlite3_open_v2` and `sqlite3_busy_timeout`.
   public init(path: String, mode: Mode = .readWriteCreate, busyTimeout: Duration = .seconds(5)) throws {
     var flags = SQLITE_OPEN_NOMUTEX
@@ -63,8 +67,31 @@ public final class Database {
     case .readWrite: flags |= SQLITE_OPEN_READWRITE
     case .readWriteCreate: flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
     }
+    let timeout = Database.busyTimeoutMilliseconds(busyTimeout)
+    let connection: Connection
+    do {
+      connection = try Database.open(path, name: path, flags: flags, busyTimeout: timeout)
+    } catch let error as StoreError where mode == .readOnly && error.isOutOfSpace {
+      if Database.hasEmptyLog(path) {
+        connection = try Database.open(
+          Database.uri(path) + "?immutable=1", name: path, flags: flags | SQLITE_OPEN_URI,
+          busyTimeout: timeout)
+      } else {
+        connection = try Database.open(
+          path, name: path, flags: SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_READWRITE, busyTimeout: timeout,
+          setup: "PRAGMA locking_mode = EXCLUSIVE")
+      }
+    }
+    self.connection = connection
+    self.path = path
+  }
+
+  /// Opens `filename` and checks that it reads as a database; `setup` runs before that read.
+  private static func open(
+    _ filename: String, name path: String, flags: Int32, busyTimeout: Int32, setup: String? = nil
+  ) throws -> Connection {
     var handle: OpaquePointer?
-    let resultCode = sqlite3_open_v2(path, &handle, flags, nil)
+    let resultCode = sqlite3_open_v2(filename, &handle, flags, nil)
     guard resultCode == SQLITE_OK, let handle else {
       // SQLite usually returns a handle even on failure; it carries the message and errno.
       let error = StoreError.from(
@@ -74,12 +101,51 @@ public final class Database {
     }
     // From here on the Connection owns the handle: throwing below closes it in its deinit.
     let connection = Connection(handle: handle, path: path)
-    self.connection = connection
-    self.path = path
     sqlite3_extended_result_codes(handle, 1)
-    sqlite3_busy_timeout(handle, Database.busyTimeoutMilliseconds(busyTimeout))
-    try execute("PRAGMA foreign_keys = ON")
-    _ = try scalar("SELECT count(*) FROM sqlite_master")
+    sqlite3_busy_timeout(handle, busyTimeout)
+    for sql in [setup, "PRAGMA foreign_keys = ON", "SELECT count(*) FROM sqlite_master"].compactMap({ $0 }) {
+      let code = sqlite3_exec(handle, sql, nil, nil, nil)
+      guard code == SQLITE_OK else { throw connection.error(code, operation: "open database", sql: sql) }
+    }
+    return connection
+  }
+
+  /// The checkpoints that failed as connections closed since the last call: `lost` those of
+  /// databases whose commits do not sync (a write that did not reach the disk: the command
+  /// fails), `harmless` those whose WAL was synced at each commit (a warning).
+  public static func takeCloseFailures() -> (lost: [StoreError], harmless: [StoreError]) {
+    let all = CloseFailures.take()
+    return (all.filter { !$0.harmless }.map(\.error), all.filter(\.harmless).map(\.error))
+  }
+
+  /// Copies the WAL into the database now, syncing both, and fails when that fails (a
+  /// database whose commits do not sync is durable only once checkpointed). Another
+  /// connection reading is no failure: it is copied later. Uses `sqlite3_wal_checkpoint_v2`.
+  public func checkpoint() throws {
+    let code = sqlite3_wal_checkpoint_v2(connection.handle, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
+    guard code == SQLITE_OK || code & 0xFF == SQLITE_BUSY || code & 0xFF == SQLITE_LOCKED else {
+      throw connection.error(code, operation: "checkpoint the WAL", sql: nil)
+    }
+  }
+
+  /// Whether the database's WAL is missing or empty (every transaction is in the file).
+  private static func hasEmptyLog(_ path: String) -> Bool {
+    var st = stat()
+    return stat(path + "-wal", &st) != 0 || st.st_size == 0
+  }
+
+  /// A `file:` URI for `path` (SQLITE_OPEN_URI): `%`, `?` and `#` escaped.
+  private static func uri(_ path: String) -> String {
+    var result = "file:"
+    for scalar in path.unicodeScalars {
+      switch scalar {
+      case "%": result += "%25"
+      case "?": result += "%3F"
+      case "#": result += "%23"
+      default: result.unicodeScalars.append(scalar)
+      }
+    }
+    return result
   }
 
   /// Whole milliseconds for `sqlite3_busy_timeout`: negative becomes 0, huge becomes `Int32.max`.

@@ -81,3 +81,13 @@ public struct StoreError: AppboxFailure {
     return joined.count > limit ? String(joined.prefix(limit)) + "…" : joined
   }
 }
+
+extension StoreError: SpaceAwareFailure {
+  /// SQLITE_FULL, an I/O error whose errno is ENOSPC or EDQUOT, or a wal-index (`-shm`) that
+  /// could not grow (SQLite extends it by writing, which a full file system refuses).
+  public var isOutOfSpace: Bool {
+    code == SQLITE_FULL || systemErrno == ENOSPC || systemErrno == EDQUOT
+      || extendedCode == SQLITE_IOERR | (19 << 8)
+  }
+  public var spacePath: String? { path }
+}

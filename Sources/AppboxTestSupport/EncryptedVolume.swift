@@ -18,8 +18,12 @@ public final class EncryptedVolume: @unchecked Sendable {
   public static let isAvailable: Bool = getuid() == 0
 
   /// Makes and mounts a `megabytes` file system, with file encryption unless `encrypt` is false,
-  /// and with an inode table of `inodes` entries when given (mkfs.ext4 -N).
-  public init(megabytes: Int = 64, encrypt: Bool = true, inodes: Int? = nil, options: String? = nil) throws {
+  /// with an inode table of `inodes` entries when given (mkfs.ext4 -N); `reservedBlocks: false`
+  /// gives root no reserve (`mkfs.ext4 -m 0`).
+  public init(
+    megabytes: Int = 64, encrypt: Bool = true, inodes: Int? = nil, options: String? = nil,
+    reservedBlocks: Bool = true
+  ) throws {
     let fd = try FileDescriptor.open(image, O_WRONLY | O_CREAT | O_EXCL, mode: 0o600)
     try fd.closeAfter { try $0.truncate(to: Int64(megabytes) << 20) }
     try directory.makeDirectory("mnt")
@@ -28,7 +32,7 @@ public final class EncryptedVolume: @unchecked Sendable {
       runProcess(
         "/sbin/mkfs.ext4",
         ["-q", "-F", "-E", "nodiscard"] + (encrypt ? ["-O", "encrypt"] : ["-O", "^encrypt"])
-          + (inodes.map { ["-N", String($0)] } ?? []) + [image]))
+          + (inodes.map { ["-N", String($0)] } ?? []) + (reservedBlocks ? [] : ["-m", "0"]) + [image]))
     try Self.check(
       "mount", runProcess("/bin/mount", ["-o", "loop" + (options.map { "," + $0 } ?? ""), image, path]))
   }

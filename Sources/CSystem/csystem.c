@@ -292,3 +292,9 @@ int appbox_is_encrypted(int dirfd, const char *name) {
 int64_t appbox_seek_data(int fd, int64_t offset) { return (int64_t)lseek(fd, (off_t)offset, SEEK_DATA); }
 
 int64_t appbox_seek_hole(int fd, int64_t offset) { return (int64_t)lseek(fd, (off_t)offset, SEEK_HOLE); }
+
+const void *appbox_memmem(const void *haystack, size_t haystack_length, const void *needle, size_t needle_length) {
+  return memmem(haystack, haystack_length, needle, needle_length);
+}
+
+const void *appbox_memrchr(const void *bytes, int byte, size_t length) { return memrchr(bytes, byte, length); }

@@ -16,11 +16,11 @@ struct ImportValidatorTests {
 
   @Test func impliesMissingParentsOnce() throws {
     var validator = ImportValidator(maxEntries: 10, maxBytes: 100)
-    let (_, implied) = try validator.admit(facts("Documents/a/b/c.txt"))
-    #expect(
-      implied.map { String(decoding: $0, as: UTF8.self) } == ["Documents", "Documents/a", "Documents/a/b"])
-    let (_, again) = try validator.admit(facts("Documents/a/d.txt"))
-    #expect(again.isEmpty)
+    // Documents, Documents/a and Documents/a/b are implied: the member's three parents.
+    #expect(try validator.admit(facts("Documents/a/b/c.txt")).impliedCount == 3)
+    #expect(try validator.admit(facts("Documents/a/d.txt")).impliedCount == 0)
+    #expect(try validator.admit(facts("Documents/a/e/f/g.txt")).impliedCount == 2)
+    #expect(try validator.admit(facts("Documents/h/i.txt")).impliedCount == 1)
     // A directory named after an implied one is fine; a file is not.
     _ = try validator.admit(facts("Documents/a", .directory))
     #expect(throws: BackupError.self) { try validator.admit(facts("Documents/a/b")) }

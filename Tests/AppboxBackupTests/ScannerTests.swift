@@ -32,7 +32,13 @@ struct ScannerTests {
       home: home.borrowed, rules: ScanRules(bundleDirectoryName: "Notes.app", includeBundle: false),
       catalogPath: nil, previousRoot: nil, trustedBefore: 0, observer: SilentObserver(),
       descriptorBudget: descriptorBudget)
-    return (scanner, try scanner.scan())
+    var directories: [ScannedDirectory] = []
+    while let directory = try scanner.next() {
+      directory.handle = nil  // as the reader does once it has read the directory's files
+      directories.append(directory)
+    }
+    scanner.finish()
+    return (scanner, directories)
   }
 
   /// A comb: at every level a leaf `a` (listed after its sibling's whole subtree, so its
@@ -76,8 +82,9 @@ struct ScannerTests {
     let deepest = try #require(directories.max { $0.pathLength < $1.pathLength })
     #expect(deepest.pathLength == "Documents".utf8.count + 20_000 * 2)
     #expect(deepest.entries.map { deepest.name(of: $0) } == [Array("bottom.txt".utf8)])
-    let index = try #require(directories.firstIndex { $0.pathLength == deepest.pathLength })
-    #expect(directories.path(of: index).count == deepest.pathLength)
+    #expect(deepest.path.count == deepest.pathLength)
+    // Depth-first order: each directory comes right after its parent.
+    #expect(zip(directories.dropFirst(), directories).allSatisfy { $0.parent === $1 })
   }
 
   /// Beyond 64 KiB of path, entries are left out and reported (a tar member repeats its

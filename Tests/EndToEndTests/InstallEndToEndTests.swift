@@ -6,8 +6,11 @@ import Testing
 
 /// A throwaway device root plus helpers to drive the real `appbox` binary against it.
 final class Device: @unchecked Sendable {
-  let dir = TemporaryDirectory("e2e")
+  let dir: TemporaryDirectory
   var root: String { dir.url("root") }
+
+  /// A device in a fresh temp directory below `base`.
+  init(base: String = "/tmp") { dir = TemporaryDirectory("e2e", base: base) }
 
   @discardableResult
   func run(_ arguments: String..., environment: [String: String] = [:], input: [UInt8] = []) throws

@@ -3,11 +3,13 @@ import Foundation
 import Glibc
 
 enum BenchSize: String {
-  case small, large
+  case small, large, huge
   var shape: HomeShape {
     switch self {
     case .small: return HomeShape(files: 10_000, bytes: 150_000_000, seed: 1)
     case .large: return HomeShape(files: 100_000, bytes: 1_500_000_000, seed: 1)
+    // A million small files (the generator's size mix scaled down: most under 100 bytes).
+    case .huge: return HomeShape(files: 1_000_000, bytes: 1_000_000_000, seed: 1)
     }
   }
   var defaultRuns: Int { self == .small ? 5 : 3 }
@@ -117,6 +119,10 @@ struct Bench {
       return report(
         scenarios, title: "appbox benchmark (\(size.rawValue), encryption and S3)", notes: notes)
     }
+    if size == .huge {
+      let title = "appbox benchmark (huge: a million small files)"
+      return report(try huge(home), title: title, notes: notes)
+    }
     let title = "appbox benchmark (\(size.rawValue))"
     // What is measured so far is written after each scenario, so a run that fails late (a
     // full disk, a peer's error) still leaves its results.
@@ -152,7 +158,7 @@ struct Bench {
   func prepareWorkDirectory() throws -> WorkFileSystem {
     try shell.run("umount \(work) 2>/dev/null; rm -rf \(work) && mkdir -p \(work)", allowFailure: true)
     let image = work + ".img"
-    let gigabytes = size == .small ? 12 : 64
+    let gigabytes = size == .small ? 12 : size == .large ? 64 : 48
     if getuid() == 0, shell.environment["APPBOX_BENCH_LOOP"] == "1",
       (try? shell.run(
         "rm -f \(image) && truncate -s \(gigabytes)G \(image) && mkfs.ext4 -q -F -E lazy_itable_init=1,lazy_journal_init=1 \(image) && mount -o loop \(image) \(work)"

@@ -129,7 +129,7 @@ func report(_ scenarios: [Scenario], title: String, notes: [String]) -> String {
     lines += [
       "| tool | median | min–max | runs | ratio vs \(scenario.reference): median (min–max) |"
         + (hasBytes ? " bytes stored (median) | bytes vs \(scenario.reference) |" : "")
-        + " appbox peak RSS |",
+        + " peak RSS |",
       "|---|---:|---:|---:|---:|" + (hasBytes ? "---:|---:|" : "") + "---:|",
     ]
     // A tool this run did not measure (the large run's zstd restore) gets no row.

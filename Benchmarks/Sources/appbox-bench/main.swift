@@ -6,7 +6,7 @@
 //   appbox-bench generate HOME --files N --bytes B [--seed S]
 //   appbox-bench mutate HOME --percent P [--seed S] [--in-place]
 //   appbox-bench in-place-files HOME [--seed S]
-//   appbox-bench run small|large --appbox PATH [--runs N] [--work DIR] [--results DIR] [--only history] [--keep]
+//   appbox-bench run small|large|huge --appbox PATH [--runs N] [--work DIR] [--results DIR] [--only history] [--keep]
 //   appbox-bench archive-throughput [--results DIR]
 import AppboxTestSupport
 import Foundation
@@ -53,7 +53,7 @@ do {
   case "run":
     guard arguments.count > 1, let size = BenchSize(rawValue: arguments[1]),
       let appbox = option("appbox", in: arguments)
-    else { fail("usage: run small|large --appbox PATH [--runs N] [--work DIR] [--results DIR]") }
+    else { fail("usage: run small|large|huge --appbox PATH [--runs N] [--work DIR] [--results DIR]") }
     var bench = Bench(size: size, appbox: appbox)
     if let runs = option("runs", in: arguments).flatMap(Int.init) { bench.runs = runs }
     if let work = option("work", in: arguments) { bench.work = work }

@@ -182,6 +182,7 @@ final class LocalUpload: ObjectUpload {
   private var file: FileDescriptor?
   private let name: String
   private let temporary: String
+  private let displayPath: String
   private var renamed = false
   private var written: Int64 = 0
   private var flushed: Int64 = 0
@@ -189,6 +190,7 @@ final class LocalUpload: ObjectUpload {
   init(directory path: String, name: String, displayPath: String) throws {
     directory = try FileDescriptor.open(path, O_RDONLY | O_DIRECTORY)
     self.name = name
+    self.displayPath = displayPath
     temporary = LocalObjectStore.temporaryPrefix + name
     do {
       file = try directory.open(
@@ -207,7 +209,11 @@ final class LocalUpload: ObjectUpload {
 
   func write(_ bytes: UnsafeRawBufferPointer) throws {
     guard let file else { throw BackupError(.invalidRequest, "the upload is closed") }
-    try file.writeAll(bytes)
+    do {
+      try file.writeAll(bytes)
+    } catch let error as SystemError {
+      throw SystemError("write", path: displayPath, errno: error.errno)
+    }
     written += Int64(bytes.count)
     if written - flushed >= 8 << 20 {
       file.startWriteback(offset: flushed, length: written - flushed)
@@ -219,8 +225,12 @@ final class LocalUpload: ObjectUpload {
     guard let file else { throw BackupError(.invalidRequest, "the upload is closed") }
     self.file = nil
     defer { file.close() }
-    try file.setPermissions(0o600)
-    try file.sync()
+    do {
+      try file.setPermissions(0o600)
+      try file.sync()
+    } catch let error as SystemError {
+      throw SystemError(error.operation, path: displayPath, errno: error.errno)
+    }
     beforeVisible()
     try directory.rename(temporary, to: name, flags: .noReplace)
     renamed = true

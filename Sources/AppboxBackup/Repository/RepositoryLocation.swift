@@ -162,6 +162,9 @@ public struct RepositoryOptions: Sendable {
   public var passwordGiven = false
   /// Accept a plain repository where this device used an encrypted one (`repo init --allow-plain`).
   public var allowPlain = false
+  /// The command only reads the repository: when the catalog cannot be written (a full or
+  /// read-only file system), it is read as the last sync left it instead of failing.
+  public var readOnly = false
 
   public init(
     create: Bool = false, environment: [String: String] = ProcessInfo.processInfo.environment,

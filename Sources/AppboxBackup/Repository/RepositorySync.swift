@@ -13,6 +13,8 @@
 //    archive is committed are added, in the order of their commits by the store's clock;
 // 5. `archives.retired` is set from the garbage marks, so backups stop reusing what `forget`
 //    is about to delete.
+// A damaged manifest or snapshot object is skipped and recorded, not thrown: it costs only the
+// snapshots that need it (Repository/RepositoryDamage.swift).
 // A remote repository's manifest and snapshot objects are kept in the cache directory too
 // (`objects/`), so a rebuild needs no download. A backup commits by writing its snapshot
 // object, then its manifest object (the commit point), then the catalog rows; a crash after
@@ -29,6 +31,31 @@ extension Repository {
 
   func putObject(_ name: String, _ bytes: [UInt8]) throws {
     try store.put(name, try sealed(name, bytes))
+  }
+
+  /// Writes `manifests/<archive>`: whole when it is small, else streamed (a manifest of a
+  /// million files is some 150 MB, which must not be built in memory), sealed either way in an
+  /// encrypted repository. The same bytes both ways.
+  func putManifestObject(_ record: ArchiveRecord, _ manifest: some ManifestContent) throws {
+    let name = "manifests/" + record.name
+    let header = ManifestObject(record: record, manifestBytes: []).encoded()
+    guard manifest.encodedSize > 4 << 20 else {
+      var bytes = header
+      bytes.reserveCapacity(header.count + manifest.encodedSize)
+      try manifest.encode { bytes.append(contentsOf: $0) }
+      try putObject(name, bytes)
+      return
+    }
+    let stored = try store.upload(name)
+    let upload: ObjectUpload = try key.map { try SealingUpload(stored, name: name, key: $0) } ?? stored
+    do {
+      try header.withUnsafeBytes { try upload.write($0) }
+      try manifest.encode { try upload.write($0) }
+      try upload.commit()
+    } catch {
+      upload.abort()
+      throw error
+    }
   }
 
   /// `bytes` as object `name` stores them: sealed in an encrypted repository.
@@ -79,6 +106,7 @@ extension Repository {
 
   /// Brings the catalog up to date with the objects (see the top of this file).
   func sync() throws {
+    damage = RepositoryDamage()
     let manifests = try store.list("manifests")
     let snapshotObjects = try store.list("snapshots")
     let marks = store.isShared ? try store.list("garbage") : []
@@ -95,9 +123,11 @@ extension Repository {
     }
     var added: [(ArchiveRecord, Manifest)] = []
     for object in manifests where !known.contains(object.name) {
-      let (manifestObject, manifest) = try loadManifest(object.name)
-      added.append((manifestObject.record, manifest))
+      guard let loaded = try loadManifestForSync(object.name) else { continue }
+      added.append(loaded)
     }
+    let readable = known.union(added.map(\.0.name))
+    let addedManifests = Dictionary(added.map { ($0.0.name, $0.1) }, uniquingKeysWith: { first, _ in first })
     let committedByID = Dictionary(
       manifests.map { (Repository.archiveID($0.name), $0) }, uniquingKeysWith: { first, _ in first })
     let existing = try catalog.snapshots()
@@ -106,11 +136,19 @@ extension Repository {
     let gone = existingIDs.subtracting(live)
     var newSnapshots: [(snapshot: Snapshot, committed: Date)] = []
     for object in snapshotObjects where !existingIDs.contains(object.name) {
-      guard let manifest = committedByID[object.name], let snapshot = try loadSnapshot(object.name),
+      guard let manifest = committedByID[object.name],
+        let snapshot = try loadSnapshotForSync(
+          object.name, archive: manifest.name, manifest: addedManifests[manifest.name]),
         snapshot.archive == manifest.name
       else { continue }
+      // Its archive's manifest cannot be read: the catalog cannot hold it (nor its trees).
+      guard readable.contains(manifest.name) else {
+        damage.unlisted.append(snapshot)
+        continue
+      }
       newSnapshots.append((snapshot, manifest.modified))
     }
+    defer { if !damage.objects.isEmpty { try? findAffectedSnapshots() } }
     let retired = Dictionary(marks.map { ($0.name, $0.modified) }, uniquingKeysWith: { first, _ in first })
     let currentlyRetired = try retiredArchives()
     guard !added.isEmpty || !gone.isEmpty || !newSnapshots.isEmpty || currentlyRetired != retired else {
@@ -125,7 +163,7 @@ extension Repository {
   }
 
   /// Adds an archive's record, trees and blobs (keeping rows already there).
-  func ingest(_ record: ArchiveRecord, _ manifest: Manifest) throws {
+  func ingest(_ record: ArchiveRecord, _ manifest: some ManifestContent) throws {
     try catalog.insert(record, ignoringExisting: true)
     try catalog.ingest(manifest, archive: record.name)
   }
@@ -180,6 +218,7 @@ extension Repository {
   func rebuildCache(
     manifests: [StoredObject], snapshotObjects: [StoredObject], marks: [StoredObject]
   ) throws {
+    damage = RepositoryDamage()
     let retired = Dictionary(marks.map { ($0.name, $0.modified) }, uniquingKeysWith: { first, _ in first })
     let ordered = manifests.sorted {
       (retired[$0.name] != nil ? 1 : 0, $0.modified, $0.name) < (
@@ -188,21 +227,29 @@ extension Repository {
     }
     var loaded: [(ArchiveRecord, Manifest)] = []
     for object in ordered {
-      let (manifestObject, manifest) = try loadManifest(object.name)
-      loaded.append((manifestObject.record, manifest))
+      guard let manifest = try loadManifestForSync(object.name) else { continue }
+      loaded.append(manifest)
     }
+    let readable = Dictionary(loaded.map { ($0.0.name, $0.1) }, uniquingKeysWith: { first, _ in first })
     let committedByID = Dictionary(
       manifests.map { (Repository.archiveID($0.name), $0) }, uniquingKeysWith: { first, _ in first })
     var snapshots: [(snapshot: Snapshot, committed: Date)] = []
     for object in snapshotObjects {
-      guard let manifest = committedByID[object.name], let snapshot = try loadSnapshot(object.name),
+      guard let manifest = committedByID[object.name],
+        let snapshot = try loadSnapshotForSync(
+          object.name, archive: manifest.name, manifest: readable[manifest.name]),
         snapshot.archive == manifest.name
       else { continue }
+      guard readable[manifest.name] != nil else {
+        damage.unlisted.append(snapshot)
+        continue
+      }
       snapshots.append((snapshot, manifest.modified))
     }
+    defer { if !damage.objects.isEmpty { try? findAffectedSnapshots() } }
     snapshots.sort { ($0.committed, $0.snapshot.time) < ($1.committed, $1.snapshot.time) }
     try catalog.database.inTransaction {
-      for table in ["snapshots", "blobs", "trees", "archives"] {
+      for table in ["snapshots", "blobs", "trees", "chunks", "chunk_lists", "archives"] {
         try catalog.database.execute("DELETE FROM \(table)")
       }
       for (record, manifest) in loaded { try ingest(record, manifest) }
@@ -216,7 +263,7 @@ extension Repository {
   /// Commits a written archive: its snapshot object (if it has a snapshot), then its manifest
   /// object, then the catalog rows. Layout 1: the catalog rows alone, as before.
   func commit(
-    record: ArchiveRecord, manifest: Manifest, snapshot: Snapshot?, crashPoints: Bool = false
+    record: ArchiveRecord, manifest: some ManifestContent, snapshot: Snapshot?, crashPoints: Bool = false
   ) throws {
     if isLegacy {
       try catalog.database.inTransaction {
@@ -230,8 +277,7 @@ extension Repository {
       try putObject("snapshots/" + snapshot.id, SnapshotObject(snapshot: snapshot).encoded())
     }
     if crashPoints { CrashPoint.hit("backup.snapshot-written") }
-    try putObject(
-      "manifests/" + record.name, ManifestObject(record: record, manifestBytes: manifest.encoded()).encoded())
+    try putManifestObject(record, manifest)
     if crashPoints { CrashPoint.hit("backup.manifest-written") }
     let committed = store.now
     try catalog.database.inTransaction {

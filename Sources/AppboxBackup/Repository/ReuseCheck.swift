@@ -15,11 +15,13 @@ struct ReusedContentMarked: Error, CustomStringConvertible {
 }
 
 extension Repository {
-  func checkReusedContent(of snapshot: Snapshot, manifest: Manifest) throws {
+  func checkReusedContent(of snapshot: Snapshot, manifest: some ManifestContent) throws {
     let marked = Set(try store.list("garbage").map(\.name))
     let committed = Set(try store.list("manifests").map(\.name))
-    let newTrees = Dictionary(manifest.trees.map { ($0.digest, $0) }, uniquingKeysWith: { first, _ in first })
-    let newBlobs = Set(manifest.blobs.map(\.digest))
+    var newTrees: [Digest: StoredTree] = [:]
+    try manifest.forEachTree { tree in if newTrees[tree.digest] == nil { newTrees[tree.digest] = tree } }
+    var newBlobs: Set<Digest> = []
+    try manifest.forEachBlob { newBlobs.insert($0.digest) }
     var referenced: Set<String> = []
     // A new tree may be a delta against a tree stored earlier: reading it needs that tree's
     // chain, and every archive along it.

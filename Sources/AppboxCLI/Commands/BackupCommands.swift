@@ -18,8 +18,10 @@ struct BackupCommand: ParsableCommand {
       but Library/Caches. Prints one snapshot id per app or group. What the app made unreadable
       (permission denied) or nested deeper than a 64 KiB path is left out: the snapshot is
       recorded as incomplete, with a warning naming the paths, and the exit status stays 0 unless
-      --strict is given (then 74). With --all, every app is backed up even when one fails; the
-      exit status is 0 only if all succeeded, else that of the first failure.
+      --strict is given (then 74). A file that kept changing while it was read is stored as last
+      read and named as torn: that snapshot is incomplete too. With --all, every app is backed up
+      even when one fails; the exit status is 0 only if all succeeded, else that of the first
+      failure.
       """,
     positionals: [
       .init(
@@ -37,7 +39,10 @@ struct BackupCommand: ParsableCommand {
       .init(
         "compress", value: "METHOD", help: "Compress the archive (default: none).",
         choices: ["none", "gzip", "zstd"]),
-      .init("strict", help: "Exit 74 when a snapshot is incomplete (some entries could not be read)."),
+      .init(
+        "strict",
+        help:
+          "Exit 74 when a snapshot is incomplete (entries could not be read, or kept changing as they were)."),
     ] + repositoryAccessOptions,
     examples: [
       .init(
@@ -114,8 +119,7 @@ struct BackupCommand: ParsableCommand {
             + "\(byteCount(snapshot.bytes)); \(byteCount(snapshot.bytesAdded)) added")
         if snapshot.isIncomplete {
           context.warn(
-            "snapshot \(snapshot.id) of \(snapshot.app) is incomplete: "
-              + unreadableSummary(snapshot.unreadable, snapshot.unreadablePaths))
+            "snapshot \(snapshot.id) of \(snapshot.app) is incomplete: " + incompleteSummary(snapshot))
           if strict { firstFailure = firstFailure ?? ExitStatus.ioError }
         }
         outcomes.append(.done(result))
@@ -142,7 +146,7 @@ struct BackupCommand: ParsableCommand {
                 ("snapshot", .string(result.snapshot.id)), ("app", .string(result.snapshot.app)),
                 ("kind", .string(result.snapshot.kind.rawValue)), ("files", .int(result.snapshot.files)),
                 ("bytesAdded", .int(result.snapshot.bytesAdded)), ("archive", .string(result.archivePath)),
-              ] + incompleteMembers(result.snapshot.unreadable, result.snapshot.unreadablePaths))
+              ] + incompleteMembers(result.snapshot))
           case .failed(let app, let error):
             return .object([("app", .string(app)), ("error", errorJSON(error))])
           }
@@ -159,6 +163,40 @@ func unreadableSummary(_ count: Int, _ paths: [[UInt8]]) -> String {
   return
     "\(count) entr\(count == 1 ? "y" : "ies") could not be read and \(count == 1 ? "was" : "were") left out"
     + (shown.isEmpty ? "" : ": " + shown + more)
+}
+
+/// Why a snapshot is incomplete: what could not be read, and what kept changing as it was.
+func incompleteSummary(_ snapshot: Snapshot) -> String {
+  var parts: [String] = []
+  if snapshot.unreadable > 0 {
+    parts.append(unreadableSummary(snapshot.unreadable, snapshot.unreadablePaths))
+  }
+  if snapshot.torn > 0 { parts.append(tornSummary(snapshot.torn, snapshot.tornPaths)) }
+  return parts.joined(separator: "; ")
+}
+
+/// "1 file kept changing while it was read, so its copy may be torn: 'Documents/db'".
+func tornSummary(_ count: Int, _ paths: [[UInt8]]) -> String {
+  let shown = paths.map { "'" + Terminal.escape($0) + "'" }.joined(separator: ", ")
+  let more = count > paths.count ? (paths.isEmpty ? "" : " and \(count - paths.count) more") : ""
+  return
+    "\(count) file\(count == 1 ? "" : "s") kept changing while \(count == 1 ? "it was" : "they were") read, "
+    + "so \(count == 1 ? "its copy" : "their copies") may be torn"
+    + (shown.isEmpty ? "" : ": " + shown + more)
+}
+
+/// The JSON members of an incomplete snapshot: "incomplete": true, with "unreadable" and
+/// "unreadablePaths", and "torn" and "tornPaths" (files that kept changing as they were read),
+/// each pair when there are any.
+func incompleteMembers(_ snapshot: Snapshot) -> [(String, JSONValue)] {
+  guard snapshot.isIncomplete else { return [] }
+  var members = incompleteMembers(snapshot.unreadable, snapshot.unreadablePaths)
+  if members.isEmpty { members.append(("incomplete", .bool(true))) }
+  if snapshot.torn > 0 {
+    members.append(("torn", .int(snapshot.torn)))
+    members.append(("tornPaths", .array(snapshot.tornPaths.map { .string(Terminal.escape($0)) })))
+  }
+  return members
 }
 
 /// The JSON members of an incomplete snapshot ("incomplete": true, "unreadable": N,
@@ -200,7 +238,7 @@ struct SnapshotsCommand: ParsableCommand {
   }
 
   func run(_ context: CommandContext) throws -> CommandOutput {
-    let repository = try context.repository(arguments, create: false)
+    let repository = try context.repository(arguments, create: false, readOnly: true)
     var name = app
     if let app, UUID(uuidString: app) != nil, let registry = try? context.openDevice(mutating: false).registry
     {
@@ -208,31 +246,50 @@ struct SnapshotsCommand: ParsableCommand {
         (try? registry.appIfPresent(app)?.bundleIdentifier) ?? (try? registry.groupIfPresent(app)?.identifier)
         ?? app
     }
-    let snapshots = try repository.catalog.snapshots(app: name)
+    let listed = try repository.listing(app: name)
+    let snapshots = listed.map(\.snapshot)
     let tagged = snapshots.contains { $0.tag != nil }
     let incomplete = snapshots.contains { $0.isIncomplete }
+    let damaged = listed.contains { $0.damage != nil }
+    for (snapshot, why) in listed {
+      if let why { context.warn("snapshot \(snapshot.id) cannot be restored: \(why)") }
+    }
     let text =
       snapshots.isEmpty
       ? "No snapshots."
       : table(
         ["ID", "APP", "TIME", "KIND", "FILES", "SIZE"] + (tagged ? ["TAG"] : [])
-          + (incomplete ? ["INCOMPLETE"] : []),
-        snapshots.map {
-          [$0.id, $0.app, timestamp($0.time), $0.kind.rawValue, String($0.files), byteCount($0.bytes)]
-            + (tagged ? [$0.tag ?? ""] : [])
-            + (incomplete ? [$0.isIncomplete ? "\($0.unreadable) unreadable" : ""] : [])
+          + (incomplete ? ["INCOMPLETE"] : []) + (damaged ? ["DAMAGED"] : []),
+        listed.map { snapshot, why in
+          [
+            snapshot.id, snapshot.app, timestamp(snapshot.time), snapshot.kind.rawValue,
+            String(snapshot.files),
+            byteCount(snapshot.bytes),
+          ]
+            + (tagged ? [snapshot.tag ?? ""] : [])
+            + (incomplete ? [incompleteColumn(snapshot)] : [])
+            + (damaged ? [why == nil ? "" : "damaged"] : [])
         })
     return CommandOutput(
       text: text,
       json: .array(
-        snapshots.map { snapshot in
+        listed.map { snapshot, why in
           .object(
             [
               ("snapshot", .string(snapshot.id)), ("app", .string(snapshot.app)),
               ("time", .string(timestamp(snapshot.time))),
               ("kind", .string(snapshot.kind.rawValue)), ("files", .int(snapshot.files)),
               ("bytes", .int(snapshot.bytes)),
-            ] + incompleteMembers(snapshot.unreadable, snapshot.unreadablePaths))
+            ] + incompleteMembers(snapshot)
+              + (why.map { [("damaged", JSONValue.bool(true)), ("damage", .string($0))] } ?? []))
         }))
   }
+}
+
+/// "2 unreadable", "1 torn", "2 unreadable, 1 torn", or empty for a complete snapshot.
+func incompleteColumn(_ snapshot: Snapshot) -> String {
+  var parts: [String] = []
+  if snapshot.unreadable > 0 { parts.append("\(snapshot.unreadable) unreadable") }
+  if snapshot.torn > 0 { parts.append("\(snapshot.torn) torn") }
+  return parts.joined(separator: ", ")
 }

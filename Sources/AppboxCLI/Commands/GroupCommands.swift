@@ -82,7 +82,7 @@ extension CommandContext {
       if result.snapshot.isIncomplete {
         warn(
           "the pre-update snapshot \(result.snapshot.id) of \(group.identifier) is incomplete: "
-            + unreadableSummary(result.snapshot.unreadable, result.snapshot.unreadablePaths))
+            + incompleteSummary(result.snapshot))
       }
     }
     return snapshots

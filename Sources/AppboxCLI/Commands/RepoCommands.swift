@@ -152,7 +152,7 @@ struct RepoShow: ParsableCommand {
   init(_ arguments: ParsedArguments) throws { self.arguments = arguments }
 
   func run(_ context: CommandContext) throws -> CommandOutput {
-    let summary = try context.repository(arguments, create: false).summary()
+    let summary = try context.repository(arguments, create: false, readOnly: true).summary()
     var lines = [
       "Repository:  \(summary.location) (\(summary.backend), layout \(summary.layout))",
       "Encrypted:   \(summary.encrypted ? "yes (AES-256-GCM, password-wrapped key; \(summary.keys) key)" : "no")",
@@ -221,7 +221,7 @@ struct ArchiveDecrypt: ParsableCommand {
     if context.globals.json && output == nil {
       throw arguments.usage("with --json, give --output FILE (stdout carries the JSON summary)")
     }
-    let repository = try context.repository(arguments, create: false)
+    let repository = try context.repository(arguments, create: false, readOnly: true)
     let record = try repository.archiveNamed(archive)
     let bytes: Int64
     if let output {

@@ -55,9 +55,11 @@ extension CommandContext {
   }
 
   /// The repository named by --repo, else the device root's `Backups`.
-  func repository(_ arguments: ParsedArguments, create: Bool) throws -> Repository {
-    try Repository(
-      location: try repositoryLocation(arguments), options: repositoryOptions(arguments, create: create))
+  /// `readOnly`: the command only reads the repository (it still reads on a full disk).
+  func repository(_ arguments: ParsedArguments, create: Bool, readOnly: Bool = false) throws -> Repository {
+    var options = repositoryOptions(arguments, create: create)
+    options.readOnly = readOnly
+    return try Repository(location: try repositoryLocation(arguments), options: options)
   }
 
   /// The device's own repository (`<root>/Backups`), as update and revert use it.

@@ -27,7 +27,7 @@ struct DiffCommand: ParsableCommand {
   }
 
   func run(_ context: CommandContext) throws -> CommandOutput {
-    let repository = try context.repository(arguments, create: false)
+    let repository = try context.repository(arguments, create: false, readOnly: true)
     let a = try repository.snapshot(old)
     let b = try repository.snapshot(new)
     let diff = try repository.diff(a, b)
@@ -89,11 +89,16 @@ struct CheckCommand: ParsableCommand {
         try context.repositoryLocation(arguments),
         options: context.repositoryOptions(arguments, create: false))
       for skipped in rebuilt.skipped { context.warn("archive skipped: \(skipped)") }
+      if rebuilt.keptFromPrevious > 0 {
+        context.warn(
+          "kept \(rebuilt.keptFromPrevious) snapshots the previous catalog knew, whose archives' manifests "
+            + "cannot be read")
+      }
       lines.append(
         "Rebuilt the catalog from \(rebuilt.archives) archives: \(rebuilt.snapshots) snapshots, "
           + "\(rebuilt.trees) trees, \(rebuilt.blobs) blobs")
     }
-    let repository = try context.repository(arguments, create: false)
+    let repository = try context.repository(arguments, create: false, readOnly: true)
     let report = try repository.check(readData: readData, observer: ProgressBar(context))
     for note in report.notes { context.note("note: \(note)") }
     lines.append(
@@ -312,6 +317,7 @@ struct ImportCommand: ParsableCommand {
       into: record, from: file,
       options: ImportOptions(limits: limits, lenient: lenient, allowEmpty: allowEmpty),
       observer: ProgressBar(context))
+    for warning in report.cleanupWarnings { context.warn(warning) }
     var text =
       "Imported \(file) into \(record.bundleIdentifier): \(report.files) files, \(report.directories) "
       + "directories, \(byteCount(report.bytes))"

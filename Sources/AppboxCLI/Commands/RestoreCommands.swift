@@ -48,7 +48,7 @@ struct RestoreCommand: ParsableCommand {
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: true)
-    let repository = try context.repository(arguments, create: false)
+    let repository = try context.repository(arguments, create: false, readOnly: true)
     if namesGroup(app) { return try restoreGroup(session: session, repository: repository, context: context) }
     // The app may be missing (the restore installs it): its lock is taken by identifier.
     let identifier = try session.registry.appIfPresent(app)?.bundleIdentifier ?? app
@@ -75,7 +75,7 @@ struct RestoreCommand: ParsableCommand {
     if result.snapshot.isIncomplete {
       context.warn(
         "snapshot \(result.snapshot.id) is incomplete: when it was taken, "
-          + unreadableSummary(result.snapshot.unreadable, result.snapshot.unreadablePaths))
+          + incompleteSummary(result.snapshot))
     }
     var lines = [
       "Restored \(result.app.bundleIdentifier) from snapshot \(result.snapshot.id) "
@@ -123,7 +123,7 @@ struct RestoreCommand: ParsableCommand {
     if result.snapshot.isIncomplete {
       context.warn(
         "snapshot \(result.snapshot.id) is incomplete: when it was taken, "
-          + unreadableSummary(result.snapshot.unreadable, result.snapshot.unreadablePaths))
+          + incompleteSummary(result.snapshot))
     }
     return CommandOutput(
       text: "Restored the app group \(group.identifier) from snapshot \(result.snapshot.id) "

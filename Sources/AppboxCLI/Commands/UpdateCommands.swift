@@ -50,6 +50,7 @@ struct UpdateCommand: ParsableCommand {
     let report = try session.update(record, toBundleAt: bundle, allowDowngrade: allowDowngrade) { app in
       try context.preUpdateSnapshot(of: app, in: session)
     }
+    for warning in report.warnings { context.warn(warning) }
     if report.preUpdateUnreadable > 0 {
       context.warn(
         "the pre-update snapshot \(report.preUpdateSnapshot ?? "") is incomplete: "
@@ -195,6 +196,7 @@ struct RevertCommand: ParsableCommand {
     let report = try repository.revert(
       record, in: session, keychain: context.keychainSnapshotter, withGroups: withGroups,
       observer: ProgressBar(context))
+    for warning in report.warnings { context.warn(warning) }
     var groupLines: [String] = []
     if !report.restoredGroups.isEmpty {
       groupLines.append("  groups     restored " + groupSnapshotList(report.restoredGroups))

@@ -23,22 +23,47 @@ public protocol OutputSink: AnyObject, Sendable {
   func write(_ bytes: [UInt8])
   /// Whether this sink is a terminal (progress bars are drawn only there).
   var isTerminal: Bool { get }
+  /// The first write that failed, if one did (a full disk, a closed pipe).
+  var failure: SystemError? { get }
   /// The terminal's width in columns, when this sink is a terminal that knows it.
   var columns: Int? { get }
 }
 
 extension OutputSink {
   public func write(_ text: String) { write(Array(text.utf8)) }
+  public var failure: SystemError? { nil }
   public var columns: Int? { nil }
 }
 
-/// A sink over a file descriptor (1 or 2).
+/// A sink over a file descriptor (1 or 2). A write that fails is kept (`failure`): the runner
+/// reports a failed standard output as the command's failure. A write to standard error is
+/// tried twice (it is how failures are told).
 public final class DescriptorSink: OutputSink, @unchecked Sendable {
   let fd: Int32
+  private let lock = NSLock()
+  private var firstFailure: SystemError?
   public init(fd: Int32) { self.fd = fd }
-  public func write(_ bytes: [UInt8]) { try? FileDescriptor(rawValue: fd).writeAll(bytes) }
+
+  public func write(_ bytes: [UInt8]) {
+    do {
+      try FileDescriptor(rawValue: fd).writeAll(bytes)
+    } catch let error as SystemError {
+      if fd == 2, (try? FileDescriptor(rawValue: fd).writeAll(bytes)) != nil { return }
+      lock.withLock { if firstFailure == nil { firstFailure = error } }
+    } catch {}
+  }
+
   public var isTerminal: Bool { isatty(fd) == 1 }
   public var columns: Int? { FileDescriptor(rawValue: fd).terminalColumns }
+
+  /// The first write that failed, named after the stream.
+  public var failure: SystemError? {
+    lock.withLock {
+      firstFailure.map {
+        SystemError("write \(fd == 1 ? "standard output" : "standard error")", errno: $0.errno)
+      }
+    }
+  }
 }
 
 /// A sink that keeps what is written, for tests; given a width, it passes for a terminal.

@@ -1,4 +1,5 @@
 import AppboxCore
+import AppboxStore
 import Foundation
 
 /// Runs one command line start to finish: parse, validate, run, print, and map any
@@ -18,6 +19,25 @@ public struct CommandRunner: Sendable {
   }
 
   public func run(
+    _ arguments: [String], environment: [String: String], stdout: OutputSink, stderr: OutputSink
+  )
+    -> Int32
+  {
+    let status = execute(arguments, environment: environment, stdout: stdout, stderr: stderr)
+    // Writes that failed after the command thought it was done: a checkpoint of a database
+    // as it closed, or the output itself. Every failed write or sync is the command's failure,
+    // but a checkpoint of a database whose commits were synced loses nothing (a warning).
+    let closing = Database.takeCloseFailures()
+    for harmless in closing.harmless {
+      stderr.write("warning: \(Terminal.sanitize(errorMessage(shown(harmless)))); its log keeps the data\n")
+    }
+    let late: [any Error] = closing.lost + (stdout.failure.map { [$0] } ?? [])
+    guard status == 0, let first = late.first else { return status }
+    stderr.write("Error: \(Terminal.sanitize(errorMessage(shown(first))))\n")
+    return ExitStatus.of(first)
+  }
+
+  private func execute(
     _ arguments: [String], environment: [String: String], stdout: OutputSink, stderr: OutputSink
   )
     -> Int32
@@ -121,7 +141,7 @@ func errorMessage(_ error: Error) -> String {
 
 /// `{"status", "message"}` for an error, as `--json` reports failures.
 func errorJSON(_ error: Error) -> JSONValue {
-  .object([("status", .int(ExitStatus.of(error))), ("message", .string(errorMessage(error)))])
+  .object([("status", .int(ExitStatus.of(error))), ("message", .string(errorMessage(shown(error))))])
 }
 
 extension CommandContext {
@@ -132,12 +152,18 @@ extension CommandContext {
       stderr.write(
         JSONValue.object([
           ("type", .string("error")), ("status", .int(ExitStatus.of(error))),
-          ("message", .string(prefix + errorMessage(error))),
+          ("message", .string(prefix + errorMessage(shown(error)))),
         ]).serializedOnOneLine() + "\n")
       return
     }
-    stderr.write("Error: \(Terminal.sanitize(prefix + errorMessage(error)))\n")
+    stderr.write("Error: \(Terminal.sanitize(prefix + errorMessage(shown(error))))\n")
   }
+}
+
+/// The error as reported: a full file system said as such ("no space left on DEVICE").
+func shown(_ error: Error) -> Error { NoSpaceError.from(error) ?? error }
+
+extension CommandContext {
 }
 
 /// The sysexits statuses of the command-line contract.

@@ -119,4 +119,8 @@ static inline const char *appbox_dirent_name(const struct dirent *entry) { retur
 static inline unsigned char appbox_dirent_type(const struct dirent *entry) { return entry->d_type; }
 static inline uint64_t appbox_dirent_ino(const struct dirent *entry) { return (uint64_t)entry->d_ino; }
 
+/* memmem(3) and memrchr(3), GNU extensions the Glibc module does not import. */
+const void *appbox_memmem(const void *haystack, size_t haystack_length, const void *needle, size_t needle_length);
+const void *appbox_memrchr(const void *bytes, int byte, size_t length);
+
 #endif
