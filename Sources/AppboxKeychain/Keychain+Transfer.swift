@@ -52,7 +52,8 @@ extension Keychain {
     let statement = try old.database.prepare("SELECT \(Row.columns) FROM items")
     var rows = try statement.rows { try Row($0, path: old.database.path) }
     for index in rows.indices where !rows[index].accessibility.isThisDeviceOnly {
-      let key = rows[index].keyVersion == 0 ? old.key.itemKey : try old.itemKey(for: rows[index].accessibility)
+      let key =
+        rows[index].keyVersion == 0 ? old.key.itemKey : try old.itemKey(for: rows[index].accessibility)
       rows[index].secret = try SealedSecret.open(
         rows[index].sealed, key: key, associatedData: rows[index].associatedData,
         item: rows[index].item(includingData: false).summary)

@@ -27,7 +27,8 @@ struct PsCommand: ParsableCommand {
     let session = try context.openDevice(mutating: false)
     let runs = session.runs(of: try app.map { try session.app($0) })
     func pid(_ run: RunRecord) -> pid_t {
-      run.appPID ?? run.jail.flatMap { session.firstProcess(ofJail: $0, timeout: .zero) ?? $0.pid } ?? run.owner.pid
+      run.appPID ?? run.jail.flatMap { session.firstProcess(ofJail: $0, timeout: .zero) ?? $0.pid }
+        ?? run.owner.pid
     }
     let text =
       runs.isEmpty
@@ -36,7 +37,8 @@ struct PsCommand: ParsableCommand {
         ["APP", "PID", "SINCE", "MODE", "COMMAND"],
         runs.map { run in
           [
-            run.bundleIdentifier, String(pid(run)), timestamp(run.started), run.detached ? "detached" : "foreground",
+            run.bundleIdentifier, String(pid(run)), timestamp(run.started),
+            run.detached ? "detached" : "foreground",
             run.command.map(Terminal.escape).joined(separator: " "),
           ]
         })
@@ -58,7 +60,8 @@ struct PsCommand: ParsableCommand {
 struct TerminateCommand: ParsableCommand {
   static let description = CommandDescription(
     name: "terminate",
-    abstract: "Stop every process of a running app: a signal, then SIGKILL to its whole jail after a grace period.",
+    abstract:
+      "Stop every process of a running app: a signal, then SIGKILL to its whole jail after a grace period.",
     discussion: """
       Every run of the app (detached or in another shell) is ended: the signal (default SIGTERM) goes to \
       every process of its jail's pid namespace, daemons it started included; whatever is left after the \
@@ -68,12 +71,16 @@ struct TerminateCommand: ParsableCommand {
       """,
     positionals: [appArgument],
     options: [
-      .init("signal", value: "S", help: "The first signal: TERM (default), INT, HUP, QUIT, KILL, USR1... or a number."),
+      .init(
+        "signal", value: "S",
+        help: "The first signal: TERM (default), INT, HUP, QUIT, KILL, USR1... or a number."),
       .init("grace", value: "SECONDS", help: "How long the app has before SIGKILL (default 5)."),
     ],
     examples: [
       .init("Stop an app:", "appbox terminate com.example.notes"),
-      .init("Ask it with SIGINT, and kill it after 1 second:", "appbox terminate com.example.notes --signal INT --grace 1"),
+      .init(
+        "Ask it with SIGINT, and kill it after 1 second:",
+        "appbox terminate com.example.notes --signal INT --grace 1"),
     ],
     exitStatuses: [.noApp])
   let app: String
@@ -132,9 +139,12 @@ struct LogsCommand: ParsableCommand {
       .init("launch", value: "ID", help: "Another launch than the latest (ids as --json lists them)."),
     ],
     examples: [
-      .init("The latest launch's output, then follow a running one:", "appbox logs com.example.notes",
+      .init(
+        "The latest launch's output, then follow a running one:", "appbox logs com.example.notes",
         "appbox logs com.example.notes --follow"),
-      .init("Whether the latest launch crashed, for a script:", "appbox --json logs com.example.notes | jq .crash"),
+      .init(
+        "Whether the latest launch crashed, for a script:", "appbox --json logs com.example.notes | jq .crash"
+      ),
     ],
     exitStatuses: [.noInput("No such app, or no such launch.")])
   let app: String
@@ -164,9 +174,13 @@ struct LogsCommand: ParsableCommand {
     let escape = context.stdout.isTerminal
     var output: [UInt8] = []
     func emit(_ bytes: [UInt8]) {
-      if context.globals.json { output += bytes; return }
+      if context.globals.json {
+        output += bytes
+        return
+      }
       guard !bytes.isEmpty else { return }
-      context.stdout.write(escape ? Array(Terminal.sanitize(String(decoding: bytes, as: UTF8.self)).utf8) : bytes)
+      context.stdout.write(
+        escape ? Array(Terminal.sanitize(String(decoding: bytes, as: UTF8.self)).utf8) : bytes)
     }
     if let chosen {
       emit(chosen.contents())
@@ -174,7 +188,9 @@ struct LogsCommand: ParsableCommand {
     }
     let running = session.runs(of: record).contains { $0.launchID == chosen?.launchID }
     var trailer: [String] = []
-    if chosen == nil { trailer.append("No launch log for \(record.bundleIdentifier) (detached launches keep one).") }
+    if chosen == nil {
+      trailer.append("No launch log for \(record.bundleIdentifier) (detached launches keep one).")
+    }
     if let crash {
       trailer.append(
         "-- \(record.bundleIdentifier) crashed: \(crash.signalName) (signal \(crash.signal)) at "
@@ -231,8 +247,10 @@ struct LogsCommand: ParsableCommand {
 /// A crash record as `logs` and `inspect` print it in JSON.
 func crashJSON(_ crash: CrashRecord) -> JSONValue {
   .object([
-    ("launch", .string(crash.launchID)), ("signal", .int(crash.signal)), ("signalName", .string(crash.signalName)),
-    ("exitStatus", .int(crash.exitStatus)), ("time", .string(timestamp(crash.time))), ("detached", .bool(crash.detached)),
+    ("launch", .string(crash.launchID)), ("signal", .int(crash.signal)),
+    ("signalName", .string(crash.signalName)),
+    ("exitStatus", .int(crash.exitStatus)), ("time", .string(timestamp(crash.time))),
+    ("detached", .bool(crash.detached)),
     ("command", .array(crash.command.map(JSONValue.string))),
     ("logTail", .string(String(decoding: crash.logTail, as: UTF8.self))),
   ])

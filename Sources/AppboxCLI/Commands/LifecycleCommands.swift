@@ -42,7 +42,9 @@ struct ResetCommand: ParsableCommand {
       any moment leaves the old data or an empty home.
       """,
     positionals: [appArgument],
-    options: [.init("keychain", help: "Also delete the keychain items only this app can see."), terminateOption],
+    options: [
+      .init("keychain", help: "Also delete the keychain items only this app can see."), terminateOption,
+    ],
     examples: [
       .init("Clear an app's data, as a fresh install has it:", "appbox reset com.example.notes"),
       .init(
@@ -65,7 +67,8 @@ struct ResetCommand: ParsableCommand {
     let record = try session.lockApp(app)
     try context.terminateIfAsked(session, record, terminate)
     let report = try session.reset(record, keychain: keychain)
-    var text = "Reset \(record.bundleIdentifier): Documents, Library and tmp emptied (container \(record.containerID) kept)"
+    var text =
+      "Reset \(record.bundleIdentifier): Documents, Library and tmp emptied (container \(record.containerID) kept)"
     if let deleted = report.keychainItemsDeleted {
       text += "\n  keychain  \(deleted) item\(deleted == 1 ? "" : "s") deleted"
     }
@@ -111,7 +114,8 @@ struct OffloadCommand: ParsableCommand {
     try context.terminateIfAsked(session, record, terminate)
     let report = try session.offload(record)
     return CommandOutput(
-      text: "Offloaded \(record.bundleIdentifier) \(record.version): its bundle is gone, its data and keychain "
+      text:
+        "Offloaded \(record.bundleIdentifier) \(record.version): its bundle is gone, its data and keychain "
         + "items stay (install \(report.bundle) again to bring it back)",
       json: .object([
         ("bundleIdentifier", .string(record.bundleIdentifier)), ("containerID", .string(record.containerID)),
@@ -123,7 +127,8 @@ struct OffloadCommand: ParsableCommand {
 struct DeviceErase: ParsableCommand {
   static let description = CommandDescription(
     name: "erase",
-    abstract: "Erase all content and settings: no apps, groups, keychain items or passcode; the UDID and name stay.",
+    abstract:
+      "Erase all content and settings: no apps, groups, keychain items or passcode; the UDID and name stay.",
     discussion: """
       As 'simctl erase' does: every app and app group, their data, every keychain item, the passcode \
       and its keys, launch logs and crash records, and the device's own backups (Backups/, unless \
@@ -136,7 +141,8 @@ struct DeviceErase: ParsableCommand {
       .init("keep-backups", help: "Keep the device's own backup repository (Backups/) and its caches."),
       .init(
         "terminate",
-        help: "Terminate every running app first (SIGTERM, then SIGKILL after 5 seconds), instead of exiting 75."),
+        help:
+          "Terminate every running app first (SIGTERM, then SIGKILL after 5 seconds), instead of exiting 75."),
     ],
     examples: [
       .init(
@@ -170,7 +176,8 @@ struct DeviceErase: ParsableCommand {
         """,
       json: .object([
         ("udid", .string(identity.udid)), ("name", .string(identity.name)),
-        ("apps", .array(report.apps.map(JSONValue.string))), ("groups", .array(report.groups.map(JSONValue.string))),
+        ("apps", .array(report.apps.map(JSONValue.string))),
+        ("groups", .array(report.groups.map(JSONValue.string))),
         ("keptBackups", .bool(keepBackups)),
       ]))
   }

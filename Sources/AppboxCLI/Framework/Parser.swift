@@ -264,7 +264,9 @@ private struct ParseState {
     if globals.json, case .refused(let reason) = description.json {
       throw parsed.usage("--json is refused here: \(reason)")
     }
-    if globals.json, case .refusedUnless(let flag, let reason) = description.json, !parsed.flags.contains(flag) {
+    if globals.json, case .refusedUnless(let flag, let reason) = description.json,
+      !parsed.flags.contains(flag)
+    {
       throw parsed.usage("--json is refused here without --\(flag): \(reason)")
     }
 

@@ -81,7 +81,8 @@ extension DeviceSession {
     var deleted = 0
     if fields["keychain"] == "1" { deleted = try deleteKeychainItems(of: app) }
     let started = Date(timeIntervalSince1970: Double(fields["started"] ?? "") ?? 0)
-    try recordOnce(.init(bundleIdentifier: identifier, event: "reset", containerID: containerID, version: app.version),
+    try recordOnce(
+      .init(bundleIdentifier: identifier, event: "reset", containerID: containerID, version: app.version),
       since: started)
     return deleted
   }
@@ -90,9 +91,13 @@ extension DeviceSession {
   func recreateStandardDirectories(in home: FileDescriptor, of app: AppRecord) throws {
     for directory in Home.standardDirectories where try home.statusIfPresent(of: directory) == nil {
       try home.makeDirectory(directory, mode: 0o755)
-      try home.open(directory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW).closeAfter { try $0.setPermissions(0o755) }
+      try home.open(directory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW).closeAfter {
+        try $0.setPermissions(0o755)
+      }
     }
-    if let owner = AppUser.dataOwner(of: app) { try DataOwnership.handOverStandardDirectories(in: home, to: owner) }
+    if let owner = AppUser.dataOwner(of: app) {
+      try DataOwnership.handOverStandardDirectories(in: home, to: owner)
+    }
   }
 
   /// Records `event` unless the app's newest history line is that event, recorded at or after

@@ -74,7 +74,9 @@ public struct DetachedLaunchRequest: Sendable, Equatable {
       network: network, allowUnconfined: plist["AllowUnconfined"]?.bool ?? false,
       prewarm: plist["Prewarm"]?.bool ?? false,
       environment: (plist["Environment"]?.dictionary.map { dictionary in
-        Dictionary(dictionary.compactMap { key, value in value.string.map { (key, $0) } }, uniquingKeysWith: { a, _ in a })
+        Dictionary(
+          dictionary.compactMap { key, value in value.string.map { (key, $0) } },
+          uniquingKeysWith: { a, _ in a })
       }) ?? [:],
       standardOutputPath: plist["StandardOutput"]?.string, standardErrorPath: plist["StandardError"]?.string)
   }
@@ -118,7 +120,8 @@ public enum DetachedLaunch {
       _ = try ChildProcess.spawn(
         executable, arguments: [executable, supervisorArgument], environment: environment,
         inherited: [
-          .init(source: requestPipe.read, target: 0), .init(source: null, target: 1), .init(source: null, target: 2),
+          .init(source: requestPipe.read, target: 0), .init(source: null, target: 1),
+          .init(source: null, target: 2),
           .init(source: reply.write, target: replyDescriptor),
         ])
     } catch {
@@ -134,7 +137,9 @@ public enum DetachedLaunch {
     let bytes = try reply.read.readAll(limit: 1 << 20)
     guard let plist = try? PropertyList.decode(Data(bytes)) else {
       throw DetachedLaunchFailure(
-        kind: .io, message: "The detached launch's supervisor ended before it reported; see 'appbox logs' for its output")
+        kind: .io,
+        message: "The detached launch's supervisor ended before it reported; see 'appbox logs' for its output"
+      )
     }
     if let run = plist["Run"].flatMap(RunRecord.init(propertyList:)) {
       return DetachedLaunchStart(run: run, log: plist["Log"]?.string)
@@ -172,7 +177,8 @@ public enum DetachedLaunch {
       dup2(null, 0)
       Glibc.close(null)
     }
-    guard let plist = try? PropertyList.decode(Data(bytes)), let request = DetachedLaunchRequest(propertyList: plist)
+    guard let plist = try? PropertyList.decode(Data(bytes)),
+      let request = DetachedLaunchRequest(propertyList: plist)
     else {
       throw ContainerError(.invalidRequest, "A detached launch's supervisor got no valid request")
     }

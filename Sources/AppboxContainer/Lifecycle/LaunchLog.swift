@@ -4,9 +4,9 @@
 // launch's owner (the supervisor, an appbox process) reads it and appends to
 // `.appbox/logs/<CONTAINER-ID>/<LAUNCH-ID>.log`. When the file would grow past `limit`
 // bytes it is renamed to `<LAUNCH-ID>.log.1` (replacing the one before) and a new one is
-// started, so a launch keeps at most 2 × limit bytes, its newest output, however much the
-// app writes; the app never holds a descriptor of the file, cannot reach the directory, and
-// cannot make appbox write anywhere else. Only the newest `LaunchRecords.keptLogs` launches
+// started (a write that does not fit is split), so a launch keeps at most 2 × limit bytes,
+// its newest output, however much the app writes; the app never holds a descriptor of the
+// file, cannot reach the directory, and cannot make appbox write anywhere else. Only the newest `LaunchRecords.keptLogs` launches
 // of an app keep their logs. Writes are not synced: a log is diagnostics, and a power cut
 // may lose its end.
 
@@ -82,12 +82,19 @@ public final class LaunchLog: @unchecked Sendable {
       let count = (try? buffer.withUnsafeMutableBytes { try readEnd.read(into: $0) }) ?? 0
       if count <= 0 { break }
       let chunk = buffer[0..<count]
-      if size + count > limit, size > 0, let next = rotate(file) {
-        file = next
-        size = 0
+      // Never past `limit` in one file: what does not fit starts the next one.
+      var rest = chunk[...]
+      while !rest.isEmpty {
+        if size >= limit {
+          guard let next = rotate(file) else { break }
+          file = next
+          size = 0
+        }
+        let part = rest.prefix(limit - size)
+        try? file.writeAll(Array(part))
+        size += part.count
+        rest = rest.dropFirst(part.count)
       }
-      try? file.writeAll(Array(chunk))
-      size += count
       tailStorage.withLock { tail in
         tail += chunk
         if tail.count > 2 * LaunchRecords.tailBytes { tail.removeFirst(tail.count - LaunchRecords.tailBytes) }
@@ -101,7 +108,8 @@ public final class LaunchLog: @unchecked Sendable {
   /// `.log` becomes `.log.1` and a new `.log` is opened; nil (keep writing) if that fails.
   private func rotate(_ file: FileDescriptor) -> FileDescriptor? {
     guard rename(path, path + ".1") == 0,
-      let next = try? FileDescriptor.open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_APPEND, mode: 0o600)
+      let next = try? FileDescriptor.open(
+        path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_APPEND, mode: 0o600)
     else { return nil }
     file.close()
     return next
@@ -111,10 +119,12 @@ public final class LaunchLog: @unchecked Sendable {
   /// one makes `keeping`).
   static func prune(directory: String, keeping: Int) {
     let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
-    let launches = Set(names.compactMap { name -> String? in
-      guard let range = name.range(of: ".log") else { return nil }
-      return String(name[..<range.lowerBound])
-    }).sorted()
+    let launches = Set(
+      names.compactMap { name -> String? in
+        guard let range = name.range(of: ".log") else { return nil }
+        return String(name[..<range.lowerBound])
+      }
+    ).sorted()
     for launch in launches.dropLast(keeping) {
       for suffix in [".log", ".log.1"] { _ = unlink(directory + "/" + launch + suffix) }
     }

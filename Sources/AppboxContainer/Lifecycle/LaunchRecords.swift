@@ -40,10 +40,14 @@ public struct ProcessIdentity: Sendable, Equatable {
   }
 
   /// Whether this very process is still alive (not a zombie, not a reused pid).
-  public var isAlive: Bool { ProcessIdentity.startTime(of: pid) == startTime && !ProcessIdentity.isZombie(pid) }
+  public var isAlive: Bool {
+    ProcessIdentity.startTime(of: pid) == startTime && !ProcessIdentity.isZombie(pid)
+  }
 
   static func stat(of pid: pid_t) -> [Substring]? {
-    guard let text = readSmallFile("/proc/\(pid)/stat"), let close = text.lastIndex(of: ")") else { return nil }
+    guard let text = readSmallFile("/proc/\(pid)/stat"), let close = text.lastIndex(of: ")") else {
+      return nil
+    }
     // Fields after the command name (which may hold spaces and parentheses): 3 (state) on.
     return text[text.index(after: close)...].split(separator: " ")
   }
@@ -111,7 +115,8 @@ public struct RunRecord: Sendable, Equatable {
     containerID = container
     owner = ProcessIdentity(pid: pid_t(truncatingIfNeeded: pid), startTime: UInt64(truncatingIfNeeded: start))
     if let jailPID = plist["JailPID"]?.integer, let jailStart = plist["JailStart"]?.integer {
-      jail = ProcessIdentity(pid: pid_t(truncatingIfNeeded: jailPID), startTime: UInt64(truncatingIfNeeded: jailStart))
+      jail = ProcessIdentity(
+        pid: pid_t(truncatingIfNeeded: jailPID), startTime: UInt64(truncatingIfNeeded: jailStart))
     }
     appPID = plist["AppPID"]?.integer.map { pid_t(truncatingIfNeeded: $0) }
     self.started = started
@@ -150,7 +155,8 @@ public struct CrashRecord: Sendable, Equatable {
   var propertyList: PropertyList {
     .dictionary([
       "BundleIdentifier": .string(bundleIdentifier), "ContainerID": .string(containerID),
-      "LaunchID": .string(launchID), "Signal": .integer(Int64(signal)), "ExitStatus": .integer(Int64(exitStatus)),
+      "LaunchID": .string(launchID), "Signal": .integer(Int64(signal)),
+      "ExitStatus": .integer(Int64(exitStatus)),
       "Time": .date(time), "Detached": .bool(detached), "Command": .array(command.map(PropertyList.string)),
       "LogTail": .data(Data(logTail)),
     ])
@@ -227,7 +233,9 @@ public enum SignalName {
   ]
 
   /// "SIGSEGV", or "signal 40" for one without a name.
-  public static func name(of signal: Int32) -> String { names[signal].map { "SIG" + $0 } ?? "signal \(signal)" }
+  public static func name(of signal: Int32) -> String {
+    names[signal].map { "SIG" + $0 } ?? "signal \(signal)"
+  }
 
   /// The signal `text` names: "TERM", "SIGTERM", "term" or "15"; nil for anything else.
   public static func parse(_ text: String) -> Int32? {
@@ -243,7 +251,8 @@ extension DeviceSession {
   func writeRun(_ record: RunRecord) throws {
     try makePrivateDirectory(root.runsDirectory)
     let directory = try OwnedFileDescriptor.open(root.runsDirectory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
-    try AtomicFile.write(record.propertyList.binaryData(), to: record.fileName, in: directory.borrowed, mode: 0o600,
+    try AtomicFile.write(
+      record.propertyList.binaryData(), to: record.fileName, in: directory.borrowed, mode: 0o600,
       durable: false)
   }
 
@@ -291,7 +300,8 @@ extension DeviceSession {
     let path = root.crashDirectory(crash.containerID)
     try makePrivateDirectory(path)
     let directory = try OwnedFileDescriptor.open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
-    try AtomicFile.write(crash.propertyList.binaryData(), to: crash.launchID + ".plist", in: directory.borrowed,
+    try AtomicFile.write(
+      crash.propertyList.binaryData(), to: crash.launchID + ".plist", in: directory.borrowed,
       mode: 0o600)
     let names = ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).filter {
       $0.hasSuffix(".plist")

@@ -50,7 +50,9 @@ enum Lifecycle {
   /// Moves `name` from `source` into `discard` unless it was moved already (it is absent
   /// from `source`, or present in `discard`). Idempotent; one rename.
   static func setAside(_ name: String, from source: FileDescriptor, into discard: FileDescriptor) throws {
-    guard try discard.statusIfPresent(of: name) == nil, try source.statusIfPresent(of: name) != nil else { return }
+    guard try discard.statusIfPresent(of: name) == nil, try source.statusIfPresent(of: name) != nil else {
+      return
+    }
     try source.rename(name, to: name, in: discard, flags: .noReplace)
   }
 }
@@ -63,7 +65,9 @@ public struct LifecycleRecovery: RecoveryStep {
 
   public func recover(_ session: DeviceSession) throws { try recover(session, scope: .everything) }
 
-  private static let appPrefixes = [Lifecycle.resetPrefix, Lifecycle.offloadPrefix, Lifecycle.reinstallPrefix]
+  private static let appPrefixes = [
+    Lifecycle.resetPrefix, Lifecycle.offloadPrefix, Lifecycle.reinstallPrefix,
+  ]
 
   public func hasPendingWork(_ session: DeviceSession, bundleIdentifier: String) throws -> Bool {
     let journal = Journal(root: session.root)
@@ -75,8 +79,9 @@ public struct LifecycleRecovery: RecoveryStep {
 
   public func recover(_ session: DeviceSession, scope: RecoveryScope) throws {
     let journal = Journal(root: session.root)
-    if let erase = try journal.entries(prefix: Lifecycle.eraseEntry).first(where: { $0.name == Lifecycle.eraseEntry })
-    {
+    if let erase = try journal.entries(prefix: Lifecycle.eraseEntry).first(where: {
+      $0.name == Lifecycle.eraseEntry
+    }) {
       guard scope == .everything else {
         throw ContainerError(
           .tryLater,
@@ -115,7 +120,8 @@ public struct LifecycleRecovery: RecoveryStep {
       }
     }
     for (directory, prefix) in [
-      (session.root.applicationRoot, Lifecycle.discardPrefix), (session.root.stateDirectory, Lifecycle.stateDiscardPrefix),
+      (session.root.applicationRoot, Lifecycle.discardPrefix),
+      (session.root.stateDirectory, Lifecycle.stateDiscardPrefix),
     ] {
       let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
       let parent = try OwnedFileDescriptor.open(directory, O_RDONLY | O_DIRECTORY)

@@ -55,7 +55,8 @@ extension DeviceSession {
     CrashPoint.hit("offload.finished")
     deferRemoval(ofTrash: fields["discard"]!)
     return OffloadReport(
-      app: try registry.app(app.bundleIdentifier), home: root.home(app.containerID), bundle: app.bundleDirectoryName)
+      app: try registry.app(app.bundleIdentifier), home: root.home(app.containerID),
+      bundle: app.bundleDirectoryName)
   }
 
   /// Steps 2-4 of an offload, for `offload` and for recovery. Idempotent.
@@ -81,7 +82,8 @@ extension DeviceSession {
         .real(Date().timeIntervalSince1970), .text(identifier))
       if registry.database.changes > 0 {
         try registry.record(
-          .init(bundleIdentifier: identifier, event: "offload", containerID: containerID, version: app.version))
+          .init(
+            bundleIdentifier: identifier, event: "offload", containerID: containerID, version: app.version))
       }
     }
   }
@@ -112,7 +114,8 @@ extension DeviceSession {
     CrashPoint.hit("reinstall.journaled")
     do {
       let applicationRoot = try OwnedFileDescriptor.open(root.applicationRoot, O_RDONLY | O_DIRECTORY)
-      let staging = try applicationRoot.borrowed.openOwned(staged.stagingName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+      let staging = try applicationRoot.borrowed.openOwned(
+        staged.stagingName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
       let home = try applicationRoot.borrowed.openOwned(app.containerID, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
       if try home.borrowed.statusIfPresent(of: staged.bundleDirectoryName) == nil {
         try staging.borrowed.rename(
@@ -146,8 +149,10 @@ extension DeviceSession {
   /// of the home again and deletes the staging home (see the header). Idempotent.
   func finishReinstall(_ fields: [String: String]) throws {
     guard let identifier = fields["bundleIdentifier"], let containerID = fields["containerID"],
-      let stagingName = fields["staging"], stagingName.hasPrefix(HomeStaging.prefix), !stagingName.contains("/"),
-      let bundle = fields["bundle"], bundle.hasSuffix(".app"), !bundle.contains("/"), let seal = fields["seal"]
+      let stagingName = fields["staging"], stagingName.hasPrefix(HomeStaging.prefix),
+      !stagingName.contains("/"),
+      let bundle = fields["bundle"], bundle.hasSuffix(".app"), !bundle.contains("/"),
+      let seal = fields["seal"]
     else {
       throw ContainerError(.invalidDevice, "A reinstall's journal entry lacks its fields; inspect it by hand")
     }
@@ -161,7 +166,8 @@ extension DeviceSession {
       if try home.borrowed.statusIfPresent(of: bundle) != nil {
         // Back into the staging home when it is still there, else deleted.
         if try applicationRoot.borrowed.statusIfPresent(of: stagingName) != nil {
-          let staging = try applicationRoot.borrowed.openOwned(stagingName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+          let staging = try applicationRoot.borrowed.openOwned(
+            stagingName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
           if try staging.borrowed.statusIfPresent(of: bundle) == nil {
             try home.borrowed.rename(bundle, to: bundle, in: staging.borrowed, flags: .noReplace)
           } else {

@@ -28,6 +28,9 @@ public final class LaunchMonitor: @unchecked Sendable {
 }
 
 extension DeviceSession {
+  /// Refuses (69) to launch an offloaded app (before a detached launch starts its supervisor).
+  public func refuseOffloadedLaunch(_ app: AppRecord) throws { try refuseOffloaded(app, doing: "launch it") }
+
   /// Refuses (69) to start an offloaded app.
   func refuseOffloaded(_ app: AppRecord, doing what: String) throws {
     guard app.isOffloaded else { return }
@@ -46,7 +49,8 @@ extension DeviceSession {
       throw ContainerError(.unavailable, "Cannot read /proc/self/stat: /proc is needed to run apps")
     }
     var record = RunRecord(
-      app: app, owner: owner, command: command, detached: monitor?.detached ?? false, launchID: monitor?.launchID)
+      app: app, owner: owner, command: command, detached: monitor?.detached ?? false,
+      launchID: monitor?.launchID)
     defer { removeRun(record) }
     ChildProcess.lastForwardedSignal.store(0, ordering: .sequentiallyConsistent)
     let status: Int32
@@ -54,7 +58,9 @@ extension DeviceSession {
       status = try confined.run { reaper in
         record.jail = ProcessIdentity(pid: reaper)
         // A detached launch reports the app's pid (as simctl does); a foreground one does not wait.
-        if monitor?.detached == true, let jail = record.jail { record.appPID = self.firstProcess(ofJail: jail) }
+        if monitor?.detached == true, let jail = record.jail {
+          record.appPID = self.firstProcess(ofJail: jail)
+        }
         try? self.writeRun(record)
         monitor?.started?(record)
       }
@@ -68,7 +74,8 @@ extension DeviceSession {
       ChildProcess.lastForwardedSignal.load(ordering: .sequentiallyConsistent) != signal
     {
       try? writeCrash(
-        CrashRecord(run: record, launchID: monitor.launchID, signal: signal, logTail: monitor.log?.tail() ?? []))
+        CrashRecord(
+          run: record, launchID: monitor.launchID, signal: signal, logTail: monitor.log?.tail() ?? []))
     }
     return status
   }

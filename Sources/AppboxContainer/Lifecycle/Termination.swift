@@ -94,7 +94,9 @@ extension DeviceSession {
 
   /// Sends `signal` to every process whose pid namespace is one of `namespaces`, except the
   /// pids in `excluded`; returns how many. Each pid is checked again through a pidfd.
-  static func signalProcesses(inNamespaces namespaces: Set<String>, except excluded: Set<pid_t>, signal: Int32)
+  static func signalProcesses(
+    inNamespaces namespaces: Set<String>, except excluded: Set<pid_t>, signal: Int32
+  )
     -> Int
   {
     guard !namespaces.isEmpty else { return 0 }

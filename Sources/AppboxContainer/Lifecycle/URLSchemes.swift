@@ -26,7 +26,9 @@ public enum URLScheme {
   /// Whether `text` is a scheme as RFC 3986 defines it.
   public static func isValid(_ text: String) -> Bool {
     guard let first = text.utf8.first, isLetter(first), text.utf8.count <= 64 else { return false }
-    return text.utf8.allSatisfy { isLetter($0) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2B || $0 == 0x2D || $0 == 0x2E }
+    return text.utf8.allSatisfy {
+      isLetter($0) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2B || $0 == 0x2D || $0 == 0x2E
+    }
   }
 
   private static func isLetter(_ byte: UInt8) -> Bool { (byte | 0x20) >= 0x61 && (byte | 0x20) <= 0x7A }
@@ -74,7 +76,8 @@ extension DeviceSession {
     }
     .sorted { ($0.installedAt, $0.bundleIdentifier) < ($1.installedAt, $1.bundleIdentifier) }
     guard !claimants.isEmpty else {
-      throw ContainerError(.appNotFound, "No installed app claims the URL scheme '\(scheme)' (CFBundleURLTypes)")
+      throw ContainerError(
+        .appNotFound, "No installed app claims the URL scheme '\(scheme)' (CFBundleURLTypes)")
     }
     return URLClaim(scheme: scheme, claimants: claimants)
   }
