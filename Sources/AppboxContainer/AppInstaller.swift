@@ -168,6 +168,7 @@ extension DeviceSession {
     }
     CrashPoint.hit("uninstall.committed")
     removeRunningLock(of: app)
+    removeLaunchRecords(of: app)
     let warnings = removeGroupTrash(groupTrash)
     do {
       try FileTree.remove(trash, in: applicationRoot)

@@ -67,6 +67,7 @@ struct ResetCommand: ParsableCommand {
     let record = try session.lockApp(app)
     try context.terminateIfAsked(session, record, terminate)
     let report = try session.reset(record, keychain: keychain)
+    for warning in report.warnings { context.warn(warning) }
     var text =
       "Reset \(record.bundleIdentifier): Documents, Library and tmp emptied (container \(record.containerID) kept)"
     if let deleted = report.keychainItemsDeleted {
@@ -113,6 +114,7 @@ struct OffloadCommand: ParsableCommand {
     let record = try session.lockApp(app)
     try context.terminateIfAsked(session, record, terminate)
     let report = try session.offload(record)
+    for warning in report.warnings { context.warn(warning) }
     return CommandOutput(
       text:
         "Offloaded \(record.bundleIdentifier) \(record.version): its bundle is gone, its data and keychain "

@@ -7,11 +7,14 @@
 //    (three renames: the cost does not depend on how much data they hold);
 // 3. make empty Documents, Library, Library/Preferences, Library/Caches and tmp, handed to
 //    the app's uid; sync the home and the discard directory;
-// 4. with --keychain, delete the keychain items only this app can see (as uninstall does);
-// 5. record the event in the app's history; remove the journal entry;
+// 4. record the event in the app's history;
+// 5. with --keychain, delete the keychain items only this app can see (as uninstall does,
+//    one transaction); remove the journal entry;
 // 6. after the report, delete the discard directory (finishDeferredWork).
 // Every step after 1 is idempotent, and recovery runs 2-5 again for an entry it finds, so a
-// reset killed at any moment is finished, never half-done: the home holds the old data or
+// reset killed at any moment is finished, never half-done. A step that fails with an error
+// (not a kill) rolls the reset back instead: the data goes back from the discard directory
+// and the entry is removed, so the command's failure leaves the home as it was: the home holds the old data or
 // empty directories, never a mix. What a process killed during step 6 leaves is deleted by
 // the next recovery of everything (a discard no entry names).
 
@@ -27,6 +30,8 @@ public struct ResetReport: Sendable {
   public var emptied: [String]
   /// Keychain items deleted (--keychain), or nil when the keychain was left alone.
   public var keychainItemsDeleted: Int?
+  /// What went wrong after the reset was done (it stands).
+  public var warnings: [String] = []
 }
 
 extension DeviceSession {
@@ -47,13 +52,28 @@ extension DeviceSession {
     ]
     try journal.write(entry, fields)
     CrashPoint.hit("reset.journaled")
-    let deleted = try finishReset(fields)
-    try journal.remove(entry)
+    let deleted: Int
+    do {
+      deleted = try finishReset(fields)
+    } catch {
+      // A failure (not a kill) leaves the home as it was: the data goes back.
+      try Lifecycle.rollBack(
+        entry, in: journal, putting: DataOwnership.dataDirectories, backInto: app.containerID,
+        from: fields["discard"]!, root: root, after: error)
+      throw error
+    }
+    var warnings: [String] = []
+    do {
+      try journal.remove(entry)
+    } catch {
+      warnings.append(
+        "the reset is done, but its journal entry stays (\(error)); the next appbox command removes it")
+    }
     CrashPoint.hit("reset.finished")
     deferRemoval(ofTrash: fields["discard"]!)
     return ResetReport(
       app: app, home: root.home(app.containerID), emptied: ["Documents", "Library", "tmp"],
-      keychainItemsDeleted: keychain ? deleted : nil)
+      keychainItemsDeleted: keychain ? deleted : nil, warnings: warnings)
   }
 
   /// Steps 2-5 of a reset (see the header), for `reset` and for recovery. Idempotent.
@@ -78,21 +98,28 @@ extension DeviceSession {
     try discard.borrowed.sync()
     try home.borrowed.sync()
     CrashPoint.hit("reset.recreated")
-    var deleted = 0
-    if fields["keychain"] == "1" { deleted = try deleteKeychainItems(of: app) }
     let started = Date(timeIntervalSince1970: Double(fields["started"] ?? "") ?? 0)
     try recordOnce(
       .init(bundleIdentifier: identifier, event: "reset", containerID: containerID, version: app.version),
       since: started)
-    return deleted
+    // Last: one transaction of the keychain's, so a failure before it leaves every item.
+    return fields["keychain"] == "1" ? try deleteKeychainItems(of: app) : 0
   }
 
   /// Makes the standard directories a home lacks (empty, 0755), handed to the app's uid.
+  /// Their times are the app's install time, children first: the home as installed, and
+  /// the same whether the reset or a recovery of it made them.
   func recreateStandardDirectories(in home: FileDescriptor, of app: AppRecord) throws {
     for directory in Home.standardDirectories where try home.statusIfPresent(of: directory) == nil {
       try home.makeDirectory(directory, mode: 0o755)
       try home.open(directory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW).closeAfter {
         try $0.setPermissions(0o755)
+      }
+    }
+    let installed = Timespec(totalNanoseconds: Int64(app.installedAt.timeIntervalSince1970 * 1e9))
+    for directory in Home.standardDirectories.reversed() {
+      try home.open(directory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW).closeAfter {
+        try $0.setTimes(access: installed, modification: installed)
       }
     }
     if let owner = AppUser.dataOwner(of: app) {

@@ -47,6 +47,44 @@ enum Lifecycle {
     if try parent.statusIfPresent(of: name) == nil { try parent.makeDirectory(name, mode: mode) }
   }
 
+  /// Undoes what a reset or offload set aside, after `error` stopped it: each of `names` goes
+  /// back from discard `discardName` (in ApplicationRoot) into home `containerID`, replacing
+  /// what was made in its place, then the discard and the journal `entry` go. A rollback that
+  /// fails too leaves the entry, and the next appbox command finishes the operation instead;
+  /// the error then says so.
+  static func rollBack(
+    _ entry: String, in journal: Journal, putting names: [String], backInto containerID: String,
+    from discardName: String, root: DeviceRoot, after error: any Error
+  ) throws {
+    do {
+      let applicationRoot = try OwnedFileDescriptor.open(root.applicationRoot, O_RDONLY | O_DIRECTORY)
+      if try applicationRoot.borrowed.statusIfPresent(of: discardName) != nil {
+        let discard = try applicationRoot.borrowed.openOwned(discardName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+        let home = try applicationRoot.borrowed.openOwned(containerID, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+        for name in names where try discard.borrowed.statusIfPresent(of: name) != nil {
+          if try home.borrowed.statusIfPresent(of: name) != nil {
+            try FileTree.remove(name, in: home.borrowed)
+          }
+          try discard.borrowed.rename(name, to: name, in: home.borrowed, flags: .noReplace)
+        }
+        try home.borrowed.sync()
+        try FileTree.remove(discardName, in: applicationRoot.borrowed)
+      }
+      try journal.remove(entry)
+    } catch let rollback {
+      throw RollbackFailure(
+        kind: (error as? any AppboxFailure)?.kind ?? .io,
+        message: "\(error); undoing it failed too (\(rollback)): the next appbox command finishes it instead")
+    }
+  }
+
+  /// An operation that failed and could not be undone (the next command rolls it forward).
+  struct RollbackFailure: AppboxFailure {
+    var kind: FailureKind
+    var message: String
+    var description: String { message }
+  }
+
   /// Moves `name` from `source` into `discard` unless it was moved already (it is absent
   /// from `source`, or present in `discard`). Idempotent; one rename.
   static func setAside(_ name: String, from source: FileDescriptor, into discard: FileDescriptor) throws {

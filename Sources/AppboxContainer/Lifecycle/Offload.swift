@@ -5,7 +5,8 @@
 // 1. journal; 2. rename the bundle into `ApplicationRoot/.discard-<UUID>` (one rename);
 // 3. sync the home; 4. mark the registry row offloaded and record the event (one
 // transaction, only while the row is not offloaded yet); 5. remove the entry; 6. after the
-// report, delete the discard directory. The data, the container id, the app's groups and
+// report, delete the discard directory. A step that fails with an error (not a kill) puts
+// the bundle back and removes the entry: the command fails and the app is as it was. The data, the container id, the app's groups and
 // its keychain items stay; `launch` and `run` exit 69 until it is installed again.
 //
 // Installing the same bundle identifier again (`install`): a bundle of the same version,
@@ -28,6 +29,8 @@ public struct OffloadReport: Sendable {
   public var home: String
   /// The bundle's directory name, as it was.
   public var bundle: String
+  /// What went wrong after the offload was done (it stands).
+  public var warnings: [String] = []
 }
 
 extension DeviceSession {
@@ -50,13 +53,27 @@ extension DeviceSession {
     ]
     try journal.write(entry, fields)
     CrashPoint.hit("offload.journaled")
-    try finishOffload(fields)
-    try journal.remove(entry)
+    do {
+      try finishOffload(fields)
+    } catch {
+      // A failure (not a kill) before the registry's commit: the bundle goes back.
+      try Lifecycle.rollBack(
+        entry, in: journal, putting: [app.bundleDirectoryName], backInto: app.containerID,
+        from: fields["discard"]!, root: root, after: error)
+      throw error
+    }
+    var warnings: [String] = []
+    do {
+      try journal.remove(entry)
+    } catch {
+      warnings.append(
+        "the offload is done, but its journal entry stays (\(error)); the next appbox command removes it")
+    }
     CrashPoint.hit("offload.finished")
     deferRemoval(ofTrash: fields["discard"]!)
     return OffloadReport(
       app: try registry.app(app.bundleIdentifier), home: root.home(app.containerID),
-      bundle: app.bundleDirectoryName)
+      bundle: app.bundleDirectoryName, warnings: warnings)
   }
 
   /// Steps 2-4 of an offload, for `offload` and for recovery. Idempotent.
