@@ -184,3 +184,69 @@ struct DeviceErase: ParsableCommand {
       ]))
   }
 }
+
+struct DeviceClone: ParsableCommand {
+  static let description = CommandDescription(
+    name: "clone",
+    abstract: "Copy the whole device root to DEST: the same device (a CI template) or a new one.",
+    discussion: """
+      DEST (which must not exist) becomes a copy of the device root: apps, homes, groups, keychain, \
+      backups and history. --same-device (the default) keeps the UDID and the device key, as a CI \
+      template's copies should; --new-device gives the copy a new UDID and device key, its keychain items \
+      re-sealed under the new key and those marked this-device-only dropped, as a restore onto another \
+      device does. Files share their extents with the source where the file system can (FICLONE: XFS, \
+      btrfs), else the kernel copies them (copy_file_range), holes kept. The copy is made beside DEST and \
+      renamed into place: a kill at any moment leaves DEST complete or absent. No app may run meanwhile; \
+      a device with file protection keys (a passcode) is refused.
+      """,
+    positionals: [.init("DEST", help: "The new device root (its parent must exist).")],
+    options: [
+      .init("same-device", help: "Keep the UDID and device key (the default)."),
+      .init("new-device", help: "A new UDID and device key; this-device-only keychain items are dropped."),
+    ],
+    examples: [
+      .init(
+        "A template for parallel CI jobs, then a job on its copy:", "appbox device clone /tmp/job-1",
+        "appbox --root /tmp/job-1 launch com.example.notes"),
+      .init("A second device made from this one:", "appbox device clone /srv/devices/qa-2 --new-device"),
+    ],
+    exitStatuses: [
+      .noInput("DEST's parent directory does not exist."), .cannotCreate("DEST exists already."),
+      .unavailable("The device has file protection keys (a passcode)."),
+      .busy("An app runs, or another appbox is at work on the device."),
+    ])
+  let destination: String
+  let newDevice: Bool
+
+  init(_ arguments: ParsedArguments) throws {
+    destination = arguments.positional(0)!
+    if arguments.flag("same-device") && arguments.flag("new-device") {
+      throw arguments.usage("--same-device and --new-device exclude each other")
+    }
+    newDevice = arguments.flag("new-device")
+  }
+
+  func run(_ context: CommandContext) throws -> CommandOutput {
+    let session = try context.openDevice(mutating: true)
+    let report = try session.clone(to: destination, newDevice: newDevice)
+    var lines = [
+      "Cloned device \(report.source.name) (\(report.source.udid)) to \(report.destination)",
+      "  udid      \(report.identity.udid)" + (report.newDevice ? " (a new device)" : " (the same device)"),
+      "  files     \(report.files) (\(report.reflinked) reflinked), \(byteCount(report.bytes))",
+    ]
+    if let keychain = report.keychain {
+      lines.append(
+        "  keychain  \(keychain.resealed) items re-sealed, \(keychain.dropped) this-device-only dropped")
+    }
+    return CommandOutput(
+      text: lines.joined(separator: "\n"),
+      json: .object([
+        ("destination", .string(report.destination)), ("udid", .string(report.identity.udid)),
+        ("sourceUDID", .string(report.source.udid)), ("name", .string(report.identity.name)),
+        ("newDevice", .bool(report.newDevice)), ("files", .int(report.files)), ("bytes", .int(report.bytes)),
+        ("reflinked", .int(report.reflinked)),
+        ("keychainResealed", report.keychain.map { .int($0.resealed) } ?? .null),
+        ("keychainDropped", report.keychain.map { .int($0.dropped) } ?? .null),
+      ]))
+  }
+}
