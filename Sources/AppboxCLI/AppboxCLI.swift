@@ -13,7 +13,7 @@ public enum AppboxCLI {
     DeviceCommand.self, InstallCommand.self, ListCommand.self, InspectCommand.self, PathCommand.self,
     UninstallCommand.self, UpdateCommand.self, RevertCommand.self, ResetCommand.self, OffloadCommand.self,
     RunCommand.self, LaunchCommand.self, PsCommand.self, TerminateCommand.self, LogsCommand.self,
-    OpenURLCommand.self,
+    OpenURLCommand.self, SimctlCommand.self,
     FilesCommand.self,
     DefaultsCommand.self, ExcludeCommand.self, ProtectCommand.self, BackupCommand.self, SnapshotsCommand.self,
     RestoreCommand.self,

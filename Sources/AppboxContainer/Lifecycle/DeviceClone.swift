@@ -38,7 +38,10 @@ public struct CloneReport: Sendable {
 
 extension DeviceSession {
   /// Clones the device to `destination` (see the header).
-  public func clone(to destination: String, newDevice: Bool) throws -> CloneReport {
+  /// `name`: the copy's device name (`simctl clone`), else the source's.
+  public func clone(to destination: String, newDevice: Bool, name newName: String? = nil) throws
+    -> CloneReport
+  {
     let target = DeviceRoot.absolute(destination)
     let (parent, name) = splitPath(target)
     guard !name.isEmpty, name != ".", name != ".." else {
@@ -77,7 +80,7 @@ extension DeviceSession {
     let staging = prefix + UUID().uuidString
     try directory.makeDirectory(staging, mode: 0o700)
     do {
-      let report = try fillClone(staging, in: directory, parent: parent, newDevice: newDevice)
+      let report = try fillClone(staging, in: directory, parent: parent, newDevice: newDevice, name: newName)
       CrashPoint.hit("clone.prepared")
       try directory.rename(staging, to: name, flags: .noReplace)
       try directory.sync()
@@ -93,8 +96,9 @@ extension DeviceSession {
   }
 
   /// Steps 3-5 before the rename: the copy in `staging`, synced.
-  private func fillClone(_ staging: String, in directory: FileDescriptor, parent: String, newDevice: Bool)
-    throws
+  private func fillClone(
+    _ staging: String, in directory: FileDescriptor, parent: String, newDevice: Bool, name newName: String?
+  ) throws
     -> (identity: DeviceIdentity, files: Int, bytes: Int64, reflinked: Int, keychain: KeychainTransfer?)
   {
     let source = try OwnedFileDescriptor.open(root.path, O_RDONLY | O_DIRECTORY)
@@ -109,9 +113,10 @@ extension DeviceSession {
     var identity = self.identity
     var keychain: KeychainTransfer?
     let cloneRoot = DeviceRoot(path: parent + "/" + staging)
+    if let newName { identity.name = newName }
+    if newDevice { identity = DeviceIdentity(name: identity.name, capabilities: identity.capabilities) }
+    if newDevice || newName != nil { try cloneRoot.saveIdentity(identity) }
     if newDevice {
-      identity = DeviceIdentity(name: identity.name, capabilities: identity.capabilities)
-      try cloneRoot.saveIdentity(identity)
       if FileManager.default.fileExists(atPath: cloneRoot.keychains + "/device.key") {
         keychain = try Keychain.transferToNewDevice(directory: cloneRoot.keychains)
       }
