@@ -267,7 +267,7 @@ private struct ParseState {
     if globals.json, case .refusedUnless(let flag, let reason) = description.json,
       !parsed.flags.contains(flag)
     {
-      throw parsed.usage("--json is refused here without --\(flag): \(reason)")
+      throw parsed.usage("--json is refused here: \(reason)")  // the page says --\(flag) takes it
     }
 
     // Arguments after `--` are the trailing command for `run`/`launch`, else positionals.
