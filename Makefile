@@ -15,7 +15,7 @@ BENCH_PACKAGES := libarchive-tools restic time
 DEMO_PACKAGES := chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build release install install-files test test-faults demo demo-deps bench bench-large bench-huge bench-startup bench-secitem bench-deps format lint clean
+.PHONY: all deps build release install install-files test test-faults demo demo-deps bench bench-large bench-huge bench-startup bench-secitem bench-clone bench-deps format lint clean
 
 all: build
 
@@ -103,6 +103,11 @@ bench: release bench-deps
 	@bash Benchmarks/run.sh small "$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)"
 	@bash Benchmarks/startup.sh "$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)"
 	@bash Benchmarks/secitem.sh "$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)"
+	@bash Benchmarks/clone.sh "$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)"
+
+# device clone of 10 apps and 100,000 files beside cp -a (WORK=DIR: on another file system).
+bench-clone: release
+	@bash Benchmarks/clone.sh "$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)"
 
 # The keychain from inside the sandbox: broker round trips beside the host command's per-call cost.
 bench-secitem: release
