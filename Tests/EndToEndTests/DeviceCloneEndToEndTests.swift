@@ -115,4 +115,50 @@ struct DeviceCloneEndToEndTests {
     #expect(refused.status == 75, "\(refused.err)")
     #expect(!exists(device.dir.url("busy")))
   }
+
+  /// On a file system with reflinks (a loop-mounted XFS image), every file of the clone shares
+  /// its extents with the template's (FICLONE): no data is copied.
+  @Test(
+    .enabled(
+      if: getuid() == 0 && FileManager.default.fileExists(atPath: "/usr/sbin/mkfs.xfs"),
+      "needs root and xfsprogs"))
+  func onXFSTheCloneSharesEveryFilesExtents() throws {
+    let volume = TemporaryDirectory("xfs")
+    let image = volume.url("image.xfs")
+    let mount = volume.url("mnt")
+    try FileManager.default.createDirectory(atPath: mount, withIntermediateDirectories: true)
+    let fd = try FileDescriptor.open(image, O_WRONLY | O_CREAT | O_EXCL, mode: 0o600)
+    try fd.closeAfter { try $0.truncate(to: 320 << 20) }
+    let made = try runProcess("/usr/sbin/mkfs.xfs", ["-q", "-m", "reflink=1", image])
+    #expect(made.status == 0, "\(made.err)")
+    let mounted = try runProcess("/bin/mount", ["-o", "loop", image, mount])
+    try #require(mounted.status == 0, "\(mounted.err)")
+    defer {
+      if (try? runProcess("/bin/umount", [mount]))?.status != 0 {
+        _ = try? runProcess("/bin/umount", ["-l", mount])
+      }
+    }
+    let template = mount + "/template"
+    let installed = try appbox(
+      ["--json", "install", fixturePath("bundles/Notes-1.0/Notes.app")], root: template)
+    let home = try #require(
+      (try JSONSerialization.jsonObject(with: Data(installed.stdout)) as? [String: Any])?["home"] as? String)
+    var random = SeededRandom(seed: 29)
+    var content = [UInt8](repeating: 0, count: 1 << 20)
+    content.withUnsafeMutableBytes { random.fill($0) }
+    try Data(content).write(to: URL(fileURLWithPath: home + "/Documents/big.bin"))
+    let result = try appbox(["--json", "device", "clone", mount + "/job"], root: template)
+    #expect(result.status == 0, "\(result.err)")
+    let report = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout)) as? [String: Any])
+    let files = try #require(report["files"] as? Int)
+    let reflinked = try #require(report["reflinked"] as? Int)
+    // Every non-empty file was shared (the empty ones have no extents to share).
+    let empty = try runProcess("/usr/bin/find", [template, "-type", "f", "-empty"]).out.split(separator: "\n")
+      .count
+    #expect(reflinked > 0 && reflinked >= files - empty, "\(reflinked) of \(files) (\(empty) empty)")
+    let copy = mount + "/job/ApplicationRoot/" + splitPath(home).name + "/Documents/big.bin"
+    #expect(contents(copy) == content)
+    let extents = try runProcess("/usr/sbin/filefrag", ["-v", copy])
+    #expect(extents.out.contains("shared"), "\(extents.out)")
+  }
 }
