@@ -125,7 +125,7 @@ struct InspectCommand: ParsableCommand {
       "  home          \(report.home)",
       "  bundle        \(record.bundleDirectoryName)",
       "  installed     \(timestamp(record.installedAt))",
-      "  seal          \(report.seal.summary)",
+      "  seal          " + (record.isOffloaded ? "none: the bundle is offloaded" : report.seal.summary),
       "  file sharing  \(record.fileSharingEnabled ? "enabled" : "disabled")",
     ]
     if let updated = record.updatedAt { lines.insert("  updated       \(timestamp(updated))", at: 5) }
