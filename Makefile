@@ -3,8 +3,8 @@
 
 SWIFT ?= swift
 APT_PACKAGES := libarchive-dev libsqlite3-dev libssl-dev pkg-config libarchive-tools tar bubblewrap \
-  libseccomp-dev util-linux e2fsprogs python3 gzip bzip2 xz-utils lzip lz4 zstd ncompress lzop lrzip \
-  libcurl4-openssl-dev passt iproute2 strace xfsprogs
+  libseccomp-dev util-linux e2fsprogs python3 python3-venv gzip bzip2 xz-utils lzip lz4 zstd ncompress lzop lrzip \
+  libcurl4-openssl-dev passt iproute2 strace libfuse3-dev fuse3 xfsprogs
 # The object store the S3 tests, the demo and the benchmark run against: OpenStack Swift with its
 # s3api middleware, started on loopback by scripts/swift-cluster.sh. Installed without
 # recommends (74 packages, about 70 s and 53 MB installed here; with recommends it pulls 159, a desktop
@@ -15,7 +15,7 @@ BENCH_PACKAGES := libarchive-tools restic time
 DEMO_PACKAGES := chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build release install install-files test test-faults demo demo-deps bench bench-large bench-huge bench-startup bench-secitem bench-clone bench-deps format lint clean
+.PHONY: all deps build release install install-files test test-deps test-faults test-retention demo demo-deps bench bench-large bench-huge bench-startup bench-secitem bench-clone bench-deps format lint clean
 
 all: build
 
@@ -66,9 +66,14 @@ install-files:
 	install -m 0755 $(addprefix $(BIN_DIR)/,$(INSTALLED)) "$(DESTDIR)$(PREFIX)/bin/"
 
 # Builds everything (the appbox and appbox-sandbox executables too) and runs every test.
-test: deps
+test: deps test-deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
+
+# What only the tests need: the independent readers of iOS device backups (pyiosbackup,
+# iphone_backup_decrypt) from PyPI, in a virtualenv of their own under .build/.
+test-deps: deps
+	@bash scripts/device-backup-readers.sh >/dev/null
 
 # The full fault sweep (docs/crash-safety.md): every writing command killed, and failed with EIO
 # and with ENOSPC, at each of its fsync, fdatasync, rename, unlink and syncfs calls in turn (strace),
@@ -77,6 +82,12 @@ test: deps
 test-faults: deps
 	$(SWIFT) build --build-tests
 	APPBOX_FAULTS_FULL=1 $(SWIFT) test --skip-build --filter 'FaultSweepTests|CommandFaultTests|DataSafetyTests'
+
+# forget's retention policy against restic itself: the same snapshot times in a restic repository
+# and `restic forget --dry-run` for each policy (about a minute: every restic command runs scrypt).
+test-retention: bench-deps
+	$(SWIFT) build --build-tests
+	APPBOX_RESTIC_COMPARE=1 $(SWIFT) test --skip-build --filter RetentionPolicyTests
 
 # The main job end to end on a throwaway device root.
 demo: release demo-deps

@@ -25,6 +25,8 @@ let package = Package(
       name: "COpenSSL", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
     .systemLibrary(  // imported by AppboxS3; headers only: libcurl is loaded when S3 needs it
       name: "CCurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+    .systemLibrary(  // imported by AppboxMount: the read-only FUSE view of a repository
+      name: "CFuse", pkgConfig: "fuse3", providers: [.apt(["libfuse3-dev"])]),
     .systemLibrary(  // used by appbox-sandbox (C) only: the seccomp filter
       name: "CSeccomp", pkgConfig: "libseccomp", providers: [.apt(["libseccomp-dev"])]),
     // Syscalls Swift cannot call directly (openat2, renameat2, xattrs, Landlock probe).
@@ -75,10 +77,14 @@ let package = Package(
         "AppboxCore", "AppboxStore", "AppboxCrypto", "AppboxArchive", "AppboxKeychain", "AppboxContainer",
         "AppboxS3",
       ]),
+    // The snapshots as a read-only FUSE file system (libfuse3).
+    .target(name: "AppboxMount", dependencies: ["AppboxCore", "AppboxCrypto", "AppboxBackup", "CFuse"]),
     // Command-line parsing, the commands, text and JSON output.
     .target(
       name: "AppboxCLI",
-      dependencies: ["AppboxCore", "AppboxStore", "AppboxKeychain", "AppboxContainer", "AppboxBackup"]),
+      dependencies: [
+        "AppboxCore", "AppboxStore", "AppboxKeychain", "AppboxContainer", "AppboxBackup", "AppboxMount",
+      ]),
     // The executable: a few lines that hand over to AppboxCLI.
     .executableTarget(name: "appbox", dependencies: ["AppboxCLI"]),
 
@@ -117,10 +123,15 @@ let package = Package(
     .testTarget(name: "AppboxContainerTests", dependencies: ["AppboxContainer", "AppboxTestSupport"]),
     .testTarget(
       name: "AppboxBackupTests",
-      dependencies: ["AppboxBackup", "AppboxArchive", "AppboxContainer", "AppboxCrypto", "AppboxTestSupport"]),
+      dependencies: [
+        "AppboxBackup", "AppboxArchive", "AppboxContainer", "AppboxCrypto", "AppboxStore",
+        "AppboxTestSupport",
+      ]),
     .testTarget(name: "AppboxCLITests", dependencies: ["AppboxCLI", "AppboxTestSupport"]),
     .testTarget(
       name: "EndToEndTests",
-      dependencies: ["AppboxCore", "AppboxArchive", "AppboxBackup", "AppboxS3", "AppboxTestSupport"]),
+      dependencies: [
+        "AppboxCore", "AppboxArchive", "AppboxBackup", "AppboxCrypto", "AppboxS3", "AppboxTestSupport",
+      ]),
   ]
 )

@@ -78,6 +78,17 @@ extension Repository {
     -> ForgetReport
   {
     guard keepLast >= 1 else { throw BackupError(.invalidRequest, "--keep-last must be at least 1") }
+    return try forget(app: app, observer: observer) { history in
+      (Array(history.dropLast(keepLast)), Array(history.suffix(keepLast)))
+    }
+  }
+
+  /// Drops the snapshots of `app` that `choose` removes (given the app's snapshots in commit
+  /// order, after the sync) and reclaims their space; a retention policy chooses this way.
+  func forget(
+    app: String, observer: EngineObserver,
+    choosing choose: ([Snapshot]) -> (removed: [Snapshot], kept: [Snapshot])
+  ) throws -> ForgetReport {
     let appLock = try lockApp(app)
     let repositoryLock = try lockRepository(exclusive: true, purpose: "forget")
     defer { withExtendedLifetime((appLock, repositoryLock)) {} }
@@ -91,8 +102,7 @@ extension Repository {
     observer.engine(.started(operation: "forget", app: app))
     let history = try catalog.snapshots(app: app)
     var report = ForgetReport()
-    report.removed = Array(history.dropLast(keepLast))
-    report.kept = Array(history.suffix(keepLast))
+    (report.removed, report.kept) = choose(history)
     if !report.removed.isEmpty {
       try drop(&report, pruneLock: pruneLock)
     }

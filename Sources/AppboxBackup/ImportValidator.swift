@@ -108,10 +108,16 @@ struct ImportValidator {
   /// The most data bytes that fit (free space less a reserve).
   let maxDataBytes: Int64
 
-  init(maxEntries: Int, maxBytes: Int64, maxDataBytes: Int64 = .max) {
+  /// The names a path may start with (nil: any, as in an app group's container).
+  let allowedTopLevel: Set<[UInt8]>?
+
+  init(
+    maxEntries: Int, maxBytes: Int64, maxDataBytes: Int64 = .max, allowedTopLevel: Set<[UInt8]>? = topLevel
+  ) {
     self.maxEntries = maxEntries
     self.maxBytes = maxBytes
     self.maxDataBytes = maxDataBytes
+    self.allowedTopLevel = allowedTopLevel
   }
 
   static let topLevel: Set<[UInt8]> = [Array("Documents".utf8), Array("Library".utf8)]
@@ -174,10 +180,12 @@ struct ImportValidator {
       throw Self.refuse(path, "has an empty or '.' component")
     }
     let firstEnd = nextSlash(in: path, from: 0) ?? path.count
-    guard Self.topLevel.contains(Array(path[..<firstEnd])) else {
+    guard allowedTopLevel?.contains(Array(path[..<firstEnd])) ?? true else {
       throw Self.refuse(path, "is outside Documents and Library")
     }
-    if firstEnd == path.count && entry.kind != .directory { throw Self.refuse(path, "must be a directory") }
+    if allowedTopLevel != nil && firstEnd == path.count && entry.kind != .directory {
+      throw Self.refuse(path, "must be a directory")
+    }
     switch entry.kind {
     case .other: throw Self.refuse(path, "is a device file, FIFO or socket")
     default: break

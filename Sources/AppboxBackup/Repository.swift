@@ -416,26 +416,10 @@ public final class Repository {
     try catalog.snapshots(app: app).last { tag == nil || $0.tag == tag }
   }
 
-  /// Looks up a snapshot by id (or `latest` of `app`); exit 66 when there is none.
+  /// Looks up a snapshot by id, unique prefix or `latest` of `app` (Browse/SnapshotResolution.swift);
+  /// exit 66 when there is none, 64 when a prefix is ambiguous.
   public func snapshot(_ id: String, app: String? = nil) throws -> Snapshot {
-    if id == "latest" {
-      guard let app else { throw BackupError(.invalidRequest, "'latest' needs an app") }
-      guard let last = try catalog.snapshots(app: app).last else {
-        throw BackupError(.snapshotNotFound, "No snapshots of '\(app)' in '\(path)'")
-      }
-      return last
-    }
-    guard let snapshot = try catalog.snapshot(id: id), app.map({ $0 == snapshot.app }) ?? true else {
-      if let unlisted = damage.unlisted.first(where: { $0.id == id.lowercased() }) {
-        throw BackupError(
-          .corruptArchive,
-          "Snapshot \(unlisted.id) cannot be restored: the manifest of its archive '\(unlisted.archive)' is damaged"
-        )
-      }
-      throw BackupError(
-        .snapshotNotFound, "No snapshot '\(id)'\(app.map { " of '\($0)'" } ?? "") in '\(path)'")
-    }
-    return snapshot
+    try resolveSnapshot(id, app: app)
   }
 }
 

@@ -56,6 +56,7 @@ extension Repository {
     if let why = damage.affected[snapshot.id] {
       throw BackupError(.corruptArchive, "Snapshot \(snapshot.id) cannot be restored: \(why)")
     }
+    if app == nil { try requireBundle(toInstallFrom: snapshot) }
     let running = try app.map { try holdNotRunning($0, session: session) }
     defer { withExtendedLifetime(running) {} }
     observer.engine(.started(operation: "restore", app: bundleIdentifier))

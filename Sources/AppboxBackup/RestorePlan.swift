@@ -126,10 +126,11 @@ struct RestorePlan {
 
   /// Plans the subtree `root`. At the top, entries named in `skippingTopLevel` are left out;
   /// entries at or below the top-level names `dataTopLevel` are marked as the app's data.
-  /// `expectedFiles` sizes the tables (the snapshot's file count, when known).
+  /// `expectedFiles` sizes the tables (the snapshot's file count, when known). Trees in
+  /// `overlay` are read from it before the catalog (a partial restore's pruned trees).
   init(
     catalog: Catalog, root: Digest, skippingTopLevel: Set<[UInt8]> = [], dataTopLevel: [String] = [],
-    expectedFiles: Int = 0
+    expectedFiles: Int = 0, overlay: [Digest: [UInt8]] = [:]
   ) throws {
     chains.reserveCapacity(expectedFiles)
     files.reserveCapacity(expectedFiles)
@@ -139,7 +140,7 @@ struct RestorePlan {
     let data = Set(dataTopLevel.map { Array($0.utf8) })
     var stack: [(digest: Digest, index: Int32, isData: Bool)] = [(root, -1, false)]
     while let (digest, index, isData) = stack.popLast() {
-      guard let treeData = try catalog.treeData(digest) else {
+      guard let treeData = try overlay[digest] ?? catalog.treeData(digest) else {
         throw BackupError(.corruptCatalog, "Catalog is missing tree \(digest.hex.prefix(16))")
       }
       let isTop = index < 0

@@ -44,11 +44,12 @@ extension Repository {
   /// With `standardDirectories`, the home's standard directories the snapshot lacks
   /// (Library/Caches and tmp, always) are created empty, before directory times are set.
   /// With `protectingOn`, files the snapshot recorded as protected are created under their
-  /// class on that device (see Protection+Backup.swift).
+  /// class on that device (see Protection+Backup.swift). Trees in `overlay` are read before
+  /// the catalog's (Browse/PartialRestore.swift prunes the snapshot's trees this way).
   public func materialize(
     _ snapshot: Snapshot, part: SnapshotPart, into directory: FileDescriptor,
     standardDirectories: Bool = false, protectingOn session: DeviceSession? = nil, owner: UInt32? = nil,
-    observer: EngineObserver = SilentObserver()
+    overlay: [Digest: [UInt8]] = [:], observer: EngineObserver = SilentObserver()
   ) throws -> MaterializeReport {
     let bundleName = Array(snapshot.bundleDirectoryName.utf8)
     let root: Digest
@@ -71,7 +72,7 @@ extension Repository {
       let plan = try RestorePlan(
         catalog: catalog, root: root, skippingTopLevel: skipping,
         dataTopLevel: owner == nil ? [] : DataOwnership.dataDirectories,
-        expectedFiles: part == .data ? snapshot.files : 0)
+        expectedFiles: part == .data && overlay.isEmpty ? snapshot.files : 0, overlay: overlay)
       observer.engine(.stage("locate content"))
       return (plan, try contentSources(for: plan))
     }

@@ -17,8 +17,9 @@ public enum AppboxCLI {
     FilesCommand.self,
     DefaultsCommand.self, ExcludeCommand.self, ProtectCommand.self, BackupCommand.self, SnapshotsCommand.self,
     RestoreCommand.self,
-    DiffCommand.self, CheckCommand.self, ForgetCommand.self, RepoCommand.self, ArchiveCommand.self,
-    ExportCommand.self, ImportCommand.self,
+    DiffCommand.self, LsCommand.self, DumpCommand.self, FindCommand.self, MountCommand.self,
+    CheckCommand.self, ForgetCommand.self, RepoCommand.self, ArchiveCommand.self,
+    ExportCommand.self, ImportCommand.self, ExportBackupCommand.self, ImportBackupCommand.self,
     WhyCommand.self, AdviseCommand.self, KeychainCommand.self, HelpCommand.self,
   ]
 

@@ -30,8 +30,11 @@ struct BinaryPropertyListReader {
   private var payloadLeft: Int
   private var onPath: Set<Int> = []
   private var leaves: [Int: PropertyList] = [:]
+  /// Whether UID objects (keyed archives) are read, as `{"CF$UID": n}` (PropertyListKeyedArchive.swift).
+  private let allowsUIDs: Bool
 
-  init(_ bytes: [UInt8], limits: PropertyListLimits) throws {
+  init(_ bytes: [UInt8], limits: PropertyListLimits, allowsUIDs: Bool = false) throws {
+    self.allowsUIDs = allowsUIDs
     guard bytes.starts(with: Array("bplist00".utf8)) else {
       let version = String(
         decoding: bytes.prefix(8).map { $0 < 0x20 || $0 > 0x7E ? 0x3F : $0 }, as: UTF8.self)
@@ -119,8 +122,11 @@ struct BinaryPropertyListReader {
       try charge(leaf)
       return leaf
     case 0x8:
-      throw PropertyListError(
-        .unsupported, "binary property list: UID objects (keyed archives) are not supported")
+      guard allowsUIDs else {
+        throw PropertyListError(
+          .unsupported, "binary property list: UID objects (keyed archives) are not supported")
+      }
+      return try KeyedArchiveUID.decoded(width: low + 1) { try read(at: start + 1, width: $0) }
     case 0xA:
       let (body, length) = try counted(at: start, unitWidth: referenceWidth)
       onPath.insert(index)

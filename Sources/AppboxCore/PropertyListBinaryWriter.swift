@@ -17,6 +17,8 @@ struct BinaryPropertyListWriter {
 
   private var objects: [Object] = []
   private var scalarIndex: [[UInt8]: Int] = [:]
+  /// Whether `{"CF$UID": n}` dictionaries are written as UID objects (keyed archives).
+  var writesUIDs = false
 
   mutating func document(for value: PropertyList) -> Data {
     _ = add(value)
@@ -60,6 +62,7 @@ struct BinaryPropertyListWriter {
       objects[index] = .array(items.map { add($0) })
       return index
     case .dictionary(let entries):
+      if writesUIDs, let uid = KeyedArchiveUID.encoded(entries) { return addScalar(uid) }
       let index = objects.count
       objects.append(.array([]))
       let keys = entries.sortedKeys

@@ -6,15 +6,18 @@
 /// canonical equivalence, as Swift's `String ==` does), so NFC and NFD spellings of a key are
 /// two keys, as they are in Foundation and in the file.
 public struct PropertyListDictionary: Equatable, Sendable, Sequence, ExpressibleByDictionaryLiteral {
-  /// A key compared and hashed by its Unicode scalars.
+  /// A key compared and hashed by its Unicode scalars. Two strings have the same scalars
+  /// exactly when they have the same UTF-8 bytes (the encoding is one-to-one), so both are
+  /// done on the bytes: a keyed archive of 100,000 records hashes millions of keys.
   public struct ScalarKey: Hashable, Sendable {
     public let string: String
     public init(_ string: String) { self.string = string }
     public static func == (a: ScalarKey, b: ScalarKey) -> Bool {
-      a.string.unicodeScalars.elementsEqual(b.string.unicodeScalars)
+      a.string.utf8.elementsEqual(b.string.utf8)
     }
     public func hash(into hasher: inout Hasher) {
-      for scalar in string.unicodeScalars { hasher.combine(scalar.value) }
+      var copy = string
+      copy.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
     }
   }
 

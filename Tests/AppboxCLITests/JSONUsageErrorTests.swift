@@ -88,7 +88,10 @@ struct JSONUsageErrorTests {
     let line = try JSONSerialization.jsonObject(with: Data(result.err.utf8)) as? [String: Any]
     #expect(line?["type"] as? String == "error")
     #expect(line?["status"] as? Int == 64)
-    #expect(line?["message"] as? String == "missing --keep-last N")
+    #expect(
+      line?["message"] as? String
+        == "missing --keep-last N (or --keep-hourly/daily/weekly/monthly/yearly N, --keep-within D, --keep-tag T)"
+    )
     #expect(result.err.hasSuffix("\n") && result.err.dropLast().contains("\n") == false)
   }
 }

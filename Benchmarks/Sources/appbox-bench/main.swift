@@ -8,6 +8,7 @@
 //   appbox-bench in-place-files HOME [--seed S]
 //   appbox-bench run small|large|huge --appbox PATH [--runs N] [--work DIR] [--results DIR] [--only history] [--keep]
 //   appbox-bench archive-throughput [--results DIR]
+//   appbox-bench device-backup --appbox PATH [--files N] [--runs N] [--work DIR] [--results DIR]
 import AppboxTestSupport
 import Foundation
 import Glibc
@@ -73,9 +74,23 @@ do {
     print(text, terminator: "")
     try makeDirectories(results)
     try text.write(toFile: results + "/archive-throughput.md", atomically: true, encoding: .utf8)
+  case "device-backup":
+    guard let appbox = option("appbox", in: arguments) else {
+      fail("usage: device-backup --appbox PATH [--files N] [--runs N] [--work DIR] [--results DIR]")
+    }
+    var bench = DeviceBackupBench(appbox: appbox)
+    if let files = option("files", in: arguments).flatMap(Int.init) { bench.files = files }
+    if let runs = option("runs", in: arguments).flatMap(Int.init) { bench.runs = runs }
+    if let work = option("work", in: arguments) { bench.work = work }
+    let results = option("results", in: arguments) ?? "Benchmarks/results"
+    let text = try bench.run()
+    print(text, terminator: "")
+    try makeDirectories(results)
+    try text.write(toFile: results + "/device-backup.md", atomically: true, encoding: .utf8)
+    try? FileManager.default.removeItem(atPath: bench.work)
   default:
     fail(
-      "usage: appbox-bench bundle|generate|mutate|run|archive-throughput ... (see the header of Benchmarks/Sources/appbox-bench/main.swift)"
+      "usage: appbox-bench bundle|generate|mutate|run|archive-throughput|device-backup ... (see the header of Benchmarks/Sources/appbox-bench/main.swift)"
     )
   }
 } catch {

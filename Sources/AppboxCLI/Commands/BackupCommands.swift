@@ -43,6 +43,9 @@ struct BackupCommand: ParsableCommand {
         "strict",
         help:
           "Exit 74 when a snapshot is incomplete (entries could not be read, or kept changing as they were)."),
+      .init(
+        "tag", value: "T",
+        help: "Label the snapshots (snapshots --tag T and forget --keep-tag T select them)."),
     ] + repositoryAccessOptions,
     examples: [
       .init(
@@ -51,6 +54,8 @@ struct BackupCommand: ParsableCommand {
       .init(
         "Into an S3 bucket, compressed:",
         "appbox backup --all --repo s3://backups/ci --compress zstd"),
+      .init(
+        "A labelled snapshot before an experiment:", "appbox backup com.example.notes --tag before-migration"),
       .init(
         "The new snapshot's id, for a script:",
         "appbox --json backup com.example.notes | jq -r '.[0].snapshot'"),
@@ -77,7 +82,8 @@ struct BackupCommand: ParsableCommand {
     if all && !apps.isEmpty { throw arguments.usage("give apps or --all, not both") }
     if !all && apps.isEmpty { throw arguments.usage("name an app to back up, or use --all") }
     let compression = ArchiveCompression(rawValue: arguments.value("compress") ?? "none") ?? .none
-    options = BackupOptions(full: arguments.flag("full"), compression: compression)
+    options = BackupOptions(
+      full: arguments.flag("full"), compression: compression, tag: try arguments.value("tag").map(validTag))
     self.arguments = arguments
   }
 
@@ -221,9 +227,11 @@ struct SnapshotsCommand: ParsableCommand {
         "APP", help: "Only this app's (or app group's) snapshots: a bundle or group identifier.",
         optional: true)
     ],
-    options: [repositoryOption] + repositoryAccessOptions,
+    options: [.init("tag", value: "T", help: "Only the snapshots labelled T."), repositoryOption]
+      + repositoryAccessOptions,
     examples: [
       .init("Every snapshot, then one app's:", "appbox snapshots", "appbox snapshots com.example.notes"),
+      .init("The safety snapshots update took:", "appbox snapshots com.example.notes --tag pre-update"),
       .init(
         "The snapshots of an encrypted repository:",
         "appbox snapshots --repo /srv/vault --password-file pw.txt"),
@@ -231,9 +239,11 @@ struct SnapshotsCommand: ParsableCommand {
     exitStatuses: [ExitCode.noSnapshot] + ExitCode.repository,
     environment: EnvironmentVariable.repository)
   let app: String?
+  let tag: String?
   let arguments: ParsedArguments
   init(_ arguments: ParsedArguments) throws {
     app = arguments.positional(0)
+    tag = arguments.value("tag")
     self.arguments = arguments
   }
 
@@ -246,7 +256,7 @@ struct SnapshotsCommand: ParsableCommand {
         (try? registry.appIfPresent(app)?.bundleIdentifier) ?? (try? registry.groupIfPresent(app)?.identifier)
         ?? app
     }
-    let listed = try repository.listing(app: name)
+    let listed = try repository.listing(app: name).filter { tag == nil || $0.snapshot.tag == tag }
     let snapshots = listed.map(\.snapshot)
     let tagged = snapshots.contains { $0.tag != nil }
     let incomplete = snapshots.contains { $0.isIncomplete }
@@ -292,4 +302,18 @@ func incompleteColumn(_ snapshot: Snapshot) -> String {
   if snapshot.unreadable > 0 { parts.append("\(snapshot.unreadable) unreadable") }
   if snapshot.torn > 0 { parts.append("\(snapshot.torn) torn") }
   return parts.joined(separator: ", ")
+}
+
+/// A snapshot tag as given on the command line: 1 to 64 characters, none of them a control
+/// character, a comma or a slash.
+func validTag(_ text: String) throws -> String {
+  guard !text.isEmpty, text.count <= 64,
+    !text.unicodeScalars.contains(where: {
+      $0.properties.generalCategory == .control || $0 == "," || $0 == "/"
+    })
+  else {
+    throw UsageError(
+      "--tag takes 1 to 64 characters without controls, ',' or '/', not '\(text)'", commandPath: "backup")
+  }
+  return text
 }

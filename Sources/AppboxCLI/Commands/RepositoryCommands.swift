@@ -122,38 +122,106 @@ struct CheckCommand: ParsableCommand {
 struct ForgetCommand: ParsableCommand {
   static let description = CommandDescription(
     name: "forget", abstract: "Drop an app's older snapshots and reclaim the space only they used.",
+    discussion: """
+      The policy is restic's: a snapshot stays when any rule keeps it. --keep-last N keeps the N
+      newest; --keep-hourly/daily/weekly/monthly/yearly N keep the newest snapshot of each of the
+      N most recent hours, days, ISO weeks, months or years (in UTC) that have snapshots;
+      --keep-within D keeps those taken within D (1y5m7d2h) of the newest snapshot (not of now);
+      --keep-tag T keeps those labelled T (repeat for more tags). --dry-run prints what would go
+      and what would stay, and why, and changes nothing.
+      """,
     positionals: [.init("APP", help: "A bundle identifier.")],
     options: [
-      .init("keep-last", value: "N", help: "How many of the newest snapshots to keep (required)."),
+      .init("keep-last", value: "N", help: "Keep the N newest snapshots."),
+      .init(
+        "keep-hourly", value: "N", help: "Keep the newest snapshot of each of the last N hours with one."),
+      .init("keep-daily", value: "N", help: "Keep the newest snapshot of each of the last N days with one."),
+      .init(
+        "keep-weekly", value: "N", help: "Keep the newest snapshot of each of the last N weeks with one."),
+      .init(
+        "keep-monthly", value: "N", help: "Keep the newest snapshot of each of the last N months with one."),
+      .init(
+        "keep-yearly", value: "N", help: "Keep the newest snapshot of each of the last N years with one."),
+      .init(
+        "keep-within", value: "DURATION", help: "Keep snapshots within DURATION (1y5m7d2h) of the newest one."
+      ),
+      .init("keep-tag", value: "T", help: "Keep snapshots labelled T (repeatable)."),
+      .init("dry-run", help: "Print what would be forgotten and what kept, and why; change nothing."),
       repositoryOption,
     ] + repositoryAccessOptions,
     examples: [
-      .init("Keep an app's three newest snapshots:", "appbox forget com.example.notes --keep-last 3")
+      .init("Keep an app's three newest snapshots:", "appbox forget com.example.notes --keep-last 3"),
+      .init(
+        "A week of dailies and a year of monthlies, rehearsed first:",
+        "appbox forget com.example.notes --keep-daily 7 --keep-monthly 12 --dry-run",
+        "appbox forget com.example.notes --keep-daily 7 --keep-monthly 12 --keep-tag pre-update"),
     ],
-    exitStatuses: [.usage("Malformed, or --keep-last missing."), .noSnapshot] + ExitCode.repository,
+    exitStatuses: [.usage("Malformed, or no --keep-* rule given."), .noSnapshot] + ExitCode.repository,
     environment: EnvironmentVariable.repository + [.pruneGrace, .lockSettle, .lockStale]
       + EnvironmentVariable.progress)
   let app: String
-  let keepLast: Int
+  let policy: RetentionPolicy
+  let dryRun: Bool
   let arguments: ParsedArguments
   init(_ arguments: ParsedArguments) throws {
     app = arguments.positional(0)!
-    guard let keep = try arguments.integer("keep-last", range: 1...Int.max) else {
-      throw arguments.usage("missing --keep-last N")
+    var policy = RetentionPolicy()
+    policy.last = try arguments.integer("keep-last", range: 1...Int.max) ?? 0
+    policy.hourly = try arguments.integer("keep-hourly", range: 1...Int.max) ?? 0
+    policy.daily = try arguments.integer("keep-daily", range: 1...Int.max) ?? 0
+    policy.weekly = try arguments.integer("keep-weekly", range: 1...Int.max) ?? 0
+    policy.monthly = try arguments.integer("keep-monthly", range: 1...Int.max) ?? 0
+    policy.yearly = try arguments.integer("keep-yearly", range: 1...Int.max) ?? 0
+    if let text = arguments.value("keep-within") {
+      guard let duration = RetentionDuration(parsing: text) else {
+        throw arguments.usage("--keep-within takes a duration such as 7d, 2h or 1y6m, not '\(text)'")
+      }
+      policy.within = duration
     }
-    keepLast = keep
+    policy.tags = arguments.values["keep-tag"] ?? []
+    guard !policy.isEmpty else {
+      throw arguments.usage(
+        "missing --keep-last N (or --keep-hourly/daily/weekly/monthly/yearly N, --keep-within D, --keep-tag T)"
+      )
+    }
+    self.policy = policy
+    dryRun = arguments.flag("dry-run")
     self.arguments = arguments
   }
 
   func run(_ context: CommandContext) throws -> CommandOutput {
-    let repository = try context.repository(arguments, create: false)
+    let repository = try context.repository(arguments, create: false, readOnly: dryRun)
     var name = app
     if UUID(uuidString: app) != nil,
       let record = try? context.openDevice(mutating: false).registry.appIfPresent(app)
     {
       name = record.bundleIdentifier
     }
-    let report = try repository.forget(app: name, keepLast: keepLast, observer: ProgressBar(context))
+    let outcome = try repository.forget(
+      app: name, policy: policy, dryRun: dryRun, observer: ProgressBar(context))
+    let decisions = outcome.decisions.map { decision -> JSONValue in
+      .object([
+        ("snapshot", .string(decision.snapshot.id)), ("time", .string(timestamp(decision.snapshot.time))),
+        ("keep", .bool(decision.keep)), ("reasons", .array(decision.reasons.map(JSONValue.string))),
+      ])
+    }
+    guard let report = outcome.report else {
+      let kept = outcome.decisions.filter(\.keep)
+      let removed = outcome.decisions.filter { !$0.keep }
+      var lines = ["Would keep \(kept.count) snapshots of \(name) and forget \(removed.count):"]
+      lines += outcome.decisions.map { decision in
+        "\(decision.keep ? "keep  " : "forget") \(decision.snapshot.id)  \(timestamp(decision.snapshot.time))"
+          + (decision.snapshot.tag.map { "  [\(Terminal.escape($0))]" } ?? "")
+          + (decision.keep ? "  " + decision.reasons.joined(separator: ", ") : "")
+      }
+      return CommandOutput(
+        text: lines.joined(separator: "\n"),
+        json: .object([
+          ("app", .string(name)), ("dryRun", .bool(true)),
+          ("removed", .array(removed.map { .string($0.snapshot.id) })),
+          ("kept", .array(kept.map { .string($0.snapshot.id) })), ("decisions", .array(decisions)),
+        ]))
+    }
     var text =
       report.removed.isEmpty
       ? "Nothing to forget: \(name) has \(report.kept.count) snapshots."
@@ -176,6 +244,7 @@ struct ForgetCommand: ParsableCommand {
         ("deletedArchives", .array(report.deletedArchives.map(JSONValue.string))),
         ("newArchive", .optional(report.newArchive)), ("bytesReclaimed", .int(report.bytesReclaimed)),
         ("markedArchives", .array(report.markedArchives.map(JSONValue.string))),
+        ("decisions", .array(decisions)),
       ]))
   }
 }

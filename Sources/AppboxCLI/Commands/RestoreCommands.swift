@@ -19,13 +19,24 @@ struct RestoreCommand: ParsableCommand {
       .init("APP", help: "A bundle identifier or container id, or an app group identifier (group.<id>).")
     ],
     options: [
-      .init("snapshot", value: "ID", help: "The snapshot to restore (default: latest)."), repositoryOption,
+      .init("snapshot", value: "ID", help: "The snapshot to restore (default: latest)."),
+      .init(
+        "include", value: "PATH",
+        help: "Replace only this path of the home (Documents/a.txt; repeat for more), all or nothing."),
+      .init(
+        "target", value: "DIR",
+        help: "Write the snapshot's data as a plain tree under DIR (new or empty) and leave the app alone."),
+      repositoryOption,
     ] + repositoryAccessOptions,
     examples: [
       .init(
         "Restore the latest snapshot, then an older one:", "appbox restore com.example.notes",
         "appbox restore com.example.notes --snapshot 1a2b3c4d"),
       .init("Restore an app group's container:", "appbox restore group.com.example.shared"),
+      .init(
+        "Bring back one file, then look at a whole snapshot elsewhere:",
+        "appbox restore com.example.notes --snapshot 1a2b --include Documents/notes.db",
+        "appbox restore com.example.notes --snapshot 1a2b --target /tmp/notes-then"),
     ],
     exitStatuses: [
       .noInput("No such snapshot of the app (or group), or no such repository."),
@@ -34,19 +45,30 @@ struct RestoreCommand: ParsableCommand {
         "The device is locked (the app's protected files are unavailable), or the S3 store cannot be reached."
       ),
       .busy("The app (or a member of the group) is running, or another appbox holds its lock (--wait)."),
+      .cannotCreate(
+        "The --target directory is not empty, or a folder on an --include path is a file or symlink in the home."
+      ),
     ] + ExitCode.repository,
     environment: EnvironmentVariable.repository + EnvironmentVariable.progress)
   let app: String
   let snapshot: String
+  let include: [[UInt8]]
+  let target: String?
   let arguments: ParsedArguments
 
   init(_ arguments: ParsedArguments) throws {
     app = arguments.positional(0)!
     snapshot = arguments.value("snapshot") ?? "latest"
+    include = (arguments.values["include"] ?? []).map(Terminal.unescape)
+    target = arguments.value("target")
+    if include.contains(where: { $0.isEmpty }) {
+      throw arguments.usage("--include needs a path such as Documents/a.txt")
+    }
     self.arguments = arguments
   }
 
   func run(_ context: CommandContext) throws -> CommandOutput {
+    if target != nil || !include.isEmpty { return try restorePart(context) }
     let session = try context.openDevice(mutating: true)
     let repository = try context.repository(arguments, create: false, readOnly: true)
     if namesGroup(app) { return try restoreGroup(session: session, repository: repository, context: context) }
@@ -132,6 +154,43 @@ struct RestoreCommand: ParsableCommand {
         ("app", .string(group.identifier)), ("snapshot", .string(result.snapshot.id)),
         ("containerID", .string(group.containerID)), ("files", .int(result.files)),
         ("bytes", .int(result.bytes)),
+      ]))
+  }
+
+  /// `--include` (into the live home) and `--target` (a plain tree elsewhere).
+  private func restorePart(_ context: CommandContext) throws -> CommandOutput {
+    if namesGroup(app) { throw arguments.usage("--include and --target restore apps, not app groups") }
+    let repository = try context.repository(arguments, create: false, readOnly: true)
+    let result: PartialRestoreResult
+    if let target {
+      // The app need not be installed: a container id is looked up when there is a device.
+      var name = app
+      if UUID(uuidString: app) != nil,
+        let record = try? context.openDevice(mutating: false).registry.appIfPresent(app)
+      {
+        name = record.bundleIdentifier
+      }
+      let chosen = try repository.snapshot(snapshot, app: name)
+      result = try repository.restore(
+        chosen, paths: include, toTarget: RepositoryLocation.absoluteForOutput(target),
+        observer: ProgressBar(context))
+    } else {
+      let session = try context.openDevice(mutating: true)
+      let record = try session.lockApp(app)
+      let chosen = try repository.snapshot(snapshot, app: record.bundleIdentifier)
+      result = try repository.restore(
+        chosen, paths: include, into: record, in: session, observer: ProgressBar(context))
+    }
+    for warning in result.warnings { context.warn(warning) }
+    let what = include.isEmpty ? "the data" : include.map { Terminal.escape($0) }.joined(separator: ", ")
+    return CommandOutput(
+      text: "Restored \(what) of \(result.snapshot.app) from snapshot \(result.snapshot.id) "
+        + "(\(timestamp(result.snapshot.time)))\(target.map { " into \($0)" } ?? ""): \(result.files) files, "
+        + byteCount(result.bytes),
+      json: .object([
+        ("app", .string(result.snapshot.app)), ("snapshot", .string(result.snapshot.id)),
+        ("paths", .array(include.map { .string(String(decoding: $0, as: UTF8.self)) })),
+        ("target", .optional(target)), ("files", .int(result.files)), ("bytes", .int(result.bytes)),
       ]))
   }
 }
