@@ -4,7 +4,7 @@
 SWIFT ?= swift
 APT_PACKAGES := libarchive-dev libsqlite3-dev libssl-dev pkg-config libarchive-tools tar bubblewrap \
   libseccomp-dev util-linux e2fsprogs python3 python3-venv gzip bzip2 xz-utils lzip lz4 zstd ncompress lzop lrzip \
-  libcurl4-openssl-dev passt iproute2 strace libfuse3-dev fuse3
+  libcurl4-openssl-dev passt iproute2 strace libfuse3-dev fuse3 xfsprogs
 # The object store the S3 tests, the demo and the benchmark run against: OpenStack Swift with its
 # s3api middleware, started on loopback by scripts/swift-cluster.sh. Installed without
 # recommends (74 packages, about 70 s and 53 MB installed here; with recommends it pulls 159, a desktop
@@ -15,7 +15,7 @@ BENCH_PACKAGES := libarchive-tools restic time
 DEMO_PACKAGES := chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build release install install-files test test-deps test-faults test-retention test-advice-page demo demo-deps bench bench-large bench-huge bench-startup bench-secitem bench-deps format lint clean
+.PHONY: all deps build release install install-files test test-deps test-faults test-retention test-advice-page demo demo-deps bench bench-large bench-huge bench-startup bench-secitem bench-clone bench-deps format lint clean
 
 all: build
 
@@ -119,6 +119,11 @@ bench: release bench-deps
 	@bash Benchmarks/run.sh small "$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)"
 	@bash Benchmarks/startup.sh "$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)"
 	@bash Benchmarks/secitem.sh "$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)"
+	@bash Benchmarks/clone.sh "$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)"
+
+# device clone of 10 apps and 100,000 files beside cp -a (WORK=DIR: on another file system).
+bench-clone: release
+	@bash Benchmarks/clone.sh "$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)"
 
 # The keychain from inside the sandbox: broker round trips beside the host command's per-call cost.
 bench-secitem: release

@@ -9,7 +9,9 @@
 # screenshot of the advice page), a fleet of two devices sharing an S3 bucket (a Swift cluster
 # on loopback), encrypted backups restored on a new device with their keychain item, export
 # and import (an .xcappdata package, a whole-home tar, holes kept), an iOS device backup
-# exported encrypted, read back and restored on another device, and the refusals.
+# exported encrypted, read back and restored on another device, the lifecycle (a template
+# clone, reset, offload and reinstall, a detached launch with ps/terminate/logs, openurl,
+# simctl), and the refusals.
 set -euo pipefail
 
 BIN_DIR=${1:?usage: demo.sh BIN_DIR}
@@ -436,6 +438,48 @@ printf 'not the password\n' > "$DEMO_FILES/wrong-password"
 chmod 600 "$DEMO_FILES/wrong-password"
 refused --root "$SECOND" import-backup "$DEMO_FILES/NotesBackup" --all --password-file "$DEMO_FILES/wrong-password"
 unset APPBOX_DEVICE_BACKUP_ROUNDS
+
+section "The lifecycle: a CI template clone, reset, offload and reinstall, a background app, URL schemes, simctl"
+# On a device of its own: a CI template with two apps.
+MAIN_ROOT=$APPBOX_ROOT
+export APPBOX_ROOT="$DEMO_FILES/template"
+mkdir -p "$DEMO_FILES/Ticker"
+cp -a "$FIXTURES/Notes-1.0/Notes.app" "$DEMO_FILES/Ticker/Ticker.app"
+sed -i 's|<string>com.example.notes</string>|<string>com.example.ticker</string>|' "$DEMO_FILES/Ticker/Ticker.app/Info.plist"
+perl -0pi -e 's|</dict>\s*</plist>|<key>CFBundleURLTypes</key><array><dict><key>CFBundleURLSchemes</key><array><string>ticker</string></array></dict></array></dict></plist>|' \
+  "$DEMO_FILES/Ticker/Ticker.app/Info.plist"
+sed -i 's|com.example.notes|com.example.ticker|' "$DEMO_FILES/Ticker/Ticker.app/archived-expanded-entitlements.xcent"
+printf '#!/bin/sh\necho "Ticker started with: $*"\nwhile :; do echo "tick $(date +%%T)"; sleep 1; done\n' \
+  > "$DEMO_FILES/Ticker/Ticker.app/Notes"
+step device init --name "CI template"
+step install "$FIXTURES/Notes-1.0/Notes.app"
+step install "$DEMO_FILES/Ticker/Ticker.app"
+step launch com.example.notes
+printf '%s(a template for parallel CI jobs: each job gets a copy, the same device, made with reflinks where the file system has them)%s\n' "$dim" "$reset"
+step device clone "$DEMO_FILES/job-1"
+step --root "$DEMO_FILES/job-1" list
+step reset com.example.notes
+step inspect com.example.notes
+step offload com.example.notes
+step list
+refused launch com.example.notes
+step install "$FIXTURES/Notes-1.0/Notes.app"
+printf '%s(a confined app in the background: ps lists it, logs shows its output, terminate stops its whole jail)%s\n' "$dim" "$reset"
+step launch com.example.ticker --detach
+step ps
+sleep 2
+step logs com.example.ticker
+step terminate com.example.ticker
+step openurl 'ticker://open?from=demo'
+sleep 1
+step logs com.example.ticker
+step terminate com.example.ticker
+refused openurl 'nobody://x'
+printf '%s(scripts written for xcrun simctl:)%s\n' "$dim" "$reset"
+step simctl get_app_container booted com.example.notes data
+step simctl list devices
+step simctl appinfo booted com.example.notes
+export APPBOX_ROOT=$MAIN_ROOT
 
 section "Refusals are one clear line with the spec's exit status"
 refused install "$FIXTURES/Notes-2.0/Notes.app"

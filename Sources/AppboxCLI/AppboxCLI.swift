@@ -11,7 +11,9 @@ public enum AppboxCLI {
   /// Every top-level command, in the order help lists them.
   public static let commands: [any ParsableCommand.Type] = [
     DeviceCommand.self, InstallCommand.self, ListCommand.self, InspectCommand.self, PathCommand.self,
-    UninstallCommand.self, UpdateCommand.self, RevertCommand.self, RunCommand.self, LaunchCommand.self,
+    UninstallCommand.self, UpdateCommand.self, RevertCommand.self, ResetCommand.self, OffloadCommand.self,
+    RunCommand.self, LaunchCommand.self, PsCommand.self, TerminateCommand.self, LogsCommand.self,
+    OpenURLCommand.self, SimctlCommand.self,
     FilesCommand.self,
     DefaultsCommand.self, ExcludeCommand.self, ProtectCommand.self, BackupCommand.self, SnapshotsCommand.self,
     RestoreCommand.self,
@@ -40,6 +42,9 @@ public enum AppboxCLI {
 
   /// Runs the process's command line and exits with its status.
   public static func main() -> Never {
+    if CommandLine.arguments.dropFirst().first == DetachedLaunch.supervisorArgument {
+      exit(superviseDetachedLaunch(environment: ProcessInfo.processInfo.environment))
+    }
     let status = runner.run(
       Array(CommandLine.arguments.dropFirst()), environment: ProcessInfo.processInfo.environment,
       stdout: DescriptorSink(fd: 1), stderr: DescriptorSink(fd: 2))
@@ -74,7 +79,10 @@ extension CommandContext {
   }
 
   var recoverySteps: [any RecoveryStep] {
-    [UpdateRecovery(), HomeSwapRecovery(), ContainerRecovery(), GroupRecovery(), ProtectionRecovery()]
+    [
+      UpdateRecovery(), HomeSwapRecovery(), LifecycleRecovery(), ContainerRecovery(), GroupRecovery(),
+      ProtectionRecovery(),
+    ]
   }
 }
 

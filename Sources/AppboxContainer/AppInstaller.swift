@@ -8,6 +8,10 @@ public struct InstallResult: Sendable {
   public var home: String
   /// The app groups this install created (the device had none of their containers).
   public var createdGroups: [String] = []
+  /// The app was offloaded and its bundle went back into the same home (Lifecycle/Offload.swift).
+  public var reinstalled = false
+  /// The app was offloaded at another version: the install was that update's.
+  public var update: UpdateReport? = nil
 }
 
 extension DeviceSession {
@@ -17,8 +21,12 @@ extension DeviceSession {
   /// `checkingGroups`, when given, sees the app (its team) and the groups the install would
   /// create before anything is committed, and may refuse by throwing (a restore checks that
   /// the snapshots it would put into them are the team's).
+  /// An offloaded app of the same identifier (Lifecycle/Offload.swift) gets the bundle back
+  /// into its home when it is the same build, else `updatingOffloaded` updates it (an older
+  /// version is refused, 65); without it, an offloaded app is installed already (73).
   public func install(
-    bundleAt bundlePath: String, checkingGroups: ((AppRecord, [GroupRecord]) throws -> Void)? = nil
+    bundleAt bundlePath: String, checkingGroups: ((AppRecord, [GroupRecord]) throws -> Void)? = nil,
+    updatingOffloaded: ((AppRecord) throws -> UpdateReport)? = nil
   ) throws -> InstallResult {
     precondition(isLocked, "install needs a mutating session")
     let staged = try HomeStaging.stage(bundleAt: bundlePath, root: root, device: identity)
@@ -28,6 +36,12 @@ extension DeviceSession {
     do {
       // The identifier is known once the bundle is staged: from here on the app is ours.
       if let existing = try lockApp(bundleIdentifier: staged.info.identifier) {
+        if existing.isOffloaded,
+          let result = try installOffloaded(
+            existing, staged: staged, updating: updatingOffloaded, in: applicationRoot)
+        {
+          return result
+        }
         throw ContainerError(
           .alreadyInstalled,
           "'\(staged.info.identifier)' is already installed (version \(existing.version), container "
@@ -65,6 +79,29 @@ extension DeviceSession {
       }
       throw error
     }
+  }
+
+  /// `install` of a bundle whose app is offloaded: back into the same home, or an update
+  /// through `updating` (nil when there is none to do it).
+  private func installOffloaded(
+    _ app: AppRecord, staged: StagedHome, updating: ((AppRecord) throws -> UpdateReport)?,
+    in applicationRoot: FileDescriptor
+  ) throws -> InstallResult? {
+    if canReinstall(app, with: staged) {
+      var result = try reinstall(app, from: staged)
+      result.reinstalled = true
+      return result
+    }
+    guard let updating else { return nil }
+    if let installed = BundleVersion(app.version), staged.info.version < installed {
+      throw ContainerError(
+        .invalidBundle,
+        "\(app.bundleIdentifier) is offloaded at version \(installed); \(staged.info.version) is older: "
+          + "use 'appbox update \(app.bundleIdentifier) BUNDLE.app --allow-downgrade' to go back")
+    }
+    try? FileTree.remove(staged.stagingName, in: applicationRoot)
+    let report = try updating(app)
+    return InstallResult(app: try registry.app(app.bundleIdentifier), home: report.newHome, update: report)
   }
 
   /// Refuses (65) a bundle identifier whose first label is the team identifier of another
@@ -131,6 +168,7 @@ extension DeviceSession {
     }
     CrashPoint.hit("uninstall.committed")
     removeRunningLock(of: app)
+    removeLaunchRecords(of: app)
     let warnings = removeGroupTrash(groupTrash)
     do {
       try FileTree.remove(trash, in: applicationRoot)

@@ -54,6 +54,9 @@ public struct BundleInfo: Sendable {
   public var prohibitedCapabilities: [String]
   public var fileSharingEnabled: Bool
   public var entitlements: Entitlements?
+  /// The URL schemes the app claims (`CFBundleURLTypes` → `CFBundleURLSchemes`), lowercased,
+  /// in order, without repeats; entries that are not schemes are left out (URLSchemes.swift).
+  public var urlSchemes: [String] = []
 
   /// Checks a bundle identifier: reverse-DNS characters only (letters, digits, '-', '.'),
   /// 1-255 bytes, no empty label (so no "..", no leading or trailing dot).
@@ -152,6 +155,7 @@ public struct BundleInfo: Sendable {
     self.requiredCapabilities = required
     self.prohibitedCapabilities = prohibited
     self.fileSharingEnabled = fileSharing
+    self.urlSchemes = URLScheme.claimed(by: plist)
     self.entitlements = try entitlementsData.map {
       try Self.parseEntitlements($0, identifier: identifier, invalid)
     }

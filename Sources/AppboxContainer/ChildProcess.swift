@@ -66,6 +66,10 @@ enum ChildProcess {
   /// The signals appbox passes on while it waits: stopping appbox stops the app it runs.
   static let forwardedSignals = [SIGTERM, SIGINT, SIGHUP, SIGQUIT]
 
+  /// The last signal `wait(for:forwardingTo:)` passed on (0: none): an app that ends by it
+  /// was stopped through appbox, not crashed (LaunchRecords.swift).
+  static let lastForwardedSignal = Atomic<Int32>(0)
+
   /// Waits for `pid` to end; returns its exit status, or 128 + N when signal N killed it
   /// (the shell's convention). Uses `waitpid(2)`. While waiting, SIGTERM, SIGINT, SIGHUP
   /// and SIGQUIT sent to appbox are passed on with `kill(target(), signal)` (by default
@@ -74,7 +78,10 @@ enum ChildProcess {
     let sources = forwardedSignals.map { number -> any DispatchSourceSignal in
       Glibc.signal(number, SIG_IGN)  // delivered to the source below instead; the child gets defaults
       let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-      source.setEventHandler { kill(target?() ?? pid, number) }
+      source.setEventHandler {
+        lastForwardedSignal.store(number, ordering: .sequentiallyConsistent)
+        kill(target?() ?? pid, number)
+      }
       source.resume()
       return source
     }

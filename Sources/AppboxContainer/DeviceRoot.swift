@@ -142,7 +142,7 @@ public struct DeviceRoot: Sendable {
 
   /// Whether a killed appbox left work behind (or a live one is at work): journal entries,
   /// staging and trash directories in ApplicationRoot and Shared/AppGroup, extracted
-  /// bundles. Four directory reads.
+  /// bundles, an erase's discard directory. Four directory reads.
   public func hasPendingRecovery() -> Bool {
     let fileManager = FileManager.default
     if let journal = try? fileManager.contentsOfDirectory(atPath: journalDirectory), !journal.isEmpty {
@@ -153,7 +153,9 @@ public struct DeviceRoot: Sendable {
     let groups = (try? fileManager.contentsOfDirectory(atPath: appGroupRoot)) ?? []
     if groups.contains(where: { $0.hasPrefix(".") }) { return true }
     let state = (try? fileManager.contentsOfDirectory(atPath: stateDirectory)) ?? []
-    return state.contains { $0.hasPrefix(DeviceRoot.temporaryBundlePrefix) }
+    return state.contains {
+      $0.hasPrefix(DeviceRoot.temporaryBundlePrefix) || $0.hasPrefix(Lifecycle.stateDiscardPrefix)
+    }
   }
 
   /// How long to wait for a busy lock: `$APPBOX_LOCK_TIMEOUT` seconds (the command line's

@@ -50,6 +50,8 @@ public final class DeviceSession {
   private var appLocks: [String: FileLock] = [:]
   /// Old homes (`.trash-<ID>` in ApplicationRoot) an update or revert left for after its report.
   private var trashToRemove: [String] = []
+  /// Other directories (absolute paths: an erase's discard) left for after the report.
+  private var pathsToRemove: [String] = []
   /// What the session did with appbox's headroom as it opened (released: the file system
   /// was full, see SpaceReserve).
   public private(set) var reserve: SpaceReserve.Outcome = .unchanged
@@ -106,6 +108,16 @@ public final class DeviceSession {
 
   /// Whether this session holds the root lock (it is a mutating session).
   public var isLocked: Bool { lock != nil }
+
+  /// Takes the root lock exclusively for the rest of the session (it holds it shared as a
+  /// mutating session), waiting as the root lock waits; busy (75) while another appbox is at
+  /// work on the device. Then finishes whatever a killed appbox left (device erase and clone).
+  public func lockDeviceExclusively() throws {
+    precondition(isLocked, "an exclusive lock is taken by a mutating session")
+    lock = nil
+    lock = try root.lock(exclusive: true, environment: environment)
+    for step in recovery { try step.recover(self, scope: .everything) }
+  }
 
   /// Runs `body` as a mutating session would: holding the root lock shared (taken for the
   /// moment in a read-only session), and releasing every app lock `body` takes.
@@ -184,8 +196,11 @@ public final class DeviceSession {
   /// Leaves trash `name` (in ApplicationRoot) for `finishDeferredWork`.
   func deferRemoval(ofTrash name: String) { trashToRemove.append(name) }
 
+  /// Leaves the directory at `path` (an erase's discard, in `.appbox`) for `finishDeferredWork`.
+  func deferRemoval(atPath path: String) { pathsToRemove.append(path) }
+
   /// Whether a command of this session left work for after its report.
-  public var hasDeferredWork: Bool { !trashToRemove.isEmpty }
+  public var hasDeferredWork: Bool { !trashToRemove.isEmpty || !pathsToRemove.isEmpty }
 
   /// Does what this session's commands left for after their report: deletes the old homes an
   /// update or revert renamed to trash. Call it once the result is out (the CLI does, after
@@ -196,9 +211,18 @@ public final class DeviceSession {
   /// also deletes trash left by a process killed before it got here. Returns warnings.
   @discardableResult
   public func finishDeferredWork() -> [String] {
-    guard !trashToRemove.isEmpty else { return [] }
+    guard hasDeferredWork else { return [] }
     appLocks.removeAll()
     var warnings: [String] = []
+    for path in pathsToRemove {
+      do {
+        try FileTree.remove(atPath: path)
+      } catch {
+        warnings.append("'\(path)' could not be deleted yet (\(error)); the next appbox command finishes it")
+      }
+    }
+    pathsToRemove.removeAll()
+    guard !trashToRemove.isEmpty else { return warnings }
     let names = trashToRemove
     trashToRemove.removeAll()
     CrashPoint.hit("session.deferred-removal")

@@ -23,7 +23,7 @@ public struct StagedHome: Sendable {
       applicationIdentifier: info.entitlements?.applicationIdentifier,
       keychainAccessGroups: info.entitlements?.keychainAccessGroups ?? [],
       fileSharingEnabled: info.fileSharingEnabled, seal: seal, installedAt: installedAt, updatedAt: nil,
-      uid: uid, bundleModes: bundleModes)
+      uid: uid, bundleModes: bundleModes, urlSchemes: info.urlSchemes)
   }
 }
 

@@ -30,9 +30,11 @@ import Glibc
 
 enum JailProcess {
   /// Runs `command` in `jail` and returns its exit status (128 + N for signal N).
+  /// `started` hears the host pid of the jail's pid 1 once the jail exists (run records).
   static func run(
     _ jail: Jail, command: [String], options: SandboxOptions, helper: String, bubblewrap: String,
-    environment: [String: String], cgroup: DelegatedCgroup?, landlock: Bool, pasta: String? = nil
+    environment: [String: String], cgroup: DelegatedCgroup?, landlock: Bool, pasta: String? = nil,
+    started: ((pid_t) -> Void)? = nil
   ) throws -> Int32 {
     let status = try FileDescriptor.pipe()
     defer { status.read.close() }
@@ -116,6 +118,7 @@ enum JailProcess {
     report.read(from: status.read, until: { $0.childPID != nil })
     let reaper = report.childPID.flatMap { Reaper(pid: $0) }
     defer { reaper?.close() }
+    if let childPID = report.childPID { started?(childPID) }
     let target = SharedProcessID()
     target.set(report.childPID.map { -$0 } ?? pid)
     let exit = try ChildProcess.wait(for: pid, forwardingTo: { target.pid })

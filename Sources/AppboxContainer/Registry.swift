@@ -26,8 +26,16 @@ public struct AppRecord: Sendable, Equatable {
   /// Every bundle entry's mode as sealed, "MODE PATH" lines (see `BundleModes`); nil for a
   /// seal made before modes were sealed, until the next launch records them.
   public var bundleModes: String?
+  /// When the bundle was offloaded (Lifecycle/Offload.swift): the home keeps the data, the
+  /// bundle is gone until the same bundle identifier is installed again. nil: installed.
+  public var offloadedAt: Date? = nil
+  /// The URL schemes the bundle claims (`CFBundleURLTypes`); nil for an app installed before
+  /// they were recorded, whose bundle is read when a URL is opened (Lifecycle/URLSchemes.swift).
+  public var urlSchemes: [String]? = nil
 
   public var bundleDirectoryName: String { bundleName + ".app" }
+  /// Whether the bundle is offloaded (the data stays; launch and run exit 69).
+  public var isOffloaded: Bool { offloadedAt != nil }
 }
 
 /// `registry.db`: installed apps and their history. SQLite in WAL mode, schema versioned
@@ -107,6 +115,12 @@ public final class Registry {
     CREATE TABLE group_adoption(bundle_id TEXT PRIMARY KEY NOT NULL);
     INSERT INTO group_adoption(bundle_id) SELECT bundle_id FROM apps;
     """,
+    // The lifecycle (Lifecycle/): an offloaded bundle's time, and the URL schemes a bundle
+    // claims (NULL for apps installed before: their bundles are read when a URL is opened).
+    """
+    ALTER TABLE apps ADD COLUMN offloaded_at REAL;
+    ALTER TABLE apps ADD COLUMN url_schemes TEXT;
+    """,
   ]
 
   /// Opens the device's registry. `readOnly` (commands that change nothing): opened read
@@ -130,7 +144,8 @@ public final class Registry {
 
   static let columns = """
     bundle_id, container_id, bundle_name, display_name, executable, version, short_version, team_id,
-    application_id, access_groups, file_sharing, seal, installed_at, updated_at, uid, bundle_modes
+    application_id, access_groups, file_sharing, seal, installed_at, updated_at, uid, bundle_modes,
+    offloaded_at, url_schemes
     """
 
   private func record(_ row: Statement) -> AppRecord {
@@ -142,7 +157,9 @@ public final class Registry {
       fileSharingEnabled: row.int64(10) != 0, seal: row.text(11) ?? "",
       installedAt: Date(timeIntervalSince1970: row.double(12)),
       updatedAt: row.isNull(13) ? nil : Date(timeIntervalSince1970: row.double(13)),
-      uid: UInt32(truncatingIfNeeded: row.int64(14)), bundleModes: row.text(15))
+      uid: UInt32(truncatingIfNeeded: row.int64(14)), bundleModes: row.text(15),
+      offloadedAt: row.isNull(16) ? nil : Date(timeIntervalSince1970: row.double(16)),
+      urlSchemes: row.isNull(17) ? nil : (row.text(17) ?? "").split(separator: "\n").map(String.init))
   }
 
   /// Every installed app, by bundle identifier.
@@ -176,6 +193,8 @@ public final class Registry {
       .text(app.seal), .real(app.installedAt.timeIntervalSince1970),
       app.updatedAt.map { .real($0.timeIntervalSince1970) } ?? .null, .integer(Int64(app.uid)),
       app.bundleModes.map(SQLValue.text) ?? .null,
+      app.offloadedAt.map { .real($0.timeIntervalSince1970) } ?? .null,
+      app.urlSchemes.map { .text($0.joined(separator: "\n")) } ?? .null,
     ]
   }
 
@@ -185,7 +204,7 @@ public final class Registry {
       "INSERT OR IGNORE INTO app_users(bundle_id, uid) VALUES (?1, ?2)", .text(app.bundleIdentifier),
       .integer(Int64(app.uid)))
     let statement = try database.prepare(
-      "INSERT INTO apps(\(Self.columns)) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+      "INSERT INTO apps(\(Self.columns)) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
     )
     try statement.bind(values(app))
     _ = try statement.step()

@@ -58,20 +58,24 @@ extension DeviceSession {
     -> Int32
   {
     guard !command.isEmpty else { throw ContainerError(.invalidRequest, "No command given to run") }
+    try refuseOffloaded(app, doing: "run a command in its sandbox")
     var confined = try ConfinedCommand(
       home: home(of: app), command: command, options: options, environment: environment, device: root)
     try addGroupContainers(of: app, to: &confined.jail)
     let lock = try holdRunningLock(of: app, purgingTemporaryFiles: false)
     try prepareDataOwnership(of: app)
-    return try withExtendedLifetime(lock) { try confined.run() }
+    return try withExtendedLifetime(lock) { try runTracked(app, confined, command: command, monitor: nil) }
   }
 
   /// Verifies the bundle's seal (broken: exit 65, naming the changed path), empties tmp
   /// when no process of the app runs, then runs the bundle's executable with `arguments`
-  /// confined, as `run` does.
-  public func launch(_ app: AppRecord, arguments: [String] = [], options: SandboxOptions = SandboxOptions())
-    throws -> Int32
-  {
+  /// confined, as `run` does. `monitor` names the launch, its mode and log, and hears that it
+  /// started; a launch that dies by a signal leaves a crash record (Lifecycle/LaunchRecords.swift).
+  public func launch(
+    _ app: AppRecord, arguments: [String] = [], options: SandboxOptions = SandboxOptions(),
+    monitor: LaunchMonitor = LaunchMonitor()
+  ) throws -> Int32 {
+    try refuseOffloaded(app, doing: "launch it")
     let home = self.home(of: app)
     let (seal, modes) = try Seal.check(
       bundleAt: home.bundlePath, expectedDigest: app.seal, expectedModes: app.bundleModes)
@@ -90,7 +94,9 @@ extension DeviceSession {
     try addGroupContainers(of: app, to: &confined.jail)
     let lock = try holdRunningLock(of: app, purgingTemporaryFiles: true)
     try prepareDataOwnership(of: app)
-    return try withExtendedLifetime(lock) { try confined.run() }
+    return try withExtendedLifetime(lock) {
+      try runTracked(app, confined, command: confined.command, monitor: monitor)
+    }
   }
 
   /// The bundle executable's name, once it is known to be an executable file.
@@ -154,7 +160,7 @@ extension DeviceSession {
 /// One confined process to start: its jail, the helper and bubblewrap, checked before
 /// anything is locked or purged. Anything missing is exit 69: there is no weaker sandbox
 /// to fall back to.
-private struct ConfinedCommand {
+struct ConfinedCommand {
   var jail: Jail
   let command: [String]
   let helper: String
@@ -190,7 +196,10 @@ private struct ConfinedCommand {
           + "with Landlock enabled); pass --allow-unconfined to run it in its jail without Landlock")
     }
     var jail = Jail(home: home)
-    jail.environment = Sandbox.protectionEnvironment(for: home)
+    // The caller's variables first: appbox's own (protection, prewarm, the broker) win.
+    let reserved: Set<String> = ["HOME", "CFFIXED_USER_HOME", "TMPDIR", "PATH"]
+    jail.environment = options.environment.filter { !reserved.contains($0.key) }
+      .merging(Sandbox.protectionEnvironment(for: home)) { _, own in own }
     if options.prewarm { jail.environment[Sandbox.prewarmVariable] = "1" }
     jail.addTool(secItemTool, named: Sandbox.secItemToolName)
     jail.environment[SecItemWire.descriptorVariable] = String(SecItemWire.descriptorNumber)
@@ -202,8 +211,8 @@ private struct ConfinedCommand {
   }
 
   /// Starts the jail with the app's keychain broker and waits until no process of the app
-  /// is left; then the broker stops.
-  func run() throws -> Int32 {
+  /// is left; then the broker stops. `started` hears the jail's pid 1 (JailProcess.run).
+  func run(started: ((pid_t) -> Void)? = nil) throws -> Int32 {
     var options = self.options
     if options.passedDescriptors.contains(where: { $0.number == SecItemWire.descriptorNumber }) {
       throw ContainerError(
@@ -219,6 +228,6 @@ private struct ConfinedCommand {
     }
     return try JailProcess.run(
       jail, command: command, options: options, helper: helper, bubblewrap: bubblewrap,
-      environment: environment, cgroup: cgroup, landlock: landlock, pasta: pasta)
+      environment: environment, cgroup: cgroup, landlock: landlock, pasta: pasta, started: started)
   }
 }

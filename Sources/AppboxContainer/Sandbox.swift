@@ -25,6 +25,9 @@ public struct SandboxOptions: Sendable {
   /// A prewarmed launch: started before the user opens the app, perhaps while the device is
   /// locked. The app sees `ActivePrewarm=1`.
   public var prewarm: Bool
+  /// Variables the app gets besides the standard ones (an opened URL, `SIMCTL_CHILD_*`);
+  /// they never replace HOME, TMPDIR, PATH or appbox's own.
+  public var environment: [String: String] = [:]
 
   public init(
     allowUnconfined: Bool = false, network: JailNetwork = .own, limits: JailLimits = JailLimits(),

@@ -223,6 +223,32 @@ struct CommandFaultTests {
     #expect(problems == [])
   }
 
+  /// Issue 29: a reset faulted at a durable call empties the data or leaves it as it was.
+  @Test func reset() throws {
+    let workspace = try FaultScenarios.sampleDevice()
+    let sweep = FaultSweep(
+      "reset", workspace: workspace, command: ["reset", workspace.app], expectation: .allOrNothing)
+    let problems = try sweep.run(bounded: Self.representative)
+    #expect(problems == [])
+  }
+
+  /// Issue 29: an offload faulted at a durable call is done or not, the data untouched.
+  @Test func offload() throws {
+    let workspace = try FaultScenarios.sampleDevice()
+    var sweep = FaultSweep(
+      "offload", workspace: workspace, command: ["offload", workspace.app], expectation: .unchanged)
+    sweep.finally = { workspace, _ in
+      // Offloaded or not, installing the bundle again gives a launchable app.
+      let install = try workspace.run("install", fixturePath("bundles/Notes-1.0/Notes.app"))
+      let list = try workspace.run("--json", "list")
+      let offloaded = list.out.contains("\"offloaded\"")
+      return install.status == 0 || (install.status == 73 && !offloaded)
+        ? [] : ["install after it: \(install.status) \(install.err) (\(list.out))"]
+    }
+    let problems = try sweep.run(bounded: Self.representative)
+    #expect(problems == [])
+  }
+
   @Test func revert() throws {
     let workspace = try FaultScenarios.sampleDevice()
     let before = try workspace.state().data

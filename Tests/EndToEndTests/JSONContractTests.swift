@@ -65,6 +65,9 @@ struct JSONContractTests {
   /// Fields no fixture reaches: each needs an entry root cannot fail to read, or a file that
   /// changes while it is read (HardeningTests and BackupEndToEndTests check those fields).
   static let unreached: [String: Set<String>] = [
+    // An offloaded app, and an install over one (LifecycleEndToEndTests).
+    "install": ["reinstalled", "update"],
+    "list": ["[].offloaded"],
     "backup": ["[].incomplete", "[].unreadable", "[].unreadablePaths", "[].torn", "[].tornPaths"],
     // Damage is recorded for objects of a shared store found damaged (DamagedObjectTests).
     "snapshots": [
@@ -220,14 +223,16 @@ struct JSONContractTests {
     // Update, revert with the groups, forget, restores.
     try run.run("update", ["update", notes, fixturePath("bundles/Notes-2.0/Notes.app")])
     try run.run("revert", ["revert", notes, "--with-groups"])
+    try run.run("forget", ["forget", notes, "--keep-last", "2", "--dry-run"])
     try run.run("forget", ["forget", notes, "--keep-last", "2"])
+    try run.run("restore --dry-run", ["restore", notes, "--dry-run"])
     try run.run("restore", ["restore", notes])
     try run.run("restore", ["restore", group])
     try run.run("snapshots", ["snapshots", notes])
     // A restore that installs the app and recreates its group restores the group too.
     try run.run("uninstall", ["uninstall", "com.example.journal"])
     try run.run("uninstall", ["uninstall", notes])
-    try run.run("restore", ["restore", notes])
+    try run.run("restore", ["restore", notes, "--snapshot", "latest"])
     // A bundle changed since install: a broken seal.
     let otherHome = other["home"]?.string ?? ""
     try "tampered".write(toFile: otherHome + "/Other.app/Info.plist", atomically: false, encoding: .utf8)

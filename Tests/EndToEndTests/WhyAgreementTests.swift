@@ -22,7 +22,7 @@ struct WhyAgreementTests {
     _ = try device.backup()
     let live = try #require(try device.json("why", Self.app, "Documents/big.bin") as? [String: Any])
     #expect(live["rule"] as? String == "excluded" && live["backedUp"] as? Bool == false, "\(live)")
-    #expect(live["size"] as? Int == 3_000_000)
+    #expect(live["bytes"] as? Int == 3_000_000)
     let text = try device.run("why", Self.app, "Documents/big.bin")
     #expect(text.out.contains("'Documents/big.bin' is not backed up"), "\(text.out)")
     let inside = try #require(try device.json("why", Self.app, "Documents/Scratch/x") as? [String: Any])

@@ -26,21 +26,42 @@ struct InstallCommand: ParsableCommand {
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: true, creating: true)
-    let result = try session.install(bundleAt: bundle)
+    // An offloaded app of another version goes through the update path (Lifecycle/Offload.swift).
+    let result = try session.install(
+      bundleAt: bundle,
+      updatingOffloaded: { offloaded in
+        try session.update(offloaded, toBundleAt: bundle, allowDowngrade: false) { app in
+          try context.preUpdateSnapshot(of: app, in: session)
+        }
+      })
+    if let report = result.update {
+      for warning in report.warnings { context.warn(warning) }
+      return CommandOutput(
+        text: updateText(report, verb: "Installed over offloaded"),
+        json: .object([
+          ("app", .string(report.bundleIdentifier)),
+          ("containerID", .string(report.newContainerID)),
+          ("home", .string(report.newHome)), ("version", .string(report.newVersion)),
+          ("reinstalled", .bool(false)),
+          ("update", updateJSON(report)),
+        ]))
+    }
     let app = result.app
     let groups = try session.groups(of: app).map {
       "\($0.identifier) (\(result.createdGroups.contains($0.identifier) ? "created" : "joined"))"
     }
     return CommandOutput(
       text: """
-        Installed \(app.bundleIdentifier) \(app.version) (\(app.bundleDirectoryName))
+        \(result.reinstalled ? "Reinstalled" : "Installed") \(app.bundleIdentifier) \(app.version) (\(app.bundleDirectoryName))\
+        \(result.reinstalled ? " into its home: the offloaded app's data is kept" : "")
           container  \(app.containerID)
           home       \(result.home)
         """ + (groups.isEmpty ? "" : "\n  groups     " + groups.joined(separator: ", ")),
-      json: .object([
-        ("app", .string(app.bundleIdentifier)), ("containerID", .string(app.containerID)),
-        ("home", .string(result.home)), ("version", .string(app.version)),
-      ]))
+      json: .object(
+        [
+          ("app", .string(app.bundleIdentifier)), ("containerID", .string(app.containerID)),
+          ("home", .string(result.home)), ("version", .string(app.version)),
+        ] + (result.reinstalled ? [("reinstalled", JSONValue.bool(true))] : [])))
   }
 }
 
@@ -65,15 +86,18 @@ struct ListCommand: ParsableCommand {
       ? "No apps installed."
       : table(
         ["BUNDLE ID", "VERSION", "CONTAINER ID"],
-        apps.map { [$0.bundleIdentifier, $0.version, $0.containerID] })
+        apps.map {
+          [$0.bundleIdentifier, $0.version + ($0.isOffloaded ? " (offloaded)" : ""), $0.containerID]
+        })
     return CommandOutput(
       text: text,
       json: .array(
         apps.map { app in
-          .object([
-            ("app", .string(app.bundleIdentifier)), ("containerID", .string(app.containerID)),
-            ("version", .string(app.version)),
-          ])
+          .object(
+            [
+              ("app", .string(app.bundleIdentifier)), ("containerID", .string(app.containerID)),
+              ("version", .string(app.version)),
+            ] + (app.isOffloaded ? [("offloaded", JSONValue.bool(true))] : []))
         }))
   }
 }
@@ -104,10 +128,19 @@ struct InspectCommand: ParsableCommand {
       "  home          \(report.home)",
       "  bundle        \(record.bundleDirectoryName)",
       "  installed     \(timestamp(record.installedAt))",
-      "  seal          \(report.seal.summary)",
+      "  seal          " + (record.isOffloaded ? "none: the bundle is offloaded" : report.seal.summary),
       "  file sharing  \(record.fileSharingEnabled ? "enabled" : "disabled")",
     ]
     if let updated = record.updatedAt { lines.insert("  updated       \(timestamp(updated))", at: 5) }
+    if let offloaded = record.offloadedAt {
+      lines.insert("  offloaded     \(timestamp(offloaded)) (install the bundle again to launch it)", at: 4)
+    }
+    let crash = session.crashes(of: record).first
+    if let crash {
+      lines.append(
+        "  last crash    \(crash.signalName) at \(timestamp(crash.time)), exit status \(crash.exitStatus) "
+          + "(appbox logs \(record.bundleIdentifier) --launch \(crash.launchID))")
+    }
     if let team = record.teamIdentifier { lines.append("  team          \(team)") }
     if !record.keychainAccessGroups.isEmpty {
       lines.append("  keychain      \(record.keychainAccessGroups.joined(separator: ", "))")
@@ -172,6 +205,8 @@ struct InspectCommand: ParsableCommand {
             })
         ),
         ("seal", .object(seal)),
+        ("offloadedAt", record.offloadedAt.map { .string(timestamp($0)) } ?? .null),
+        ("lastCrash", crash.map(crashJSON) ?? .null),
         ("advice", advice.finding.map(findingJSON) ?? .null),
         (
           "locations",
@@ -247,17 +282,22 @@ struct PathCommand: ParsableCommand {
 struct UninstallCommand: ParsableCommand {
   static let description = CommandDescription(
     name: "uninstall", abstract: "Remove an app: its home, its registry entry and its keychain items.",
-    positionals: [appArgument],
+    positionals: [appArgument], options: [terminateOption],
     examples: [
       .init("Remove an app (its snapshots stay in the repository):", "appbox uninstall com.example.notes")
     ],
-    exitStatuses: [.noApp, .appBusy])
+    exitStatuses: [.noApp, appRunning])
   let app: String
-  init(_ arguments: ParsedArguments) throws { app = arguments.positional(0)! }
+  let terminate: Bool
+  init(_ arguments: ParsedArguments) throws {
+    app = arguments.positional(0)!
+    terminate = arguments.flag("terminate")
+  }
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: true)
     let record = try session.lockApp(app)
+    try context.terminateIfAsked(session, record, terminate)
     for warning in try session.uninstall(record) { context.warn(warning) }
     return CommandOutput(
       text: "Uninstalled \(record.bundleIdentifier) (container \(record.containerID))",

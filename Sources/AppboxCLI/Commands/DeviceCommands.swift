@@ -4,10 +4,11 @@ import AppboxCore
 struct DeviceCommand: CommandGroup {
   static let description = CommandDescription(
     name: "device",
-    abstract: "Show or create the device identity; set its passcode, lock, unlock or reboot it.",
+    abstract:
+      "Show or create the device identity; set its passcode, lock, unlock, reboot, erase or clone it.",
     subcommands: [
       DeviceShow.self, DeviceInit.self, DevicePasscode.self, DeviceLock.self, DeviceUnlock.self,
-      DeviceReboot.self,
+      DeviceReboot.self, DeviceErase.self, DeviceClone.self,
     ], defaultSubcommand: "show")
 }
 

@@ -146,30 +146,79 @@ struct LaunchCommand: ParsableCommand {
     discussion: sandboxDiscussion
       + "\n\nA bundle whose seal is broken is refused (exit 65, naming the changed file). When no process\n"
       + "of the app runs, tmp is emptied first.\n" + lockedDiscussion,
-    positionals: [appArgument], options: [networkOption, allowUnconfinedOption, prewarmOption],
+    positionals: [appArgument], options: [networkOption, allowUnconfinedOption, prewarmOption, detachOption],
     trailing: .init("ARG...", help: "Arguments for the app's executable.", required: false),
     examples: [
       .init("Check the seal and run the app:", "appbox launch com.example.notes"),
       .init(
         "Start it as the platform prewarms it, with arguments:",
         "appbox launch com.example.notes --prewarm -- --verbose"),
+      .init(
+        "Start it in the background, look at it, read its output and stop it:",
+        "appbox launch com.example.notes --detach", "appbox ps", "appbox logs com.example.notes",
+        "appbox terminate com.example.notes"),
     ],
     exitStatuses: confinedExitCodes(launch: true),
     environment: EnvironmentVariable.sandbox,
-    json: .refused(jsonRefusal))
+    json: .refusedUnless(flag: "detach", reason: jsonRefusal))
   let app: String
   let arguments: [String]
   let options: SandboxOptions
+  let detach: Bool
 
   init(_ arguments: ParsedArguments) throws {
     app = arguments.positional(0)!
     self.arguments = arguments.trailing ?? []
     options = sandboxOptions(arguments)
+    detach = arguments.flag("detach")
   }
 
   func run(_ context: CommandContext) throws -> CommandOutput {
-    try runConfined(context, app, prewarm: options.prewarm) { session, record in
+    if detach {
+      let start = try context.launchDetached(app, arguments: arguments, options: options)
+      return detachedLaunchOutput(start)
+    }
+    return try runConfined(context, app, prewarm: options.prewarm) { session, record in
       try session.launch(record, arguments: arguments, options: options)
     }
+  }
+}
+
+private let detachOption = CommandDescription.Option(
+  "detach",
+  help: "Start the app in the background and return once it runs, printing its pid: its stdout and stderr go "
+    + "to its log ('appbox logs'), 'appbox ps' lists it, 'appbox terminate' stops it. With --json: "
+    + "{bundleIdentifier, containerID, pid, launch, log}.")
+
+/// What `launch --detach` prints.
+func detachedLaunchOutput(_ start: DetachedLaunchStart) -> CommandOutput {
+  let run = start.run
+  let pid = run.appPID ?? run.jail?.pid ?? run.owner.pid
+  return CommandOutput(
+    text: "Launched \(run.bundleIdentifier) in the background (pid \(pid))"
+      + (start.log.map { "\n  log  \($0)" } ?? ""),
+    json: .object([
+      ("app", .string(run.bundleIdentifier)), ("containerID", .string(run.containerID)),
+      ("pid", .int(pid)), ("launch", .optional(run.launchID)), ("log", .optional(start.log)),
+    ]))
+}
+
+extension CommandContext {
+  /// Starts a detached launch of `app` (a supervisor runs it: DetachedApps.swift) and returns
+  /// once it runs, or fails with the status the launch would have failed with.
+  func launchDetached(
+    _ app: String, arguments: [String], options: SandboxOptions, standardOutput: String? = nil,
+    standardError: String? = nil
+  ) throws -> DetachedLaunchStart {
+    let session = try openDevice(mutating: false)
+    let record = try session.app(app)
+    try session.refuseOffloadedLaunch(record)
+    noteLockedDevice(self, session, prewarm: options.prewarm)
+    let request = DetachedLaunchRequest(
+      root: session.root.path, containerID: record.containerID, arguments: arguments,
+      network: options.network,
+      allowUnconfined: options.allowUnconfined, prewarm: options.prewarm, environment: options.environment,
+      standardOutputPath: standardOutput, standardErrorPath: standardError)
+    return try DetachedLaunch.start(request, environment: environment)
   }
 }

@@ -17,7 +17,8 @@ struct UpdateCommand: ParsableCommand {
     positionals: [appArgument, .init("BUNDLE.app", help: "The new version of the app's bundle.")],
     options: [
       .init(
-        "allow-downgrade", help: "Accept a bundle whose version is not higher (a downgrade or reinstall).")
+        "allow-downgrade", help: "Accept a bundle whose version is not higher (a downgrade or reinstall)."),
+      terminateOption,
     ],
     examples: [
       .init(
@@ -37,16 +38,19 @@ struct UpdateCommand: ParsableCommand {
   let app: String
   let bundle: String
   let allowDowngrade: Bool
+  let terminate: Bool
 
   init(_ arguments: ParsedArguments) throws {
     app = arguments.positional(0)!
     bundle = arguments.positional(1)!
     allowDowngrade = arguments.flag("allow-downgrade")
+    terminate = arguments.flag("terminate")
   }
 
   func run(_ context: CommandContext) throws -> CommandOutput {
     let session = try context.openDevice(mutating: true)
     let record = try session.lockApp(app)
+    try context.terminateIfAsked(session, record, terminate)
     let report = try session.update(record, toBundleAt: bundle, allowDowngrade: allowDowngrade) { app in
       try context.preUpdateSnapshot(of: app, in: session)
     }

@@ -22,12 +22,16 @@ public struct CommandDescription: Sendable {
   public var environment: [EnvironmentVariable]
   /// Whether `--json` prints one document or is refused.
   public var json: JSONOutput
+  /// Whether every word after the command name is its own, uninterpreted (`simctl`, which
+  /// speaks another tool's options): only a leading `--help` or `-h` is appbox's.
+  public var rawArguments: Bool
 
   public init(
     name: String, abstract: String, discussion: String? = nil, positionals: [Positional] = [],
     options: [Option] = [], subcommands: [any ParsableCommand.Type] = [], defaultSubcommand: String? = nil,
     groupPositionals: [Positional] = [], trailing: Trailing? = nil, examples: [Example] = [],
-    exitStatuses: [ExitCode] = [], environment: [EnvironmentVariable] = [], json: JSONOutput = .document
+    exitStatuses: [ExitCode] = [], environment: [EnvironmentVariable] = [], json: JSONOutput = .document,
+    rawArguments: Bool = false
   ) {
     self.name = name
     self.abstract = abstract
@@ -42,6 +46,7 @@ public struct CommandDescription: Sendable {
     self.exitStatuses = exitStatuses
     self.environment = environment
     self.json = json
+    self.rawArguments = rawArguments
   }
 
   /// A positional argument.

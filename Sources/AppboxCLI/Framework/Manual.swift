@@ -71,6 +71,9 @@ public enum JSONOutput: Sendable, Equatable {
   /// `--json` is refused with exit 64, for this reason (`run` and `launch`: the app writes
   /// its own stdout).
   case refused(String)
+  /// `--json` is refused as `refused` is, unless the flag `--FLAG` is given (`launch
+  /// --detach`: the app's output goes to its log).
+  case refusedUnless(flag: String, reason: String)
 }
 
 extension CommandDescription {

@@ -74,6 +74,16 @@ private struct ParseState {
     while index < tokens.endIndex {
       let token = tokens[index]
       index += 1
+      if let command = chain.last, command.description.rawArguments {
+        // The command's own words (simctl's): only a leading --help or -h is appbox's.
+        if parsed.positionals.isEmpty, token == "--help" || token == "-h" {
+          globals.help = true
+          helpFlag = true
+        } else {
+          parsed.positionals.append(token)
+        }
+        continue
+      }
       if token.hasPrefix("--") {
         option(token)
       } else if token == "-h" {
@@ -254,10 +264,17 @@ private struct ParseState {
     if globals.json, case .refused(let reason) = description.json {
       throw parsed.usage("--json is refused here: \(reason)")
     }
+    if globals.json, case .refusedUnless(let flag, let reason) = description.json,
+      !parsed.flags.contains(flag)
+    {
+      throw parsed.usage("--json is refused here: \(reason)")  // the page says --\(flag) takes it
+    }
 
     // Arguments after `--` are the trailing command for `run`/`launch`, else positionals.
     if let trailing {
-      if description.trailing != nil {
+      if description.rawArguments {
+        parsed.positionals += ["--"] + trailing
+      } else if description.trailing != nil {
         parsed.trailing = trailing
       } else {
         parsed.positionals += trailing

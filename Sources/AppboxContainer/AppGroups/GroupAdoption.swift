@@ -42,7 +42,7 @@ extension DeviceSession {
 
   private func adoptGroups(of bundleIdentifier: String) throws {
     try lockApp(bundleIdentifier: bundleIdentifier)
-    guard let app = try registry.appIfPresent(bundleIdentifier), let info = try? bundleInfo(of: app),
+    guard let app = try registry.appIfPresent(bundleIdentifier), let info = try? installedBundleInfo(of: app),
       let groups = info.entitlements?.applicationGroups, !groups.isEmpty
     else { return try registry.markGroupsAdopted(bundleIdentifier) }
     let change: GroupMembershipChange
@@ -65,7 +65,7 @@ extension DeviceSession {
   }
 
   /// The installed bundle's Info.plist and entitlements, validated as install does.
-  private func bundleInfo(of app: AppRecord) throws -> BundleInfo {
+  func installedBundleInfo(of app: AppRecord) throws -> BundleInfo {
     let bundle = try OwnedFileDescriptor.open(
       home(of: app).bundlePath, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
     let directory = bundle.borrowed
