@@ -74,6 +74,9 @@ struct SimctlEndToEndTests {
   @Test func launchTerminateInstallUninstallAndUnsupportedVerbs() throws {
     let device = Device()
     let bundle = try device.makeScriptBundle(script: "echo \"arg=$1 child=$CHILD_FLAG\"; exec sleep 86400")
+    // A booted device exists before simctl installs into it (only install and device init
+    // create one; simctl's verbs act on a device that is there).
+    #expect(try appbox(["device", "init"], root: device.root).status == 0)
     let install = try simctl(device, "install", "booted", bundle)
     #expect(install.status == 0 && install.out.isEmpty, "\(install.err)")
     let launch = try simctl(
