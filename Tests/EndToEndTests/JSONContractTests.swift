@@ -272,6 +272,7 @@ struct JSONContractTests {
     try run.run("error", ["inspect", "com.example.nope"], status: 66)
     try run.run("error", ["list", "--bogus"], status: 64)
     try run.run("error", ["run", notes, "--", "true"], status: 64)
+    try run.run("error", ["simctl", "list", "devices"], status: 64)
     try run.run("error", ["restore", notes, "--snapshot", "ffffffff"], status: 66)
     // Copies of a device, which has no file protection keys (a device that had a passcode keeps
     // them: clone refuses it), then this device erased (last: nothing is left after it).
