@@ -62,7 +62,7 @@ struct LifecycleEndToEndTests {
     let withKeychain = try device.run("--json", "reset", Self.notes, "--keychain")
     #expect(withKeychain.status == 0, "\(withKeychain.err)")
     let second = try JSONSerialization.jsonObject(with: Data(withKeychain.stdout)) as? [String: Any]
-    #expect(second?["keychainItemsDeleted"] as? Int == 1)
+    #expect(second?["deletedKeychainItems"] as? Int == 1)
     let gone = try device.run("keychain", Self.notes, "get", "--service", "sync", "--account", "me")
     #expect(gone.status == 66)
     // The app launches as a fresh install does.

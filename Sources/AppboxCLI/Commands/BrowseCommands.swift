@@ -12,11 +12,11 @@ let snapshotAppOption = CommandDescription.Option(
 let snapshotArgument = CommandDescription.Positional(
   "SNAPSHOT", help: "A snapshot id, a unique prefix of one (4 hex digits or more), or 'latest' (with --app).")
 
-/// "file", "dir", "symlink", "fifo", "socket".
+/// "file", "directory", "symlink", "fifo", "socket".
 func entryTypeName(_ type: TreeEntryType) -> String {
   switch type {
   case .file: return "file"
-  case .directory: return "dir"
+  case .directory: return "directory"
   case .symlink: return "symlink"
   case .fifo: return "fifo"
   case .socket: return "socket"

@@ -78,7 +78,7 @@ struct ResetCommand: ParsableCommand {
       json: .object([
         ("app", .string(record.bundleIdentifier)), ("containerID", .string(record.containerID)),
         ("home", .string(report.home)), ("emptied", .array(report.emptied.map(JSONValue.string))),
-        ("keychainItemsDeleted", report.keychainItemsDeleted.map(JSONValue.int) ?? .null),
+        ("deletedKeychainItems", report.keychainItemsDeleted.map(JSONValue.int) ?? .null),
       ]))
   }
 }
@@ -241,7 +241,7 @@ struct DeviceClone: ParsableCommand {
     return CommandOutput(
       text: lines.joined(separator: "\n"),
       json: .object([
-        ("destination", .string(report.destination)), ("udid", .string(report.identity.udid)),
+        ("output", .string(report.destination)), ("udid", .string(report.identity.udid)),
         ("sourceUDID", .string(report.source.udid)), ("name", .string(report.identity.name)),
         ("newDevice", .bool(report.newDevice)), ("files", .int(report.files)), ("bytes", .int(report.bytes)),
         ("reflinked", .int(report.reflinked)),

@@ -27,7 +27,7 @@ struct OpenURLCommand: ParsableCommand {
     examples: [
       .init("Open a note in the app that handles notes:// URLs:", "appbox openurl 'notes://open?id=42'"),
       .init(
-        "Which app would open it, for a script:", "appbox --json openurl notes://x | jq -r .bundleIdentifier"),
+        "Which app would open it, for a script:", "appbox --json openurl notes://x | jq -r .app"),
     ],
     exitStatuses: [
       .usage("Malformed, or the URL has no scheme."),

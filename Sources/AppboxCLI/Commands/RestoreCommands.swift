@@ -222,7 +222,7 @@ struct RestoreCommand: ParsableCommand {
       json: .object([
         ("app", .string(result.snapshot.app)), ("snapshot", .string(result.snapshot.id)),
         ("paths", .array(include.map { .string(String(decoding: $0, as: UTF8.self)) })),
-        ("target", .optional(target)), ("files", .int(result.files)), ("bytes", .int(result.bytes)),
+        ("output", .optional(target)), ("files", .int(result.files)), ("bytes", .int(result.bytes)),
       ]))
   }
 }

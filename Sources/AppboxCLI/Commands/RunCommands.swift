@@ -188,7 +188,7 @@ private let detachOption = CommandDescription.Option(
   "detach",
   help: "Start the app in the background and return once it runs, printing its pid: its stdout and stderr go "
     + "to its log ('appbox logs'), 'appbox ps' lists it, 'appbox terminate' stops it. With --json: "
-    + "{bundleIdentifier, containerID, pid, launch, log}.")
+    + "{app, containerID, pid, launch, log}.")
 
 /// What `launch --detach` prints.
 func detachedLaunchOutput(_ start: DetachedLaunchStart) -> CommandOutput {

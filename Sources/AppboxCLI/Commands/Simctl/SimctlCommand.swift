@@ -56,6 +56,7 @@ struct SimctlCommand: ParsableCommand {
       .appBusy,
     ],
     environment: EnvironmentVariable.sandbox,
+    json: .refused("simctl prints xcrun simctl's own formats (its JSON is 'simctl list -j')"),
     rawArguments: true)
   let words: [String]
 
