@@ -52,25 +52,10 @@ extension DeviceSession {
     ]
     try journal.write(entry, fields)
     CrashPoint.hit("reset.journaled")
-    let deleted: Int
-    do {
-      deleted = try finishReset(fields)
-    } catch {
-      // A failure (not a kill) leaves the home as it was: the data goes back.
-      try Lifecycle.rollBack(
-        entry, in: journal, putting: DataOwnership.dataDirectories, backInto: app.containerID,
-        from: fields["discard"]!, root: root, after: error)
-      throw error
-    }
-    var warnings: [String] = []
-    do {
-      try journal.remove(entry)
-    } catch {
-      warnings.append(
-        "the reset is done, but its journal entry stays (\(error)); the next appbox command removes it")
-    }
-    CrashPoint.hit("reset.finished")
-    deferRemoval(ofTrash: fields["discard"]!)
+    let (deleted, warnings) = try completeJournaled(
+      "reset", entry: entry, in: journal, fields: fields, putting: DataOwnership.dataDirectories,
+      backInto: app.containerID, finishedPoint: "reset.finished"
+    ) { try finishReset(fields) }
     return ResetReport(
       app: app, home: root.home(app.containerID), emptied: ["Documents", "Library", "tmp"],
       keychainItemsDeleted: keychain ? deleted : nil, warnings: warnings)

@@ -169,3 +169,37 @@ public struct LifecycleRecovery: RecoveryStep {
     }
   }
 }
+
+extension DeviceSession {
+  /// The end of a journaled reset or offload, once its entry (`fields`, with its discard) is
+  /// written: runs `finish`; a failure there (not a kill) puts `names` back into home
+  /// `containerID` (`Lifecycle.rollBack`) and is rethrown. Then the journal entry goes (a
+  /// failure to remove it is a warning: the next appbox command removes it), crash point
+  /// `finishedPoint` is hit and the discard's removal is deferred past the report.
+  func completeJournaled<Result>(
+    _ operation: String, entry: String, in journal: Journal, fields: [String: String],
+    putting names: [String], backInto containerID: String, finishedPoint: StaticString,
+    finish: () throws -> Result
+  ) throws -> (Result, warnings: [String]) {
+    let result: Result
+    do {
+      result = try finish()
+    } catch {
+      try Lifecycle.rollBack(
+        entry, in: journal, putting: names, backInto: containerID, from: fields["discard"]!, root: root,
+        after: error)
+      throw error
+    }
+    var warnings: [String] = []
+    do {
+      try journal.remove(entry)
+    } catch {
+      warnings.append(
+        "the \(operation) is done, but its journal entry stays (\(error)); the next appbox command removes it"
+      )
+    }
+    CrashPoint.hit(finishedPoint)
+    deferRemoval(ofTrash: fields["discard"]!)
+    return (result, warnings)
+  }
+}

@@ -53,24 +53,10 @@ extension DeviceSession {
     ]
     try journal.write(entry, fields)
     CrashPoint.hit("offload.journaled")
-    do {
-      try finishOffload(fields)
-    } catch {
-      // A failure (not a kill) before the registry's commit: the bundle goes back.
-      try Lifecycle.rollBack(
-        entry, in: journal, putting: [app.bundleDirectoryName], backInto: app.containerID,
-        from: fields["discard"]!, root: root, after: error)
-      throw error
-    }
-    var warnings: [String] = []
-    do {
-      try journal.remove(entry)
-    } catch {
-      warnings.append(
-        "the offload is done, but its journal entry stays (\(error)); the next appbox command removes it")
-    }
-    CrashPoint.hit("offload.finished")
-    deferRemoval(ofTrash: fields["discard"]!)
+    let ((), warnings) = try completeJournaled(
+      "offload", entry: entry, in: journal, fields: fields, putting: [app.bundleDirectoryName],
+      backInto: app.containerID, finishedPoint: "offload.finished"
+    ) { try finishOffload(fields) }
     return OffloadReport(
       app: try registry.app(app.bundleIdentifier), home: root.home(app.containerID),
       bundle: app.bundleDirectoryName, warnings: warnings)
