@@ -15,6 +15,10 @@ final class Connection {
   /// Whether commits sync the WAL (`synchronous` FULL or EXTRA, SQLite's default): then a
   /// checkpoint that fails loses nothing (the WAL keeps what it could not copy).
   var commitsAreDurable = true
+  /// How long a statement waits for another connection's lock (`sqlite3_busy_timeout`), in
+  /// milliseconds; also bounds the retries of a journal-mode switch, which SQLite's busy
+  /// handler does not cover.
+  var busyTimeoutMilliseconds: Int32 = 0
 
   init(handle: OpaquePointer, path: String) {
     self.handle = handle

@@ -113,8 +113,13 @@ extension Database {
   /// agreed (an in-memory database, for one, cannot). Uses `PRAGMA journal_mode = WAL`.
   /// `walIndexBytes`: how much of the wal-index to allocate up front (see
   /// `preallocateWALIndex`); 32 KiB serve each 4,096 frames of WAL.
+  ///
+  /// Connections switching one database at the same moment each hold a shared lock and ask
+  /// for an exclusive one; SQLite answers one of them SQLITE_BUSY at once rather than wait
+  /// into a deadlock, so a busy switch is retried until the connection's busy timeout has
+  /// passed. A database already in WAL mode (the mode persists in the file) is not switched.
   public func setJournalModeWAL(walIndexBytes: Int = 64 << 10) throws {
-    let mode = try journalMode(setting: "WAL")
+    let mode = try switchToWALWaitingForOthers()
     guard mode == "wal" else {
       throw connection.error(
         SQLITE_ERROR, message: "journal mode stayed '\(mode)' instead of 'wal'",
@@ -143,6 +148,26 @@ extension Database {
       throw StoreError(
         extendedCode: SQLITE_FULL, message: String(cString: strerror(code)).lowercased(), sql: nil,
         path: path, operation: "allocate the wal-index", systemErrno: code)
+    }
+  }
+
+  /// The journal mode after asking for WAL: read first, switched only when not WAL yet, and
+  /// retried with a growing pause while another connection holds the lock the switch needs.
+  private func switchToWALWaitingForOthers() throws -> String {
+    let budget = Duration.milliseconds(connection.busyTimeoutMilliseconds)
+    let clock = ContinuousClock()
+    let start = clock.now
+    var pause = Duration.milliseconds(1)
+    while true {
+      do {
+        let current = try journalMode(setting: nil)
+        if current == "wal" { return current }
+        return try journalMode(setting: "WAL")
+      } catch let error as StoreError where error.code == SQLITE_BUSY || error.code == SQLITE_LOCKED {
+        guard clock.now - start + pause <= budget else { throw error }
+        usleep(useconds_t(pause / .microseconds(1)))
+        pause = min(pause * 2, .milliseconds(50))
+      }
     }
   }
 

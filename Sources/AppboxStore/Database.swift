@@ -103,6 +103,7 @@ public final class Database {
     let connection = Connection(handle: handle, path: path)
     sqlite3_extended_result_codes(handle, 1)
     sqlite3_busy_timeout(handle, busyTimeout)
+    connection.busyTimeoutMilliseconds = busyTimeout
     for sql in [setup, "PRAGMA foreign_keys = ON", "SELECT count(*) FROM sqlite_master"].compactMap({ $0 }) {
       let code = sqlite3_exec(handle, sql, nil, nil, nil)
       guard code == SQLITE_OK else { throw connection.error(code, operation: "open database", sql: sql) }

@@ -1,5 +1,6 @@
 import AppboxCore
 import Foundation
+import Synchronization
 import Testing
 
 @testable import AppboxStore
@@ -7,6 +8,13 @@ import Testing
 private func randomBytes(_ count: Int) -> [UInt8] {
   var generator = SystemRandomNumberGenerator()
   return (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
+}
+
+/// Strings appended from several threads.
+private final class LockedList: Sendable {
+  private let lock = Mutex<[String]>([])
+  func append(_ item: String) { lock.withLock { $0.append(item) } }
+  var items: [String] { lock.withLock { $0 } }
 }
 
 @Suite struct DatabaseTests {
@@ -209,6 +217,40 @@ private func randomBytes(_ count: Int) -> [UInt8] {
     let other = try Database(path: path, mode: .readOnly)
     #expect(try other.journalMode() == "wal")
     #expect(try other.scalar("SELECT x FROM t") == .integer(1))
+  }
+
+  /// Openers that switch a new database to WAL at the same moment all read it first (a
+  /// shared lock) and then need it exclusively: SQLite answers one of them SQLITE_BUSY at
+  /// once instead of waiting, to avoid the deadlock. Every opener must still succeed (this
+  /// failed CI once as "database is locked" when eight keychain openers raced).
+  @Test func openersRacingToSwitchToWALAllSucceed() throws {
+    let directory = try TemporaryDirectory()
+    let failures = LockedList()
+    for round in 0..<20 {
+      let path = directory.path("race-\(round).db")
+      DispatchQueue.concurrentPerform(iterations: 8) { _ in
+        do {
+          let db = try Database(path: path)
+          try db.setJournalModeWAL()
+          if try db.journalMode() != "wal" { failures.append("not wal") }
+        } catch { failures.append("\(error)") }
+      }
+    }
+    #expect(failures.items.isEmpty)
+  }
+
+  /// A database already in WAL mode is not switched again, so a reader holding it open does
+  /// not make a second opener wait at all.
+  @Test func anAlreadyWALDatabaseIsNotSwitchedAgain() throws {
+    let directory = try TemporaryDirectory()
+    let path = directory.path("wal-again.db")
+    let first = try Database(path: path)
+    try first.setJournalModeWAL()
+    try first.execute("CREATE TABLE t(x); INSERT INTO t VALUES (1); BEGIN IMMEDIATE;")
+    let second = try Database(path: path, busyTimeout: .zero)
+    try second.setJournalModeWAL()
+    #expect(try second.journalMode() == "wal")
+    try first.execute("COMMIT")
   }
 
   @Test func walIsRefusedForAnInMemoryDatabase() throws {
