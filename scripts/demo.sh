@@ -3,7 +3,8 @@
 # release build. Each step prints the command, then its output. The tour: a device,
 # install, inspect, confined run (the sandbox v2 jail), preferences and file sharing, the keychain
 # (from the host, then from inside the sandbox through the broker), backup,
-# change, incremental backup, restore, update (with the keychain item surviving), revert,
+# change, incremental backup, restore, browsing (ls, dump, find, a tag, a one-file restore,
+# a plain copy, a FUSE mount), update (with the keychain item surviving), revert,
 # an app group shared by Notes and Journal, file protection (as root: on a small encrypted ext4 image), hostile homes (escaped names,
 # a planted preferences link, a deep tree, backups in parallel), why and advise (with a
 # screenshot of the advice page), a fleet of two devices sharing an S3 bucket (a Swift cluster
@@ -34,7 +35,7 @@ show() {
   local line="$" arg
   for arg in "$@"; do
     case $arg in
-      *[[:space:]\;\>\<\|\&\$\'\"]*) line+=" '${arg//\'/\'\\\'\'}'" ;;
+      *[[:space:]\;\>\<\|\&\$\'\"\*\?\[]*) line+=" '${arg//\'/\'\\\'\'}'" ;;
       *) line+=" $arg" ;;
     esac
   done
@@ -49,9 +50,13 @@ step() {
 
 # Prints and runs an appbox command whose stdout (a snapshot id) the demo keeps.
 # Prints and runs a backup, showing its summary line, and prints the snapshot id on stdout.
+# (Not `tee /dev/stderr`: when stderr is a file, that reopens it at offset 0 and overwrites it.)
 capture() {
   show appbox "$@" >&2
-  "$APPBOX" "$@" | tee /dev/stderr | sed -n 's/^.*: snapshot \([0-9a-f]*\) .*$/\1/p'
+  local out
+  out=$("$APPBOX" "$@")
+  printf '%s\n' "$out" >&2
+  sed -n 's/^.*: snapshot \([0-9a-f]*\) .*$/\1/p' <<<"$out"
 }
 
 # Prints and runs a command that is expected to fail; shows its exit status.
@@ -183,6 +188,45 @@ step restore com.example.notes --snapshot "$FIRST"
 printf '%s$ ls -R Documents && cat Documents/Drafts/letter.txt && ls Library/Caches tmp%s\n' "$dim" "$reset"
 (cd "$NOTES_HOME" && ls -R Documents && cat Documents/Drafts/letter.txt && ls Library/Caches tmp)
 step check --read-data
+
+section "Browse snapshots: ls, dump, find, a tag, a one-file restore, a plain copy and a mount"
+# Every read is of what is stored: ls reads one folder's tree, dump one file's content, find
+# the trees; a snapshot id may be a unique prefix (4+ hex digits) or `latest`.
+step ls "$SECOND" Documents --long --recursive
+step dump "$SECOND" Documents/Drafts/letter.txt
+step find '*.txt' --app com.example.notes
+capture backup com.example.notes --tag before-cleanup >/dev/null
+step snapshots com.example.notes --tag before-cleanup
+printf '%s(one file back from the second snapshot; the rest of the home is left as it is)%s\n' "$dim" "$reset"
+printf 'kept as it is\n' > "$NOTES_HOME/Documents/untouched.txt"
+step restore com.example.notes --snapshot "${SECOND:0:5}" --include Documents/Drafts/letter.txt
+show cat Documents/Drafts/letter.txt Documents/untouched.txt
+cat "$NOTES_HOME/Documents/Drafts/letter.txt" "$NOTES_HOME/Documents/untouched.txt"
+rm "$NOTES_HOME/Documents/untouched.txt"
+step restore com.example.notes --snapshot "$FIRST" --target "$DEMO_FILES/first-copy"
+printf '%s$ find first-copy -type f | sort%s\n' "$dim" "$reset"
+(cd "$DEMO_FILES" && find first-copy -type f | sort)
+if [ -e /dev/fuse ] && command -v fusermount3 >/dev/null; then
+  MOUNT_DIR="$DEMO_FILES/snapshots"
+  mkdir "$MOUNT_DIR"
+  show appbox mount "$MOUNT_DIR" '&'
+  "$APPBOX" mount "$MOUNT_DIR" &
+  MOUNT_PID=$!
+  for _ in $(seq 50); do [ -e "$MOUNT_DIR/com.example.notes/latest" ] && break; sleep 0.1; done
+  printf '%s$ ls snapshots/com.example.notes && cat snapshots/com.example.notes/%s/Documents/Drafts/letter.txt%s\n' \
+    "$dim" "$SECOND" "$reset"
+  ls "$MOUNT_DIR/com.example.notes"
+  cat "$MOUNT_DIR/com.example.notes/$SECOND/Documents/Drafts/letter.txt"
+  printf '%s$ cmp snapshots/com.example.notes/%s/Documents/Drafts/letter.txt Documents/Drafts/letter.txt%s\n' \
+    "$dim" "${SECOND:0:8}" "$reset"
+  cmp "$MOUNT_DIR/com.example.notes/${SECOND:0:8}/Documents/Drafts/letter.txt" \
+    "$NOTES_HOME/Documents/Drafts/letter.txt" && echo "identical"
+  show fusermount3 -u snapshots
+  fusermount3 -u "$MOUNT_DIR"
+  wait "$MOUNT_PID"
+else
+  echo "(mount needs /dev/fuse and fusermount3; this machine has not got them, so that part is skipped)"
+fi
 
 section "A large file edited in place: only its changed chunks are stored"
 # Files of 1 MiB or more are cut into content-defined chunks (about 1 MiB each) as they are
