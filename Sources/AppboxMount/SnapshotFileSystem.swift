@@ -2,8 +2,12 @@
 // module that imports CFuse (libfuse3's high-level, path-based API). It depends on AppboxBackup
 // for everything it shows, and must not write to the repository.
 //
-// Layout: `/<app>/<snapshot id>/…` is the snapshot's top (Documents, Library, the bundle), and
+// Layout: `/<app>/<snapshot id>/…` is the snapshot's top (Documents, Library, the bundle),
+// `/<app>/<time>` (UTC, `2026-12-04T03:31:32Z`) a symlink to the snapshot taken then, and
 // `/<app>/latest` a symlink to the app's newest snapshot (commit order, as everywhere).
+// Snapshots taken within one second share a time: the second and later get `-2`, `-3`, … in
+// commit order, so every snapshot has exactly one time name and it never changes while older
+// snapshots stay (a forget of one of them can renumber the later ones of that second).
 // Algorithm: every callback resolves its path afresh: the first two components from the
 // catalog's snapshot list, the rest with `Repository.entry(at:in:)` (the trees on the way only).
 // A file opened is read whole through `Repository.readContent` (every byte verified against its
@@ -92,7 +96,8 @@ public final class SnapshotFileSystem: @unchecked Sendable {
   enum Node {
     case top
     case app(String)
-    case latest(app: String, id: String)
+    /// A symlink to a snapshot's directory: `latest`, or a time name.
+    case link(app: String, id: String)
     case entry(Snapshot, BrowsedEntry)
   }
 
@@ -110,11 +115,30 @@ public final class SnapshotFileSystem: @unchecked Sendable {
     let name = String(decoding: parts[1], as: UTF8.self)
     if name == "latest" {
       guard parts.count == 2, let last = snapshots.last else { return nil }
-      return .latest(app: app, id: last.id)
+      return .link(app: app, id: last.id)
     }
-    guard let snapshot = snapshots.first(where: { $0.id == name }) else { return nil }
+    guard let snapshot = snapshots.first(where: { $0.id == name }) else {
+      guard parts.count == 2, let named = Self.timeNames(snapshots).first(where: { $0.name == name }) else {
+        return nil
+      }
+      return .link(app: app, id: named.id)
+    }
     let inside = Array(parts.dropFirst(2).joined(separator: [UInt8(ascii: "/")]))
     return .entry(snapshot, try repository.entry(at: inside, in: snapshot))
+  }
+
+  /// Each snapshot's time name, in commit order: its UTC time to the second, with `-2`, `-3`,
+  /// … for the second and later snapshots of the same second.
+  static func timeNames(_ snapshots: [Snapshot]) -> [(name: String, id: String)] {
+    let formatter = ISO8601DateFormatter()
+    formatter.timeZone = TimeZone(identifier: "UTC")
+    var seen: [String: Int] = [:]
+    return snapshots.map { snapshot in
+      let time = formatter.string(from: snapshot.time)
+      let count = seen[time, default: 0] + 1
+      seen[time] = count
+      return (count == 1 ? time : "\(time)-\(count)", snapshot.id)
+    }
   }
 
   private func fill(_ stbuf: UnsafeMutablePointer<stat>, directory mode: mode_t, time: Date) {
@@ -131,7 +155,7 @@ public final class SnapshotFileSystem: @unchecked Sendable {
       case nil: return -ENOENT
       case .top: fill(stbuf, directory: 0o555, time: Date(timeIntervalSince1970: 0))
       case .app: fill(stbuf, directory: 0o555, time: Date(timeIntervalSince1970: 0))
-      case .latest(_, let id):
+      case .link(_, let id):
         stbuf.pointee.st_mode = S_IFLNK | 0o777
         stbuf.pointee.st_nlink = 1
         stbuf.pointee.st_size = off_t(id.utf8.count)
@@ -170,7 +194,7 @@ public final class SnapshotFileSystem: @unchecked Sendable {
     do {
       let target: [UInt8]
       switch try resolve(path) {
-      case .latest(_, let id)?: target = Array(id.utf8)
+      case .link(_, let id)?: target = Array(id.utf8)
       case .entry(_, let item)? where item.entry.type == .symlink: target = item.entry.linkTarget ?? []
       case nil: return -ENOENT
       default: return -EINVAL
@@ -204,9 +228,11 @@ public final class SnapshotFileSystem: @unchecked Sendable {
           add(Array(snapshot.app.utf8))
         }
       case .app(let app):
-        for snapshot in try repository.catalog.snapshots(app: app) { add(Array(snapshot.id.utf8)) }
+        let snapshots = try repository.catalog.snapshots(app: app)
+        for snapshot in snapshots { add(Array(snapshot.id.utf8)) }
+        for named in Self.timeNames(snapshots) { add(Array(named.name.utf8)) }
         add(Array("latest".utf8))
-      case .latest: return -ENOTDIR
+      case .link: return -ENOTDIR
       case .entry(let snapshot, let item):
         guard item.entry.type == .directory else { return -ENOTDIR }
         try repository.list(item.path, in: snapshot) { add($0.entry.name) }

@@ -71,6 +71,22 @@ struct MountEndToEndTests {
     #expect(
       try FileManager.default.destinationOfSymbolicLink(atPath: mountpoint + "/com.example.notes/latest")
         == latestID)
+    // Each snapshot also has a time name (UTC, to the second; -2, -3, … within one second),
+    // a symlink to its id, in commit order.
+    let listed = try #require(device.json("snapshots", "com.example.notes") as? [[String: Any]])
+    let times = listed.compactMap { $0["time"] as? String }
+    try #require(times.count == 2)
+    let appDirectory = mountpoint + "/com.example.notes"
+    let firstName = times[0]
+    let secondName = times[1] == times[0] ? times[1] + "-2" : times[1]
+    #expect(try FileManager.default.destinationOfSymbolicLink(atPath: appDirectory + "/" + firstName) == id)
+    #expect(
+      try FileManager.default.destinationOfSymbolicLink(atPath: appDirectory + "/" + secondName) == latestID)
+    #expect(
+      try Set(FileManager.default.contentsOfDirectory(atPath: appDirectory))
+        == [id, latestID, firstName, secondName, "latest"])
+    let byTime = try runProcess("/bin/cat", [appDirectory + "/" + firstName + "/Documents/a.txt"])
+    #expect(byTime.out == "alpha")
     // Read-only: nothing can be written.
     #expect(open(snapshot + "/Documents/new.txt", O_WRONLY | O_CREAT, 0o644) == -1)
     #expect(errno == EROFS)

@@ -318,8 +318,10 @@ struct MountCommand: ParsableCommand {
   static let description = CommandDescription(
     name: "mount", abstract: "Serve the repository's snapshots as a read-only FUSE file system at DIR.",
     discussion: """
-      DIR/<app>/<snapshot id>/ holds each snapshot as it was (Documents, Library, the bundle),
-      and DIR/<app>/latest links to the app's newest. Read with any tool (cat, cp, find, cmp);
+      DIR/<app>/<snapshot id>/ holds each snapshot as it was (Documents, Library, the bundle);
+      DIR/<app>/<time> (UTC, 2026-12-04T03:31:32Z; -2, -3 for later ones of the same second)
+      links to the snapshot taken then, and DIR/<app>/latest to the app's newest. Read with any
+      tool (cat, cp, find, cmp);
       a file's content is verified against its recorded SHA-256 when it is opened (EIO if it does
       not match). Mounted read-only, nodev, nosuid, with default_permissions. Runs in the
       foreground until unmounted (fusermount3 -u DIR, umount DIR) or interrupted (Ctrl-C).
