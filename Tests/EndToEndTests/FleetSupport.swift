@@ -11,9 +11,11 @@ struct Bucket {
   let cluster: SwiftCluster
   let name: String
   var url: String { "s3://\(name)/fleet" }
-  /// The store's endpoint and keys; forget prunes at once unless told otherwise.
+  /// The store's endpoint and keys; forget prunes at once unless told otherwise. The lock
+  /// settle stays at its default (1 s): Swift stamps objects to the second, so a shorter
+  /// settle lets two forgets that start within one second both see only their own lock.
   var environment: [String: String] {
-    cluster.environment.merging(["APPBOX_PRUNE_GRACE": "0", "APPBOX_S3_LOCK_SETTLE": "0.2"]) { $1 }
+    cluster.environment.merging(["APPBOX_PRUNE_GRACE": "0"]) { $1 }
   }
 
   init(cluster: SwiftCluster? = nil) throws {

@@ -44,7 +44,8 @@ struct Bench {
   var runs: Int
   var work: String
   var shell = Shell()
-  /// Run only this scenario ("history": advise and why), after generating the home.
+  /// Run only this scenario ("history": advise and why; "browse": find and dump;
+  /// "repository": encryption and S3), after generating the home.
   var only: String?
   /// Leave the work directory in place (to profile against it).
   var keep = false
@@ -113,6 +114,10 @@ struct Bench {
       return report(
         scenarios, title: "appbox benchmark (\(size.rawValue), history only)", notes: notes)
     }
+    if only == "browse" {
+      scenarios += try browse(home)
+      return report(scenarios, title: "appbox benchmark (\(size.rawValue), find and dump only)", notes: notes)
+    }
     if only == "repository" {
       scenarios += try encryption(home)
       scenarios.append(try objectStore(home))
@@ -142,6 +147,7 @@ struct Bench {
     measured([try objectStore(home)])
     for state in FileSystemState.allCases { measured([try update(&home, state)]) }
     measured([try history(home)])
+    measured(try browse(home))
     if let partialPath { unlink(partialPath) }
     return report(scenarios, title: title, notes: notes)
   }
