@@ -66,29 +66,14 @@ enum ChildProcess {
   /// The signals appbox passes on while it waits: stopping appbox stops the app it runs.
   static let forwardedSignals = [SIGTERM, SIGINT, SIGHUP, SIGQUIT]
 
-  /// The last signal `wait(for:forwardingTo:)` passed on (0: none): an app that ends by it
+  /// The last signal the `SignalForwarder` passed on (0: none): an app that ends by it
   /// was stopped through appbox, not crashed (LaunchRecords.swift).
   static let lastForwardedSignal = Atomic<Int32>(0)
 
   /// Waits for `pid` to end; returns its exit status, or 128 + N when signal N killed it
-  /// (the shell's convention). Uses `waitpid(2)`. While waiting, SIGTERM, SIGINT, SIGHUP
-  /// and SIGQUIT sent to appbox are passed on with `kill(target(), signal)` (by default
-  /// to `pid`; a negative target is a process group).
-  static func wait(for pid: pid_t, forwardingTo target: (@Sendable () -> pid_t)? = nil) throws -> Int32 {
-    let sources = forwardedSignals.map { number -> any DispatchSourceSignal in
-      Glibc.signal(number, SIG_IGN)  // delivered to the source below instead; the child gets defaults
-      let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-      source.setEventHandler {
-        lastForwardedSignal.store(number, ordering: .sequentiallyConsistent)
-        kill(target?() ?? pid, number)
-      }
-      source.resume()
-      return source
-    }
-    defer {
-      for source in sources { source.cancel() }
-      for number in forwardedSignals { Glibc.signal(number, SIG_DFL) }
-    }
+  /// (the shell's convention). Uses `waitpid(2)`. Signals are passed on by a
+  /// `SignalForwarder` the caller installed before it started the child.
+  static func wait(for pid: pid_t) throws -> Int32 {
     var status: Int32 = 0
     while waitpid(pid, &status, 0) < 0 {
       guard Errno.current == .interrupted else { throw SystemError("wait for process \(pid)") }
@@ -96,6 +81,68 @@ enum ChildProcess {
     // WIFEXITED, WEXITSTATUS and WTERMSIG are macros Swift does not import.
     let signal = status & 0x7F
     return signal == 0 ? (status >> 8) & 0xFF : 128 + signal
+  }
+}
+
+/// Passes SIGTERM, SIGINT, SIGHUP and SIGQUIT sent to appbox on to the app it runs, from the
+/// moment it is installed (before the child starts) until it is removed.
+///
+/// A plain `sigaction(2)` handler, installed synchronously: a dispatch signal source registers
+/// on dispatch's manager thread after `resume()` returns, and a signal that arrived in between
+/// was ignored and lost, leaving appbox waiting on an app that never heard it. A signal that
+/// arrives before the target is known is kept and sent once it is (`setTarget`). The handler
+/// only touches atomics and calls `kill(2)`, which are async-signal-safe.
+enum SignalForwarder {
+  /// Where signals go: a pid, or a negative process group; 0 while not known yet.
+  private static let target = Atomic<Int32>(0)
+  /// A signal received while no target was known (or not yet sent), 0 when none.
+  private static let pending = Atomic<Int32>(0)
+
+  /// Installs the handler for every forwarded signal, then unblocks them in the calling
+  /// thread (a parent may have started appbox with them blocked: Foundation's `Process`
+  /// does, from a dispatch thread), so that one that is already pending is delivered now.
+  /// Returns the thread's mask before, for `remove`. Uses `sigaction(2)` and
+  /// `pthread_sigmask(3)`.
+  static func install() -> sigset_t {
+    target.store(0, ordering: .sequentiallyConsistent)
+    pending.store(0, ordering: .sequentiallyConsistent)
+    for number in ChildProcess.forwardedSignals {
+      var action = sigaction()
+      action.__sigaction_handler.sa_handler = { number in
+        ChildProcess.lastForwardedSignal.store(number, ordering: .sequentiallyConsistent)
+        // Whoever takes the pending signal (here or in setTarget) sends it, exactly once.
+        SignalForwarder.pending.store(number, ordering: .sequentiallyConsistent)
+        let target = SignalForwarder.target.load(ordering: .sequentiallyConsistent)
+        if target != 0, SignalForwarder.pending.exchange(0, ordering: .sequentiallyConsistent) != 0 {
+          kill(target, number)
+        }
+      }
+      sigemptyset(&action.sa_mask)
+      action.sa_flags = SA_RESTART
+      sigaction(number, &action, nil)
+    }
+    var forwarded = sigset_t()
+    sigemptyset(&forwarded)
+    for number in ChildProcess.forwardedSignals { sigaddset(&forwarded, number) }
+    var previous = sigset_t()
+    pthread_sigmask(SIG_UNBLOCK, &forwarded, &previous)
+    return previous
+  }
+
+  /// Sends signals to `pid` from now on, and a signal that came before it now.
+  static func setTarget(_ pid: pid_t) {
+    target.store(pid, ordering: .sequentiallyConsistent)
+    let signal = pending.exchange(0, ordering: .sequentiallyConsistent)
+    if signal != 0 { kill(pid, signal) }
+  }
+
+  /// Restores the default dispositions and the thread's mask `install` returned; nothing is
+  /// passed on any more.
+  static func remove(restoring mask: sigset_t) {
+    var mask = mask
+    pthread_sigmask(SIG_SETMASK, &mask, nil)
+    for number in ChildProcess.forwardedSignals { Glibc.signal(number, SIG_DFL) }
+    target.store(0, ordering: .sequentiallyConsistent)
   }
 }
 
@@ -119,12 +166,4 @@ extension ChildProcess {
     guard waitid(P_PID, id_t(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 else { return true }
     return info._sifields._sigchld.si_pid == pid
   }
-}
-
-/// A process id shared with signal handlers.
-final class SharedProcessID: Sendable {
-  private let value = Atomic<Int32>(0)
-
-  func set(_ pid: pid_t) { value.store(pid, ordering: .sequentiallyConsistent) }
-  var pid: pid_t { value.load(ordering: .sequentiallyConsistent) }
 }

@@ -93,6 +93,9 @@ enum JailProcess {
       helper: helper, bubblewrap: bubblewrap, command: command, options: options,
       keptDescriptors: passed.map(\.number), descriptors: descriptors, cgroup: runCgroup, landlock: landlock,
       privileged: AppUser.isPrivileged)
+    // Forwarding starts before the child does: a SIGTERM from now on reaches the app.
+    let signalMask = SignalForwarder.install()
+    defer { SignalForwarder.remove(restoring: signalMask) }
     let pid = try ChildProcess.spawn(
       helper, arguments: arguments, environment: Sandbox.environment(for: jail, inheriting: environment),
       inherited: inherited)
@@ -119,9 +122,8 @@ enum JailProcess {
     let reaper = report.childPID.flatMap { Reaper(pid: $0) }
     defer { reaper?.close() }
     if let childPID = report.childPID { started?(childPID) }
-    let target = SharedProcessID()
-    target.set(report.childPID.map { -$0 } ?? pid)
-    let exit = try ChildProcess.wait(for: pid, forwardingTo: { target.pid })
+    SignalForwarder.setTarget(report.childPID.map { -$0 } ?? pid)
+    let exit = try ChildProcess.wait(for: pid)
     network?.requestStop()  // the app's first process is gone: pasta ends while the rest does
     report.read(from: status.read, until: { _ in false })
     reaper?.waitUntilGone()

@@ -27,6 +27,31 @@ struct RunSignalTests {
     #expect(uninstall.status == 0, "\(uninstall.err)")
   }
 
+  /// A SIGTERM that reaches appbox while it is still starting the app is not lost: the app
+  /// gets it once it runs, and appbox ends. (appbox started from Foundation's `Process`
+  /// inherits a mask that blocks SIGTERM; the signal waited pending, and the wait used to
+  /// set it ignored before listening, which discarded it: appbox then waited forever on an
+  /// app that never heard it.)
+  @Test(arguments: [0, 30, 120])
+  func aSIGTERMDuringStartIsPassedOn(afterMilliseconds delay: Int) throws {
+    let device = Device()
+    try device.install("Notes-1.0/Notes.app")
+    let process = try device.start(
+      "run", "com.example.notes", "--", "/bin/sh", "-c",
+      "touch Documents/started; while :; do sleep 0.05; done")
+    defer { kill(process.processIdentifier, SIGKILL) }
+    usleep(useconds_t(delay * 1000))
+    kill(process.processIdentifier, SIGTERM)
+    // No timing assertion: a generous bound on how long to wait before calling it a hang.
+    #expect(eventually(within: 60) { !process.isRunning }, "appbox did not end after SIGTERM")
+    guard !process.isRunning else { return }
+    if process.terminationReason == .exit {
+      #expect(process.terminationStatus == 128 + SIGTERM)
+    }
+    // Whether or not the app had started, nothing of it is left.
+    #expect(try eventually { try device.run("uninstall", "com.example.notes").status == 0 })
+  }
+
   /// SIGKILL of appbox (nothing passed on) still ends the app: the jail dies with appbox.
   @Test func killingAppboxKillsTheJail() throws {
     let device = Device()
