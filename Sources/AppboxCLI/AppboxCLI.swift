@@ -87,11 +87,7 @@ extension CommandContext {
 }
 
 /// Formats dates as ISO 8601 in UTC, the same in text and JSON.
-func timestamp(_ date: Date) -> String {
-  let formatter = ISO8601DateFormatter()
-  formatter.timeZone = TimeZone(identifier: "UTC")
-  return formatter.string(from: date)
-}
+func timestamp(_ date: Date) -> String { utcTimestamp(date) }
 
 /// Lays out rows in columns padded to the widest cell (the last column is not padded).
 func table(_ header: [String], _ rows: [[String]]) -> String {

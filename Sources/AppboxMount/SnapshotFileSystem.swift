@@ -130,11 +130,9 @@ public final class SnapshotFileSystem: @unchecked Sendable {
   /// Each snapshot's time name, in commit order: its UTC time to the second, with `-2`, `-3`,
   /// … for the second and later snapshots of the same second.
   static func timeNames(_ snapshots: [Snapshot]) -> [(name: String, id: String)] {
-    let formatter = ISO8601DateFormatter()
-    formatter.timeZone = TimeZone(identifier: "UTC")
     var seen: [String: Int] = [:]
     return snapshots.map { snapshot in
-      let time = formatter.string(from: snapshot.time)
+      let time = utcTimestamp(snapshot.time)
       let count = seen[time, default: 0] + 1
       seen[time] = count
       return (count == 1 ? time : "\(time)-\(count)", snapshot.id)
