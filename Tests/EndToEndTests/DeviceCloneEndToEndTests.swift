@@ -116,20 +116,33 @@ struct DeviceCloneEndToEndTests {
     #expect(!exists(device.dir.url("busy")))
   }
 
-  /// On a file system with reflinks (a loop-mounted XFS image), every file of the clone shares
-  /// its extents with the template's (FICLONE): no data is copied.
+  /// A file system with reflinks, made on a loop-mounted image for one test.
+  struct ReflinkFileSystem: CustomStringConvertible, Sendable {
+    var name: String
+    var mkfs: String
+    var options: [String]
+    var description: String { name }
+    var isAvailable: Bool { getuid() == 0 && FileManager.default.fileExists(atPath: mkfs) }
+    static let all = [
+      ReflinkFileSystem(name: "xfs", mkfs: "/usr/sbin/mkfs.xfs", options: ["-q", "-m", "reflink=1"]),
+      ReflinkFileSystem(name: "btrfs", mkfs: "/usr/sbin/mkfs.btrfs", options: ["-q"]),
+    ]
+  }
+
+  /// On a file system with reflinks (a loop-mounted XFS or btrfs image), every file of the
+  /// clone shares its extents with the template's (FICLONE): no data is copied.
   @Test(
     .enabled(
-      if: getuid() == 0 && FileManager.default.fileExists(atPath: "/usr/sbin/mkfs.xfs"),
-      "needs root and xfsprogs"))
-  func onXFSTheCloneSharesEveryFilesExtents() throws {
-    let volume = TemporaryDirectory("xfs")
-    let image = volume.url("image.xfs")
+      if: ReflinkFileSystem.all.allSatisfy(\.isAvailable), "needs root, xfsprogs and btrfs-progs"),
+    arguments: ReflinkFileSystem.all)
+  func theCloneSharesEveryFilesExtents(on fileSystem: ReflinkFileSystem) throws {
+    let volume = TemporaryDirectory(fileSystem.name)
+    let image = volume.url("image." + fileSystem.name)
     let mount = volume.url("mnt")
     try FileManager.default.createDirectory(atPath: mount, withIntermediateDirectories: true)
     let fd = try FileDescriptor.open(image, O_WRONLY | O_CREAT | O_EXCL, mode: 0o600)
     try fd.closeAfter { try $0.truncate(to: 320 << 20) }
-    let made = try runProcess("/usr/sbin/mkfs.xfs", ["-q", "-m", "reflink=1", image])
+    let made = try runProcess(fileSystem.mkfs, fileSystem.options + [image])
     #expect(made.status == 0, "\(made.err)")
     let mounted = try runProcess("/bin/mount", ["-o", "loop", image, mount])
     try #require(mounted.status == 0, "\(mounted.err)")
