@@ -137,6 +137,11 @@ struct Bench {
     for state in FileSystemState.allCases { measured([try fullBackup(home, state)]) }
     measured(try incrementals(home, workload: .atomicSaves))
     measured(try incrementals(home, workload: .inPlace))
+    if only == "backup" {
+      // The backup rows alone (`--only backup`): floors, full backups, both incrementals.
+      if let partialPath { unlink(partialPath) }
+      return report(scenarios, title: "appbox benchmark (\(size.rawValue), backups only)", notes: notes)
+    }
     for state in FileSystemState.allCases { measured([try restore(home, state)]) }
     measured(try encryption(home))
     measured([try objectStore(home)])
