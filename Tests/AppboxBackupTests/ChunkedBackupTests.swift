@@ -112,6 +112,43 @@ struct ChunkedBackupTests {
     #expect(check.isClean, "\(check.problems)")
   }
 
+  /// Repositories written before lazy chunking also indexed a large file's chunks inside its
+  /// whole member (`chunks` rows pointing into it): the file's next edit still reuses them,
+  /// restores byte for byte from them, and check reads them.
+  @Test func chunksIndexedInsideAWholeMemberAreStillReused() throws {
+    let fixture = try Fixture()
+    let content = randomBytes(Self.size, seed: 11)
+    let path = try fixture.write(Self.store, bytes: content)
+    _ = try fixture.backup()
+    // What the older appbox recorded besides the member: each chunk at its place in it.
+    let blob = try #require(try fixture.repository.catalog.blob(SHA256.hash(content)))
+    let dataOffset = try #require(blob.dataOffset)
+    var position = 0
+    var index: [ChunkLocation] = []
+    for length in chunkLengths(content) {
+      index.append(
+        ChunkLocation(
+          digest: SHA256.hash(Array(content[position..<(position + length)])), archive: blob.archive,
+          offset: blob.offset, dataOffset: dataOffset + Int64(position), size: Int64(length)))
+      position += length
+    }
+    #expect(index.count >= 3)
+    try fixture.repository.catalog.insertChunks(index)
+
+    _ = try edit(path, at: 3 << 20, seed: 12)
+    try fixture.trustSnapshots()
+    let expected = try fixture.captureData()
+    let second = try fixture.backup()
+    let chunks = try members(second.archivePath).filter { $0.hasPrefix(".appbox/chunks/") }
+    #expect((1...2).contains(chunks.count), "\(chunks)")
+    #expect(second.snapshot.bytesAdded > 0 && second.snapshot.bytesAdded < Int64(Self.size) / 2)
+    try fixture.write(Self.store, "overwritten")
+    _ = try fixture.repository.restore(fixture.app.bundleIdentifier, in: fixture.session)
+    expectSame(expected, try fixture.captureData())
+    let check = try fixture.repository.check(readData: true)
+    #expect(check.isClean, "\(check.problems)")
+  }
+
   @Test func anEditInPlaceStoresOnlyTheChunksItTouched() throws {
     let (fixture, results, captures, _) = try editedInPlace()
     let last = results[2]
