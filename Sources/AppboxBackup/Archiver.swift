@@ -162,7 +162,11 @@ final class Archiver {
         case .chunk(let buffer, let count, let cut):
           defer { pool.give(buffer) }
           let data = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
-          if current?.mode == .chunks { try chunkWriter?.feed(data, cut: Int(cut)) } else { try writer.writeData(data) }
+          if current?.mode == .chunks {
+            try chunkWriter?.feed(data, cut: Int(cut))
+          } else {
+            try writer.writeData(data)
+          }
           if current?.hashing == true { hasher.update(data) }
           bytesDone += Int64(count)
         case .hole(let count):

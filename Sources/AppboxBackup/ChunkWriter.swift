@@ -92,7 +92,8 @@ final class ChunkWriter {
       try writer.finishEntry()
       bytesWritten += size
       record(
-        ChunkLocation(digest: digest, archive: archiveName, offset: offset, dataOffset: dataOffset, size: size))
+        ChunkLocation(
+          digest: digest, archive: archiveName, offset: offset, dataOffset: dataOffset, size: size))
     }
     length = 0
   }

@@ -18,7 +18,9 @@ struct ChunkedBackupTests {
   func edit(_ path: String, at offset: Int, seed: UInt64) throws -> [UInt8] {
     let edit = randomBytes(16 << 10, seed: seed)
     let fd = try FileDescriptor.open(path, O_WRONLY)
-    try fd.closeAfter { try $0.writeAll(UnsafeRawBufferPointer(start: edit, count: edit.count), at: Int64(offset)) }
+    try fd.closeAfter {
+      try $0.writeAll(UnsafeRawBufferPointer(start: edit, count: edit.count), at: Int64(offset))
+    }
     return edit
   }
 
@@ -61,7 +63,11 @@ struct ChunkedBackupTests {
     let names = path.split(separator: "/").map { Array($0.utf8) }
     for (index, name) in names.enumerated() {
       guard let entry = tree.entry(named: name) else { return nil }
-      if index == names.count - 1 { digest = entry.digest } else { tree = try fixture.repository.catalog.tree(entry.digest!) }
+      if index == names.count - 1 {
+        digest = entry.digest
+      } else {
+        tree = try fixture.repository.catalog.tree(entry.digest!)
+      }
     }
     return digest
   }

@@ -71,7 +71,9 @@ struct CatalogRebuildUnitTests {
     try fixture.write("Documents/new.txt", "new")
     // Edited in place: the second backup stores it as chunks (the first stored it whole).
     let big = try FileDescriptor.open(fixture.path("Library/Application Support/big.db"), O_WRONLY)
-    try big.closeAfter { fd in try [UInt8](repeating: 9, count: 64).withUnsafeBytes { try fd.writeAll($0, at: 1 << 20) } }
+    try big.closeAfter { fd in
+      try [UInt8](repeating: 9, count: 64).withUnsafeBytes { try fd.writeAll($0, at: 1 << 20) }
+    }
     captures.append(try fixture.captureData())
     results.append(try fixture.backup())
     // Undo what trustSnapshots did to the first row: the objects hold its real time.
