@@ -136,7 +136,7 @@ row() {  # label, wall, cpu
   row "\`appbox run APP -- /bin/true\` (its own network: pasta)" "${result[run]}" "${cpu[run]}"
   row "\`appbox run APP --network host -- /bin/true\` (no pasta)" "${result[runhost]}" "${cpu[runhost]}"
   if [ -n "${result[before]:-}" ]; then
-    row "\`appbox run APP -- /bin/true\` (before: Landlock only)" "${result[before]}" "${cpu[before]}"
+    row "\`appbox run APP -- /bin/true\` (the build in APPBOX_BEFORE)" "${result[before]}" "${cpu[before]}"
   fi
   row "appbox's own start (\`appbox path APP\`)" "${result[process]}" "${cpu[process]}"
   row "the jail's part, own network (the first row minus appbox's own start)" "$jail" "$jail_cpu"
