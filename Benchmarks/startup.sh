@@ -7,6 +7,8 @@
 #   - appbox's own start (`appbox path APP`: the Swift process, the device, the registry),
 #   - bare bubblewrap building the same namespaces, system view and binds around /bin/true
 #     (the jail's part of `appbox run` is compared with it),
+#   - a minimal bubblewrap: `bwrap --unshare-all` with /usr and its top-level links only, the
+#     least that runs /bin/true in new namespaces (issue 28's second yardstick),
 #   - bare pasta making a network namespace (and its user namespace) and running that same
 #     bubblewrap in it (pasta refuses to start a command as root: as root, both run as nobody),
 #   - unshare(1) making the namespaces, with appbox-sandbox confine (Landlock + seccomp)
@@ -79,6 +81,7 @@ binds=(--ro-bind "$home/Notes.app" "$jail_home/Notes.app" --bind "$home/Document
 bwrap_jail=(bwrap --unshare-all --unshare-user --share-net --die-with-parent --new-session --cap-drop ALL
   --ro-bind /usr /usr "${tops[@]}" "${etc[@]}" --proc /proc --dev /dev "${binds[@]}" --remount-ro / --remount-ro /dev
   /bin/true)
+bwrap_minimal=(bwrap --unshare-all --die-with-parent --ro-bind /usr /usr "${tops[@]}" /bin/true)
 as_user=()
 if [ "$(id -u)" = 0 ]; then as_user=(setpriv --reuid=65534 --regid=65534 --clear-groups --); fi
 pasta_bwrap=("${as_user[@]}" pasta --config-net --quiet -t none -u none -T none -U none --no-map-gw --no-dhcp
@@ -86,7 +89,7 @@ pasta_bwrap=("${as_user[@]}" pasta --config-net --quiet -t none -u none -T none 
 unshare_landlock=(unshare --user --map-root-user --mount --pid --ipc --uts --cgroup --fork --mount-proc
   "$BIN_DIR/appbox-sandbox" confine --rx /usr --ro /etc --ro /proc --dev /dev/null -- /bin/true)
 
-commands=(run runhost process bwrap pasta unshare)
+commands=(run runhost process bwrap minimal pasta unshare)
 run_cmd=("$BIN_DIR/appbox" --root "$root" run com.example.notes -- /bin/true)
 runhost_cmd=("$BIN_DIR/appbox" --root "$root" run com.example.notes --network host -- /bin/true)
 process_cmd=("$BIN_DIR/appbox" --root "$root" path com.example.notes)
@@ -104,6 +107,7 @@ for ((round = -3; round < RUNS; round++)); do
       pasta) time_once pasta "${pasta_bwrap[@]}" ;;
       process) time_once process "${process_cmd[@]}" ;;
       bwrap) time_once bwrap "${bwrap_jail[@]}" ;;
+      minimal) time_once minimal "${bwrap_minimal[@]}" ;;
       unshare) time_once unshare "${unshare_landlock[@]}" ;;
       before) time_once before "${before_cmd[@]}" ;;
     esac
@@ -122,22 +126,23 @@ jail_cpu=$(minus "${cpu[run]}" "${cpu[process]}")
 jail_host=$(minus "${result[runhost]}" "${result[process]}")
 jail_host_cpu=$(minus "${cpu[runhost]}" "${cpu[process]}")
 row() {  # label, wall, cpu
-  echo "| $1 | $2 ms | $(ratio "$2" "${result[bwrap]}") | $3 ms | $(ratio "$3" "${cpu[bwrap]}") |"
+  echo "| $1 | $2 ms | $(ratio "$2" "${result[bwrap]}") | $(ratio "$2" "${result[minimal]}") | $3 ms | $(ratio "$3" "${cpu[bwrap]}") |"
 }
 {
   echo "## Starting a confined app ($(id -un), $RUNS runs each, round robin, $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg))"
   echo
-  echo "| what | wall (median) | vs bare bwrap | CPU (mean) | vs bare bwrap |"
-  echo "|---|---:|---:|---:|---:|"
+  echo "| what | wall (median) | vs bare bwrap | vs minimal bwrap | CPU (mean) | vs bare bwrap |"
+  echo "|---|---:|---:|---:|---:|---:|"
   row "\`appbox run APP -- /bin/true\` (its own network: pasta)" "${result[run]}" "${cpu[run]}"
   row "\`appbox run APP --network host -- /bin/true\` (no pasta)" "${result[runhost]}" "${cpu[runhost]}"
   if [ -n "${result[before]:-}" ]; then
-    row "\`appbox run APP -- /bin/true\` (before: Landlock only)" "${result[before]}" "${cpu[before]}"
+    row "\`appbox run APP -- /bin/true\` (the build in APPBOX_BEFORE)" "${result[before]}" "${cpu[before]}"
   fi
   row "appbox's own start (\`appbox path APP\`)" "${result[process]}" "${cpu[process]}"
   row "the jail's part, own network (the first row minus appbox's own start)" "$jail" "$jail_cpu"
   row "the jail's part, host network (the second row minus appbox's own start)" "$jail_host" "$jail_host_cpu"
   row "bare \`bwrap\` (the same namespaces, system view and binds)" "${result[bwrap]}" "${cpu[bwrap]}"
+  row "minimal \`bwrap --unshare-all\` (/usr and its links, /bin/true)" "${result[minimal]}" "${cpu[minimal]}"
   row "bare \`pasta -- bwrap\` (that bwrap in a network pasta connects)" "${result[pasta]}" "${cpu[pasta]}"
   row "\`unshare\` + \`appbox-sandbox confine\` (Landlock, seccomp)" "${result[unshare]}" "${cpu[unshare]}"
   echo

@@ -10,8 +10,8 @@
 // its tree built (TreeBuilder): nothing is kept per file beyond its directory, and blob
 // locations go to the manifest's spool as they are made.
 //
-// Large files stream through a ChunkWriter as well (see StreamMode): their chunks are indexed,
-// or only the new ones are written, as `.appbox/chunks/<hex>` members.
+// Large files seen changing stream through a ChunkWriter instead (see StreamMode): only their
+// new chunks are written, as `.appbox/chunks/<hex>` members.
 //
 // Invariants: a blob location is recorded only for a member whose data is exactly the bytes
 // that were hashed, and for the last attempt of a file read more than once; a file stored as
@@ -157,13 +157,16 @@ final class Archiver {
             try writer.writeHeader(member(path(of: item), file: file))
             if file.dataRegions == nil { dataOffset = writer.uncompressedOffset }
           }
-          if mode != .whole { chunkWriter?.begin(mode, memberOffset: offset, dataStart: dataOffset ?? 0) }
+          if mode == .chunks { chunkWriter?.begin() }
           current = (item, offset, dataOffset, file, archiverHashes, mode)
         case .chunk(let buffer, let count, let cut):
           defer { pool.give(buffer) }
           let data = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
-          if current?.mode != .chunks { try writer.writeData(data) }
-          if current?.mode != .whole { try chunkWriter?.feed(data, cut: Int(cut)) }
+          if current?.mode == .chunks {
+            try chunkWriter?.feed(data, cut: Int(cut))
+          } else {
+            try writer.writeData(data)
+          }
           if current?.hashing == true { hasher.update(data) }
           bytesDone += Int64(count)
         case .hole(let count):
@@ -176,7 +179,7 @@ final class Archiver {
             if short > 0 { try writer.finishEntryPaddingWithZeros() } else { try writer.finishEntry() }
           }
           var list: ChunkList?
-          if mode != .whole, let chunkWriter {
+          if mode == .chunks, let chunkWriter {
             // The reader sends a chunked file's missing bytes as zeros: it is never short here.
             precondition(short == 0, "a chunked file ended short")
             list = try chunkWriter.end()

@@ -1,15 +1,15 @@
-// Stage 3b, for large files: split a streamed file into content-defined chunks as its bytes pass
-// through the archiver, hashing each chunk, so a changed file is read once. The reader finds
-// the cuts (the gear hash, `Chunker`) and hashes the whole file meanwhile, on the other core.
+// Stage 3b, for large files seen changing: split a streamed file into content-defined chunks
+// as its bytes pass through the archiver, hashing each chunk, so a changed file is read once.
+// The reader finds the cuts (the gear hash, `Chunker`) and hashes the whole file meanwhile, on
+// the other core.
 //
-// Two uses, by the file's `StreamMode`:
-// - `.wholeIndexed`: the file is written as a member of its own, as always; its chunks are
-//   only indexed, each at its place in that member's data, so the next edit of the file finds
-//   them.
-// - `.chunks`: the file is not written as a member. Each chunk the repository lacks (and this
-//   archive has not stored yet) becomes a member `.appbox/chunks/<hex digest>` holding exactly
-//   its bytes; the others cost nothing. The file's chunk list goes into the catalog and the
-//   manifest, keyed by its whole-file digest, which its tree entry keeps.
+// Used for `StreamMode.chunks` only: the file is not written as a member. Each chunk the
+// repository lacks (and this archive has not stored yet) becomes a member
+// `.appbox/chunks/<hex digest>` holding exactly its bytes; the others cost nothing. The file's
+// chunk list goes into the catalog and the manifest, keyed by its whole-file digest, which its
+// tree entry keeps. (Older appbox also indexed the chunks of large files stored whole, at their
+// place in the file's member: those rows are still read. Chunking is lazy now, so a file that
+// never changes is hashed once: docs/performance.md.)
 //
 // Invariants: a chunk location is recorded only for bytes written to this archive that hash
 // to its digest; chunk bytes are staged (at most `ChunkingParameters.maximum`) until the cut
@@ -29,19 +29,14 @@ final class ChunkWriter {
     byteCount: ChunkingParameters.maximum, alignment: 64)
   private let hasher = SHA256Hasher()
 
-  private var mode = StreamMode.whole
-  /// `.wholeIndexed`: where the file's member and its data start.
-  private var memberOffset: Int64 = 0
-  private var dataStart: Int64 = 0
-  /// Where the current chunk starts in the file, and its bytes so far.
-  private var position: Int64 = 0
+  /// The current chunk's bytes so far.
   private var length = 0
   private var list: [(digest: Digest, size: Int64)] = []
 
   /// Chunks first stored in this archive, in archive order.
   private(set) var locations: [ChunkLocation] = []
   private var storedHere: Set<Digest> = []
-  /// Bytes of chunk members written (`.chunks` mode).
+  /// Bytes of chunk members written.
   private(set) var bytesWritten: Int64 = 0
 
   init(writer: ArchiveWriter, catalog: Catalog, archiveName: String, time: Date) {
@@ -53,13 +48,8 @@ final class ChunkWriter {
 
   deinit { staging.deallocate() }
 
-  /// Starts a file. For `.wholeIndexed`, its member's header is at `memberOffset` and its data
-  /// at `dataStart`.
-  func begin(_ mode: StreamMode, memberOffset: Int64 = 0, dataStart: Int64 = 0) {
-    self.mode = mode
-    self.memberOffset = memberOffset
-    self.dataStart = dataStart
-    position = 0
+  /// Starts a file.
+  func begin() {
     length = 0
     list = []
     _ = hasher.finalize()
@@ -80,16 +70,13 @@ final class ChunkWriter {
     guard !piece.isEmpty else { return }
     precondition(length + piece.count <= staging.count, "a chunk is longer than the longest")
     hasher.update(piece)
-    if mode == .chunks {
-      (staging.baseAddress! + length).copyMemory(from: piece.baseAddress!, byteCount: piece.count)
-    }
+    (staging.baseAddress! + length).copyMemory(from: piece.baseAddress!, byteCount: piece.count)
     length += piece.count
   }
 
   /// Ends the file: returns its chunk list.
   func end() throws -> ChunkList {
     if length > 0 { try endChunk() }
-    mode = .whole
     return ChunkList(chunks: list)
   }
 
@@ -98,27 +85,16 @@ final class ChunkWriter {
     let size = Int64(length)
     list.append((digest, size))
     if !storedHere.contains(digest), !(try catalog.hasChunk(digest)) {
-      switch mode {
-      case .chunks:
-        let offset = writer.uncompressedOffset
-        try writer.writeHeader(metadataMember(ChunkList.memberPath(digest), size: length, time: time))
-        let dataOffset = writer.uncompressedOffset
-        try writer.writeData(UnsafeRawBufferPointer(rebasing: staging[0..<length]))
-        try writer.finishEntry()
-        bytesWritten += size
-        record(
-          ChunkLocation(
-            digest: digest, archive: archiveName, offset: offset, dataOffset: dataOffset, size: size))
-      case .wholeIndexed:
-        record(
-          ChunkLocation(
-            digest: digest, archive: archiveName, offset: memberOffset, dataOffset: dataStart + position,
-            size: size))
-      case .whole:
-        break
-      }
+      let offset = writer.uncompressedOffset
+      try writer.writeHeader(metadataMember(ChunkList.memberPath(digest), size: length, time: time))
+      let dataOffset = writer.uncompressedOffset
+      try writer.writeData(UnsafeRawBufferPointer(rebasing: staging[0..<length]))
+      try writer.finishEntry()
+      bytesWritten += size
+      record(
+        ChunkLocation(
+          digest: digest, archive: archiveName, offset: offset, dataOffset: dataOffset, size: size))
     }
-    position += size
     length = 0
   }
 

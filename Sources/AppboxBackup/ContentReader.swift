@@ -84,16 +84,15 @@ enum ContentMessage {
 
 /// How the archiver stores a file it streams (larger than `ContentReader.wholeReadLimit`).
 enum StreamMode {
-  /// A member of its own, as it is: below the chunking threshold, sparse, or going into a
-  /// compressed archive (chunks need direct reads).
+  /// A member of its own, as it is: a file new at its path or in a full backup (whose archive
+  /// stands alone), below the chunking threshold, sparse, or going into a compressed archive
+  /// (chunks need direct reads). Hashed once, whole: its chunks are not indexed.
   case whole
-  /// A member of its own, with its content-defined chunks indexed, so that a later edit of
-  /// the file stores only the chunks it changed: a large file new at its path, or in a full
-  /// backup (whose archive stands alone).
-  case wholeIndexed
   /// Only the chunks the repository lacks, each a member `.appbox/chunks/<hex>`: a large file
-  /// of an incremental backup that was a file at the same path before (edited in place, or
-  /// saved anew), most of whose chunks the repository probably holds.
+  /// of an incremental backup that was a file at the same path before, so seen changing
+  /// (edited in place, or saved anew). Chunking is lazy: its first change stores every chunk
+  /// (its earlier content was stored whole, unindexed), each later one about the chunks it
+  /// touched (docs/performance.md).
   case chunks
 }
 
@@ -117,8 +116,8 @@ final class ContentReader: @unchecked Sendable {
   private let hashOnReader: Bool?
   /// The device's protection classes by key, to record each file's class.
   private let protectionClasses: [FscryptKeyIdentifier: ProtectionClass]
-  /// Whether large files are chunked (the archive is uncompressed), and whether those that
-  /// were files before may be stored as new chunks only (an incremental backup).
+  /// Whether large files may be chunked (the archive is uncompressed), and whether this is an
+  /// incremental backup (only those chunk: the files that were files at their path before).
   private let chunking: (enabled: Bool, incremental: Bool)
   /// Bundle files (by path from the home) whose sealed digest the repository holds: recorded
   /// with that digest, not read.
@@ -360,10 +359,13 @@ final class ContentReader: @unchecked Sendable {
     return Int32(count)
   }
 
-  /// How the archiver will store item `item`, a file of `size` bytes being streamed.
+  /// How the archiver will store item `item`, a file of `size` bytes being streamed: as chunks
+  /// only once it has been seen changing (it was a file at this path in the parent snapshot
+  /// and is read again), so a file that never changes is hashed once, whole.
   func streamMode(_ item: ItemReference, size: Int64, sparse: Bool) -> StreamMode {
-    guard chunking.enabled, !sparse, size >= ChunkingParameters.threshold else { return .whole }
-    guard chunking.incremental, item.entry.previous?.type == .file else { return .wholeIndexed }
+    guard chunking.enabled, chunking.incremental, !sparse, size >= ChunkingParameters.threshold,
+      item.entry.previous?.type == .file
+    else { return .whole }
     return .chunks
   }
 

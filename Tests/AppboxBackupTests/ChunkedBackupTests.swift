@@ -8,26 +8,39 @@ import Testing
 
 @testable import AppboxBackup
 
-/// Large files edited in place: stored as the chunks they changed, restored whole.
+/// Large files edited in place: cut into chunks once they change in place, then stored as the
+/// chunks they changed, restored whole.
 struct ChunkedBackupTests {
   static let size = 6 << 20
+  static let store = "Library/Application Support/Store.sqlite"
 
-  /// A 6 MiB file backed up whole (its chunks indexed), then edited in place (16 KiB at
-  /// 3 MiB, same inode) and backed up again. Returns the fixture, both results and captures.
+  /// Overwrites 16 KiB of `path` at `offset` in place (same inode) with bytes of `seed`.
+  func edit(_ path: String, at offset: Int, seed: UInt64) throws -> [UInt8] {
+    let edit = randomBytes(16 << 10, seed: seed)
+    let fd = try FileDescriptor.open(path, O_WRONLY)
+    try fd.closeAfter {
+      try $0.writeAll(UnsafeRawBufferPointer(start: edit, count: edit.count), at: Int64(offset))
+    }
+    return edit
+  }
+
+  /// A 6 MiB file backed up whole, edited in place (16 KiB at 1 MiB: this backup cuts it into
+  /// chunks, all new) and backed up, edited again (16 KiB at 3 MiB) and backed up a third time.
+  /// Returns the fixture, the three results and captures, and the last edit's bytes.
   func editedInPlace() throws -> (Fixture, [BackupResult], [[[UInt8]: CapturedEntry]], [UInt8]) {
     let fixture = try Fixture()
     try fixture.write("Documents/small.txt", "small")
-    let path = try fixture.write(
-      "Library/Application Support/Store.sqlite", bytes: randomBytes(Self.size, seed: 11))
+    let path = try fixture.write(Self.store, bytes: randomBytes(Self.size, seed: 11))
     var captures = [try fixture.captureData()]
     var results = [try fixture.backup()]
-    let edit = randomBytes(16 << 10, seed: 12)
-    let fd = try FileDescriptor.open(path, O_WRONLY)
-    try fd.closeAfter { try $0.writeAll(UnsafeRawBufferPointer(start: edit, count: edit.count), at: 3 << 20) }
-    try fixture.trustSnapshots()
-    captures.append(try fixture.captureData())
-    results.append(try fixture.backup())
-    return (fixture, results, captures, edit)
+    var last: [UInt8] = []
+    for (offset, seed) in [(1 << 20, UInt64(13)), (3 << 20, UInt64(12))] {
+      last = try edit(path, at: offset, seed: seed)
+      try fixture.trustSnapshots()
+      captures.append(try fixture.captureData())
+      results.append(try fixture.backup())
+    }
+    return (fixture, results, captures, last)
   }
 
   /// Member paths of an archive, through GNU tar (the oracle: every member lists).
@@ -37,36 +50,141 @@ struct ChunkedBackupTests {
     return result.out.split(separator: "\n").map(String.init)
   }
 
+  /// The catalog's chunk lists, by content digest.
+  func chunkListDigests(_ fixture: Fixture) throws -> Set<Digest> {
+    Set(try fixture.repository.catalog.chunkLists().map(\.digest))
+  }
+
+  /// The digest the latest snapshot recorded for the file at `path`.
+  func digest(of path: String, in fixture: Fixture) throws -> Digest? {
+    var digest: Digest?
+    let result = try fixture.repository.catalog.snapshots(app: fixture.app.bundleIdentifier).last!
+    var tree = try fixture.repository.catalog.tree(result.rootTree)
+    let names = path.split(separator: "/").map { Array($0.utf8) }
+    for (index, name) in names.enumerated() {
+      guard let entry = tree.entry(named: name) else { return nil }
+      if index == names.count - 1 {
+        digest = entry.digest
+      } else {
+        tree = try fixture.repository.catalog.tree(entry.digest!)
+      }
+    }
+    return digest
+  }
+
+  /// Chunking is lazy: a first backup and a large file new at its path get no chunk rows (one
+  /// hash pass over their bytes); a file seen changing in place is cut into chunks, and from
+  /// then on its edits store about the chunks they touched.
+  @Test func largeFilesAreChunkedOnlyOnceTheyChangeInPlace() throws {
+    let fixture = try Fixture()
+    let catalog = fixture.repository.catalog
+    let path = try fixture.write(Self.store, bytes: randomBytes(Self.size, seed: 11))
+    let first = try fixture.backup()
+    #expect(try members(first.archivePath).contains(Self.store))
+    #expect(try catalog.count("chunks") == 0 && catalog.count("chunk_lists") == 0)
+
+    // A new large file in an incremental: stored whole, not chunked either.
+    try fixture.write("Documents/video.mov", bytes: randomBytes(3 << 20, seed: 14))
+    try fixture.trustSnapshots()
+    let second = try fixture.backup()
+    #expect(try members(second.archivePath).contains("Documents/video.mov"))
+    #expect(try catalog.count("chunks") == 0 && catalog.count("chunk_lists") == 0)
+
+    // The first edit in place: the file is cut into chunks, every one new, and only it.
+    _ = try edit(path, at: 1 << 20, seed: 13)
+    try fixture.trustSnapshots()
+    let third = try fixture.backup()
+    let edited = try #require(try digest(of: Self.store, in: fixture))
+    #expect(try chunkListDigests(fixture) == [edited])
+    let video = try #require(try digest(of: "Documents/video.mov", in: fixture))
+    #expect(try catalog.chunkList(video) == nil)
+    let thirdMembers = try members(third.archivePath)
+    #expect(!thirdMembers.contains(Self.store))
+    #expect(thirdMembers.filter { $0.hasPrefix(".appbox/chunks/") }.count >= 3, "\(thirdMembers)")
+    #expect(third.snapshot.bytesAdded >= Int64(Self.size))
+
+    // The next edit stores about the chunks it touched.
+    _ = try edit(path, at: 3 << 20, seed: 12)
+    try fixture.trustSnapshots()
+    let expected = try fixture.captureData()
+    let fourth = try fixture.backup()
+    let chunks = try members(fourth.archivePath).filter { $0.hasPrefix(".appbox/chunks/") }
+    #expect((1...2).contains(chunks.count), "\(chunks)")
+    #expect(fourth.snapshot.bytesAdded > 0 && fourth.snapshot.bytesAdded < Int64(Self.size) / 2)
+    try fixture.write(Self.store, "overwritten")
+    _ = try fixture.repository.restore(fixture.app.bundleIdentifier, in: fixture.session)
+    expectSame(expected, try fixture.captureData())
+    let check = try fixture.repository.check(readData: true)
+    #expect(check.isClean, "\(check.problems)")
+  }
+
+  /// Repositories written before lazy chunking also indexed a large file's chunks inside its
+  /// whole member (`chunks` rows pointing into it): the file's next edit still reuses them,
+  /// restores byte for byte from them, and check reads them.
+  @Test func chunksIndexedInsideAWholeMemberAreStillReused() throws {
+    let fixture = try Fixture()
+    let content = randomBytes(Self.size, seed: 11)
+    let path = try fixture.write(Self.store, bytes: content)
+    _ = try fixture.backup()
+    // What the older appbox recorded besides the member: each chunk at its place in it.
+    let blob = try #require(try fixture.repository.catalog.blob(SHA256.hash(content)))
+    let dataOffset = try #require(blob.dataOffset)
+    var position = 0
+    var index: [ChunkLocation] = []
+    for length in chunkLengths(content) {
+      index.append(
+        ChunkLocation(
+          digest: SHA256.hash(Array(content[position..<(position + length)])), archive: blob.archive,
+          offset: blob.offset, dataOffset: dataOffset + Int64(position), size: Int64(length)))
+      position += length
+    }
+    #expect(index.count >= 3)
+    try fixture.repository.catalog.insertChunks(index)
+
+    _ = try edit(path, at: 3 << 20, seed: 12)
+    try fixture.trustSnapshots()
+    let expected = try fixture.captureData()
+    let second = try fixture.backup()
+    let chunks = try members(second.archivePath).filter { $0.hasPrefix(".appbox/chunks/") }
+    #expect((1...2).contains(chunks.count), "\(chunks)")
+    #expect(second.snapshot.bytesAdded > 0 && second.snapshot.bytesAdded < Int64(Self.size) / 2)
+    try fixture.write(Self.store, "overwritten")
+    _ = try fixture.repository.restore(fixture.app.bundleIdentifier, in: fixture.session)
+    expectSame(expected, try fixture.captureData())
+    let check = try fixture.repository.check(readData: true)
+    #expect(check.isClean, "\(check.problems)")
+  }
+
   @Test func anEditInPlaceStoresOnlyTheChunksItTouched() throws {
     let (fixture, results, captures, _) = try editedInPlace()
-    let second = results[1]
-    // The first backup stored the file whole (a member of its own) and indexed its chunks.
-    let full = try members(results[0].archivePath)
-    #expect(full.contains("Library/Application Support/Store.sqlite"))
+    let last = results[2]
+    // The first backup stored the file whole (a member of its own), the second as chunks.
+    #expect(try members(results[0].archivePath).contains(Self.store))
     #expect(try fixture.repository.catalog.count("chunks") >= 3)
-    // The second holds only new chunks, as members under .appbox/chunks, not the file.
-    let incremental = try members(second.archivePath)
+    // The third holds only new chunks, as members under .appbox/chunks, not the file.
+    let incremental = try members(last.archivePath)
     let chunks = incremental.filter { $0.hasPrefix(".appbox/chunks/") }
-    #expect(!incremental.contains("Library/Application Support/Store.sqlite"))
+    #expect(!incremental.contains(Self.store))
     #expect((1...2).contains(chunks.count), "\(incremental)")
-    #expect(second.snapshot.bytesAdded > 0 && second.snapshot.bytesAdded < Int64(Self.size) / 2)
+    #expect(last.snapshot.bytesAdded > 0 && last.snapshot.bytesAdded < Int64(Self.size) / 2)
     // Each chunk member is named by its digest and holds exactly its bytes.
     let extracted = TemporaryDirectory("chunks")
-    #expect(try runProcess("/usr/bin/tar", ["-xf", second.archivePath, "-C", extracted.path]).status == 0)
+    #expect(try runProcess("/usr/bin/tar", ["-xf", last.archivePath, "-C", extracted.path]).status == 0)
     for chunk in chunks {
       let bytes = Array(try Data(contentsOf: URL(fileURLWithPath: extracted.path + "/" + chunk)))
       #expect(SHA256.hash(bytes).hex == splitPath(chunk).name)
     }
-    // Restored byte for byte, from chunks spread over both archives; check reads them all.
-    try fixture.write("Library/Application Support/Store.sqlite", "overwritten")
-    _ = try fixture.repository.restore(fixture.app.bundleIdentifier, in: fixture.session)
-    expectSame(captures[1], try fixture.captureData())
-    _ = try fixture.repository.restore(
-      fixture.app.bundleIdentifier, snapshot: results[0].snapshot.id, in: fixture.session)
-    expectSame(captures[0], try fixture.captureData())
+    // Restored byte for byte, from chunks spread over two archives and from the whole member;
+    // check reads them all.
+    for (index, result) in results.enumerated().reversed() {
+      try fixture.write(Self.store, "overwritten")
+      _ = try fixture.repository.restore(
+        fixture.app.bundleIdentifier, snapshot: result.snapshot.id, in: fixture.session)
+      expectSame(captures[index], try fixture.captureData())
+    }
     let check = try fixture.repository.check(readData: true)
     #expect(check.isClean, "\(check.problems)")
-    #expect(check.bytesVerified >= Int64(Self.size))
+    #expect(check.bytesVerified >= 2 * Int64(Self.size))
   }
 
   /// `forget` keeps the chunks a kept snapshot needs (copying them out of the archives it
@@ -74,22 +192,22 @@ struct ChunkedBackupTests {
   @Test func forgetAndRebuildKeepChunkedFilesRestorable() throws {
     let (fixture, results, captures, _) = try editedInPlace()
     let report = try fixture.repository.forget(app: fixture.app.bundleIdentifier, keepLast: 1)
-    #expect(report.deletedArchives == [results[0].snapshot.archive])
+    #expect(Set(report.deletedArchives) == [results[0].snapshot.archive, results[1].snapshot.archive])
     let repack = try #require(report.newArchive)
     #expect(try members(fixture.repository.archivePath(repack)).contains { $0.hasPrefix(".appbox/chunks/") })
     var check = try fixture.repository.check(readData: true)
     #expect(check.isClean, "\(check.problems)")
     _ = try fixture.repository.restore(fixture.app.bundleIdentifier, in: fixture.session)
-    expectSame(captures[1], try fixture.captureData())
+    expectSame(captures[2], try fixture.captureData())
 
     let rebuilt = try Repository.rebuildCatalog(at: fixture.repository.path, environment: [:])
     #expect(rebuilt.skipped.isEmpty && rebuilt.snapshots == 1)
     let reopened = try Repository(path: fixture.repository.path, environment: [:])
     check = try reopened.check(readData: true)
     #expect(check.isClean, "\(check.problems)")
-    try fixture.write("Library/Application Support/Store.sqlite", "overwritten")
+    try fixture.write(Self.store, "overwritten")
     _ = try reopened.restore(fixture.app.bundleIdentifier, in: fixture.session)
-    expectSame(captures[1], try fixture.captureData())
+    expectSame(captures[2], try fixture.captureData())
   }
 
   /// Chunk bytes and chunk lists read back from a repository are untrusted: a damaged chunk
@@ -97,7 +215,7 @@ struct ChunkedBackupTests {
   @Test func damagedChunksAndListsAreCaught() throws {
     let (fixture, results, _, edit) = try editedInPlace()
     let live = try fixture.captureData()
-    try flipByte(in: results[1].archivePath, within: Array(edit[8192..<8224]))
+    try flipByte(in: results[2].archivePath, within: Array(edit[8192..<8224]))
     #expect(throws: BackupError.self) {
       _ = try fixture.repository.restore(fixture.app.bundleIdentifier, in: fixture.session)
     }
@@ -128,7 +246,7 @@ struct ChunkedBackupTests {
     }
   }
 
-  /// A file saved anew (a new inode at the same path) is chunked against its old version too,
+  /// A file saved anew (a new inode at the same path) is chunked like one edited in place,
   /// and zeros restore as holes.
   @Test func atomicSavesAndZeroRunsAreChunkedToo() throws {
     let fixture = try Fixture()
@@ -137,12 +255,18 @@ struct ChunkedBackupTests {
     for index in (2 << 20)..<(11 << 20) { content[index] = 0 }
     try fixture.write("Documents/video.mov", bytes: content)
     _ = try fixture.backup()
-    content[200] ^= 1
-    let temporary = try fixture.write("Documents/video.mov.saving", bytes: content)
-    guard rename(temporary, fixture.path("Documents/video.mov")) == 0 else { throw SystemError("rename") }
-    try fixture.trustSnapshots()
+    // The first save cuts it into chunks (its first backup stored it whole); the second
+    // stores about the chunk it changed.
+    var last: BackupResult?
+    for index in [100, 200] {
+      content[index] ^= 1
+      let temporary = try fixture.write("Documents/video.mov.saving", bytes: content)
+      guard rename(temporary, fixture.path("Documents/video.mov")) == 0 else { throw SystemError("rename") }
+      try fixture.trustSnapshots()
+      last = try fixture.backup()
+    }
     let expected = try fixture.captureData()
-    let second = try fixture.backup()
+    let second = try #require(last)
     #expect(second.snapshot.bytesAdded < Int64(size) / 3, "\(second.snapshot.bytesAdded)")
     try fixture.write("Documents/video.mov", "gone")
     _ = try fixture.repository.restore(fixture.app.bundleIdentifier, in: fixture.session)
@@ -158,7 +282,7 @@ struct ChunkedBackupTests {
     let (fixture, results, _, _) = try editedInPlace()
     let report = try fixture.repository.advise(app: fixture.app.bundleIdentifier)
     let bar = try #require(report.chart.bars.last)
-    #expect(bar.bytes.reduce(0, +) == results[1].snapshot.bytesAdded)
+    #expect(bar.bytes.reduce(0, +) == results[2].snapshot.bytesAdded)
   }
 
   /// Contents shared by many files (small, large, chunked) are written once and copied to the

@@ -45,7 +45,8 @@ struct Bench {
   var work: String
   var shell = Shell()
   /// Run only this scenario ("history": advise and why; "browse": find and dump;
-  /// "repository": encryption and S3), after generating the home.
+  /// "repository": encryption and S3; "backup": full and incremental backups), after
+  /// generating the home.
   var only: String?
   /// Leave the work directory in place (to profile against it).
   var keep = false
@@ -142,6 +143,11 @@ struct Bench {
     for state in FileSystemState.allCases { measured([try fullBackup(home, state)]) }
     measured(try incrementals(home, workload: .atomicSaves))
     measured(try incrementals(home, workload: .inPlace))
+    if only == "backup" {
+      // The backup rows alone (`--only backup`): floors, full backups, both incrementals.
+      if let partialPath { unlink(partialPath) }
+      return report(scenarios, title: "appbox benchmark (\(size.rawValue), backups only)", notes: notes)
+    }
     for state in FileSystemState.allCases { measured([try restore(home, state)]) }
     measured(try encryption(home))
     measured([try objectStore(home)])

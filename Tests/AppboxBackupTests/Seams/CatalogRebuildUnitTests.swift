@@ -57,7 +57,8 @@ extension CatalogContents {
 }
 
 struct CatalogRebuildUnitTests {
-  /// Two snapshots of a home with small files, a chunked large one and a change between them.
+  /// Two snapshots of a home with small files, a large one (edited in place between them: chunked
+  /// in the second) and a change between them.
   func twoSnapshots() throws -> (Fixture, [BackupResult], [[[UInt8]: CapturedEntry]]) {
     let fixture = try Fixture()
     try fixture.write("Documents/a.txt", "first version")
@@ -68,6 +69,11 @@ struct CatalogRebuildUnitTests {
     try fixture.trustSnapshots()
     try fixture.write("Documents/a.txt", "second version, longer")
     try fixture.write("Documents/new.txt", "new")
+    // Edited in place: the second backup stores it as chunks (the first stored it whole).
+    let big = try FileDescriptor.open(fixture.path("Library/Application Support/big.db"), O_WRONLY)
+    try big.closeAfter { fd in
+      try [UInt8](repeating: 9, count: 64).withUnsafeBytes { try fd.writeAll($0, at: 1 << 20) }
+    }
     captures.append(try fixture.captureData())
     results.append(try fixture.backup())
     // Undo what trustSnapshots did to the first row: the objects hold its real time.
