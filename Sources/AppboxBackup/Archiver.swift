@@ -23,14 +23,9 @@
 import AppboxArchive
 import AppboxCore
 import AppboxCrypto
+import AppboxRepository
 import Foundation
 import Glibc
-
-/// Where the archiver puts what a snapshot's manifest records besides the trees: the
-/// locations of the blobs an archive holds. (A backup's spool; nil for an export.)
-protocol BlobSink: AnyObject {
-  func add(_ blob: BlobLocation) throws
-}
 
 /// Writes the items the content reader delivers into an archive, in their order.
 final class Archiver {
@@ -168,7 +163,7 @@ final class Archiver {
           bytesDone += Int64(count)
         case .hole(let count):
           try writer.writeZeros(count)
-          if current?.hashing == true { ContentReader.hashZeros(count, into: hasher) }
+          if current?.hashing == true { hashZeros(count, into: hasher) }
           bytesDone += count
         case .end(let item, let readerDigest, let short, let stable, let final):
           let mode = current?.mode ?? .whole
@@ -183,7 +178,7 @@ final class Archiver {
           }
           var digest = readerDigest
           if current?.hashing == true {
-            if short > 0 { ContentReader.hashZeros(short, into: hasher) }
+            if short > 0 { hashZeros(short, into: hasher) }
             digest = hasher.finalize()
           }
           guard final, let started = current, let digest else { continue }

@@ -29,6 +29,7 @@ import AppboxArchive
 import AppboxContainer
 import AppboxCore
 import AppboxCrypto
+import AppboxRepository
 import Foundation
 import Glibc
 
@@ -346,12 +347,4 @@ private struct BackupRun {
 /// A backup's estimate of the space it needs, set once its archive is written (or fails).
 private final class NeededSpace: @unchecked Sendable {
   var bytes: Int64 = 1 << 20
-}
-
-/// A member for appbox's own data (`.appbox/...`), private to the owner.
-func metadataMember(_ path: [UInt8], size: Int, time: Date) -> ArchiveEntry {
-  let seconds = time.timeIntervalSince1970
-  return ArchiveEntry.file(
-    path, size: Int64(size), permissions: 0o600,
-    modificationTime: ArchiveTimestamp(seconds: Int64(seconds), nanoseconds: 0))
 }

@@ -16,6 +16,7 @@
 
 import AppboxContainer
 import AppboxCore
+import AppboxRepository
 
 /// An app's home or an app group's container, as the backup engine sees it.
 public struct BackupSubject: Sendable {

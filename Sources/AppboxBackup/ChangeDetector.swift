@@ -15,6 +15,7 @@
 // coarse clock, one tick (at most 10 ms) behind; the window allows ten times that.
 
 import AppboxCore
+import AppboxRepository
 import Glibc
 
 /// What differs between a file's stat now and a previous snapshot's entry for it, as change

@@ -18,6 +18,7 @@
 
 import AppboxArchive
 import AppboxCrypto
+import AppboxRepository
 import Foundation
 
 final class ChunkWriter {

@@ -16,6 +16,7 @@
 import AppboxArchive
 import AppboxCore
 import AppboxCrypto
+import AppboxRepository
 import Glibc
 
 final class ContentExtractor {

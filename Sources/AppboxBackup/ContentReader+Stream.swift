@@ -16,6 +16,7 @@
 
 import AppboxCore
 import AppboxCrypto
+import AppboxRepository
 import Glibc
 
 extension ContentReader {
@@ -57,7 +58,7 @@ extension ContentReader {
     runs: for run in opened.dataRegions ?? [0..<before.size] {
       if run.lowerBound > position {
         let gap = run.lowerBound - position
-        if !archiverHashes && identity == nil { Self.hashZeros(gap, into: hasher) }
+        if !archiverHashes && identity == nil { hashZeros(gap, into: hasher) }
         guard queue.push(.hole(count: gap)) else { return .cancelled }
         position = run.lowerBound
         remaining -= gap
@@ -98,7 +99,7 @@ extension ContentReader {
     }
     if !endedEarly && remaining > 0 && sparse {
       // The hole at the end of the file.
-      if !archiverHashes && identity == nil { Self.hashZeros(remaining, into: hasher) }
+      if !archiverHashes && identity == nil { hashZeros(remaining, into: hasher) }
       guard queue.push(.hole(count: remaining)) else { return .cancelled }
       remaining = 0
     }
@@ -122,7 +123,7 @@ extension ContentReader {
     }
     // A short file's missing bytes are zeros: the plain identity hashes them; the sparse one
     // has nothing to add for zeros.
-    if remaining > 0 && !archiverHashes && identity == nil { Self.hashZeros(remaining, into: hasher) }
+    if remaining > 0 && !archiverHashes && identity == nil { hashZeros(remaining, into: hasher) }
     afterRead?(path, attempt)
     let after = try fd.status()
     let stable = !wasShort && Self.same(before, after)

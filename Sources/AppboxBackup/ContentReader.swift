@@ -28,6 +28,7 @@
 import AppboxContainer
 import AppboxCore
 import AppboxCrypto
+import AppboxRepository
 import Glibc
 
 /// What the reader learned about a file when it opened it.
@@ -371,17 +372,5 @@ final class ContentReader: @unchecked Sendable {
   static func same(_ a: FileStatus, _ b: FileStatus) -> Bool {
     a.size == b.size && a.modificationTime == b.modificationTime && a.changeTime == b.changeTime
       && a.inode == b.inode
-  }
-
-  static func hashZeros(_ count: Int64, into hasher: SHA256Hasher) {
-    let zeros = [UInt8](repeating: 0, count: 64 * 1024)
-    var left = count
-    zeros.withUnsafeBytes { buffer in
-      while left > 0 {
-        let n = Int(min(left, Int64(buffer.count)))
-        hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
-        left -= Int64(n)
-      }
-    }
   }
 }

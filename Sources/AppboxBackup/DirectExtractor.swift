@@ -28,6 +28,7 @@
 import AppboxContainer
 import AppboxCore
 import AppboxCrypto
+import AppboxRepository
 import Glibc
 import Synchronization
 

@@ -20,6 +20,7 @@
 
 import AppboxContainer
 import AppboxCore
+import AppboxRepository
 import Foundation
 
 /// What a restore of an app group's container did.

@@ -12,6 +12,7 @@
 import AppboxArchive
 import AppboxContainer
 import AppboxCore
+import AppboxRepository
 import Foundation
 import Glibc
 

@@ -15,6 +15,7 @@
 // (no leading `./`, no trailing `/`); `..` and absolute paths reach the validator unchanged.
 
 import AppboxContainer
+import AppboxRepository
 
 struct ImportLayout {
   enum Kind: Equatable {

@@ -12,6 +12,7 @@
 import AppboxArchive
 import AppboxContainer
 import AppboxCore
+import AppboxRepository
 import Glibc
 
 /// Members with their data, one after the other.
@@ -39,7 +40,7 @@ enum ImportSource {
   static func at(_ path: String) throws -> ImportSource {
     var status = stat()
     guard stat(path, &status) == 0 else {
-      if errno == ENOENT { throw BackupError(.snapshotNotFound, "No archive or package at '\(path)'") }
+      if errno == ENOENT { throw BackupError(.notFound, "No archive or package at '\(path)'") }
       throw SystemError("open", path: path)
     }
     return (status.st_mode & S_IFMT) == S_IFDIR ? .directory(path: path) : .archive(path: path)

@@ -20,6 +20,7 @@
 //   stops at the first header past them, before anything is written.
 
 import AppboxCore
+import AppboxRepository
 import Foundation
 
 /// Bounds on what an import accepts.

@@ -27,6 +27,7 @@
 import AppboxArchive
 import AppboxContainer
 import AppboxCore
+import AppboxRepository
 import Foundation
 import Glibc
 
@@ -140,7 +141,7 @@ private func refusing<T>(_ path: String, _ body: () throws -> T) throws -> T {
     throw BackupError(.refusedArchive, "Refused to import '\(path)': \(failure.message)")
   } catch let failure as ArchiveError {
     switch failure.kind {
-    case .notFound: throw BackupError(.snapshotNotFound, "No archive at '\(path)'")
+    case .notFound: throw BackupError(.notFound, "No archive at '\(path)'")
     case .badData: throw BackupError(.refusedArchive, "Refused to import '\(path)': \(failure.message)")
     default: throw failure
     }

@@ -6,6 +6,7 @@
 
 import AppboxContainer
 import AppboxKeychain
+import AppboxRepository
 
 /// What importing keychain items achieved.
 public enum KeychainRestoreOutcome: Sendable, Equatable {

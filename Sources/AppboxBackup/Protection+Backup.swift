@@ -15,6 +15,7 @@
 
 import AppboxContainer
 import AppboxCore
+import AppboxRepository
 
 extension DeviceSession {
   /// The device's class keys by kernel identifier, for recording classes in archives.

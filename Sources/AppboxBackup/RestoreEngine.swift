@@ -19,6 +19,7 @@
 import AppboxArchive
 import AppboxContainer
 import AppboxCore
+import AppboxRepository
 import Foundation
 import Glibc
 

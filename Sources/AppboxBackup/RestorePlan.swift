@@ -14,6 +14,7 @@
 import AppboxContainer
 import AppboxCore
 import AppboxCrypto
+import AppboxRepository
 
 /// One thing to create, relative to the target directory, with the metadata to give it.
 /// Compact on purpose: a restore plans one per file, and holds no path (a path is as long as

@@ -21,6 +21,7 @@ import AppboxArchive
 import AppboxContainer
 import AppboxCore
 import AppboxCrypto
+import AppboxRepository
 import Foundation
 import Glibc
 
@@ -62,7 +63,7 @@ extension Repository {
       guard let entry = try catalog.tree(snapshot.rootTree).entry(named: bundleName),
         entry.type == .directory,
         let digest = entry.digest
-      else { throw BackupError(.snapshotNotFound, "Snapshot \(snapshot.id) holds no bundle") }
+      else { throw BackupError(.notFound, "Snapshot \(snapshot.id) holds no bundle") }
       root = digest
       skipping = []
     }
@@ -245,28 +246,6 @@ extension Repository {
     return sources
   }
 
-  /// The records of archives `names`, each present with its recorded size (a local file's
-  /// size, or an object's as the store lists it).
-  func checkPresence(of names: [String]) throws -> [ArchiveRecord] {
-    let listed: [String: Int64]? =
-      local == nil
-      ? Dictionary(try store.list("archives").map { ($0.name, $0.size) }, uniquingKeysWith: { a, _ in a })
-      : nil
-    return try names.map { name in
-      guard let record = try catalog.archive(named: name) else {
-        throw BackupError(.corruptCatalog, "The catalog does not know archive '\(name)'")
-      }
-      guard let size = try listed.map({ $0[name] }) ?? store.size(of: "archives/" + name) else {
-        throw BackupError(.corruptArchive, "Archive '\(archivePath(name))' is missing")
-      }
-      guard size == record.size else {
-        throw BackupError(
-          .corruptArchive,
-          "Archive '\(archivePath(name))' is \(size) bytes; the catalog recorded \(record.size)")
-      }
-      return record
-    }
-  }
 }
 
 /// Creates the home's standard directories that `directory` lacks (a symlink or file in

@@ -18,6 +18,7 @@
 
 import AppboxContainer
 import AppboxCore
+import AppboxRepository
 import Foundation
 import Glibc
 
@@ -142,17 +143,17 @@ extension Repository {
     let history = try session.registry.history(of: app.bundleIdentifier)
     guard let last = history.first(where: { $0.event == "update" || $0.event == "revert" }) else {
       throw BackupError(
-        .snapshotNotFound, "Nothing to revert: '\(app.bundleIdentifier)' has not been updated")
+        .notFound, "Nothing to revert: '\(app.bundleIdentifier)' has not been updated")
     }
     guard last.event == "update" else {
       throw BackupError(
-        .snapshotNotFound,
+        .notFound,
         "Nothing to revert: '\(app.bundleIdentifier)' was already reverted to \(last.version ?? "?") and has not "
           + "been updated since")
     }
     guard let id = last.snapshot else {
       throw BackupError(
-        .snapshotNotFound,
+        .notFound,
         "Cannot revert '\(app.bundleIdentifier)': its last update took no pre-update snapshot")
     }
     return (try snapshot(id, app: app.bundleIdentifier), last)

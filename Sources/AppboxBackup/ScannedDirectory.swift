@@ -7,6 +7,7 @@
 import AppboxContainer
 import AppboxCore
 import AppboxCrypto
+import AppboxRepository
 import Glibc
 
 /// One entry of a scanned directory.

@@ -21,6 +21,7 @@
 import AppboxContainer
 import AppboxCore
 import AppboxCrypto
+import AppboxRepository
 import Glibc
 
 extension Scanner {

@@ -23,11 +23,7 @@
 
 import AppboxCore
 import AppboxCrypto
-
-/// Where the new trees go, in the order they are made (children before parents).
-protocol TreeSink: AnyObject {
-  func add(_ tree: StoredTree) throws
-}
+import AppboxRepository
 
 final class TreeBuilder {
   private let catalog: Catalog

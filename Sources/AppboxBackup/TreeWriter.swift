@@ -13,6 +13,7 @@
 
 import AppboxContainer
 import AppboxCore
+import AppboxRepository
 import Glibc
 
 final class TreeWriter {

@@ -6,6 +6,7 @@ import Glibc
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 /// A seeded history: a small home from the benchmark's generator, backed up once, then
 /// `backups` more times with known churners changed before each backup and a few generated

@@ -8,6 +8,7 @@ import Glibc
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 /// Member paths of an archive, in order.
 func memberPaths(_ path: String) throws -> [String] {

@@ -7,6 +7,7 @@ import Glibc
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 /// Large files edited in place: stored as the chunks they changed, restored whole.
 struct ChunkedBackupTests {

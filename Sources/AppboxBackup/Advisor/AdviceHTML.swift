@@ -10,6 +10,7 @@
 // clipped.
 
 import AppboxCore
+import AppboxRepository
 import Foundation
 
 extension AdviceReport {

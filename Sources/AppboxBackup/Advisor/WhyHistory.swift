@@ -4,6 +4,7 @@
 // attributes bytes as `advise` does. Then the whole answer as one paragraph.
 
 import AppboxCore
+import AppboxRepository
 import Foundation
 
 extension PathExplainer {

@@ -28,6 +28,7 @@
 import AppboxContainer
 import AppboxCore
 import AppboxCrypto
+import AppboxRepository
 import Foundation
 import Glibc
 
@@ -43,7 +44,7 @@ public struct PartialRestoreResult: Sendable {
 
 extension Repository {
   /// The snapshot's root replaced by pruned trees holding only `paths` (and the trees for the
-  /// overlay). `.snapshotNotFound` when a path is not in the snapshot.
+  /// overlay). `.notFound` when a path is not in the snapshot.
   func selecting(_ paths: [[UInt8]], of snapshot: Snapshot) throws -> (
     root: Digest, overlay: [Digest: [UInt8]]
   ) {

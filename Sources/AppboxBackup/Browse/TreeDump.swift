@@ -20,6 +20,7 @@
 import AppboxArchive
 import AppboxCore
 import AppboxCrypto
+import AppboxRepository
 import Glibc
 
 /// Where a dump's tar bytes go (standard output, a file).

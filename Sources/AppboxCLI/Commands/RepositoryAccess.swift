@@ -2,6 +2,7 @@ import AppboxBackup
 import AppboxContainer
 import AppboxCore
 import AppboxKeychain
+import AppboxRepository
 import Foundation
 import Glibc
 

@@ -63,14 +63,14 @@ extension Repository {
     guard config?.encrypted != true else { return }
     let what = config == nil ? "has no encrypted repository any more" : "is now a plain repository"
     if !options.allowPlain && EncryptionMemory.remembers(location, options: options) {
-      throw BackupError(
+      throw RepositoryError(
         .downgraded,
         "'\(location.description)' was an encrypted repository on this device and \(what): someone who can "
           + "write it may have replaced it, so nothing was read or written; if that was meant, run "
           + "'appbox repo init --repo \(location.description) --allow-plain'")
     }
     if options.passwordGiven {
-      throw BackupError(
+      throw RepositoryError(
         .downgraded,
         "A password was given (--password-file or APPBOX_PASSWORD_FILE), but '\(location.description)' "
           + (config == nil ? "is not an encrypted repository" : "is a plain repository")

@@ -17,7 +17,7 @@ import AppboxCrypto
 import Foundation
 import Glibc
 
-enum KeyCache {
+package enum KeyCache {
   static func enabled(_ environment: [String: String]) -> Bool {
     environment["APPBOX_REPOSITORY_KEY_CACHE"] != "0"
   }

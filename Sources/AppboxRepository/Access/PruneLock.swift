@@ -19,7 +19,7 @@ import AppboxCore
 import Foundation
 import Glibc
 
-final class PruneLock: @unchecked Sendable {
+package final class PruneLock: @unchecked Sendable {
   private let repository: Repository
   let name: String
   private let mutex = PruneLockState()
@@ -46,8 +46,7 @@ final class PruneLock: @unchecked Sendable {
   /// Takes the prune lock of `repository` (see the top of this file).
   static func acquire(in repository: Repository, purpose: String) throws -> PruneLock {
     let environment = repository.environment
-    let deadline = Date().addingTimeInterval(
-      max(5, Double(DeviceRootLockTimeout.seconds(environment))))
+    let deadline = Date().addingTimeInterval(TimeInterval(repository.lockWait.atLeast(.seconds(5)).components.seconds))
     var attempt = 0
     while true {
       attempt += 1
@@ -66,7 +65,7 @@ final class PruneLock: @unchecked Sendable {
         let owner = (try? repository.store.get("locks/" + holder!)).flatMap {
           String(bytes: $0, encoding: .utf8)
         }
-        throw BackupError(
+        throw RepositoryError(
           .busy,
           "Repository '\(repository.path)' is busy: another forget holds its lock (locks/\(holder!)"
             + (owner.map { ": \($0.trimmingCharacters(in: .whitespacesAndNewlines))" } ?? "") + "); try again"
@@ -144,7 +143,7 @@ final class PruneLock: @unchecked Sendable {
   /// Throws when the lock could not be kept fresh (then another prune may have taken it).
   func verify() throws {
     if let error = mutex.failure {
-      throw BackupError(
+      throw RepositoryError(
         .busy,
         "The prune lock of '\(repository.path)' could not be refreshed (\(error)); stopping before deleting anything"
       )
@@ -204,12 +203,5 @@ private final class PruneLockState: @unchecked Sendable {
     pthread_mutex_lock(storage)
     defer { pthread_mutex_unlock(storage) }
     return error
-  }
-}
-
-/// `--wait` as seconds (`$APPBOX_LOCK_TIMEOUT`).
-enum DeviceRootLockTimeout {
-  static func seconds(_ environment: [String: String]) -> Int {
-    Int(environment["APPBOX_LOCK_TIMEOUT"].flatMap(Double.init) ?? 0)
   }
 }

@@ -16,10 +16,10 @@ import AppboxCrypto
 import Foundation
 
 /// An unlocked repository key.
-final class RepositoryKey: Sendable {
+package final class RepositoryKey: Sendable {
   let master: [UInt8]
   let objectKey: [UInt8]
-  let keychainKey: [UInt8]
+  package let keychainKey: [UInt8]
   /// Plaintext bytes per sealed segment.
   let segmentSize: Int
 
@@ -60,7 +60,7 @@ final class RepositoryKey: Sendable {
     location: String
   ) throws -> (key: RepositoryKey, keyName: String) {
     guard !keyObjects.isEmpty else {
-      throw BackupError(.corruptCatalog, "The encrypted repository '\(location)' has no key (keys/ is empty)")
+      throw RepositoryError(.corruptCatalog, "The encrypted repository '\(location)' has no key (keys/ is empty)")
     }
     for (name, bytes) in keyObjects {
       guard let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any],
@@ -69,7 +69,7 @@ final class RepositoryKey: Sendable {
         let salt = (object["salt"] as? String).flatMap({ Data(base64Encoded: $0) }),
         let wrapped = (object["wrapped"] as? String).flatMap({ Data(base64Encoded: $0) })
       else {
-        throw BackupError(.corruptCatalog, "The key object keys/\(name) of '\(location)' is malformed")
+        throw RepositoryError(.corruptCatalog, "The key object keys/\(name) of '\(location)' is malformed")
       }
       let kek = try Scrypt.derive(
         password: password, salt: Array(salt), parameters: Scrypt.Parameters(n: n, r: r, p: p), length: 32)
@@ -78,7 +78,7 @@ final class RepositoryKey: Sendable {
         return (try RepositoryKey(master: master, segmentSize: segmentSize), name)
       }
     }
-    throw BackupError(.denied, "Wrong password for the encrypted repository '\(location)'")
+    throw RepositoryError(.denied, "Wrong password for the encrypted repository '\(location)'")
   }
 
   static func associatedData(_ repositoryID: String) -> [UInt8] {

@@ -27,7 +27,7 @@ public enum RepositoryLocation: Sendable {
   ) throws -> RepositoryLocation {
     guard let text, text.hasPrefix("s3://") else {
       if endpoint != nil || credentialsFile != nil {
-        throw BackupError(
+        throw RepositoryError(
           .invalidRequest, "--endpoint and --credentials-file apply to an s3:// repository only")
       }
       return .directory(absolute(text ?? defaultDirectory))
@@ -38,16 +38,16 @@ public enum RepositoryLocation: Sendable {
     while prefix.hasPrefix("/") { prefix.removeFirst() }
     while prefix.hasSuffix("/") { prefix.removeLast() }
     guard isValidBucket(bucket) else {
-      throw BackupError(
+      throw RepositoryError(
         .invalidRequest,
         "'\(bucket)' is not a bucket name (3 to 63 lowercase letters, digits, dots and hyphens): --repo s3://BUCKET/PREFIX"
       )
     }
     guard !prefix.split(separator: "/").contains(where: { $0 == "." || $0 == ".." }) else {
-      throw BackupError(.invalidRequest, "the prefix of '\(text)' contains '.' or '..'")
+      throw RepositoryError(.invalidRequest, "the prefix of '\(text)' contains '.' or '..'")
     }
     guard let endpoint = endpoint ?? environment["APPBOX_S3_ENDPOINT"], !endpoint.isEmpty else {
-      throw BackupError(
+      throw RepositoryError(
         .invalidRequest, "an s3:// repository needs --endpoint URL (or APPBOX_S3_ENDPOINT)")
     }
     let credentials = try loadCredentials(file: credentialsFile, environment: environment)
@@ -91,10 +91,10 @@ public enum RepositoryLocation: Sendable {
       do {
         bytes = try FileDescriptor.open(file, O_RDONLY).closeAfter { try $0.readAll(limit: 1 << 20) }
       } catch let error as SystemError {
-        throw BackupError(.snapshotNotFound, "Unable to read the credentials file '\(file)': \(error.errno)")
+        throw RepositoryError(.notFound, "Unable to read the credentials file '\(file)': \(error.errno)")
       }
       guard let credentials = parseCredentials(String(decoding: bytes, as: UTF8.self)) else {
-        throw BackupError(
+        throw RepositoryError(
           .invalidRequest,
           "'\(file)' holds no credentials: give aws_access_key_id = … and aws_secret_access_key = … "
             + "(or the two on two lines)")
@@ -104,7 +104,7 @@ public enum RepositoryLocation: Sendable {
     guard let key = environment["AWS_ACCESS_KEY_ID"], let secret = environment["AWS_SECRET_ACCESS_KEY"],
       !key.isEmpty, !secret.isEmpty
     else {
-      throw BackupError(
+      throw RepositoryError(
         .invalidRequest,
         "an s3:// repository needs credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or --credentials-file F"
       )
@@ -165,12 +165,17 @@ public struct RepositoryOptions: Sendable {
   /// The command only reads the repository: when the catalog cannot be written (a full or
   /// read-only file system), it is read as the last sync left it instead of failing.
   public var readOnly = false
+  /// How long to wait for a lock another appbox holds (`--wait`): the app's writer lock waits
+  /// this long, the repository-wide and prune locks at least 5 seconds.
+  public var lockWait: LockWait
 
   public init(
     create: Bool = false, environment: [String: String] = ProcessInfo.processInfo.environment,
     cacheDirectory: String? = nil, password: (@Sendable () throws -> [UInt8])? = nil,
-    deviceSecret: (@Sendable () throws -> [UInt8])? = nil, passwordGiven: Bool = false
+    deviceSecret: (@Sendable () throws -> [UInt8])? = nil, passwordGiven: Bool = false,
+    lockWait: LockWait = .none
   ) {
+    self.lockWait = lockWait
     self.passwordGiven = passwordGiven
     self.create = create
     self.environment = environment

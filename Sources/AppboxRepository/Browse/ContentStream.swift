@@ -31,18 +31,18 @@ extension Repository {
     of entry: TreeEntry, path: [UInt8], _ body: (UnsafeRawBufferPointer, Int64) throws -> Void
   ) throws {
     guard entry.type == .file else {
-      throw BackupError(.invalidRequest, "'\(display(path))' is not a regular file")
+      throw RepositoryError(.invalidRequest, "'\(display(path))' is not a regular file")
     }
     guard entry.size > 0 else { return }
     guard let digest = entry.digest else {
-      throw BackupError(.snapshotNotFound, "'\(display(path))' was excluded from backup: it has no content")
+      throw RepositoryError(.notFound, "'\(display(path))' was excluded from backup: it has no content")
     }
     let hasher = ContentHasher(sparse: entry.hasSparseIdentity, size: entry.size)
     let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 4096)
     defer { buffer.deallocate() }
     func give(_ data: UnsafeRawBufferPointer, at offset: Int64) throws {
       guard offset >= 0, offset + Int64(data.count) <= entry.size else {
-        throw BackupError(.corruptArchive, "The stored content of '\(display(path))' is longer than recorded")
+        throw RepositoryError(.corruptArchive, "The stored content of '\(display(path))' is longer than recorded")
       }
       hasher.update(data, at: offset)
       try body(data, offset)
@@ -60,14 +60,14 @@ extension Repository {
       }
     } else if let list = try catalog.chunkList(digest, size: entry.size) {
       guard readsDirectly else {
-        throw BackupError(
+        throw RepositoryError(
           .corruptArchive,
           "'\(display(path))' is stored as chunks, which only a local unencrypted repository holds")
       }
       var position: Int64 = 0
       for chunk in list.chunks {
         guard let location = try catalog.chunk(chunk.digest), location.size == chunk.size else {
-          throw BackupError(
+          throw RepositoryError(
             .corruptCatalog,
             "The catalog has no archive holding chunk \(chunk.digest.hex.prefix(16)) of '\(display(path))'")
         }
@@ -79,11 +79,11 @@ extension Repository {
         position += chunk.size
       }
     } else {
-      throw BackupError(
+      throw RepositoryError(
         .corruptCatalog, "The catalog has no archive holding the content of '\(display(path))'")
     }
     guard hasher.finalize() == digest else {
-      throw BackupError(
+      throw RepositoryError(
         .corruptArchive,
         "The content of '\(display(path))' does not match its recorded SHA-256: an archive is damaged")
     }
@@ -100,7 +100,7 @@ extension Repository {
     do {
       fd = try FileDescriptor.open(file, O_RDONLY | O_CLOEXEC)
     } catch let error as SystemError where error.errno == .noEntry {
-      throw BackupError(.corruptArchive, "Archive '\(file)' is missing")
+      throw RepositoryError(.corruptArchive, "Archive '\(file)' is missing")
     }
     defer { fd.close() }
     var done: Int64 = 0
@@ -109,7 +109,7 @@ extension Repository {
       let piece = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want])
       let count = try fd.read(into: piece, at: start + done)
       guard count > 0 else {
-        throw BackupError(.corruptArchive, "Archive '\(file)' ends inside a member it should hold")
+        throw RepositoryError(.corruptArchive, "Archive '\(file)' ends inside a member it should hold")
       }
       try body(UnsafeRawBufferPointer(rebasing: buffer[0..<count]), done)
       done += Int64(count)
@@ -122,8 +122,8 @@ extension Repository {
     _ body: (UnsafeRawBufferPointer, Int64) throws -> Void
   ) throws {
     let source = openArchive(record)
-    func damaged(_ what: String) -> BackupError {
-      BackupError(.corruptArchive, "Archive '\(source.location)' is damaged: \(what)")
+    func damaged(_ what: String) -> RepositoryError {
+      RepositoryError(.corruptArchive, "Archive '\(source.location)' is damaged: \(what)")
     }
     do {
       let reader = try source.reader(startingAt: location.offset)

@@ -27,7 +27,7 @@ extension Repository {
     let parts = path.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: true).map(Array.init)
     for part in parts {
       if part == Array("..".utf8) || part == Array(".".utf8) || part.contains(0) {
-        throw BackupError(
+        throw RepositoryError(
           .invalidRequest,
           "The snapshot path '\(display(path))' must not contain '.', '..' or NUL components")
       }
@@ -36,7 +36,7 @@ extension Repository {
   }
 
   /// The entry at `path` in `snapshot` (a synthetic directory entry for the top).
-  /// `.snapshotNotFound` when nothing is there, or only an excluded entry.
+  /// `.notFound` when nothing is there, or only an excluded entry.
   public func entry(at path: [UInt8], in snapshot: Snapshot) throws -> BrowsedEntry {
     let components = try Self.snapshotPathComponents(path)
     var current = TreeEntry(
@@ -46,14 +46,14 @@ extension Repository {
     var walked: [UInt8] = []
     for component in components {
       guard current.type == .directory, let digest = current.digest else {
-        throw BackupError(
-          .snapshotNotFound,
+        throw RepositoryError(
+          .notFound,
           "'\(display(walked))' in snapshot \(snapshot.id) is not a folder, so '\(display(path))' is not there"
         )
       }
       walked = joinPath(walked, component)
       guard let next = try catalog.tree(digest).entry(named: component), !next.isExcluded else {
-        throw BackupError(.snapshotNotFound, "Snapshot \(snapshot.id) has no '\(display(walked))'")
+        throw RepositoryError(.notFound, "Snapshot \(snapshot.id) has no '\(display(walked))'")
       }
       current = next
     }
@@ -76,7 +76,7 @@ extension Repository {
   /// Calls `body` with every entry below tree `digest`, whose path is `path`: depth first in
   /// name order, a folder's contents right after it. An explicit stack of open trees (one per
   /// level), so a chain thousands of folders deep costs no call stack.
-  func walk(
+  package func walk(
     _ digest: Digest, path: [UInt8], recursive: Bool, _ body: (BrowsedEntry) throws -> Void
   ) throws {
     var stack: [(entries: [TreeEntry], next: Int, path: [UInt8])] = [

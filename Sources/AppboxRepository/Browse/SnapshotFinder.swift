@@ -27,7 +27,7 @@ extension Repository {
   /// snapshot first; with `newest`, only the newest that many snapshots are searched.
   public func find(_ pattern: [UInt8], app: String? = nil, newest: Int? = nil) throws -> [FoundEntry] {
     guard !pattern.isEmpty, !pattern.contains(0) else {
-      throw BackupError(.invalidRequest, "find needs a pattern, such as '*.sqlite' or 'Documents/*.txt'")
+      throw RepositoryError(.invalidRequest, "find needs a pattern, such as '*.sqlite' or 'Documents/*.txt'")
     }
     let matchesPath = pattern.contains(UInt8(ascii: "/"))
     var snapshots = try catalog.snapshots(app: app).reversed() as [Snapshot]

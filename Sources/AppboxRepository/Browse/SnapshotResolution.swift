@@ -17,15 +17,15 @@ extension Repository {
   public static let minimumSnapshotPrefix = 4
 
   /// The snapshot `text` names: an id, a unique prefix of one (of `app`'s snapshots when `app`
-  /// is given) or `latest` (which needs `app`). Unknown: `.snapshotNotFound`; ambiguous or too
+  /// is given) or `latest` (which needs `app`). Unknown: `.notFound`; ambiguous or too
   /// short: `.invalidRequest`, naming the candidates.
   public func resolveSnapshot(_ text: String, app: String? = nil) throws -> Snapshot {
     if text == "latest" {
       guard let app else {
-        throw BackupError(.invalidRequest, "'latest' needs an app (give --app APP)")
+        throw RepositoryError(.invalidRequest, "'latest' needs an app (give --app APP)")
       }
       guard let last = try catalog.snapshots(app: app).last else {
-        throw BackupError(.snapshotNotFound, "No snapshots of '\(app)' in '\(path)'")
+        throw RepositoryError(.notFound, "No snapshots of '\(app)' in '\(path)'")
       }
       return last
     }
@@ -33,7 +33,7 @@ extension Repository {
     if let exact = try catalog.snapshot(id: id), app.map({ $0 == exact.app }) ?? true { return exact }
     let isHex = !id.isEmpty && id.allSatisfy { $0.isHexDigit }
     if isHex && id.count < Self.minimumSnapshotPrefix {
-      throw BackupError(
+      throw RepositoryError(
         .invalidRequest,
         "Snapshot id '\(text)' is too short: give at least \(Self.minimumSnapshotPrefix) hex digits")
     }
@@ -41,18 +41,18 @@ extension Repository {
     if candidates.count == 1 { return candidates[0] }
     if candidates.count > 1 {
       let listed = candidates.map { "\($0.id) (\($0.app), \(Self.isoTime($0.time)))" }
-      throw BackupError(
+      throw RepositoryError(
         .invalidRequest,
         "Snapshot prefix '\(text)' is ambiguous: it matches \(listed.joined(separator: ", "))")
     }
     if let unlisted = damage.unlisted.first(where: { $0.id == id || (isHex && $0.id.hasPrefix(id)) }) {
-      throw BackupError(
+      throw RepositoryError(
         .corruptArchive,
         "Snapshot \(unlisted.id) cannot be restored: the manifest of its archive '\(unlisted.archive)' is damaged"
       )
     }
-    throw BackupError(
-      .snapshotNotFound, "No snapshot '\(text)'\(app.map { " of '\($0)'" } ?? "") in '\(path)'")
+    throw RepositoryError(
+      .notFound, "No snapshot '\(text)'\(app.map { " of '\($0)'" } ?? "") in '\(path)'")
   }
 
   static func isoTime(_ date: Date) -> String {

@@ -24,6 +24,14 @@ public struct ChunkLocation: Sendable, Equatable {
   /// Uncompressed offset of its first byte.
   public var dataOffset: Int64
   public var size: Int64
+
+  package init(digest: Digest, archive: String, offset: Int64, dataOffset: Int64, size: Int64) {
+    self.digest = digest
+    self.archive = archive
+    self.offset = offset
+    self.dataOffset = dataOffset
+    self.size = size
+  }
 }
 
 /// The chunks of a content stored as chunks, in order.
@@ -39,7 +47,7 @@ public struct ChunkList: Sendable, Equatable {
   public var totalSize: Int64 { chunks.reduce(0) { $0 + $1.size } }
 
   /// The member path of a chunk stored on its own.
-  static func memberPath(_ digest: Digest) -> [UInt8] { Array(".appbox/chunks/\(digest.hex)".utf8) }
+  package static func memberPath(_ digest: Digest) -> [UInt8] { Array(".appbox/chunks/\(digest.hex)".utf8) }
 
   /// count (digest[32] size)*
   func encoded() -> [UInt8] {
@@ -147,7 +155,7 @@ extension Catalog {
   public func chunkLists() throws -> [(digest: Digest, list: ChunkList, archive: String)] {
     try database.all("SELECT digest, list, archive FROM chunk_lists") { row in
       guard let digest = Digest(validating: row.blob(0)) else {
-        throw BackupError(.corruptCatalog, "Catalog row of a chunk list is malformed")
+        throw RepositoryError(.corruptCatalog, "Catalog row of a chunk list is malformed")
       }
       return (digest, try ChunkList.decode(row.blob(1)), row.text(2) ?? "")
     }

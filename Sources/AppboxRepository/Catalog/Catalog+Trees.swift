@@ -32,7 +32,7 @@ public struct StoredTree: Sendable, Equatable {
   /// Stores `data` (the serialization of tree `digest`) as a delta against `base` (the
   /// serialization of tree `baseDigest`, `baseDepth` deltas from a whole tree) when that is
   /// allowed and clearly smaller, else whole.
-  static func choosing(
+  package static func choosing(
     digest: Digest, data: [UInt8], base: (digest: Digest, data: [UInt8], depth: Int)?
   ) -> StoredTree {
     guard let base, base.depth < Catalog.maximumDeltaDepth, !base.data.isEmpty,
@@ -65,7 +65,7 @@ extension Catalog {
       }
       guard let row else {
         if deltas.isEmpty { return nil }
-        throw BackupError(
+        throw RepositoryError(
           .corruptCatalog, "Catalog tree \(digest.hex.prefix(16)) is a delta whose base is missing")
       }
       guard let base = row.base else {
@@ -73,13 +73,13 @@ extension Catalog {
         var data = row.data
         for delta in deltas.reversed() { data = try TreeDelta.apply(delta, to: data) }
         guard SHA256.hash(data) == digest else {
-          throw BackupError(
+          throw RepositoryError(
             .corruptCatalog, "Catalog tree \(digest.hex.prefix(16)) does not match its digest")
         }
         return data
       }
       guard deltas.count < 64 else {
-        throw BackupError(
+        throw RepositoryError(
           .corruptCatalog, "Catalog tree \(digest.hex.prefix(16)) has a delta chain that does not end")
       }
       deltas.append(row.data)
@@ -90,7 +90,7 @@ extension Catalog {
   /// The tree `digest`, decoded; `.corruptCatalog` when missing or malformed.
   public func tree(_ digest: Digest) throws -> Tree {
     guard let data = try treeData(digest) else {
-      throw BackupError(.corruptCatalog, "Catalog is missing tree \(digest.hex.prefix(16))")
+      throw RepositoryError(.corruptCatalog, "Catalog is missing tree \(digest.hex.prefix(16))")
     }
     return try Tree.decode(data)
   }
@@ -141,7 +141,7 @@ extension Catalog {
   public func storedTrees(inArchive archive: String) throws -> [StoredTree] {
     try database.all("SELECT digest, base, data FROM trees WHERE archive = ?1", .text(archive)) { row in
       guard let digest = Digest(validating: row.blob(0)) else {
-        throw BackupError(.corruptCatalog, "Catalog row of a tree of '\(archive)' is malformed")
+        throw RepositoryError(.corruptCatalog, "Catalog row of a tree of '\(archive)' is malformed")
       }
       return StoredTree(
         digest: digest, base: row.isNull(1) ? nil : Digest(validating: row.blob(1)), data: row.blob(2))
@@ -194,7 +194,7 @@ extension Catalog {
   /// what `forget` does before the tree's base goes.
   public func storeWhole(_ digest: Digest, archive: String) throws {
     guard let data = try treeData(digest) else {
-      throw BackupError(.corruptCatalog, "Catalog is missing tree \(digest.hex.prefix(16))")
+      throw RepositoryError(.corruptCatalog, "Catalog is missing tree \(digest.hex.prefix(16))")
     }
     try database.execute(
       "UPDATE trees SET data = ?1, base = NULL, depth = 0, archive = ?2 WHERE digest = ?3", .blob(data),

@@ -83,6 +83,38 @@ public struct Snapshot: Sendable, Equatable {
   /// The first of their paths, shortened.
   public var tornPaths: [[UInt8]] = []
 
+  package init(
+    id: String, app: String, device: String, containerID: String, version: String, bundleDirectoryName: String,
+    seal: String, time: Date, kind: SnapshotKind, tag: String? = nil, parent: String? = nil, rootTree: Digest,
+    files: Int,
+    bytes: Int64, bytesAdded: Int64, archive: String, keychainOffset: Int64? = nil, warnings: Int, unreadable: Int = 0,
+    unreadablePaths: [[UInt8]] = [], team: String? = nil, torn: Int = 0, tornPaths: [[UInt8]] = []
+  ) {
+    self.id = id
+    self.app = app
+    self.device = device
+    self.containerID = containerID
+    self.version = version
+    self.bundleDirectoryName = bundleDirectoryName
+    self.seal = seal
+    self.time = time
+    self.kind = kind
+    self.tag = tag
+    self.parent = parent
+    self.rootTree = rootTree
+    self.files = files
+    self.bytes = bytes
+    self.bytesAdded = bytesAdded
+    self.archive = archive
+    self.keychainOffset = keychainOffset
+    self.warnings = warnings
+    self.unreadable = unreadable
+    self.unreadablePaths = unreadablePaths
+    self.team = team
+    self.torn = torn
+    self.tornPaths = tornPaths
+  }
+
   /// Whether some entries could not be read (the snapshot lacks them) or were torn (the
   /// snapshot holds a copy no version of them ever had).
   public var isIncomplete: Bool { unreadable > 0 || torn > 0 }
@@ -104,7 +136,7 @@ public struct Snapshot: Sendable, Equatable {
   }
 
   /// The paths to keep for `unreadable` (shortened, within the limits above).
-  static func keptPaths(_ paths: [[UInt8]]) -> [[UInt8]] {
+  package static func keptPaths(_ paths: [[UInt8]]) -> [[UInt8]] {
     var kept: [[UInt8]] = []
     var bytes = 0
     for path in paths.prefix(unreadablePathLimit) {
@@ -131,6 +163,14 @@ public struct ArchiveRecord: Sendable, Equatable {
   public var checksum: UInt32
   public var compression: ArchiveCompression
   public var created: Date
+
+  package init(name: String, size: Int64, checksum: UInt32, compression: ArchiveCompression, created: Date) {
+    self.name = name
+    self.size = size
+    self.checksum = checksum
+    self.compression = compression
+    self.created = created
+  }
 }
 
 /// Where one content digest is stored.
@@ -267,7 +307,7 @@ public final class Catalog {
       try database.setSynchronous(.full)
       try database.migrate(Self.migrations)
     } else if try database.userVersion() != Self.migrations.count {
-      throw BackupError(.corruptCatalog, "Catalog '\(path)' has an unknown schema version")
+      throw RepositoryError(.corruptCatalog, "Catalog '\(path)' has an unknown schema version")
     }
   }
 
@@ -288,7 +328,7 @@ public final class Catalog {
   private func snapshot(_ row: Statement) throws -> Snapshot {
     guard let rootTree = Digest(validating: row.blob(11)),
       let kind = SnapshotKind(rawValue: row.text(8) ?? "")
-    else { throw BackupError(.corruptCatalog, "Catalog row of snapshot '\(row.text(0) ?? "")' is malformed") }
+    else { throw RepositoryError(.corruptCatalog, "Catalog row of snapshot '\(row.text(0) ?? "")' is malformed") }
     return Snapshot(
       id: row.text(0) ?? "", app: row.text(1) ?? "", device: row.text(2) ?? "",
       containerID: row.text(3) ?? "",
@@ -373,7 +413,7 @@ public final class Catalog {
       guard let checksum = UInt32(exactly: row.int64(2)),
         let compression = ArchiveCompression(rawValue: row.text(3) ?? "")
       else {
-        throw BackupError(.corruptCatalog, "Catalog row of archive '\(row.text(0) ?? "")' is malformed")
+        throw RepositoryError(.corruptCatalog, "Catalog row of archive '\(row.text(0) ?? "")' is malformed")
       }
       return ArchiveRecord(
         name: row.text(0) ?? "", size: row.int64(1), checksum: checksum, compression: compression,
@@ -404,7 +444,7 @@ public final class Catalog {
 
   /// Where content `digest` is stored, without the member's path (restore reads it directly
   /// when `dataOffset` is known): one lookup, no allocation for the path.
-  func blobPosition(_ digest: Digest) throws -> (
+  package func blobPosition(_ digest: Digest) throws -> (
     archive: String, offset: Int64, size: Int64, dataOffset: Int64?
   )? {
     let statement = try database.cachedStatement(
@@ -417,7 +457,7 @@ public final class Catalog {
 
   /// Calls `body` with every blob's position, in digest order (one pass over the table: a
   /// restore of most of a repository's content reads it faster than a lookup per content).
-  func forEachBlobPosition(
+  package func forEachBlobPosition(
     _ body: (Digest, _ archive: String, _ offset: Int64, _ size: Int64, _ dataOffset: Int64?) throws -> Void
   ) throws {
     let statement = try database.prepare("SELECT digest, archive, offset, size, data_offset FROM blobs")

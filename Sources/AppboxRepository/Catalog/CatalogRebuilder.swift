@@ -18,7 +18,6 @@
 // lost to the new catalog, but their files are left in place for a person to look at.
 
 import AppboxArchive
-import AppboxContainer
 import AppboxCore
 import AppboxCrypto
 import AppboxStore
@@ -85,7 +84,7 @@ extension Repository {
   /// Rebuilds the catalog of the repository at `location` from scratch. Layout 2: the cache
   /// (or the local repository's catalog.db) is removed, and opening the repository syncs it
   /// whole from the objects. Layout 1 (a local directory without `config`): from the archives
-  /// alone, as `rebuildCatalog(at:environment:)`.
+  /// alone, as `rebuildCatalog(at:environment:lockWait:)`.
   public static func rebuildCatalog(_ location: RepositoryLocation, options: RepositoryOptions) throws
     -> RebuildReport
   {
@@ -94,7 +93,7 @@ extension Repository {
     if case .directory(let path) = location,
       !FileManager.default.fileExists(atPath: path + "/config")
     {
-      return try rebuildCatalog(at: path, environment: options.environment)
+      return try rebuildCatalog(at: path, environment: options.environment, lockWait: options.lockWait)
     }
     // Open once to find (and unlock) the catalog, then set it aside and open again: the sync
     // rebuilds it whole from the objects it can read.
@@ -108,7 +107,7 @@ extension Repository {
       if case .directory(let path) = location {
         try FileLock.acquire(
           path + "/locks/repository.lock", exclusive: true,
-          timeout: max(.seconds(5), DeviceRoot.lockTimeout(environment: options.environment)),
+          timeout: options.lockWait.atLeast(.seconds(5)),
           what: "Repository '\(path)'")
       } else { nil }
     defer { withExtendedLifetime(lock) {} }
@@ -162,21 +161,22 @@ extension Repository {
   /// Replaces the catalog of the layout 1 repository at `path` by one rebuilt from its
   /// archives. Does not open the old catalog (it may be what is broken). A layout 2
   /// repository's is rebuilt from its objects instead.
-  public static func rebuildCatalog(at path: String, environment: [String: String]) throws -> RebuildReport {
+  public static func rebuildCatalog(
+    at path: String, environment: [String: String], lockWait: LockWait = .none
+  ) throws -> RebuildReport {
     if FileManager.default.fileExists(atPath: path + "/config") {
       return try rebuildCatalog(
         .directory(path),
         options: RepositoryOptions(
           environment: environment,
-          password: Repository.passwordFile(environment)))
+          password: Repository.passwordFile(environment), lockWait: lockWait))
     }
     let archivesPath = path + "/archives"
     guard FileManager.default.fileExists(atPath: archivesPath) else {
-      throw BackupError(.snapshotNotFound, "No backup repository at '\(path)'")
+      throw RepositoryError(.notFound, "No backup repository at '\(path)'")
     }
-    let seconds = environment["APPBOX_LOCK_TIMEOUT"].flatMap(Double.init) ?? 5
     let lock = try FileLock.acquire(
-      path + "/locks/repository.lock", exclusive: true, timeout: .milliseconds(Int(seconds * 1000)),
+      path + "/locks/repository.lock", exclusive: true, timeout: lockWait.or(.seconds(5)),
       what: "Repository '\(path)'")
     defer { withExtendedLifetime(lock) {} }
     let temporary = path + "/.catalog-rebuild.db"
@@ -242,7 +242,7 @@ extension Repository {
         manifestBytes = try reader.readAllData()
       }
     }
-    guard let manifestBytes else { throw BackupError(.corruptArchive, "it has no appbox manifest") }
+    guard let manifestBytes else { throw RepositoryError(.corruptArchive, "it has no appbox manifest") }
     let manifest = try Manifest.decode(manifestBytes, archive: name)
     var st = stat()
     let created =

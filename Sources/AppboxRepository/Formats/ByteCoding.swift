@@ -4,8 +4,10 @@
 import AppboxCrypto
 
 /// Appends varints and length-prefixed byte strings.
-struct ByteWriter {
-  var bytes: [UInt8] = []
+package struct ByteWriter {
+  package var bytes: [UInt8] = []
+
+  package init(bytes: [UInt8] = []) { self.bytes = bytes }
 
   mutating func byte(_ value: UInt8) { bytes.append(value) }
 
@@ -40,7 +42,7 @@ struct ByteWriter {
 }
 
 /// Reads what `ByteWriter` writes, bounds-checked: malformed input throws, never traps.
-struct ByteReader {
+package struct ByteReader {
   private let buffer: UnsafeRawBufferPointer
   private(set) var position = 0
 
@@ -48,8 +50,8 @@ struct ByteReader {
 
   var isAtEnd: Bool { position == buffer.count }
 
-  static func malformed(_ what: String) -> BackupError {
-    BackupError(.corruptCatalog, "Malformed catalog record: \(what)")
+  static func malformed(_ what: String) -> RepositoryError {
+    RepositoryError(.corruptCatalog, "Malformed catalog record: \(what)")
   }
 
   mutating func byte() throws -> UInt8 {

@@ -14,12 +14,12 @@
 // fixed seed and must never change, or chunks stop matching those already stored); feeding the
 // bytes in any split gives the same cuts; every chunk but the last is at least `minimum` long.
 
-enum ChunkingParameters {
+package enum ChunkingParameters {
   /// Files at least this large are chunked (smaller ones are stored whole).
-  static let threshold: Int64 = 1 << 20
+  package static let threshold: Int64 = 1 << 20
   static let minimum = 256 << 10
   static let average = 1 << 20
-  static let maximum = 4 << 20
+  package static let maximum = 4 << 20
   /// Bits the hash must have zero below the average (harder) and above it (easier): the
   /// average is 2^20, and normalization level 2 moves each mask two bits away from it.
   static let smallMask: UInt64 = topBits(22)
@@ -41,15 +41,17 @@ enum ChunkingParameters {
 }
 
 /// Finds chunk boundaries in a stream fed piece by piece.
-struct Chunker {
+package struct Chunker {
   /// Bytes of the current chunk seen so far.
   private(set) var length = 0
   private var hash: UInt64 = 0
 
+  package init() {}
+
   /// How many bytes of `data` belong to the current chunk: `(count, true)` when the chunk ends
   /// after `count` bytes (the rest starts the next chunk; call again with it), `(data.count,
   /// false)` when the whole piece belongs to the chunk, which goes on.
-  mutating func consume(_ data: UnsafeRawBufferPointer) -> (count: Int, isBoundary: Bool) {
+  package mutating func consume(_ data: UnsafeRawBufferPointer) -> (count: Int, isBoundary: Bool) {
     let minimum = ChunkingParameters.minimum
     let average = ChunkingParameters.average
     let maximum = ChunkingParameters.maximum

@@ -27,7 +27,7 @@ import AppboxCrypto
 import Glibc
 
 /// Computes a content identity from data at offsets.
-final class ContentHasher {
+package final class ContentHasher {
   static let blockSize = 4096
   private static let prefix = Array("appbox sparse 1\n".utf8)
   private static let mask: Digest = SHA256.hash(Array("appbox sparse content identity, version 1".utf8))
@@ -45,7 +45,7 @@ final class ContentHasher {
 
   /// A hasher of a content of `size` bytes, of the sparse kind or the plain one, using `hasher`
   /// (which it leaves ready for the next content).
-  init(sparse: Bool, size: Int64, hasher: SHA256Hasher = SHA256Hasher()) {
+  package init(sparse: Bool, size: Int64, hasher: SHA256Hasher = SHA256Hasher()) {
     isSparse = sparse
     self.size = size
     self.hasher = hasher
@@ -61,7 +61,7 @@ final class ContentHasher {
 
   /// The content's bytes `data` at `offset` (not before what was given already); whatever lies
   /// between is zeros.
-  func update(_ data: UnsafeRawBufferPointer, at offset: Int64) {
+  package func update(_ data: UnsafeRawBufferPointer, at offset: Int64) {
     guard !data.isEmpty else { return }
     dataBytes += Int64(data.count)
     if !isSparse {
@@ -104,12 +104,12 @@ final class ContentHasher {
   /// `count` zero bytes at the current end (plain: hashed; sparse: nothing to do).
   func zeros(_ count: Int64) {
     guard !isSparse, count > 0 else { return }
-    ContentReader.hashZeros(count, into: hasher)
+    hashZeros(count, into: hasher)
     position += count
   }
 
   /// The identity; the zeros up to `size` that were not given count as given.
-  func finalize() -> Digest {
+  package func finalize() -> Digest {
     if isSparse {
       flushBlock()
       return hasher.finalize().xor(Self.mask)
@@ -135,9 +135,22 @@ final class ContentHasher {
 
 extension Digest {
   /// The bitwise XOR of two digests.
-  func xor(_ other: Digest) -> Digest {
+  package func xor(_ other: Digest) -> Digest {
     withUnsafeBytes { a in
       other.withUnsafeBytes { b in Digest(bytes: (0..<Digest.byteCount).map { a[$0] ^ b[$0] }) }
+    }
+  }
+}
+
+/// Hashes `count` zero bytes (a hole, or a file's missing tail) into `hasher`.
+package func hashZeros(_ count: Int64, into hasher: SHA256Hasher) {
+  let zeros = [UInt8](repeating: 0, count: 64 * 1024)
+  var left = count
+  zeros.withUnsafeBytes { buffer in
+    while left > 0 {
+      let n = Int(min(left, Int64(buffer.count)))
+      hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+      left -= Int64(n)
     }
   }
 }

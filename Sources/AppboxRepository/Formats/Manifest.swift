@@ -24,16 +24,16 @@ import AppboxArchive
 import AppboxCrypto
 import Foundation
 
-struct Manifest {
-  static let memberPath = Array(".appbox/manifest".utf8)
-  static let keychainMemberPath = Array(".appbox/keychain".utf8)
+package struct Manifest {
+  package static let memberPath = Array(".appbox/manifest".utf8)
+  package static let keychainMemberPath = Array(".appbox/keychain".utf8)
   private static let magic = Array("APPBOXMF".utf8)
 
-  var snapshot: Snapshot?
+  package var snapshot: Snapshot?
   var trees: [StoredTree]
   var blobs: [BlobLocation]
-  var chunks: [ChunkLocation] = []
-  var chunkLists: [(digest: Digest, list: ChunkList)] = []
+  package var chunks: [ChunkLocation] = []
+  package var chunkLists: [(digest: Digest, list: ChunkList)] = []
 
   func encoded() -> [UInt8] {
     var result: [UInt8] = []
@@ -43,7 +43,7 @@ struct Manifest {
   }
 
   /// The length of `encoded()`, computed without encoding.
-  var encodedSize: Int {
+  package var encodedSize: Int {
     var treeBytes = 0
     for tree in trees {
       treeBytes +=
@@ -58,7 +58,7 @@ struct Manifest {
 
   /// Hands the encoding to `sink` in pieces of about 64 KiB, so a manifest of a large
   /// snapshot (one blob per file) never has to sit in memory whole.
-  func encode(_ sink: (UnsafeRawBufferPointer) throws -> Void) rethrows {
+  package func encode(_ sink: (UnsafeRawBufferPointer) throws -> Void) rethrows {
     try Self.encode(
       snapshot: snapshot, treeCount: trees.count,
       trees: { piece in
@@ -228,8 +228,8 @@ struct Manifest {
 
   /// Parses a manifest read from archive `archive`.
   static func decode(_ bytes: [UInt8], archive: String) throws -> Manifest {
-    func bad(_ what: String) -> BackupError {
-      BackupError(.corruptArchive, "The manifest of archive '\(archive)' is damaged: \(what)")
+    func bad(_ what: String) -> RepositoryError {
+      RepositoryError(.corruptArchive, "The manifest of archive '\(archive)' is damaged: \(what)")
     }
     guard bytes.count >= magic.count + 1 + Digest.byteCount, bytes.starts(with: magic),
       bytes[magic.count] == 1 || bytes[magic.count] == 2
@@ -298,13 +298,13 @@ struct Manifest {
         return Manifest(
           snapshot: snapshot, trees: trees, blobs: blobs, chunks: chunks, chunkLists: chunkLists)
       }
-    } catch let error as BackupError where error.code == .corruptCatalog {
+    } catch let error as RepositoryError where error.code == .corruptCatalog {
       throw bad(error.message)
     }
   }
 
   /// One tree record (a whole tree is checked against its digest; a delta when resolved).
-  static func decodeTree(_ input: inout ByteReader, version: UInt8, bad: (String) -> BackupError) throws
+  static func decodeTree(_ input: inout ByteReader, version: UInt8, bad: (String) -> RepositoryError) throws
     -> StoredTree
   {
     let digest = try input.digest()
@@ -325,7 +325,7 @@ struct Manifest {
 
   /// One blob location record, of archive `archive`.
   static func decodeBlob(
-    _ input: inout ByteReader, version: UInt8, archive: String, bad: (String) -> BackupError
+    _ input: inout ByteReader, version: UInt8, archive: String, bad: (String) -> RepositoryError
   ) throws -> BlobLocation {
     let digest = try input.digest()
     let offset = Int64(bitPattern: try input.varint())
@@ -346,7 +346,7 @@ struct Manifest {
       digest: digest, archive: archive, offset: offset, path: path, size: size, dataOffset: dataOffset)
   }
 
-  private static func snapshot(_ fields: [String: String], archive: String, bad: (String) -> BackupError)
+  private static func snapshot(_ fields: [String: String], archive: String, bad: (String) -> RepositoryError)
     throws
     -> Snapshot
   {
@@ -367,4 +367,12 @@ struct Manifest {
       rootTree: root, files: files, bytes: bytes, bytesAdded: added, archive: archive,
       keychainOffset: fields["keychain"].flatMap { Int64($0) }, warnings: warnings, team: fields["team"])
   }
+}
+
+/// A member for appbox's own data (`.appbox/...`), private to the owner.
+package func metadataMember(_ path: [UInt8], size: Int, time: Date) -> ArchiveEntry {
+  let seconds = time.timeIntervalSince1970
+  return ArchiveEntry.file(
+    path, size: Int64(size), permissions: 0o600,
+    modificationTime: ArchiveTimestamp(seconds: Int64(seconds), nanoseconds: 0))
 }

@@ -12,8 +12,19 @@ import AppboxCrypto
 import Foundation
 import Glibc
 
+/// Where the archiver puts what a snapshot's manifest records besides the trees: the
+/// locations of the blobs an archive holds. (A backup's spool; nil for an export.)
+package protocol BlobSink: AnyObject {
+  func add(_ blob: BlobLocation) throws
+}
+
+/// Where the new trees go, in the order they are made (children before parents).
+package protocol TreeSink: AnyObject {
+  func add(_ tree: StoredTree) throws
+}
+
 /// What a manifest holds, however it is held: a decoded `Manifest`, or a backup's spool.
-protocol ManifestContent {
+package protocol ManifestContent {
   var snapshot: Snapshot? { get }
   var treeCount: Int { get }
   var blobCount: Int { get }
@@ -28,10 +39,10 @@ protocol ManifestContent {
 }
 
 extension Manifest: ManifestContent {
-  var treeCount: Int { trees.count }
-  var blobCount: Int { blobs.count }
-  func forEachTree(_ body: (StoredTree) throws -> Void) throws { try trees.forEach(body) }
-  func forEachBlob(_ body: (BlobLocation) throws -> Void) throws { try blobs.forEach(body) }
+  package var treeCount: Int { trees.count }
+  package var blobCount: Int { blobs.count }
+  package func forEachTree(_ body: (StoredTree) throws -> Void) throws { try trees.forEach(body) }
+  package func forEachBlob(_ body: (BlobLocation) throws -> Void) throws { try blobs.forEach(body) }
 }
 
 /// One append-only temporary file, unlinked as soon as it is made, with a write buffer.
@@ -93,7 +104,7 @@ final class SpoolFile {
           var reader = ByteReader(UnsafeRawBufferPointer(rebasing: raw[consumed...]))
           do {
             return (try decode(&reader), reader.position)
-          } catch let error as BackupError where error.code == .corruptCatalog {
+          } catch let error as RepositoryError where error.code == .corruptCatalog {
             // A record cut at the piece's end: wait for more bytes (unless it is too long).
             if raw.count - consumed > limit { throw error }
             return nil
@@ -106,60 +117,60 @@ final class SpoolFile {
       pending.removeFirst(consumed)
     }
     guard pending.isEmpty else {
-      throw BackupError(.corruptCatalog, "A backup's spool ends inside a record")
+      throw RepositoryError(.corruptCatalog, "A backup's spool ends inside a record")
     }
   }
 }
 
 /// A backup's manifest while it is made: trees and blobs on disk, chunks in memory (one per
 /// megabyte of large files).
-final class ManifestSpool: TreeSink, BlobSink, ManifestContent {
+package final class ManifestSpool: TreeSink, BlobSink, ManifestContent {
   private let trees: SpoolFile
   private let blobs: SpoolFile
   private let archive: String
-  private(set) var treeCount = 0
-  private(set) var blobCount = 0
-  var snapshot: Snapshot?
-  var chunks: [ChunkLocation] = []
-  var chunkLists: [(digest: Digest, list: ChunkList)] = []
+  package private(set) var treeCount = 0
+  package private(set) var blobCount = 0
+  package var snapshot: Snapshot?
+  package var chunks: [ChunkLocation] = []
+  package var chunkLists: [(digest: Digest, list: ChunkList)] = []
 
   /// A spool for the manifest of archive `archive`, in `directory` (beside the catalog).
-  init(directory: String, archive: String) throws {
+  package init(directory: String, archive: String) throws {
     trees = try SpoolFile(in: directory)
     blobs = try SpoolFile(in: directory)
     self.archive = archive
   }
 
-  func add(_ tree: StoredTree) throws {
+  package func add(_ tree: StoredTree) throws {
     try trees.append { Manifest.encode(tree, into: &$0) }
     treeCount += 1
   }
 
-  func add(_ blob: BlobLocation) throws {
+  package func add(_ blob: BlobLocation) throws {
     try blobs.append { Manifest.encode(blob, into: &$0) }
     blobCount += 1
   }
 
-  var encodedSize: Int {
+  package var encodedSize: Int {
     Manifest.encodedSize(
       snapshot: snapshot, treeCount: treeCount, treeBytes: trees.size, blobCount: blobCount,
       blobBytes: blobs.size, chunks: chunks, chunkLists: chunkLists)
   }
 
-  func encode(_ sink: (UnsafeRawBufferPointer) throws -> Void) throws {
+  package func encode(_ sink: (UnsafeRawBufferPointer) throws -> Void) throws {
     try Manifest.encode(
       snapshot: snapshot, treeCount: treeCount, trees: { try self.trees.forEachPiece($0) },
       blobCount: blobCount,
       blobs: { try self.blobs.forEachPiece($0) }, chunks: chunks, chunkLists: chunkLists, sink)
   }
 
-  func forEachTree(_ body: (StoredTree) throws -> Void) throws {
+  package func forEachTree(_ body: (StoredTree) throws -> Void) throws {
     try trees.forEachRecord(
       limit: TreeDelta.maximumLength + 64,
       decode: { try Manifest.decodeTree(&$0, version: 2, bad: { ByteReader.malformed($0) }) }, body)
   }
 
-  func forEachBlob(_ body: (BlobLocation) throws -> Void) throws {
+  package func forEachBlob(_ body: (BlobLocation) throws -> Void) throws {
     try blobs.forEachRecord(
       limit: 1 << 17,
       decode: {

@@ -116,14 +116,14 @@ public struct Tree: Sendable, Equatable {
   }
 
   /// A tree's header; `sparse`: one of its entries has a sparse identity (version 2).
-  static func encodeHeader(count: Int, sparse: Bool = false, into out: inout ByteWriter) {
+  package static func encodeHeader(count: Int, sparse: Bool = false, into out: inout ByteWriter) {
     out.byte(sparse ? Tree.sparseVersion : Tree.version)
     out.varint(UInt64(count))
   }
 
   /// Appends one entry's encoding; a tree is its header followed by its entries' encodings,
   /// so an unchanged entry can be copied byte for byte from the previous tree.
-  static func encode(_ entry: TreeEntry, into out: inout ByteWriter) {
+  package static func encode(_ entry: TreeEntry, into out: inout ByteWriter) {
     out.data(entry.name)
     out.byte(entry.type.rawValue)
     var flags: UInt8 = 0
@@ -169,7 +169,7 @@ public struct Tree: Sendable, Equatable {
   }
 
   /// The full entry a cursor found, with its name, digest, target and attributes.
-  static func materialize(_ encoded: EncodedEntry, in buffer: UnsafeRawBufferPointer) throws -> TreeEntry {
+  package static func materialize(_ encoded: EncodedEntry, in buffer: UnsafeRawBufferPointer) throws -> TreeEntry {
     var entry = TreeEntry(
       name: Array(buffer[encoded.nameRange]), type: encoded.type, permissions: encoded.permissions,
       uid: encoded.uid,

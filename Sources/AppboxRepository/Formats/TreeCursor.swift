@@ -8,30 +8,31 @@
 // `Tree.materialize` then only builds values.
 
 import AppboxCrypto
+import Glibc
 
 /// One entry of a serialized tree: its fixed fields and where its parts are.
-struct EncodedEntry {
+package struct EncodedEntry {
   /// The whole entry's bytes in the tree.
-  var range: Range<Int>
-  var nameRange: Range<Int>
+  package var range: Range<Int>
+  package var nameRange: Range<Int>
   /// Digest, target and attributes: what follows the fixed fields.
-  var tailRange: Range<Int>
-  var type: TreeEntryType
-  var permissions: UInt32
+  package var tailRange: Range<Int>
+  package var type: TreeEntryType
+  package var permissions: UInt32
   var uid: UInt32
   var gid: UInt32
-  var size: Int64
-  var modificationTime: Int64
-  var changeTime: Int64
-  var inode: UInt64
-  var linkCount: UInt64
-  var isExcluded: Bool
-  var hasDigest: Bool
+  package var size: Int64
+  package var modificationTime: Int64
+  package var changeTime: Int64
+  package var inode: UInt64
+  package var linkCount: UInt64
+  package var isExcluded: Bool
+  package var hasDigest: Bool
   /// The digest is the file's sparse content identity (version 2 trees only).
-  var hasSparseIdentity = false
+  package var hasSparseIdentity = false
 
   /// The digest (content or subtree), read from `buffer`.
-  func digest(in buffer: UnsafeRawBufferPointer) -> Digest? {
+  package func digest(in buffer: UnsafeRawBufferPointer) -> Digest? {
     guard hasDigest else { return nil }
     return Digest(
       bytes: UnsafeRawBufferPointer(rebasing: buffer[tailRange.lowerBound..<(tailRange.lowerBound + 32)]))
@@ -39,11 +40,11 @@ struct EncodedEntry {
 }
 
 /// Walks the entries of a serialized tree in order, validating each.
-struct TreeCursor {
+package struct TreeCursor {
   private let buffer: UnsafeRawBufferPointer
   private var input: ByteReader
   /// Entries the header announced.
-  let count: Int
+  package let count: Int
   /// The header's length in bytes (version and count): where the first entry starts.
   let headerLength: Int
   /// The tree's format version (1, or 2 when entries may have a sparse identity).
@@ -51,7 +52,7 @@ struct TreeCursor {
   private var read = 0
   private var previousName: Range<Int>?
 
-  init(_ buffer: UnsafeRawBufferPointer) throws {
+  package init(_ buffer: UnsafeRawBufferPointer) throws {
     self.buffer = buffer
     input = ByteReader(buffer)
     version = try input.byte()
@@ -63,7 +64,7 @@ struct TreeCursor {
   }
 
   /// The next entry, or nil after the last (when the tree must also end).
-  mutating func next() throws -> EncodedEntry? {
+  package mutating func next() throws -> EncodedEntry? {
     guard read < count else {
       guard input.isAtEnd else { throw ByteReader.malformed("trailing bytes") }
       return nil
@@ -73,7 +74,7 @@ struct TreeCursor {
   }
 
   /// The entry whose bytes are `range` of a tree that already passed a cursor.
-  static func entry(at range: Range<Int>, in buffer: UnsafeRawBufferPointer) throws -> EncodedEntry {
+  package static func entry(at range: Range<Int>, in buffer: UnsafeRawBufferPointer) throws -> EncodedEntry {
     var cursor = try TreeCursor(buffer, at: range.lowerBound)
     let entry = try cursor.parseEntry()
     guard entry.range == range else { throw ByteReader.malformed("entry bounds") }
@@ -154,4 +155,15 @@ struct TreeCursor {
       throw ByteReader.malformed("names out of order")
     }
   }
+}
+
+/// Orders two byte strings (names, or whole entries) as `[UInt8].lexicographicallyPrecedes`
+/// does: <0, 0 or >0, with one memcmp.
+package func compareNames(_ a: Slice<UnsafeRawBufferPointer>, _ b: Slice<UnsafeRawBufferPointer>) -> Int {
+  let common = min(a.count, b.count)
+  if common > 0 {
+    let order = memcmp(a.base.baseAddress! + a.startIndex, b.base.baseAddress! + b.startIndex, common)
+    if order != 0 { return Int(order) }
+  }
+  return a.count - b.count
 }

@@ -20,7 +20,7 @@
 
 import AppboxCrypto
 
-enum TreeDelta {
+package enum TreeDelta {
   static let tag: UInt8 = 0xDE
   /// The largest tree a delta may produce (a directory of several million entries).
   static let maximumLength = 1 << 30

@@ -76,7 +76,7 @@ extension Repository {
     for record in records {
       do {
         present += try checkPresence(of: [record.name])
-      } catch let error as BackupError {
+      } catch let error as RepositoryError {
         report.problems.append(error.message)
       }
     }
@@ -86,7 +86,7 @@ extension Repository {
       for source in sources {
         do {
           try source.verifyChecksum()
-        } catch let error as BackupError {
+        } catch let error as RepositoryError {
           checksumProblems.add(error.message)
         } catch {
           checksumProblems.add("Archive '\(source.location)' cannot be read: \(error)")

@@ -22,7 +22,7 @@ extension Repository {
     app: String, policy: RetentionPolicy, dryRun: Bool, observer: EngineObserver = SilentObserver()
   ) throws -> PolicyForgetReport {
     guard !policy.isEmpty else {
-      throw BackupError(
+      throw RepositoryError(
         .invalidRequest,
         "give a policy: --keep-last, --keep-hourly, --keep-daily, --keep-weekly, --keep-monthly, "
           + "--keep-yearly N, --keep-within DURATION or --keep-tag T")

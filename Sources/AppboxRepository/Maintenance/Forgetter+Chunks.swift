@@ -54,19 +54,19 @@ extension Repository {
       defer { source.close() }
       for location in locations.sorted(by: { $0.dataOffset < $1.dataOffset }) {
         guard location.size > 0, location.size <= Int64(buffer.count) else {
-          throw BackupError(.corruptCatalog, "A chunk of archive '\(archive)' has a bad size")
+          throw RepositoryError(.corruptCatalog, "A chunk of archive '\(archive)' has a bad size")
         }
         let count = Int(location.size)
         let data = try buffer.withUnsafeMutableBytes { raw -> UnsafeRawBufferPointer in
           let slice = UnsafeMutableRawBufferPointer(rebasing: raw[0..<count])
           guard try source.readAll(into: slice, at: location.dataOffset) == count else {
-            throw BackupError(
+            throw RepositoryError(
               .corruptArchive, "Archive '\(archive)' ends inside chunk \(location.digest.hex.prefix(16))")
           }
           return UnsafeRawBufferPointer(slice)
         }
         guard SHA256.hash(data) == location.digest else {
-          throw BackupError(
+          throw RepositoryError(
             .corruptArchive,
             "Archive '\(archive)' is damaged: chunk \(location.digest.hex.prefix(16)) does not match its SHA-256"
           )

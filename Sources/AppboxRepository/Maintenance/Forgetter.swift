@@ -71,13 +71,13 @@ public struct ForgetReport: Sendable {
 
 extension Repository {
   /// The grace period between marking an archive garbage and deleting it (S3).
-  var pruneGrace: TimeInterval { environment["APPBOX_PRUNE_GRACE"].flatMap(Double.init) ?? 3600 }
+  package var pruneGrace: TimeInterval { environment["APPBOX_PRUNE_GRACE"].flatMap(Double.init) ?? 3600 }
 
   /// Keeps the last `keepLast` snapshots of `app` and drops the others.
   public func forget(app: String, keepLast: Int, observer: EngineObserver = SilentObserver()) throws
     -> ForgetReport
   {
-    guard keepLast >= 1 else { throw BackupError(.invalidRequest, "--keep-last must be at least 1") }
+    guard keepLast >= 1 else { throw RepositoryError(.invalidRequest, "--keep-last must be at least 1") }
     return try forget(app: app, observer: observer) { history in
       (Array(history.dropLast(keepLast)), Array(history.suffix(keepLast)))
     }
@@ -377,7 +377,7 @@ extension Repository {
           continue
         }
         guard entry.type == .regular, entry.size == location.size, entry.path == location.path else {
-          throw BackupError(
+          throw RepositoryError(
             .corruptArchive, "Archive '\(archive)' has no member '\(display(location.path))' at \(offset)")
         }
         let newOffset = writer.uncompressedOffset
@@ -402,7 +402,7 @@ extension Repository {
           matches = try plainDigest(of: location, in: archive, buffer: buffer) == location.digest
         }
         guard matches else {
-          throw BackupError(
+          throw RepositoryError(
             .corruptArchive,
             "Archive '\(archive)' is damaged: '\(display(location.path))' does not match its SHA-256")
         }
@@ -412,13 +412,13 @@ extension Repository {
             size: location.size, dataOffset: dataOffset))
       }
       if let missing = wanted.values.first {
-        throw BackupError(.corruptArchive, "Archive '\(archive)' ends before '\(display(missing.path))'")
+        throw RepositoryError(.corruptArchive, "Archive '\(archive)' ends before '\(display(missing.path))'")
       }
     }
     let copiedChunks = try copyChunks(chunks, into: writer, archive: name)
     let treeData = try trees.map { digest -> StoredTree in
       guard let data = try catalog.treeData(digest) else {
-        throw BackupError(.corruptCatalog, "Catalog is missing tree \(digest.hex.prefix(16))")
+        throw RepositoryError(.corruptCatalog, "Catalog is missing tree \(digest.hex.prefix(16))")
       }
       return StoredTree(digest: digest, data: data)
     }

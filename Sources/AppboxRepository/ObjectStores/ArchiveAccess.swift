@@ -11,9 +11,9 @@ import Glibc
 
 /// A new archive being written: hand `output` to an `ArchiveWriter`, then `commit`.
 /// Released without a commit (an error), it is abandoned: nothing becomes visible.
-final class StagedArchive {
+package final class StagedArchive {
   let name: String
-  let output: ArchiveOutput
+  package let output: ArchiveOutput
   private let stored: ChecksummingUpload
   private let top: ObjectUpload
   private var committed = false
@@ -28,7 +28,7 @@ final class StagedArchive {
   deinit { if !committed { top.abort() } }
 
   /// Makes the archive durable and visible; returns the stored size and CRC-32C.
-  func commit(beforeVisible: () -> Void = {}) throws -> (size: Int64, checksum: UInt32) {
+  package func commit(beforeVisible: () -> Void = {}) throws -> (size: Int64, checksum: UInt32) {
     committed = true
     do {
       try top.commit(beforeVisible: beforeVisible)
@@ -41,10 +41,10 @@ final class StagedArchive {
 }
 
 /// An archive to read.
-final class ArchiveSource {
+package final class ArchiveSource {
   let record: ArchiveRecord
   /// Its path or URL, for messages.
-  let location: String
+  package let location: String
   private let repository: Repository
 
   init(record: ArchiveRecord, repository: Repository) {
@@ -55,7 +55,7 @@ final class ArchiveSource {
 
   /// A reader of the archive's members from the beginning, or, for an uncompressed archive,
   /// from the member whose header starts at `offset` (plaintext, uncompressed offset).
-  func reader(startingAt offset: Int64? = nil) throws -> ArchiveReader {
+  package func reader(startingAt offset: Int64? = nil) throws -> ArchiveReader {
     if let local = repository.local, !repository.isEncrypted {
       let file = try openLocal(local)
       return try ArchiveReader(
@@ -81,12 +81,12 @@ final class ArchiveSource {
     do {
       return try FileDescriptor.open(local.path("archives/" + record.name), O_RDONLY | O_CLOEXEC)
     } catch let error as SystemError where error.errno == .noEntry {
-      throw BackupError(.corruptArchive, "Archive '\(location)' is missing")
+      throw RepositoryError(.corruptArchive, "Archive '\(location)' is missing")
     }
   }
 
   /// Reads the stored bytes whole and compares their size and CRC-32C with the record.
-  func verifyChecksum() throws {
+  package func verifyChecksum() throws {
     var checksum = CRC32C()
     var size: Int64 = 0
     let stored = try repository.store.reader("archives/" + record.name, size: record.size)
@@ -95,7 +95,7 @@ final class ArchiveSource {
       size += Int64(chunk.count)
     }
     guard size == record.size, checksum.value == record.checksum else {
-      throw BackupError(
+      throw RepositoryError(
         .corruptArchive, "Archive '\(location)' is damaged: its CRC-32C does not match the catalog")
     }
   }
@@ -104,7 +104,7 @@ final class ArchiveSource {
 extension Repository {
   /// Starts writing archive `name`: sealed when the repository is encrypted, staged so that
   /// nothing is visible before the commit.
-  func stageArchive(_ name: String) throws -> StagedArchive {
+  package func stageArchive(_ name: String) throws -> StagedArchive {
     let stored = ChecksummingUpload(try store.upload("archives/" + name))
     guard let key else { return StagedArchive(name: name, stored: stored, top: stored) }
     return StagedArchive(
@@ -113,14 +113,14 @@ extension Repository {
   }
 
   /// An archive of the catalog, to read.
-  func openArchive(_ record: ArchiveRecord) -> ArchiveSource {
+  package func openArchive(_ record: ArchiveRecord) -> ArchiveSource {
     ArchiveSource(record: record, repository: self)
   }
 
   /// The catalog's record of archive `name`; `.corruptCatalog` when it has none.
-  func archiveRecord(_ name: String) throws -> ArchiveRecord {
+  package func archiveRecord(_ name: String) throws -> ArchiveRecord {
     guard let record = try catalog.archive(named: name) else {
-      throw BackupError(.corruptCatalog, "The catalog does not know archive '\(name)'")
+      throw RepositoryError(.corruptCatalog, "The catalog does not know archive '\(name)'")
     }
     return record
   }

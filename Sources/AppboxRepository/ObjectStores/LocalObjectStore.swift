@@ -7,11 +7,11 @@ import AppboxCore
 import Foundation
 import Glibc
 
-final class LocalObjectStore: ObjectStore {
+package final class LocalObjectStore: ObjectStore {
   let root: String
-  var location: String { root }
-  var isShared: Bool { false }
-  var now: Date { Date() }
+  package var location: String { root }
+  package var isShared: Bool { false }
+  package var now: Date { Date() }
 
   static let temporaryPrefix = ".tmp-"
 
@@ -19,11 +19,11 @@ final class LocalObjectStore: ObjectStore {
 
   func path(_ name: String) -> String { root + "/" + name }
 
-  func create() throws {
+  package func create() throws {
     try Repository.makeDirectories(root)
   }
 
-  func exists() throws -> Bool {
+  package func exists() throws -> Bool {
     var isDirectory: ObjCBool = false
     return FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory) && isDirectory.boolValue
   }
@@ -39,7 +39,7 @@ final class LocalObjectStore: ObjectStore {
     }
   }
 
-  func list(_ directory: String) throws -> [StoredObject] {
+  package func list(_ directory: String) throws -> [StoredObject] {
     guard let handle = try openDirectory(directory, create: false) else { return [] }
     defer { handle.close() }
     var objects: [StoredObject] = []
@@ -65,7 +65,7 @@ final class LocalObjectStore: ObjectStore {
     }
   }
 
-  func get(_ name: String) throws -> [UInt8]? {
+  package func get(_ name: String) throws -> [UInt8]? {
     let descriptor: FileDescriptor
     do {
       descriptor = try FileDescriptor.open(path(name), O_RDONLY)
@@ -75,7 +75,7 @@ final class LocalObjectStore: ObjectStore {
     return try descriptor.closeAfter { try $0.readAll(limit: 1 << 30) }
   }
 
-  func put(_ name: String, _ bytes: [UInt8]) throws {
+  package func put(_ name: String, _ bytes: [UInt8]) throws {
     let (directory, file) = split(name)
     guard let handle = try openDirectory(directory, create: true) else {
       throw SystemError("open", path: path(directory), errno: .noEntry)
@@ -92,7 +92,7 @@ final class LocalObjectStore: ObjectStore {
   /// Stages every object (each fsynced), renames them into place in order, then fsyncs each
   /// directory once. (Not `syncfs(2)`: it would wait for every other writer on the file
   /// system, which on a busy machine is most of a backup's time.)
-  func putAll(_ objects: [(name: String, bytes: [UInt8])]) throws {
+  package func putAll(_ objects: [(name: String, bytes: [UInt8])]) throws {
     guard objects.count > 1 else {
       for object in objects { try put(object.name, object.bytes) }
       return
@@ -126,7 +126,7 @@ final class LocalObjectStore: ObjectStore {
     for item in staged { try item.directory.sync() }
   }
 
-  func delete(_ names: [String]) throws {
+  package func delete(_ names: [String]) throws {
     var touched: Set<String> = []
     for name in names {
       if unlink(path(name)) == 0 {
@@ -140,7 +140,7 @@ final class LocalObjectStore: ObjectStore {
     }
   }
 
-  func size(of name: String) throws -> Int64? {
+  package func size(of name: String) throws -> Int64? {
     var st = stat()
     guard lstat(path(name), &st) == 0 else {
       if errno == ENOENT { return nil }
@@ -149,18 +149,18 @@ final class LocalObjectStore: ObjectStore {
     return Int64(st.st_size)
   }
 
-  func upload(_ name: String) throws -> ObjectUpload {
+  package func upload(_ name: String) throws -> ObjectUpload {
     let (directory, file) = split(name)
     try Repository.makeDirectories(path(directory))
     return try LocalUpload(directory: path(directory), name: file, displayPath: path(name))
   }
 
-  func reader(_ name: String, size: Int64) throws -> ObjectReader {
+  package func reader(_ name: String, size: Int64) throws -> ObjectReader {
     let descriptor: FileDescriptor
     do {
       descriptor = try FileDescriptor.open(path(name), O_RDONLY | O_CLOEXEC)
     } catch let error as SystemError where error.errno == .noEntry {
-      throw BackupError(.corruptArchive, "'\(path(name))' is missing")
+      throw RepositoryError(.corruptArchive, "'\(path(name))' is missing")
     }
     return LocalReader(descriptor: descriptor, size: size, path: path(name))
   }
@@ -208,7 +208,7 @@ final class LocalUpload: ObjectUpload {
   }
 
   func write(_ bytes: UnsafeRawBufferPointer) throws {
-    guard let file else { throw BackupError(.invalidRequest, "the upload is closed") }
+    guard let file else { throw RepositoryError(.invalidRequest, "the upload is closed") }
     do {
       try file.writeAll(bytes)
     } catch let error as SystemError {
@@ -222,7 +222,7 @@ final class LocalUpload: ObjectUpload {
   }
 
   @discardableResult func commit(beforeVisible: () -> Void) throws -> Int64 {
-    guard let file else { throw BackupError(.invalidRequest, "the upload is closed") }
+    guard let file else { throw RepositoryError(.invalidRequest, "the upload is closed") }
     self.file = nil
     defer { file.close() }
     do {

@@ -9,7 +9,7 @@ import AppboxCore
 import Foundation
 
 /// One object as a listing shows it.
-struct StoredObject: Sendable, Equatable {
+package struct StoredObject: Sendable, Equatable {
   /// The name below its directory (`1a2b3c4d.tar` in `archives/`).
   var name: String
   var size: Int64
@@ -18,7 +18,7 @@ struct StoredObject: Sendable, Equatable {
 }
 
 /// A repository's storage.
-protocol ObjectStore: AnyObject {
+package protocol ObjectStore: AnyObject {
   /// For messages: the directory's path, or `s3://bucket/prefix`.
   var location: String { get }
   /// Whether writers on other machines can reach the same objects without a shared file
@@ -50,7 +50,7 @@ protocol ObjectStore: AnyObject {
 }
 
 /// A stream being written to one object.
-protocol ObjectUpload: AnyObject {
+package protocol ObjectUpload: AnyObject {
   func write(_ bytes: UnsafeRawBufferPointer) throws
   /// Makes the object durable and visible under its name (running `beforeVisible` just before
   /// it becomes visible: a named crash point); returns its size.
@@ -60,7 +60,7 @@ protocol ObjectUpload: AnyObject {
 }
 
 extension ObjectStore {
-  func putAll(_ objects: [(name: String, bytes: [UInt8])]) throws {
+  package func putAll(_ objects: [(name: String, bytes: [UInt8])]) throws {
     for object in objects { try put(object.name, object.bytes) }
   }
 }
@@ -70,7 +70,7 @@ extension ObjectUpload {
 }
 
 /// Positional reads of one object.
-protocol ObjectReader: AnyObject {
+package protocol ObjectReader: AnyObject {
   var size: Int64 { get }
   /// Reads up to `buffer.count` bytes at `offset`; fewer only at the end of the object.
   func read(at offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int
@@ -84,7 +84,7 @@ extension ObjectReader {
       let count = try read(
         at: offset + Int64(done), into: UnsafeMutableRawBufferPointer(rebasing: buffer[done...]))
       guard count > 0 else {
-        throw BackupError(.corruptArchive, "'\(object)' ends before byte \(offset + Int64(buffer.count))")
+        throw RepositoryError(.corruptArchive, "'\(object)' ends before byte \(offset + Int64(buffer.count))")
       }
       done += count
     }

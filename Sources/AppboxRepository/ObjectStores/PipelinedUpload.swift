@@ -7,7 +7,7 @@
 
 import AppboxCore
 
-final class PipelinedUpload: ObjectUpload {
+package final class PipelinedUpload: ObjectUpload {
   private let inner: ObjectUpload
   private let pool = BufferPool(count: 4, bufferSize: 1 << 20)
   private let queue = HandoffQueue<(UnsafeMutableRawBufferPointer, Int)>(capacity: 4, batch: 1)
@@ -42,7 +42,7 @@ final class PipelinedUpload: ObjectUpload {
     }
   }
 
-  func write(_ bytes: UnsafeRawBufferPointer) throws {
+  package func write(_ bytes: UnsafeRawBufferPointer) throws {
     var rest = bytes
     while !rest.isEmpty {
       let buffer = current ?? pool.take(beforeWaiting: queue.nudge)
@@ -65,11 +65,11 @@ final class PipelinedUpload: ObjectUpload {
       pool.give(buffer)
       closed = true
       try worker.join()
-      throw BackupError(.invalidRequest, "the archive's upload stopped")
+      throw RepositoryError(.invalidRequest, "the archive's upload stopped")
     }
   }
 
-  @discardableResult func commit(beforeVisible: () -> Void) throws -> Int64 {
+  @discardableResult package func commit(beforeVisible: () -> Void) throws -> Int64 {
     if filled > 0 { try handOver() }
     closed = true
     queue.close()
@@ -77,7 +77,7 @@ final class PipelinedUpload: ObjectUpload {
     return try inner.commit(beforeVisible: beforeVisible)
   }
 
-  func abort() {
+  package func abort() {
     if !closed {
       closed = true
       queue.cancel { [pool] in pool.give($0.0) }

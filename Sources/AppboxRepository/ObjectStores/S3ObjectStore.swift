@@ -7,14 +7,14 @@ import AppboxCore
 import AppboxS3
 import Foundation
 
-final class S3ObjectStore: ObjectStore {
+package final class S3ObjectStore: ObjectStore {
   let client: S3Client
   let bucket: String
   /// "" or "some/prefix/".
   let prefix: String
-  var location: String { "s3://\(bucket)/\(prefix)" }
-  var isShared: Bool { true }
-  var now: Date { client.storeTime }
+  package var location: String { "s3://\(bucket)/\(prefix)" }
+  package var isShared: Bool { true }
+  package var now: Date { client.storeTime }
 
   init(client: S3Client, bucket: String, prefix: String) {
     self.client = client
@@ -24,10 +24,10 @@ final class S3ObjectStore: ObjectStore {
 
   func key(_ name: String) -> String { prefix + name }
 
-  func create() throws { try client.createBucket(bucket) }
-  func exists() throws -> Bool { try client.bucketExists(bucket) }
+  package func create() throws { try client.createBucket(bucket) }
+  package func exists() throws -> Bool { try client.bucketExists(bucket) }
 
-  func list(_ directory: String) throws -> [StoredObject] {
+  package func list(_ directory: String) throws -> [StoredObject] {
     let start = key(directory + "/")
     return try client.list(bucket, prefix: start).compactMap { object in
       let name = String(object.key.dropFirst(start.count))
@@ -36,7 +36,7 @@ final class S3ObjectStore: ObjectStore {
     }
   }
 
-  func get(_ name: String) throws -> [UInt8]? {
+  package func get(_ name: String) throws -> [UInt8]? {
     do {
       return try client.get(bucket, key(name))
     } catch let error as S3Error where error.kind == .notFound {
@@ -45,9 +45,9 @@ final class S3ObjectStore: ObjectStore {
     }
   }
 
-  func put(_ name: String, _ bytes: [UInt8]) throws { try client.put(bucket, key(name), bytes) }
+  package func put(_ name: String, _ bytes: [UInt8]) throws { try client.put(bucket, key(name), bytes) }
 
-  func delete(_ names: [String]) throws {
+  package func delete(_ names: [String]) throws {
     if names.count == 1 {
       try client.delete(bucket, key(names[0]))
     } else if !names.isEmpty {
@@ -55,13 +55,13 @@ final class S3ObjectStore: ObjectStore {
     }
   }
 
-  func size(of name: String) throws -> Int64? { try client.head(bucket, key(name))?.size }
+  package func size(of name: String) throws -> Int64? { try client.head(bucket, key(name))?.size }
 
-  func upload(_ name: String) throws -> ObjectUpload {
+  package func upload(_ name: String) throws -> ObjectUpload {
     S3Upload(S3StreamingUpload(client: client, bucket: bucket, key: key(name)))
   }
 
-  func reader(_ name: String, size: Int64) throws -> ObjectReader {
+  package func reader(_ name: String, size: Int64) throws -> ObjectReader {
     S3Reader(client: client, bucket: bucket, key: key(name), size: size)
   }
 

@@ -24,7 +24,7 @@ import AppboxCore
 import AppboxCrypto
 import Foundation
 
-enum ObjectSealing {
+package enum ObjectSealing {
   static let magic = Array("APBXSEG1".utf8)
   static let seedCount = 24
   static let headerCount = 32
@@ -150,7 +150,7 @@ final class SealingUpload: ObjectUpload {
 
 /// The plaintext of a sealed object, by positional reads: each read decrypts (and checks) the
 /// segment it falls in, keeping the last one.
-final class OpeningReader: ObjectReader {
+package final class OpeningReader: ObjectReader {
   private let inner: ObjectReader
   private let cipher: GCMCipher
   private let header: [UInt8]
@@ -158,7 +158,7 @@ final class OpeningReader: ObjectReader {
   private let segments: Int64
   private let name: String
   private let location: String
-  let size: Int64
+  package let size: Int64
   private var current: Int64 = -1
   private var plain: [UInt8]
   private var plainCount = 0
@@ -170,14 +170,14 @@ final class OpeningReader: ObjectReader {
     self.location = location
     segmentSize = key.segmentSize
     guard let size = ObjectSealing.plaintextSize(sealedSize: inner.size, segmentSize: segmentSize) else {
-      throw BackupError(
+      throw RepositoryError(
         .corruptArchive, "'\(location)' is damaged: \(inner.size) bytes is not the size of a sealed object")
     }
     self.size = size
     var header = [UInt8](repeating: 0, count: ObjectSealing.headerCount)
     try header.withUnsafeMutableBytes { try inner.readFully(at: 0, into: $0, object: location) }
     guard header.starts(with: ObjectSealing.magic) else {
-      throw BackupError(.corruptArchive, "'\(location)' is not a sealed appbox object")
+      throw RepositoryError(.corruptArchive, "'\(location)' is not a sealed appbox object")
     }
     self.header = header
     cipher = try GCMCipher(
@@ -188,7 +188,7 @@ final class OpeningReader: ObjectReader {
     sealed = [UInt8](repeating: 0, count: segmentSize + ObjectSealing.tagCount)
   }
 
-  func read(at offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+  package func read(at offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
     guard offset < size, buffer.count > 0 else { return 0 }
     let segment = offset / Int64(segmentSize)
     if segment != current { try load(segment) }
@@ -221,7 +221,7 @@ final class OpeningReader: ObjectReader {
         }
       }
     } catch let error as CryptoError where error.kind == .badData {
-      throw BackupError(
+      throw RepositoryError(
         .corruptArchive,
         "'\(location)' is damaged: segment \(segment + 1) of \(segments) does not authenticate "
           + "(changed, truncated, reordered or taken from another object)")
@@ -239,11 +239,11 @@ final class MemoryUpload: ObjectUpload {
 }
 
 /// Positional reads of bytes in memory.
-final class MemoryReader: ObjectReader {
+package final class MemoryReader: ObjectReader {
   let bytes: [UInt8]
   init(_ bytes: [UInt8]) { self.bytes = bytes }
-  var size: Int64 { Int64(bytes.count) }
-  func read(at offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+  package var size: Int64 { Int64(bytes.count) }
+  package func read(at offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
     guard offset < size else { return 0 }
     let count = min(buffer.count, bytes.count - Int(offset))
     bytes.withUnsafeBytes {

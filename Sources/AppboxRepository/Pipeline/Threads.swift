@@ -9,11 +9,11 @@ import Foundation
 import Glibc
 
 /// A thread running one closure; `join()` waits for it and returns what it threw, if anything.
-final class WorkerThread: @unchecked Sendable {
+package final class WorkerThread: @unchecked Sendable {
   private let done = DispatchSemaphore(value: 0)
   private var failure: Error?
 
-  init(name: String, _ body: @escaping @Sendable () throws -> Void) {
+  package init(name: String, _ body: @escaping @Sendable () throws -> Void) {
     let thread = Thread { [self] in
       do { try body() } catch { failure = error }
       done.signal()
@@ -26,7 +26,7 @@ final class WorkerThread: @unchecked Sendable {
   private var joined = false
 
   /// Waits for the thread to finish; rethrows its error. Joining again returns at once.
-  func join() throws {
+  package func join() throws {
     if !joined {
       done.wait()
       joined = true
@@ -43,7 +43,7 @@ final class WorkerThread: @unchecked Sendable {
 /// the capacity) are queued, and a waiting producer once the cost fell below half the
 /// capacity. Waking a thread per element costs a futex round trip each, which for many small
 /// files is more than the work itself.
-final class HandoffQueue<Element>: @unchecked Sendable {
+package final class HandoffQueue<Element>: @unchecked Sendable {
   private let mutex = Monitor()
   private var items: [(Element, Int)] = []
   private var head = 0
@@ -55,7 +55,7 @@ final class HandoffQueue<Element>: @unchecked Sendable {
   private var producerWaiting = false
   private var consumerWaiting = false
 
-  init(capacity: Int, batch: Int = 32) {
+  package init(capacity: Int, batch: Int = 32) {
     self.capacity = capacity
     self.batch = batch
   }
@@ -63,7 +63,7 @@ final class HandoffQueue<Element>: @unchecked Sendable {
   /// Adds an element of `cost` (waits while the queue is over capacity). Returns false when
   /// the consumer cancelled.
   @discardableResult
-  func push(_ element: Element, cost elementCost: Int = 1) -> Bool {
+  package func push(_ element: Element, cost elementCost: Int = 1) -> Bool {
     mutex.withLock {
       while !cancelled && cost > 0 && cost + elementCost > capacity {
         producerWaiting = true
@@ -81,7 +81,7 @@ final class HandoffQueue<Element>: @unchecked Sendable {
 
   /// Wakes a waiting consumer now, whatever is queued (the producer is about to block on
   /// something the consumer must release first, such as pool buffers).
-  func nudge() {
+  package func nudge() {
     mutex.withLock {
       if consumerWaiting { mutex.broadcast() }
     }
@@ -91,7 +91,7 @@ final class HandoffQueue<Element>: @unchecked Sendable {
   var pendingCount: Int { mutex.withLock { items.count - head } }
 
   /// No more elements will come.
-  func close() {
+  package func close() {
     mutex.withLock {
       closed = true
       mutex.broadcast()
@@ -99,7 +99,7 @@ final class HandoffQueue<Element>: @unchecked Sendable {
   }
 
   /// Stops both sides; pending elements are dropped (and handed to `discard`).
-  func cancel(discard: (Element) -> Void = { _ in }) {
+  package func cancel(discard: (Element) -> Void = { _ in }) {
     let dropped: [Element] = mutex.withLock {
       cancelled = true
       let rest = items[head...].map(\.0)
@@ -113,7 +113,7 @@ final class HandoffQueue<Element>: @unchecked Sendable {
   }
 
   /// The next element, or nil once the queue is closed and empty (or cancelled).
-  func pop() -> Element? {
+  package func pop() -> Element? {
     mutex.withLock {
       while head == items.count && !closed && !cancelled {
         consumerWaiting = true
@@ -138,8 +138,8 @@ final class HandoffQueue<Element>: @unchecked Sendable {
 /// A fixed set of equal buffers passed between threads: reading into a pooled buffer and
 /// returning it once written keeps memory flat and spares malloc the churn of thousands of
 /// large allocations (which glibc would keep around after the first few are freed).
-final class BufferPool: @unchecked Sendable {
-  let bufferSize: Int
+package final class BufferPool: @unchecked Sendable {
+  package let bufferSize: Int
   private let mutex = Monitor()
   private var free: [UnsafeMutableRawBufferPointer] = []
   private var all: [UnsafeMutableRawBufferPointer] = []
@@ -147,7 +147,7 @@ final class BufferPool: @unchecked Sendable {
   /// Buffers handed to more than one consumer: how many more `give`s each waits for.
   private var extraHolders: [UnsafeMutableRawPointer: Int] = [:]
 
-  init(count: Int, bufferSize: Int) {
+  package init(count: Int, bufferSize: Int) {
     self.bufferSize = bufferSize
     for _ in 0..<count {
       let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: bufferSize, alignment: 64)
@@ -161,7 +161,7 @@ final class BufferPool: @unchecked Sendable {
   }
 
   /// A free buffer; waits for one, calling `beforeWaiting` first (to wake whoever holds them).
-  func take(beforeWaiting: () -> Void = {}) -> UnsafeMutableRawBufferPointer {
+  package func take(beforeWaiting: () -> Void = {}) -> UnsafeMutableRawBufferPointer {
     if let buffer = mutex.withLock({ free.popLast() }) { return buffer }
     beforeWaiting()
     return mutex.withLock {
@@ -175,10 +175,10 @@ final class BufferPool: @unchecked Sendable {
   }
 
   /// Whether at least half the buffers are free: whoever consumes them is keeping up.
-  var isMostlyFree: Bool { mutex.withLock { free.count * 2 >= all.count } }
+  package var isMostlyFree: Bool { mutex.withLock { free.count * 2 >= all.count } }
 
   /// Gives a buffer back (it is free once every holder has given it back).
-  func give(_ buffer: UnsafeMutableRawBufferPointer) {
+  package func give(_ buffer: UnsafeMutableRawBufferPointer) {
     mutex.withLock {
       if let base = buffer.baseAddress, let extra = extraHolders[base] {
         extraHolders[base] = extra > 1 ? extra - 1 : nil
@@ -199,7 +199,7 @@ final class BufferPool: @unchecked Sendable {
 /// SHA-256 of a stream of pooled buffers, on a thread of its own: the third hand when a file is
 /// hashed twice (whole, and chunk by chunk) and cut. Feed it a file's buffers in order (each
 /// shared with whoever else holds it), then `finish()` waits for the digest.
-final class StreamHasher: @unchecked Sendable {
+package final class StreamHasher: @unchecked Sendable {
   private enum Job {
     case data(UnsafeMutableRawBufferPointer, Int)
     case finish
@@ -210,7 +210,7 @@ final class StreamHasher: @unchecked Sendable {
   private var digest: Digest?
   private var thread: WorkerThread?
 
-  init(pool: BufferPool) {
+  package init(pool: BufferPool) {
     self.pool = pool
     let queue = self.queue
     thread = WorkerThread(name: "appbox-hash") { [unowned self] in
@@ -229,16 +229,16 @@ final class StreamHasher: @unchecked Sendable {
   }
 
   /// Hashes `buffer[0..<count]` next; the hasher gives the buffer back to the pool when done.
-  func feed(_ buffer: UnsafeMutableRawBufferPointer, count: Int) {
+  package func feed(_ buffer: UnsafeMutableRawBufferPointer, count: Int) {
     pool.share(buffer)
     if !queue.push(.data(buffer, count), cost: count) { pool.give(buffer) }
   }
 
   /// Wakes the hashing thread whatever is queued (before blocking on pool buffers it holds).
-  func nudge() { queue.nudge() }
+  package func nudge() { queue.nudge() }
 
   /// The digest of everything fed since the last `finish()`.
-  func finish() -> Digest {
+  package func finish() -> Digest {
     queue.push(.finish)
     queue.nudge()
     results.wait()
@@ -246,7 +246,7 @@ final class StreamHasher: @unchecked Sendable {
   }
 
   /// Stops the thread (what is queued is given back).
-  func close() {
+  package func close() {
     queue.close()
     try? thread?.join()
     thread = nil

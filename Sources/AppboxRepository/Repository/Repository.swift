@@ -27,7 +27,6 @@
 // after the grace period (Forgetter.swift).
 
 import AppboxArchive
-import AppboxContainer
 import AppboxCore
 import AppboxCrypto
 import AppboxS3
@@ -41,11 +40,13 @@ public final class Repository {
   public let location: RepositoryLocation
   public let catalog: Catalog
   let environment: [String: String]
-  let store: ObjectStore
+  /// How long to wait for a lock another appbox holds (RepositoryOptions.lockWait).
+  package let lockWait: LockWait
+  package let store: ObjectStore
   /// nil: layout 1 (a local repository from before layout 2, not yet upgraded).
   var config: RepositoryConfig?
   /// The unlocked key of an encrypted repository, and the key object that opened it.
-  let key: RepositoryKey?
+  package let key: RepositoryKey?
   let keyName: String?
   /// The directory of this device's cache of the repository (remote or encrypted ones).
   let cacheDirectory: String?
@@ -55,12 +56,12 @@ public final class Repository {
 
   /// Whether the archives are sealed (an encrypted repository).
   public var isEncrypted: Bool { key != nil }
-  var isLegacy: Bool { config == nil }
+  package var isLegacy: Bool { config == nil }
   var local: LocalObjectStore? { store as? LocalObjectStore }
   /// Whether archives are plain files here, read at recorded offsets: restore reads their data
   /// directly, and backups may store large files as content-defined chunks (which only such
   /// reads reassemble). S3 and encrypted repositories stream archives member by member.
-  var readsDirectly: Bool { local != nil && !isEncrypted }
+  package var readsDirectly: Bool { local != nil && !isEncrypted }
 
   /// The archives directory of a local repository.
   public var archivesPath: String { path + "/archives" }
@@ -69,17 +70,18 @@ public final class Repository {
   static let temporaryPrefix = LocalObjectStore.temporaryPrefix
 
   /// Opens the local repository at `path`, creating it (and its parents) when `create` is true.
-  /// A missing repository without `create` is `.snapshotNotFound` (exit 66). An encrypted one
+  /// A missing repository without `create` is `.notFound` (exit 66). An encrypted one
   /// reads its password from `$APPBOX_PASSWORD_FILE`.
   public convenience init(
-    path: String, create: Bool = true, environment: [String: String] = ProcessInfo.processInfo.environment
+    path: String, create: Bool = true, environment: [String: String] = ProcessInfo.processInfo.environment,
+    lockWait: LockWait = .none
   ) throws {
     try self.init(
       location: .directory(RepositoryLocation.absolute(path)),
       options: RepositoryOptions(
         create: create, environment: environment,
         password: Repository.passwordFile(environment),
-        passwordGiven: environment["APPBOX_PASSWORD_FILE"] != nil))
+        passwordGiven: environment["APPBOX_PASSWORD_FILE"] != nil, lockWait: lockWait))
   }
 
   /// Opens the repository at `location`: reads its config, unlocks its key when it is
@@ -88,6 +90,7 @@ public final class Repository {
     self.location = location
     path = location.description
     environment = options.environment
+    lockWait = options.lockWait
     let store = try Repository.makeStore(location)
     self.store = store
     var config = try Repository.readConfig(store)
@@ -98,8 +101,8 @@ public final class Repository {
       }
       if legacyCatalog != true {
         guard options.create else {
-          throw BackupError(
-            .snapshotNotFound,
+          throw RepositoryError(
+            .notFound,
             "No backup repository at '\(location.description)' "
               + "(appbox repo init --repo \(location.description) creates one)")
         }
@@ -165,7 +168,7 @@ public final class Repository {
     location: RepositoryLocation
   ) throws -> (key: RepositoryKey, keyName: String) {
     guard let passwordSource = options.password else {
-      throw BackupError(
+      throw RepositoryError(
         .denied,
         "The repository '\(location.description)' is encrypted: give its password (--password-file F, "
           + "APPBOX_PASSWORD_FILE, or standard input)")
@@ -175,7 +178,7 @@ public final class Repository {
     // An empty line (an empty file, nothing on standard input) is no password at all: saying
     // "wrong password" would send the user looking for a typo.
     guard !password.isEmpty else {
-      throw BackupError(
+      throw RepositoryError(
         .denied,
         "No password for the encrypted repository '\(location.description)': the password given is empty "
           + "(an empty file or nothing on standard input); give it with --password-file F, "
@@ -273,7 +276,7 @@ public final class Repository {
         ? try FileDescriptor(rawValue: 0).readAll(limit: 64 << 10)
         : try FileDescriptor.open(file, O_RDONLY).closeAfter { try $0.readAll(limit: 64 << 10) }
     } catch let error as SystemError {
-      throw BackupError(.snapshotNotFound, "Unable to read the password from '\(file)': \(error.errno)")
+      throw RepositoryError(.notFound, "Unable to read the password from '\(file)': \(error.errno)")
     }
     var line = Array(bytes.prefix { $0 != UInt8(ascii: "\n") })
     if line.last == UInt8(ascii: "\r") { line.removeLast() }
@@ -308,11 +311,11 @@ public final class Repository {
 
   // MARK: Locks
 
-  /// How long to wait for an app's writer lock: `$APPBOX_LOCK_TIMEOUT` (`--wait`), else not
+  /// How long to wait for an app's writer lock: the lock wait given (`--wait`), else not
   /// at all. The repository-wide lock is held exclusively only for maintenance (debris,
   /// `forget`), so waiting for it is waiting for that: at least 5 seconds.
-  private var lockTimeout: Duration { DeviceRoot.lockTimeout(environment: environment) }
-  private var repositoryLockTimeout: Duration { max(.seconds(5), lockTimeout) }
+  private var lockTimeout: Duration { lockWait.duration }
+  private var repositoryLockTimeout: Duration { lockWait.atLeast(.seconds(5)) }
 
   /// The per-app writer lock of a local repository (busy, exit 75, unless it frees within
   /// the lock timeout). S3 repositories have none: writers of one app on several devices
@@ -399,7 +402,7 @@ public final class Repository {
 
   /// A fresh snapshot id: 8 lowercase hex digits, unused by any snapshot or archive (those
   /// the catalog knows, and every object in the store with that id).
-  func newSnapshotID() throws -> String {
+  package func newSnapshotID() throws -> String {
     var existing = Set(try store.list("archives").map { Repository.archiveID($0.name) })
     if let local {
       existing.formUnion(try local.temporaryFiles(in: "archives").map { String($0.dropFirst(5)) })

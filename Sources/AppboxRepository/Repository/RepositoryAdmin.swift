@@ -46,11 +46,11 @@ extension Repository {
     }
     if let password {
       guard existing == nil && !legacy else {
-        throw BackupError(
+        throw RepositoryError(
           .cannotCreate,
           "'\(location.description)' is already a backup repository; an encrypted one needs a new place")
       }
-      guard !password.isEmpty else { throw BackupError(.invalidRequest, "The password is empty") }
+      guard !password.isEmpty else { throw RepositoryError(.invalidRequest, "The password is empty") }
       let key = try RepositoryKey.generate()
       let id = randomID(16)
       let config = RepositoryConfig(encrypted: true, id: id, segmentSize: key.segmentSize)
@@ -72,9 +72,9 @@ extension Repository {
   /// was opened: nothing else is rewritten.
   public func changePassword(to newPassword: [UInt8]) throws {
     guard let key, let config, let keyName else {
-      throw BackupError(.invalidRequest, "'\(path)' is not an encrypted repository: it has no password")
+      throw RepositoryError(.invalidRequest, "'\(path)' is not an encrypted repository: it has no password")
     }
-    guard !newPassword.isEmpty else { throw BackupError(.invalidRequest, "The new password is empty") }
+    guard !newPassword.isEmpty else { throw RepositoryError(.invalidRequest, "The new password is empty") }
     let lock = try lockRepository(exclusive: true, purpose: "passwd")
     defer { withExtendedLifetime(lock) {} }
     let wrapped = try key.wrapped(password: newPassword, repositoryID: config.id ?? "")
@@ -97,7 +97,7 @@ extension Repository {
     let base = String(text.split(separator: "/").last ?? Substring(text))
     if let record = try catalog.archive(named: base) { return record }
     if let snapshot = try catalog.snapshot(id: base) { return try archiveRecord(snapshot.archive) }
-    throw BackupError(.snapshotNotFound, "No archive or snapshot '\(text)' in '\(path)'")
+    throw RepositoryError(.notFound, "No archive or snapshot '\(text)' in '\(path)'")
   }
 
   /// Hands the archive's plain bytes (opened when sealed; as stored, so a compressed archive

@@ -44,9 +44,9 @@ struct RepositoryConfig: Equatable {
   static func decode(_ bytes: [UInt8], location: String) throws -> RepositoryConfig {
     guard let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any],
       let version = object["appbox-repository"] as? Int
-    else { throw BackupError(.corruptCatalog, "The repository config of '\(location)' is malformed") }
+    else { throw RepositoryError(.corruptCatalog, "The repository config of '\(location)' is malformed") }
     guard version == Self.version else {
-      throw BackupError(
+      throw RepositoryError(
         .corruptCatalog,
         "The repository '\(location)' has layout version \(version); this appbox reads version 2")
     }
@@ -55,10 +55,10 @@ struct RepositoryConfig: Equatable {
     case "aes-256-gcm":
       guard let id = object["id"] as? String, !id.isEmpty, let segment = object["segment"] as? Int,
         (4096...(16 << 20)).contains(segment)
-      else { throw BackupError(.corruptCatalog, "The repository config of '\(location)' is malformed") }
+      else { throw RepositoryError(.corruptCatalog, "The repository config of '\(location)' is malformed") }
       return RepositoryConfig(encrypted: true, id: id, segmentSize: segment)
     default:
-      throw BackupError(.corruptCatalog, "The repository config of '\(location)' names an unknown encryption")
+      throw RepositoryError(.corruptCatalog, "The repository config of '\(location)' names an unknown encryption")
     }
   }
 }
@@ -83,8 +83,8 @@ struct ManifestObject {
   }
 
   static func decode(_ bytes: [UInt8], name: String) throws -> ManifestObject {
-    func bad() -> BackupError {
-      BackupError(.corruptArchive, "The manifest object of archive '\(name)' is malformed")
+    func bad() -> RepositoryError {
+      RepositoryError(.corruptArchive, "The manifest object of archive '\(name)' is malformed")
     }
     guard bytes.starts(with: magic), bytes.count > magic.count, bytes[magic.count] == 1 else { throw bad() }
     return try bytes.withUnsafeBytes { raw in
@@ -121,7 +121,7 @@ struct SnapshotObject {
   }
 
   static func decode(_ bytes: [UInt8], id: String) throws -> SnapshotObject {
-    func bad() -> BackupError { BackupError(.corruptArchive, "The snapshot object '\(id)' is malformed") }
+    func bad() -> RepositoryError { RepositoryError(.corruptArchive, "The snapshot object '\(id)' is malformed") }
     guard bytes.starts(with: magic), bytes.count > magic.count, bytes[magic.count] == 1 else { throw bad() }
     return try bytes.withUnsafeBytes { raw in
       var input = ByteReader(raw)
@@ -146,5 +146,30 @@ extension Repository {
   /// The snapshot id an archive name starts with (every archive's name does, repacks too).
   static func archiveID(_ name: String) -> String {
     String(name.prefix { $0 != "." })
+  }
+}
+
+extension Repository {
+  /// The records of archives `names`, each present with its recorded size (a local file's
+  /// size, or an object's as the store lists it).
+  package func checkPresence(of names: [String]) throws -> [ArchiveRecord] {
+    let listed: [String: Int64]? =
+      local == nil
+      ? Dictionary(try store.list("archives").map { ($0.name, $0.size) }, uniquingKeysWith: { a, _ in a })
+      : nil
+    return try names.map { name in
+      guard let record = try catalog.archive(named: name) else {
+        throw RepositoryError(.corruptCatalog, "The catalog does not know archive '\(name)'")
+      }
+      guard let size = try listed.map({ $0[name] }) ?? store.size(of: "archives/" + name) else {
+        throw RepositoryError(.corruptArchive, "Archive '\(archivePath(name))' is missing")
+      }
+      guard size == record.size else {
+        throw RepositoryError(
+          .corruptArchive,
+          "Archive '\(archivePath(name))' is \(size) bytes; the catalog recorded \(record.size)")
+      }
+      return record
+    }
   }
 }

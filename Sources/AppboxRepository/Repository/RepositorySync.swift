@@ -89,7 +89,7 @@ extension Repository {
 
   func loadManifest(_ name: String) throws -> (ManifestObject, Manifest) {
     guard let bytes = try getObject("manifests/" + name, cached: store.isShared || isEncrypted) else {
-      throw BackupError(.corruptArchive, "The manifest object of archive '\(name)' is missing")
+      throw RepositoryError(.corruptArchive, "The manifest object of archive '\(name)' is missing")
     }
     let object = try ManifestObject.decode(bytes, name: name)
     return (object, try Manifest.decode(object.manifestBytes, archive: name))
@@ -262,7 +262,7 @@ extension Repository {
 
   /// Commits a written archive: its snapshot object (if it has a snapshot), then its manifest
   /// object, then the catalog rows. Layout 1: the catalog rows alone, as before.
-  func commit(
+  package func commit(
     record: ArchiveRecord, manifest: some ManifestContent, snapshot: Snapshot?, crashPoints: Bool = false
   ) throws {
     if isLegacy {

@@ -6,16 +6,16 @@ import AppboxCore
 import AppboxCrypto
 
 /// A backup reused content from an archive a concurrent `forget` has since marked.
-struct ReusedContentMarked: Error, CustomStringConvertible {
+package struct ReusedContentMarked: Error, CustomStringConvertible {
   var archives: [String]
-  var description: String {
+  package var description: String {
     "a forget marked \(archives.count) archive\(archives.count == 1 ? "" : "s") this backup reuses content from "
       + "(\(archives.prefix(3).joined(separator: ", "))); backing up again without them"
   }
 }
 
 extension Repository {
-  func checkReusedContent(of snapshot: Snapshot, manifest: some ManifestContent) throws {
+  package func checkReusedContent(of snapshot: Snapshot, manifest: some ManifestContent) throws {
     let marked = Set(try store.list("garbage").map(\.name))
     let committed = Set(try store.list("manifests").map(\.name))
     var newTrees: [Digest: StoredTree] = [:]
@@ -29,14 +29,14 @@ extension Repository {
       if let fresh = newTrees[digest] {
         guard let base = fresh.base else { return fresh.data }
         guard depth < 64 else {
-          throw BackupError(
+          throw RepositoryError(
             .corruptCatalog, "Tree \(digest.hex.prefix(16)) has a delta chain that does not end")
         }
         return try TreeDelta.apply(fresh.data, to: treeBytes(base, depth: depth + 1))
       }
       let chain = try catalog.treeChain(digest)
       guard !chain.isEmpty, let stored = try catalog.treeData(digest) else {
-        throw BackupError(.corruptCatalog, "Catalog is missing tree \(digest.hex.prefix(16))")
+        throw RepositoryError(.corruptCatalog, "Catalog is missing tree \(digest.hex.prefix(16))")
       }
       for link in chain { referenced.insert(link.archive) }
       return stored
