@@ -75,12 +75,12 @@ let package = Package(
       dependencies: [
         "AppboxCore", "AppboxStore", "AppboxCrypto", "AppboxKeychain", "AppboxSecItem", "AppboxSecItemBroker",
       ]),
-    // The device-facing engines: backup, restore, export and import, the advisor.
+    // The device-facing engines over a repository: backup, restore, export and import (tar,
+    // .xcappdata, device backups), the advisor. Store only for a device backup's Manifest.db.
     .target(
       name: "AppboxBackup",
       dependencies: [
-        "AppboxCore", "AppboxStore", "AppboxCrypto", "AppboxArchive", "AppboxKeychain", "AppboxRepository",
-        "AppboxContainer", "AppboxS3",
+        "AppboxCore", "AppboxStore", "AppboxCrypto", "AppboxArchive", "AppboxRepository", "AppboxContainer",
       ]),
     // The snapshots as a read-only FUSE file system (libfuse3).
     .target(
@@ -132,7 +132,8 @@ let package = Package(
       name: "AppboxBackupTests",
       dependencies: [
         "AppboxBackup", "AppboxRepository", "AppboxArchive", "AppboxContainer", "AppboxCrypto", "AppboxStore",
-        "AppboxTestSupport",
+        // The advice page (AppboxCLI's AdviceHTML.swift) is tested on the advisor's fixtures.
+        "AppboxCLI", "AppboxTestSupport",
       ]),
     .testTarget(name: "AppboxCLITests", dependencies: ["AppboxCLI", "AppboxTestSupport"]),
     .testTarget(

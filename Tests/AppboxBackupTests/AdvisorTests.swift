@@ -1,3 +1,4 @@
+import AppboxCLI
 import AppboxContainer
 import AppboxCore
 import AppboxTestSupport

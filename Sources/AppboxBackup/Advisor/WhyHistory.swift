@@ -145,7 +145,7 @@ func typeName(_ type: TreeEntryType) -> String {
 }
 
 /// "2025-01-31 14:05 UTC".
-func dayAndTime(_ date: Date) -> String {
+package func dayAndTime(_ date: Date) -> String {
   let formatter = DateFormatter()
   formatter.locale = Locale(identifier: "en_US_POSIX")
   formatter.timeZone = TimeZone(identifier: "UTC")

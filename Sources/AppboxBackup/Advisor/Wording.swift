@@ -140,4 +140,4 @@ private func printfFormat(_ bytes: [UInt8]) -> String {
 }
 
 /// "1 backup", "3 backups".
-func counted(_ count: Int, _ noun: String) -> String { "\(count) \(noun)\(count == 1 ? "" : "s")" }
+package func counted(_ count: Int, _ noun: String) -> String { "\(count) \(noun)\(count == 1 ? "" : "s")" }

@@ -280,7 +280,7 @@ extension CommandContext {
         location: .directory(deviceRoot.backups),
         options: RepositoryOptions(
           environment: environment, cacheDirectory: repositoryCacheDirectory,
-          password: Repository.passwordFile(environment)))
+          password: Repository.passwordFile(environment), lockWait: lockWait))
       guard !(try repository.catalog.snapshots(app: app.bundleIdentifier)).isEmpty else {
         return (nil, "no backups yet")
       }

@@ -9,6 +9,7 @@
 // frame that scrolls sideways so its labels stay readable, and commands wrap instead of being
 // clipped.
 
+import AppboxBackup
 import AppboxCore
 import AppboxRepository
 import Foundation

@@ -91,7 +91,10 @@ public enum RepositoryLocation: Sendable {
       do {
         bytes = try FileDescriptor.open(file, O_RDONLY).closeAfter { try $0.readAll(limit: 1 << 20) }
       } catch let error as SystemError {
-        throw RepositoryError(.notFound, "Unable to read the credentials file '\(file)': \(error.errno)")
+        // Missing is "no such file" (66); unreadable is what the errno says (77 denied, 64 a
+        // directory, 74 I/O): never "snapshot not found".
+        throw RepositoryError(
+          .unreadable(error.kind), "Unable to read the credentials file '\(file)': \(error.errno)", cause: error)
       }
       guard let credentials = parseCredentials(String(decoding: bytes, as: UTF8.self)) else {
         throw RepositoryError(

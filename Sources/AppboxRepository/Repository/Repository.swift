@@ -276,7 +276,10 @@ public final class Repository {
         ? try FileDescriptor(rawValue: 0).readAll(limit: 64 << 10)
         : try FileDescriptor.open(file, O_RDONLY).closeAfter { try $0.readAll(limit: 64 << 10) }
     } catch let error as SystemError {
-      throw RepositoryError(.notFound, "Unable to read the password from '\(file)': \(error.errno)")
+      // Missing is "no such file" (66); unreadable is what the errno says (77 denied, 64 a
+      // directory, 74 I/O): never "snapshot not found".
+      throw RepositoryError(
+        .unreadable(error.kind), "Unable to read the password from '\(file)': \(error.errno)", cause: error)
     }
     var line = Array(bytes.prefix { $0 != UInt8(ascii: "\n") })
     if line.last == UInt8(ascii: "\r") { line.removeLast() }
