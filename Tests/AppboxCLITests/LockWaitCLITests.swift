@@ -31,7 +31,8 @@ struct LockWaitCLITests {
     #expect(runCLI(["--root", root.url("device"), "device", "init"]).status == 0)
     let flag = runCLI(["--root", root.url("device"), "--wait", value, "list"])
     #expect(flag.status == 0, "\(flag.err)")
-    let variable = runCLI(["--root", root.url("device"), "list"], environment: ["APPBOX_LOCK_TIMEOUT": value])
+    let variable = runCLI(
+      ["--root", root.url("device"), "list"], environment: ["APPBOX_LOCK_TIMEOUT": value])
     #expect(variable.status == 0, "\(variable.err)")
   }
 
@@ -40,7 +41,9 @@ struct LockWaitCLITests {
     globals.wait = LockWait(seconds: 2)
     let wait = try LockWait.of(globals, environment: ["APPBOX_LOCK_TIMEOUT": "nan"])
     #expect(wait.duration == .seconds(2))
-    #expect(try LockWait.of(GlobalOptions(), environment: ["APPBOX_LOCK_TIMEOUT": "0.5"]).duration == .milliseconds(500))
+    #expect(
+      try LockWait.of(GlobalOptions(), environment: ["APPBOX_LOCK_TIMEOUT": "0.5"]).duration
+        == .milliseconds(500))
     #expect(try LockWait.of(GlobalOptions(), environment: [:]) == LockWait.none)
   }
 
@@ -54,7 +57,8 @@ struct LockWaitCLITests {
     let directory = root.url("not-a-file")
     try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
     let result = runCLI([
-      "--root", device, "repo", "init", "--repo", root.url("vault"), "--encrypt", "--password-file", directory,
+      "--root", device, "repo", "init", "--repo", root.url("vault"), "--encrypt", "--password-file",
+      directory,
     ])
     #expect(result.status != 66, "\(result.err)")
     #expect(result.status == 64, "\(result.err)")

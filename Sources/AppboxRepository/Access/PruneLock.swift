@@ -46,7 +46,8 @@ package final class PruneLock: @unchecked Sendable {
   /// Takes the prune lock of `repository` (see the top of this file).
   static func acquire(in repository: Repository, purpose: String) throws -> PruneLock {
     let environment = repository.environment
-    let deadline = Date().addingTimeInterval(TimeInterval(repository.lockWait.atLeast(.seconds(5)).components.seconds))
+    let deadline = Date().addingTimeInterval(
+      TimeInterval(repository.lockWait.atLeast(.seconds(5)).components.seconds))
     var attempt = 0
     while true {
       attempt += 1

@@ -60,7 +60,8 @@ package final class RepositoryKey: Sendable {
     location: String
   ) throws -> (key: RepositoryKey, keyName: String) {
     guard !keyObjects.isEmpty else {
-      throw RepositoryError(.corruptCatalog, "The encrypted repository '\(location)' has no key (keys/ is empty)")
+      throw RepositoryError(
+        .corruptCatalog, "The encrypted repository '\(location)' has no key (keys/ is empty)")
     }
     for (name, bytes) in keyObjects {
       guard let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any],

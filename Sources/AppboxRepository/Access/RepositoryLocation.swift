@@ -94,7 +94,8 @@ public enum RepositoryLocation: Sendable {
         // Missing is "no such file" (66); unreadable is what the errno says (77 denied, 64 a
         // directory, 74 I/O): never "snapshot not found".
         throw RepositoryError(
-          .unreadable(error.kind), "Unable to read the credentials file '\(file)': \(error.errno)", cause: error)
+          .unreadable(error.kind), "Unable to read the credentials file '\(file)': \(error.errno)",
+          cause: error)
       }
       guard let credentials = parseCredentials(String(decoding: bytes, as: UTF8.self)) else {
         throw RepositoryError(

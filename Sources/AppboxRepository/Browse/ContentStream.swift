@@ -42,7 +42,8 @@ extension Repository {
     defer { buffer.deallocate() }
     func give(_ data: UnsafeRawBufferPointer, at offset: Int64) throws {
       guard offset >= 0, offset + Int64(data.count) <= entry.size else {
-        throw RepositoryError(.corruptArchive, "The stored content of '\(display(path))' is longer than recorded")
+        throw RepositoryError(
+          .corruptArchive, "The stored content of '\(display(path))' is longer than recorded")
       }
       hasher.update(data, at: offset)
       try body(data, offset)

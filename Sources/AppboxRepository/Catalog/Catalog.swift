@@ -84,10 +84,12 @@ public struct Snapshot: Sendable, Equatable {
   public var tornPaths: [[UInt8]] = []
 
   package init(
-    id: String, app: String, device: String, containerID: String, version: String, bundleDirectoryName: String,
+    id: String, app: String, device: String, containerID: String, version: String,
+    bundleDirectoryName: String,
     seal: String, time: Date, kind: SnapshotKind, tag: String? = nil, parent: String? = nil, rootTree: Digest,
     files: Int,
-    bytes: Int64, bytesAdded: Int64, archive: String, keychainOffset: Int64? = nil, warnings: Int, unreadable: Int = 0,
+    bytes: Int64, bytesAdded: Int64, archive: String, keychainOffset: Int64? = nil, warnings: Int,
+    unreadable: Int = 0,
     unreadablePaths: [[UInt8]] = [], team: String? = nil, torn: Int = 0, tornPaths: [[UInt8]] = []
   ) {
     self.id = id
@@ -328,7 +330,9 @@ public final class Catalog {
   private func snapshot(_ row: Statement) throws -> Snapshot {
     guard let rootTree = Digest(validating: row.blob(11)),
       let kind = SnapshotKind(rawValue: row.text(8) ?? "")
-    else { throw RepositoryError(.corruptCatalog, "Catalog row of snapshot '\(row.text(0) ?? "")' is malformed") }
+    else {
+      throw RepositoryError(.corruptCatalog, "Catalog row of snapshot '\(row.text(0) ?? "")' is malformed")
+    }
     return Snapshot(
       id: row.text(0) ?? "", app: row.text(1) ?? "", device: row.text(2) ?? "",
       containerID: row.text(3) ?? "",

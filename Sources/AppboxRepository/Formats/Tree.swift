@@ -169,7 +169,9 @@ public struct Tree: Sendable, Equatable {
   }
 
   /// The full entry a cursor found, with its name, digest, target and attributes.
-  package static func materialize(_ encoded: EncodedEntry, in buffer: UnsafeRawBufferPointer) throws -> TreeEntry {
+  package static func materialize(_ encoded: EncodedEntry, in buffer: UnsafeRawBufferPointer) throws
+    -> TreeEntry
+  {
     var entry = TreeEntry(
       name: Array(buffer[encoded.nameRange]), type: encoded.type, permissions: encoded.permissions,
       uid: encoded.uid,

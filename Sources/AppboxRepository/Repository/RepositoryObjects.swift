@@ -58,7 +58,8 @@ struct RepositoryConfig: Equatable {
       else { throw RepositoryError(.corruptCatalog, "The repository config of '\(location)' is malformed") }
       return RepositoryConfig(encrypted: true, id: id, segmentSize: segment)
     default:
-      throw RepositoryError(.corruptCatalog, "The repository config of '\(location)' names an unknown encryption")
+      throw RepositoryError(
+        .corruptCatalog, "The repository config of '\(location)' names an unknown encryption")
     }
   }
 }
@@ -121,7 +122,9 @@ struct SnapshotObject {
   }
 
   static func decode(_ bytes: [UInt8], id: String) throws -> SnapshotObject {
-    func bad() -> RepositoryError { RepositoryError(.corruptArchive, "The snapshot object '\(id)' is malformed") }
+    func bad() -> RepositoryError {
+      RepositoryError(.corruptArchive, "The snapshot object '\(id)' is malformed")
+    }
     guard bytes.starts(with: magic), bytes.count > magic.count, bytes[magic.count] == 1 else { throw bad() }
     return try bytes.withUnsafeBytes { raw in
       var input = ByteReader(raw)
