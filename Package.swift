@@ -11,7 +11,7 @@ let package = Package(
     .executable(name: "appbox-secitem", targets: ["appbox-secitem"]),
     .library(
       name: "AppboxKit",
-      targets: ["AppboxCore", "AppboxKeychain", "AppboxContainer", "AppboxBackup"]),
+      targets: ["AppboxCore", "AppboxKeychain", "AppboxRepository", "AppboxContainer", "AppboxBackup"]),
     // For Swift apps inside the sandbox: the SecItem-like keychain client.
     .library(name: "AppboxSecItem", targets: ["AppboxSecItem"]),
   ],
@@ -64,26 +64,33 @@ let package = Package(
     // The keychain broker a running app talks to: requests to keychain calls, the server.
     .target(
       name: "AppboxSecItemBroker", dependencies: ["AppboxCore", "AppboxKeychain", "AppboxSecItem", "CSystem"]),
+    // Backup repositories: object stores (local, S3), keys, locks, sync, the catalog, the tree
+    // and manifest formats, check, forget, diff, browsing. Knows nothing of devices.
+    .target(
+      name: "AppboxRepository",
+      dependencies: ["AppboxCore", "AppboxStore", "AppboxCrypto", "AppboxArchive", "AppboxS3"]),
     // Device root, registry, bundles, seals, homes, install, sandbox.
     .target(
       name: "AppboxContainer",
       dependencies: [
         "AppboxCore", "AppboxStore", "AppboxCrypto", "AppboxKeychain", "AppboxSecItem", "AppboxSecItemBroker",
       ]),
-    // Incremental tar snapshots: scan, change detection, archive, catalog; restore, check, forget.
+    // The device-facing engines over a repository: backup, restore, export and import (tar,
+    // .xcappdata, device backups), the advisor. Store only for a device backup's Manifest.db.
     .target(
       name: "AppboxBackup",
       dependencies: [
-        "AppboxCore", "AppboxStore", "AppboxCrypto", "AppboxArchive", "AppboxKeychain", "AppboxContainer",
-        "AppboxS3",
+        "AppboxCore", "AppboxStore", "AppboxCrypto", "AppboxArchive", "AppboxRepository", "AppboxContainer",
       ]),
     // The snapshots as a read-only FUSE file system (libfuse3).
-    .target(name: "AppboxMount", dependencies: ["AppboxCore", "AppboxCrypto", "AppboxBackup", "CFuse"]),
+    .target(
+      name: "AppboxMount", dependencies: ["AppboxCore", "AppboxCrypto", "AppboxRepository", "CFuse"]),
     // Command-line parsing, the commands, text and JSON output.
     .target(
       name: "AppboxCLI",
       dependencies: [
-        "AppboxCore", "AppboxStore", "AppboxKeychain", "AppboxContainer", "AppboxBackup", "AppboxMount",
+        "AppboxCore", "AppboxStore", "AppboxKeychain", "AppboxRepository", "AppboxContainer", "AppboxBackup",
+        "AppboxMount",
       ]),
     // The executable: a few lines that hand over to AppboxCLI.
     .executableTarget(name: "appbox", dependencies: ["AppboxCLI"]),
@@ -124,14 +131,16 @@ let package = Package(
     .testTarget(
       name: "AppboxBackupTests",
       dependencies: [
-        "AppboxBackup", "AppboxArchive", "AppboxContainer", "AppboxCrypto", "AppboxStore",
-        "AppboxTestSupport",
+        "AppboxBackup", "AppboxRepository", "AppboxArchive", "AppboxContainer", "AppboxCrypto", "AppboxStore",
+        // The advice page (AppboxCLI's AdviceHTML.swift) is tested on the advisor's fixtures.
+        "AppboxCLI", "AppboxTestSupport",
       ]),
     .testTarget(name: "AppboxCLITests", dependencies: ["AppboxCLI", "AppboxTestSupport"]),
     .testTarget(
       name: "EndToEndTests",
       dependencies: [
-        "AppboxCore", "AppboxArchive", "AppboxBackup", "AppboxCrypto", "AppboxS3", "AppboxTestSupport",
+        "AppboxCore", "AppboxArchive", "AppboxBackup", "AppboxRepository", "AppboxCrypto", "AppboxS3",
+        "AppboxTestSupport",
       ]),
   ]
 )

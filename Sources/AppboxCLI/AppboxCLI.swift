@@ -1,6 +1,7 @@
 import AppboxBackup
 import AppboxContainer
 import AppboxCore
+import AppboxRepository
 import Foundation
 import Glibc
 
@@ -66,7 +67,7 @@ extension CommandContext {
   func openDevice(mutating: Bool, creating: Bool = false) throws -> DeviceSession {
     let session = try DeviceSession.open(
       root: deviceRoot, mutating: mutating, creating: creating, recovery: recoverySteps,
-      environment: environment)
+      environment: environment, lockWait: lockWait)
     if mutating { afterOutput { session.finishDeferredWork() } }
     if case .released(let inodes, let bytes) = session.reserve {
       note(

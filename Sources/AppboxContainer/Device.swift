@@ -102,11 +102,11 @@ extension DeviceRoot {
 
   /// The device; with `creating`, the root is made with a fresh identity when it has none,
   /// otherwise that is `.noDevice` and nothing is written.
-  public func prepare(creating: Bool = false) throws -> DeviceIdentity {
+  public func prepare(creating: Bool = false, lockWait: LockWait = .none) throws -> DeviceIdentity {
     if !creating { try requireDevice() }
     try createLayout()
     if let identity = try identityIfPresent() { return identity }
-    let lock = try self.lock()
+    let lock = try self.lock(lockWait: lockWait)
     defer { withExtendedLifetime(lock) {} }
     if let identity = try identityIfPresent() { return identity }
     let host = ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "linux"

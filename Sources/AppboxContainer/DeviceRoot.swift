@@ -158,42 +158,27 @@ public struct DeviceRoot: Sendable {
     }
   }
 
-  /// How long to wait for a busy lock: `$APPBOX_LOCK_TIMEOUT` seconds (the command line's
-  /// `--wait`), else not at all (busy at once: exit 75).
-  public static func lockTimeout(environment: [String: String]) -> Duration {
-    let seconds = environment["APPBOX_LOCK_TIMEOUT"].flatMap(Double.init) ?? 0
-    return .milliseconds(Int(max(0, min(seconds, 86_400 * 365)) * 1000))
-  }
-
-  /// How long to wait for the root lock, which is only ever held exclusively for short
-  /// work: at least 5 seconds, more when the caller asked to wait longer.
-  static func rootLockTimeout(environment: [String: String]) -> Duration {
-    max(.seconds(5), lockTimeout(environment: environment))
-  }
-
   /// Takes the root lock, exclusive (creating the device) or shared (a mutating command,
-  /// for as long as it runs). Waits `rootLockTimeout`, then fails as busy (exit 75).
-  public func lock(
-    exclusive: Bool = true, environment: [String: String] = ProcessInfo.processInfo.environment
-  )
-    throws -> FileLock
-  {
+  /// for as long as it runs). The root lock is only ever held exclusively for short work, so
+  /// it waits at least 5 seconds (longer when `lockWait`, the command line's `--wait`, says
+  /// so), then fails as busy (exit 75).
+  public func lock(exclusive: Bool = true, lockWait: LockWait = .none) throws -> FileLock {
     try FileLock.acquire(
-      lockFile, exclusive: exclusive, timeout: DeviceRoot.rootLockTimeout(environment: environment),
+      lockFile, exclusive: exclusive, timeout: lockWait.atLeast(.seconds(5)),
       what: "Device root '\(path)'")
   }
 
   /// The root lock, exclusive, if no other appbox holds it in any way right now.
   func attemptExclusiveLock() throws -> FileLock? { try FileLock.attempt(lockFile, exclusive: true) }
 
-  /// Takes app `bundleIdentifier`'s lock, waiting `lockTimeout`; busy (exit 75) naming the
-  /// app when another appbox holds it.
-  func lockApp(_ bundleIdentifier: String, environment: [String: String]) throws -> FileLock {
+  /// Takes app `bundleIdentifier`'s lock, waiting as long as `lockWait` says (not at all when
+  /// none was given); busy (exit 75) naming the app when another appbox holds it.
+  func lockApp(_ bundleIdentifier: String, lockWait: LockWait) throws -> FileLock {
     guard let file = appLockFile(bundleIdentifier) else {
       throw ContainerError(.appNotFound, "No app '\(bundleIdentifier)' is installed")
     }
     return try FileLock.acquire(
-      file, exclusive: true, timeout: DeviceRoot.lockTimeout(environment: environment),
+      file, exclusive: true, timeout: lockWait.duration,
       what: (AppGroupIdentifier.hasGroupPrefix(bundleIdentifier) ? "App group " : "App ") + bundleIdentifier)
   }
 }

@@ -37,7 +37,7 @@ extension RecoveryStep {
 ///
 /// Concurrency: commands on different apps run in parallel; each change to an app happens
 /// under that app's lock (`lockApp`), so two commands on one app take turns (or the second
-/// exits 75, unless `APPBOX_LOCK_TIMEOUT`/`--wait` lets it wait). Work a killed appbox left
+/// exits 75, unless its `lockWait` (`--wait`) lets it wait). Work a killed appbox left
 /// is finished by the next session that can do it safely: all of it when no other appbox is
 /// active, else an app's part of it by whoever takes that app's lock.
 public final class DeviceSession {
@@ -45,6 +45,8 @@ public final class DeviceSession {
   public let identity: DeviceIdentity
   public let registry: Registry
   public let environment: [String: String]
+  /// How long this session's locks wait for another appbox (the command line's `--wait`).
+  public let lockWait: LockWait
   private let recovery: [any RecoveryStep]
   private var lock: FileLock?
   private var appLocks: [String: FileLock] = [:]
@@ -58,8 +60,9 @@ public final class DeviceSession {
 
   private init(
     root: DeviceRoot, identity: DeviceIdentity, registry: Registry, lock: FileLock?,
-    recovery: [any RecoveryStep], environment: [String: String]
+    recovery: [any RecoveryStep], environment: [String: String], lockWait: LockWait
   ) {
+    self.lockWait = lockWait
     self.root = root
     self.identity = identity
     self.registry = registry
@@ -77,9 +80,9 @@ public final class DeviceSession {
   public static func open(
     root: DeviceRoot, mutating: Bool, creating: Bool = false,
     recovery: [any RecoveryStep] = [ContainerRecovery()],
-    environment: [String: String] = ProcessInfo.processInfo.environment
+    environment: [String: String] = ProcessInfo.processInfo.environment, lockWait: LockWait = .none
   ) throws -> DeviceSession {
-    let identity = try root.prepare(creating: creating)
+    let identity = try root.prepare(creating: creating, lockWait: lockWait)
     // Before anything here needs a new file (SQLite's -wal and -shm come first).
     let reserve = SpaceReserve(root: root).balance(refill: mutating)
     // A session that changes nothing reads the registry read only (so it reads on a full
@@ -88,7 +91,7 @@ public final class DeviceSession {
     if registry.isReadOnly, try !registry.appsAwaitingGroups().isEmpty { registry = try Registry(root: root) }
     let session = DeviceSession(
       root: root, identity: identity, registry: registry, lock: nil, recovery: recovery,
-      environment: environment)
+      environment: environment, lockWait: lockWait)
     session.reserve = reserve
     if root.hasPendingRecovery(), let exclusive = try root.attemptExclusiveLock() {
       session.lock = exclusive
@@ -100,7 +103,7 @@ public final class DeviceSession {
       }
     }
     if mutating && session.lock == nil {
-      session.lock = try root.lock(exclusive: false, environment: environment)
+      session.lock = try root.lock(exclusive: false, lockWait: lockWait)
     }
     try session.adoptGroupsOfEarlierInstalls()
     return session
@@ -115,7 +118,7 @@ public final class DeviceSession {
   public func lockDeviceExclusively() throws {
     precondition(isLocked, "an exclusive lock is taken by a mutating session")
     lock = nil
-    lock = try root.lock(exclusive: true, environment: environment)
+    lock = try root.lock(exclusive: true, lockWait: lockWait)
     for step in recovery { try step.recover(self, scope: .everything) }
   }
 
@@ -124,7 +127,7 @@ public final class DeviceSession {
   func asMutatingSession<R>(_ body: () throws -> R) throws -> R {
     let held = Set(appLocks.keys)
     let wasLocked = isLocked
-    if !wasLocked { lock = try root.lock(exclusive: false, environment: environment) }
+    if !wasLocked { lock = try root.lock(exclusive: false, lockWait: lockWait) }
     defer {
       for identifier in appLocks.keys where !held.contains(identifier) { appLocks[identifier] = nil }
       if !wasLocked { lock = nil }
@@ -145,8 +148,8 @@ public final class DeviceSession {
       })
     {
       // The root lock shared (no recovery of everything may run meanwhile), then the app's.
-      let shared = isLocked ? nil : try root.lock(exclusive: false, environment: environment)
-      let lock = try root.lockApp(record.bundleIdentifier, environment: environment)
+      let shared = isLocked ? nil : try root.lock(exclusive: false, lockWait: lockWait)
+      let lock = try root.lockApp(record.bundleIdentifier, lockWait: lockWait)
       defer { withExtendedLifetime((shared, lock)) {} }
       try recover(record.bundleIdentifier)
       return try registry.app(name)
@@ -174,7 +177,7 @@ public final class DeviceSession {
   public func lockApp(bundleIdentifier identifier: String) throws -> AppRecord? {
     precondition(isLocked, "app locks are taken in a mutating session")
     if appLocks[identifier] == nil {
-      appLocks[identifier] = try root.lockApp(identifier, environment: environment)
+      appLocks[identifier] = try root.lockApp(identifier, lockWait: lockWait)
       try recover(identifier)
     }
     return try registry.appIfPresent(identifier)

@@ -115,8 +115,8 @@ extension DeviceSession {
   }
 
   /// Takes `app`'s running lock, shared, emptying tmp first when `purgingTemporaryFiles`
-  /// and no process of the app runs. Waits (up to $APPBOX_LOCK_TIMEOUT seconds, default
-  /// 5) while an uninstall or update holds it exclusively, then checks that the app is
+  /// and no process of the app runs. Waits (as long as the session's lock wait, else 5
+  /// seconds) while an uninstall or update holds it exclusively, then checks that the app is
   /// still installed in the same container.
   private func holdRunningLock(of app: AppRecord, purgingTemporaryFiles: Bool) throws -> FileLock {
     let path = runningLockPath(app)
@@ -126,9 +126,8 @@ extension DeviceSession {
       try exclusive.convert(exclusive: false)
       lock = exclusive
     } else {
-      let seconds = environment["APPBOX_LOCK_TIMEOUT"].flatMap(Double.init) ?? 5
       lock = try FileLock.acquire(
-        path, exclusive: false, timeout: .milliseconds(Int(seconds * 1000)),
+        path, exclusive: false, timeout: lockWait.or(.seconds(5)),
         what: "App \(app.bundleIdentifier)")
     }
     guard try registry.appIfPresent(app.containerID)?.containerID == app.containerID else {

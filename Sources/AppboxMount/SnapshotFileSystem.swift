@@ -18,7 +18,7 @@
 // caller); names are served as the snapshot has them; one thread (`-s`), because the catalog
 // connection is not shared between threads.
 
-import AppboxBackup
+import AppboxRepository
 import AppboxCore
 import CFuse
 import Foundation

@@ -1,3 +1,4 @@
+import AppboxCLI
 import AppboxContainer
 import AppboxCore
 import AppboxTestSupport
@@ -6,6 +7,7 @@ import Glibc
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 /// A seeded history: a small home from the benchmark's generator, backed up once, then
 /// `backups` more times with known churners changed before each backup and a few generated

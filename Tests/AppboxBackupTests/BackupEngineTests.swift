@@ -8,6 +8,7 @@ import Glibc
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 /// Member paths of an archive, in order.
 func memberPaths(_ path: String) throws -> [String] {
@@ -248,12 +249,15 @@ struct BackupEngineTests {
 
   @Test func aSecondWriterOfTheSameAppIsBusy() throws {
     let fixture = try Fixture()
-    let impatient = try Repository(path: fixture.repository.path, environment: ["APPBOX_LOCK_TIMEOUT": "0.1"])
+    let impatient = try Repository(path: fixture.repository.path, lockWait: LockWait(seconds: 0.3)!)
     do {
       let held = try fixture.repository.lockApp(fixture.app.bundleIdentifier)
+      // The lock wait the repository was given is the one its app lock waits.
+      let start = ContinuousClock.now
       #expect {
         try impatient.backup(fixture.app, in: fixture.session)
       } throws: { ($0 as? LockBusyError)?.kind == .busy }
+      #expect(ContinuousClock.now - start >= .milliseconds(300))
       withExtendedLifetime(held) {}
     }
     #expect(try impatient.backup(fixture.app, in: fixture.session).snapshot.kind == .full)

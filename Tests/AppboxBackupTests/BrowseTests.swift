@@ -7,6 +7,7 @@ import Glibc
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 /// ls, dump, find and restore --target/--include give what a real restore gives, for chunked
 /// files, tree deltas, holes, hard links, symlinks, attributes and hostile names.
@@ -109,7 +110,7 @@ struct BrowseTests {
       ($0 as? BackupError)?.code == .invalidRequest
     }
     #expect { try fixture.repository.entry(at: Array("Documents/none".utf8), in: second) } throws: {
-      ($0 as? BackupError)?.code == .snapshotNotFound
+      ($0 as? BackupError)?.code == .notFound
     }
     let found = try fixture.repository.find(Array("file-7.txt".utf8))
     #expect(found.map(\.snapshot.id) == [second.id, first.id])

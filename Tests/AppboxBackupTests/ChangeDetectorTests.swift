@@ -3,6 +3,7 @@ import Glibc
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 struct ChangeDetectorTests {
   static let snapshotStart: Int64 = 2_000_000_000_000_000_000

@@ -7,6 +7,7 @@ import Glibc
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 /// Large files edited in place: cut into chunks once they change in place, then stored as the
 /// chunks they changed, restored whole.

@@ -3,6 +3,7 @@ import Foundation
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 /// Pseudo-random bytes from a seed (fresh content: nothing repeats).
 func randomBytes(_ count: Int, seed: UInt64) -> [UInt8] {

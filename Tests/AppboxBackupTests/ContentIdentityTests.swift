@@ -6,6 +6,7 @@ import Glibc
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 /// The sparse content identity (ContentIdentity.swift): a function of the content alone, computed
 /// from the data, apart from the plain SHA-256 by construction.

@@ -8,6 +8,7 @@ import Glibc
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 /// One Manifest.db row of a hand-built backup, and the content file it comes with.
 struct HandRow: Sendable {

@@ -8,6 +8,7 @@ import Glibc
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 /// Small key derivations for tests (iOS's 10,000,000 rounds take seconds).
 let testRounds: (first: UInt32, second: UInt32) = (10, 10)
@@ -192,7 +193,7 @@ struct DeviceBackupTests {
     let refused = #expect(throws: BackupError.self) {
       _ = try repository.restore("com.example.notes", snapshot: result.snapshot.id, in: session)
     }
-    #expect(refused?.code == .snapshotNotFound)
+    #expect(refused?.code == .notFound)
     #expect(refused?.message.contains("install the bundle of com.example.notes") == true)
     // Once the bundle is installed, the waiting snapshot restores.
     let app = try session.install(bundleAt: fixturePath("bundles/Notes-1.0/Notes.app")).app

@@ -5,6 +5,7 @@ import Glibc
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 struct DifferTests {
   @Test func equalSnapshotsHaveNoDifferences() throws {

@@ -5,6 +5,7 @@ import Foundation
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 struct ForgetterTests {
   /// Three snapshots: full, then two incrementals that change and add content.

@@ -4,6 +4,7 @@ import Foundation
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 struct HistoryReadingTests {
   /// A catalog holding the trees it is given.

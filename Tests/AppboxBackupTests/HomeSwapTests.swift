@@ -6,6 +6,7 @@ import Glibc
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 /// Where a swap was interrupted, for recovery to pick up.
 enum InterruptedAt: String, CaseIterable, Sendable {

@@ -11,6 +11,7 @@ import Glibc
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 /// Bytes allocated on disk for the file at `path`.
 func allocatedBytes(_ path: String) throws -> Int64 {

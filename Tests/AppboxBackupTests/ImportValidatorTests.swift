@@ -1,6 +1,7 @@
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 struct ImportValidatorTests {
   func facts(

@@ -7,6 +7,7 @@ import Glibc
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 /// One member of an archive built by `ArchiveWriter`.
 struct Member: Sendable {

@@ -4,6 +4,7 @@ import Foundation
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 /// A backup's manifest spooled to disk encodes to the same bytes as the manifest held in
 /// memory, and reads back the same trees and blobs, however many (records cross the spool's

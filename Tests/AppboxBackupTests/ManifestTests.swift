@@ -3,6 +3,7 @@ import Foundation
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 struct ManifestTests {
   static func sample() -> Manifest {

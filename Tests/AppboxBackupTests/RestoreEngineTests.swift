@@ -7,6 +7,7 @@ import Glibc
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 /// Fills a home with everything a backup must preserve (see `writeSampleData`).
 func populate(_ fixture: Fixture) throws {

@@ -4,6 +4,7 @@ import Foundation
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 /// restic's retention policy: documented cases, and the same decisions as restic itself.
 struct RetentionPolicyTests {

@@ -5,6 +5,7 @@ import Glibc
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 /// The scan walks with descriptors only: depth is limited neither by PATH_MAX nor by the
 /// number of descriptors a process may open.

@@ -4,6 +4,7 @@ import Foundation
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 /// The sealed-object format (Repository/SealedObjects.swift) with 4 KiB segments: round trips,
 /// random access, and every kind of tampering the format promises to catch.

@@ -4,6 +4,7 @@ import Foundation
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 /// Snapshot ids: whole, unique prefixes, `latest`, ambiguity.
 struct SnapshotResolutionTests {
@@ -52,10 +53,10 @@ struct SnapshotResolutionTests {
     ) {
       try repository.snapshot("abc")
     }
-    #expect { try repository.snapshot("9999") } throws: { ($0 as? BackupError)?.code == .snapshotNotFound }
+    #expect { try repository.snapshot("9999") } throws: { ($0 as? BackupError)?.code == .notFound }
     #expect { try repository.snapshot("latest") } throws: { ($0 as? BackupError)?.code == .invalidRequest }
     #expect { try repository.snapshot("abcd1111", app: "com.b") } throws: {
-      ($0 as? BackupError)?.code == .snapshotNotFound
+      ($0 as? BackupError)?.code == .notFound
     }
   }
 }

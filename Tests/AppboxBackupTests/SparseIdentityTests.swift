@@ -7,6 +7,7 @@ import Glibc
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 /// Files with holes get the sparse content identity (tree format 2), which every reader of the
 /// repository verifies from the data alone; repositories whose sparse members carry the plain

@@ -6,6 +6,7 @@ import Glibc
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 /// A device root with Notes installed and an empty repository, in a temp directory.
 final class Fixture: @unchecked Sendable {

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 struct ThreadsTests {
   @Test func theQueueDeliversEverythingInOrderWithinItsCapacity() throws {

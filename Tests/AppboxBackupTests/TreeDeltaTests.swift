@@ -4,6 +4,7 @@ import Foundation
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 struct TreeDeltaTests {
   /// A directory of `count` files, as the scanner would record it.

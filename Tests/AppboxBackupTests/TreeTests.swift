@@ -2,6 +2,7 @@ import AppboxCrypto
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 struct TreeTests {
   static func sample() -> Tree {

@@ -6,6 +6,7 @@ import Glibc
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 /// Changes the calling thread's file-system uid (and only that thread's): file access is then
 /// checked as that user, as it would be for appbox run by a non-root owner.

@@ -112,7 +112,7 @@ struct RunningAppsTests {
     var held: FileLock? = try session.ensureNotRunning(device.app)
     let out = try Capture()
     #expect(throws: LockBusyError.self) {
-      _ = try device.session(environment: ["APPBOX_LOCK_TIMEOUT": "0.1"])
+      _ = try device.session(lockWait: LockWait(seconds: 0.1)!)
         .launch(device.app, options: SandboxOptions(standardOutput: out.write))
     }
     #expect(try out.text().isEmpty)

@@ -20,8 +20,10 @@ final class TestDevice: @unchecked Sendable {
 
   var home: Home { Home(root: root, app: app) }
 
-  func session(mutating: Bool = false, environment: [String: String] = [:]) throws -> DeviceSession {
-    try DeviceSession.open(root: root, mutating: mutating, environment: environment)
+  func session(
+    mutating: Bool = false, environment: [String: String] = [:], lockWait: LockWait = .none
+  ) throws -> DeviceSession {
+    try DeviceSession.open(root: root, mutating: mutating, environment: environment, lockWait: lockWait)
   }
 }
 

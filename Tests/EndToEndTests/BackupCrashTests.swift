@@ -1,4 +1,5 @@
 import AppboxBackup
+import AppboxRepository
 import AppboxTestSupport
 import Foundation
 import Glibc

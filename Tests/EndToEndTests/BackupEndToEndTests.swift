@@ -1,4 +1,5 @@
 import AppboxBackup
+import AppboxRepository
 import AppboxCore
 import AppboxTestSupport
 import Foundation

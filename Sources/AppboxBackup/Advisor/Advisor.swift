@@ -17,6 +17,7 @@
 
 import AppboxCore
 import AppboxCrypto
+import AppboxRepository
 import Foundation
 
 /// What `advise` looks at.
@@ -120,13 +121,13 @@ public struct AdviceReport: Sendable {
 
 extension Repository {
   /// Reads `app`'s last `options.last` snapshots and ranks what costs its backups most.
-  /// An app with no snapshots is `.snapshotNotFound`.
+  /// An app with no snapshots is `.notFound`.
   public func advise(app: String, options: AdviceOptions = AdviceOptions()) throws -> AdviceReport {
     guard options.last >= 1 else { throw BackupError(.invalidRequest, "--last must be at least 1") }
     return try catalog.reading {
       let history = try catalog.snapshots(app: app)
       guard !history.isEmpty else {
-        throw BackupError(.snapshotNotFound, "No snapshots of '\(app)' in '\(path)'")
+        throw BackupError(.notFound, "No snapshots of '\(app)' in '\(path)'")
       }
       return try Advisor(catalog: catalog, app: app, history: history, options: options).run()
     }

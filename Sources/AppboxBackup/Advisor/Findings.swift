@@ -8,6 +8,7 @@
 // number: what would not have been stored had it lived in Library/Caches.
 
 import AppboxCrypto
+import AppboxRepository
 
 /// What the latest snapshot holds that findings need.
 struct FindingCollector {

@@ -17,6 +17,7 @@
 
 import AppboxCore
 import AppboxCrypto
+import AppboxRepository
 import Glibc
 
 /// What history records of one entry: enough to tell whether it changed and what it cost.
@@ -283,17 +284,6 @@ func commonSuffix(_ aEnd: UnsafeRawPointer, _ bEnd: UnsafeRawPointer, _ limit: I
     length += 1
   }
   return length
-}
-
-/// Orders two byte strings (names, or whole entries) as `[UInt8].lexicographicallyPrecedes`
-/// does: <0, 0 or >0, with one memcmp.
-func compareNames(_ a: Slice<UnsafeRawBufferPointer>, _ b: Slice<UnsafeRawBufferPointer>) -> Int {
-  let common = min(a.count, b.count)
-  if common > 0 {
-    let order = memcmp(a.base.baseAddress! + a.startIndex, b.base.baseAddress! + b.startIndex, common)
-    if order != 0 { return Int(order) }
-  }
-  return a.count - b.count
 }
 
 /// Where a path stands in one snapshot.

@@ -13,6 +13,7 @@
 import AppboxContainer
 import AppboxCore
 import AppboxCrypto
+import AppboxRepository
 import Glibc
 
 /// A path of a home as it is on disk now.

@@ -18,6 +18,7 @@
 
 import AppboxContainer
 import AppboxCore
+import AppboxRepository
 import Foundation
 
 /// `why`'s answer for one path.

@@ -4,6 +4,7 @@
 // attributes bytes as `advise` does. Then the whole answer as one paragraph.
 
 import AppboxCore
+import AppboxRepository
 import Foundation
 
 extension PathExplainer {
@@ -144,7 +145,7 @@ func typeName(_ type: TreeEntryType) -> String {
 }
 
 /// "2025-01-31 14:05 UTC".
-func dayAndTime(_ date: Date) -> String {
+package func dayAndTime(_ date: Date) -> String {
   let formatter = DateFormatter()
   formatter.locale = Locale(identifier: "en_US_POSIX")
   formatter.timeZone = TimeZone(identifier: "UTC")

@@ -6,6 +6,7 @@
 
 import AppboxContainer
 import AppboxCore
+import AppboxRepository
 
 /// The data-protection class of the open file `file` ("complete", "complete-unless-open",
 /// "until-first-unlock"): the class whose key encrypts it, among the device's `classes`;

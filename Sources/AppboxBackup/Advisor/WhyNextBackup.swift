@@ -5,6 +5,7 @@
 
 import AppboxContainer
 import AppboxCore
+import AppboxRepository
 import Foundation
 
 extension PathExplainer {

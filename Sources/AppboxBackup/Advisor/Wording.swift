@@ -2,6 +2,7 @@
 // app chose: shown with control characters and invalid UTF-8 escaped, so a name can neither
 // forge a line nor send a terminal escape, and quoted for a shell when they go into a command.
 
+import AppboxRepository
 import Foundation
 
 /// "1.2 MB"-style sizes (powers of 1000, as `appbox` prints them everywhere).
@@ -139,4 +140,4 @@ private func printfFormat(_ bytes: [UInt8]) -> String {
 }
 
 /// "1 backup", "3 backups".
-func counted(_ count: Int, _ noun: String) -> String { "\(count) \(noun)\(count == 1 ? "" : "s")" }
+package func counted(_ count: Int, _ noun: String) -> String { "\(count) \(noun)\(count == 1 ? "" : "s")" }

@@ -1,6 +1,7 @@
 import AppboxBackup
 import AppboxContainer
 import AppboxCore
+import AppboxRepository
 import Foundation
 
 extension CommandContext {
@@ -156,7 +157,7 @@ struct AdviseCommand: ParsableCommand {
     let session = try context.openDevice(mutating: false)
     guard let repository = try context.existingRepository(arguments) else {
       _ = try context.appWithHistory(app, session: session, repository: nil)
-      throw BackupError(.snapshotNotFound, "No snapshots of '\(app)': there is no backup repository yet")
+      throw BackupError(.notFound, "No snapshots of '\(app)': there is no backup repository yet")
     }
     let target = try context.appWithHistory(app, session: session, repository: repository)
     var isDirectory: ObjCBool = false
@@ -279,7 +280,7 @@ extension CommandContext {
         location: .directory(deviceRoot.backups),
         options: RepositoryOptions(
           environment: environment, cacheDirectory: repositoryCacheDirectory,
-          password: Repository.passwordFile(environment)))
+          password: Repository.passwordFile(environment), lockWait: lockWait))
       guard !(try repository.catalog.snapshots(app: app.bundleIdentifier)).isEmpty else {
         return (nil, "no backups yet")
       }

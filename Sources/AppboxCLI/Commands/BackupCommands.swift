@@ -2,6 +2,7 @@ import AppboxArchive
 import AppboxBackup
 import AppboxContainer
 import AppboxCore
+import AppboxRepository
 import Foundation
 
 let repositoryOption = CommandDescription.Option(

@@ -2,6 +2,7 @@ import AppboxBackup
 import AppboxContainer
 import AppboxCore
 import AppboxMount
+import AppboxRepository
 import Foundation
 import Glibc
 

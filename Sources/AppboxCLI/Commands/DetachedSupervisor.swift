@@ -16,11 +16,12 @@ extension AppboxCLI {
     do {
       let request = try DetachedLaunch.becomeSupervisor()
       let context = CommandContext(
-        globals: GlobalOptions(), environment: environment, stdout: DescriptorSink(fd: 1),
-        stderr: DescriptorSink(fd: 2))
+        globals: GlobalOptions(), environment: environment,
+        lockWait: (try? LockWait.of(GlobalOptions(), environment: environment)) ?? .none,
+        stdout: DescriptorSink(fd: 1), stderr: DescriptorSink(fd: 2))
       let session = try DeviceSession.open(
         root: DeviceRoot(path: request.root), mutating: false, recovery: context.recoverySteps,
-        environment: environment)
+        environment: environment, lockWait: context.lockWait)
       let status = try session.superviseDetachedLaunch(request) { start in
         replied = true
         DetachedLaunch.replyStarted(start.run, log: start.log)

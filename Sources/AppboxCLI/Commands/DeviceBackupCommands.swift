@@ -6,6 +6,7 @@
 import AppboxBackup
 import AppboxContainer
 import AppboxCore
+import AppboxRepository
 import Foundation
 import Glibc
 
@@ -150,7 +151,7 @@ struct ImportBackupCommand: ParsableCommand {
     }.sorted()
     for app in apps where !domains.contains("AppDomain-" + app) {
       throw BackupError(
-        .snapshotNotFound,
+        .notFound,
         "The device backup '\(folder)' holds no app '\(app)'"
           + (inBackup.isEmpty
             ? ""

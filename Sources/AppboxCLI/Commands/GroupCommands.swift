@@ -6,6 +6,7 @@
 import AppboxBackup
 import AppboxContainer
 import AppboxCore
+import AppboxRepository
 import Foundation
 
 /// Whether a command-line name (an APP argument) names an app group.

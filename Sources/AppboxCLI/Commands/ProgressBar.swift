@@ -1,5 +1,6 @@
 import AppboxBackup
 import AppboxCore
+import AppboxRepository
 import Foundation
 
 // Renders engine events as progress, in one of three modes chosen once:

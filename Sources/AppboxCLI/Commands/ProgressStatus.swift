@@ -1,4 +1,5 @@
 import AppboxBackup
+import AppboxRepository
 import Foundation
 
 // What a progress display shows at one moment, and its three renderings: the terminal's

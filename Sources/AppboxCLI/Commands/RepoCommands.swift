@@ -1,5 +1,6 @@
 import AppboxBackup
 import AppboxCore
+import AppboxRepository
 import Foundation
 import Glibc
 

@@ -2,6 +2,7 @@ import AppboxBackup
 import AppboxContainer
 import AppboxCore
 import AppboxKeychain
+import AppboxRepository
 import Foundation
 import Glibc
 
@@ -51,7 +52,7 @@ extension CommandContext {
       password: { try readPassword(file, prompt: "Repository password", warn: warn) },
       deviceSecret: {
         try Keychain(directory: keychains).deviceBoundSecret(purpose: "repository key cache v1")
-      }, passwordGiven: named != nil)
+      }, passwordGiven: named != nil, lockWait: lockWait)
   }
 
   /// The repository named by --repo, else the device root's `Backups`.

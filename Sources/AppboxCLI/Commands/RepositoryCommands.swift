@@ -1,6 +1,7 @@
 import AppboxBackup
 import AppboxContainer
 import AppboxCore
+import AppboxRepository
 import Foundation
 
 struct DiffCommand: ParsableCommand {

@@ -1,8 +1,11 @@
+import AppboxCore
+
 /// Options every command accepts, before or after the command name (never after `--`).
 public struct GlobalOptions: Sendable, Equatable {
   public var root: String?
-  /// Seconds to wait for a busy lock (`--wait`); nil: busy at once (exit 75).
-  public var wait: Double?
+  /// How long to wait for a busy lock (`--wait`); nil: as `$APPBOX_LOCK_TIMEOUT` says, else
+  /// busy at once (exit 75). The command's `CommandContext.lockWait` is what counts.
+  public var wait: LockWait?
   public var json = false
   /// JSON status lines on stderr instead of a bar (`--json-progress`, docs/progress.md).
   public var jsonProgress = false

@@ -82,15 +82,22 @@ public final class CapturingSink: OutputSink, @unchecked Sendable {
 public final class CommandContext: @unchecked Sendable {
   public let globals: GlobalOptions
   public let environment: [String: String]
+  /// How long locks wait for another appbox (`--wait`, else `$APPBOX_LOCK_TIMEOUT`): parsed
+  /// once by the runner (`LockWait.of`), passed to the device session and repositories.
+  public let lockWait: LockWait
   public let stdout: OutputSink
   public let stderr: OutputSink
   /// Work a command leaves for after its output is written (deleting an old home an update
   /// replaced); each returns warnings.
   private var afterOutput: [() -> [String]] = []
 
-  public init(globals: GlobalOptions, environment: [String: String], stdout: OutputSink, stderr: OutputSink) {
+  public init(
+    globals: GlobalOptions, environment: [String: String], lockWait: LockWait = .none, stdout: OutputSink,
+    stderr: OutputSink
+  ) {
     self.globals = globals
     self.environment = environment
+    self.lockWait = lockWait
     self.stdout = stdout
     self.stderr = stderr
   }

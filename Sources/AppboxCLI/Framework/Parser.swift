@@ -14,6 +14,8 @@
 //
 // Unknown names get "did you mean" from `Suggestions`.
 
+import AppboxCore
+
 /// A declarative command-line parser: it knows commands only by their descriptions.
 public struct ArgumentParser: Sendable {
   public let commands: [any ParsableCommand.Type]
@@ -136,10 +138,10 @@ private struct ParseState {
       globals.root = value
       return
     case "wait":
-      guard let value = takeValue(&self), let seconds = Double(value), seconds.isFinite, seconds >= 0 else {
+      guard let value = takeValue(&self), let wait = LockWait.parse(value) else {
         return fail("--wait needs a number of seconds (0 or more)")
       }
-      globals.wait = seconds
+      globals.wait = wait
       return
     default: break
     }

@@ -94,10 +94,15 @@ public struct CommandRunner: Sendable {
       }
       return 0
     }
-    // --wait reaches the libraries as the lock timeout they read from the environment.
-    var environment = environment
-    if let wait = globals.wait { environment["APPBOX_LOCK_TIMEOUT"] = String(wait) }
-    let context = CommandContext(globals: globals, environment: environment, stdout: stdout, stderr: stderr)
+    // The lock wait is read here once, and handed down to every lock through the context.
+    let lockWait: LockWait
+    do {
+      lockWait = try LockWait.of(globals, environment: environment)
+    } catch {
+      return reportUsage(error, globals: globals, document: document, stderr: stderr)
+    }
+    let context = CommandContext(
+      globals: globals, environment: environment, lockWait: lockWait, stdout: stdout, stderr: stderr)
     do {
       let command = try invocation.command!.init(invocation.arguments)
       try command.validate(context)
@@ -224,5 +229,20 @@ public enum ExitStatus {
   public static func of(_ error: Error) -> Int32 {
     if let failure = error as? any AppboxFailure { return of(failure.kind) }
     return ioError
+  }
+}
+
+extension LockWait {
+  /// The lock wait of a command line: `--wait`, else `$APPBOX_LOCK_TIMEOUT` (the one place
+  /// appbox reads it), else none. A variable that is no number of seconds (0 or more; `inf`
+  /// and longer than a year wait a year) is a usage error naming it (exit 64).
+  static func of(_ globals: GlobalOptions, environment: [String: String]) throws(UsageError) -> LockWait {
+    if let wait = globals.wait { return wait }
+    guard let text = environment[EnvironmentVariable.lockTimeout.name] else { return .none }
+    guard let wait = LockWait.parse(text) else {
+      throw UsageError(
+        "\(EnvironmentVariable.lockTimeout.name) needs a number of seconds (0 or more), not '\(text)'")
+    }
+    return wait
   }
 }

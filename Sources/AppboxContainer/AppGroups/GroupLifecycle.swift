@@ -91,8 +91,8 @@ extension DeviceSession {
     if !isLocked(record.identifier), root.hasPendingRecovery(),
       try GroupRecovery().hasPendingWork(self, bundleIdentifier: record.identifier)
     {
-      let shared = isLocked ? nil : try root.lock(exclusive: false, environment: environment)
-      let lock = try root.lockApp(record.identifier, environment: environment)
+      let shared = isLocked ? nil : try root.lock(exclusive: false, lockWait: lockWait)
+      let lock = try root.lockApp(record.identifier, lockWait: lockWait)
       defer { withExtendedLifetime((shared, lock)) {} }
       try GroupRecovery().recover(self, scope: .app(bundleIdentifier: record.identifier))
       guard let again = try registry.groupIfPresent(name) else { throw missing() }
@@ -259,7 +259,7 @@ public struct GroupRecovery: RecoveryStep {
         // The group's lock, unless the session holds it (a group scope runs under it).
         let lock =
           session.isLocked(group.identifier)
-          ? nil : try session.root.lockApp(group.identifier, environment: session.environment)
+          ? nil : try session.root.lockApp(group.identifier, lockWait: session.lockWait)
         try withExtendedLifetime(lock) {
           if let current = try session.registry.groupIfPresent(group.identifier) {
             try finish(current, in: parent.borrowed)

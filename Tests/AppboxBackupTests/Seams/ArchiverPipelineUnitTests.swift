@@ -15,6 +15,7 @@ import Glibc
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 /// Where the archiver's blob locations and the tree builder's trees go: kept for the test.
 final class RecordingSinks: BlobSink, TreeSink {

@@ -11,6 +11,7 @@ import Glibc
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 /// Every row of a catalog, as values that compare.
 struct CatalogContents: Equatable {

@@ -12,6 +12,7 @@ import Glibc
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 struct CatalogUnitTests {
   static func digest(_ byte: UInt8) -> Digest { Digest(bytes: [UInt8](repeating: byte, count: 32)) }

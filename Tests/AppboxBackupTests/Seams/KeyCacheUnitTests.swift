@@ -11,6 +11,7 @@ import Glibc
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 struct KeyCacheUnitTests {
   let password = Array("correct horse".utf8)

@@ -14,6 +14,7 @@ import Foundation
 import Synchronization
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 final class MemoryObjectStore: ObjectStore, Sendable {
   private struct State {
@@ -66,7 +67,7 @@ final class MemoryObjectStore: ObjectStore, Sendable {
 
   func reader(_ name: String, size: Int64) throws -> ObjectReader {
     guard let bytes = try get(name) else {
-      throw BackupError(.snapshotNotFound, "'\(location)\(name)' does not exist")
+      throw BackupError(.notFound, "'\(location)\(name)' does not exist")
     }
     return MemoryReader(bytes)
   }

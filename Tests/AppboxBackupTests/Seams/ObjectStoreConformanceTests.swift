@@ -11,6 +11,7 @@ import Foundation
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 struct ObjectStoreConformanceTests {
   @Test(arguments: StoreKind.allCases)

@@ -9,6 +9,7 @@ import Synchronization
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 struct ObjectStoreStreamingConformanceTests {
   @Test(arguments: StoreKind.allCases)

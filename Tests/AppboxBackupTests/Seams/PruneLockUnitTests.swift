@@ -11,6 +11,7 @@ import Glibc
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 struct PruneLockUnitTests {
   /// A handle on a fresh repository in its own bucket, with `environment` added.

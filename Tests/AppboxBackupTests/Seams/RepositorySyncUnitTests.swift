@@ -9,6 +9,7 @@ import Foundation
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 struct RepositorySyncUnitTests {
   /// A handle on `bucket`'s repository with its own cache directory (a device of its own).

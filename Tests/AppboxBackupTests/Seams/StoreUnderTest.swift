@@ -10,6 +10,7 @@ import Foundation
 import Testing
 
 @testable import AppboxBackup
+@testable import AppboxRepository
 
 /// The implementations of `ObjectStore` that must behave alike.
 enum StoreKind: String, CaseIterable, Sendable, CustomTestStringConvertible {

@@ -25,6 +25,7 @@
 import AppboxContainer
 import AppboxCore
 import AppboxCrypto
+import AppboxRepository
 import Glibc
 
 final class DeviceBackupContentReader: @unchecked Sendable {

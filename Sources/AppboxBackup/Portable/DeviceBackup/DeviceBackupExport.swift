@@ -21,6 +21,7 @@ import AppboxArchive
 import AppboxContainer
 import AppboxCore
 import AppboxCrypto
+import AppboxRepository
 import AppboxStore
 import Foundation
 import Glibc

@@ -16,6 +16,7 @@
 import AppboxContainer
 import AppboxCore
 import AppboxCrypto
+import AppboxRepository
 import AppboxStore
 import Foundation
 import Glibc
@@ -66,7 +67,7 @@ public final class DeviceBackup {
     do {
       folder = try OwnedFileDescriptor.open(path, O_RDONLY | O_DIRECTORY)
     } catch let error as SystemError where error.errno == .noEntry || error.errno == .notDirectory {
-      throw BackupError(.snapshotNotFound, "No device backup folder at '\(path)'")
+      throw BackupError(.notFound, "No device backup folder at '\(path)'")
     }
     let refuse = { (what: String) in Self.refusal(path, what) }
     guard let manifest = try Self.readPlist("Manifest.plist", in: folder.borrowed, path: path) else {

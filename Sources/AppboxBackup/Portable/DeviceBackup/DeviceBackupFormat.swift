@@ -23,6 +23,7 @@
 import AppboxContainer
 import AppboxCore
 import AppboxCrypto
+import AppboxRepository
 import Foundation
 
 /// One domain of a device backup.

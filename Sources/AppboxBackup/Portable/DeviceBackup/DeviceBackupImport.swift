@@ -27,6 +27,7 @@
 import AppboxArchive
 import AppboxContainer
 import AppboxCore
+import AppboxRepository
 import Foundation
 import Glibc
 
@@ -285,7 +286,7 @@ extension Repository {
     let bundle = snapshot.bundleDirectoryName.isEmpty ? "" : " (\(snapshot.bundleDirectoryName))"
     let origin = snapshot.tag == "ios-backup" ? " (it was imported from a device backup)" : ""
     throw BackupError(
-      .snapshotNotFound,
+      .notFound,
       "\(snapshot.app) is not installed, and snapshot \(snapshot.id) holds no bundle to install it from\(origin): "
         + "install the bundle of \(snapshot.app)\(bundle) first ('appbox install <Name>.app'), then restore it"
     )

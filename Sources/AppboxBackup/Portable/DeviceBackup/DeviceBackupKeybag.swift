@@ -20,6 +20,7 @@
 
 import AppboxCore
 import AppboxCrypto
+import AppboxRepository
 import Foundation
 
 struct DeviceBackupKeybag: Equatable {

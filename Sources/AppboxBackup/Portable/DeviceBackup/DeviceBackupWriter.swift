@@ -20,6 +20,7 @@
 import AppboxContainer
 import AppboxCore
 import AppboxCrypto
+import AppboxRepository
 import Foundation
 import Glibc
 

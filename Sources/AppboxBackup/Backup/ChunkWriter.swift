@@ -1,0 +1,106 @@
+// Stage 3b, for large files seen changing: split a streamed file into content-defined chunks
+// as its bytes pass through the archiver, hashing each chunk, so a changed file is read once.
+// The reader finds the cuts (the gear hash, `Chunker`) and hashes the whole file meanwhile, on
+// the other core.
+//
+// Used for `StreamMode.chunks` only: the file is not written as a member. Each chunk the
+// repository lacks (and this archive has not stored yet) becomes a member
+// `.appbox/chunks/<hex digest>` holding exactly its bytes; the others cost nothing. The file's
+// chunk list goes into the catalog and the manifest, keyed by its whole-file digest, which its
+// tree entry keeps. (Older appbox also indexed the chunks of large files stored whole, at their
+// place in the file's member: those rows are still read. Chunking is lazy now, so a file that
+// never changes is hashed once: docs/performance.md.)
+//
+// Invariants: a chunk location is recorded only for bytes written to this archive that hash
+// to its digest; chunk bytes are staged (at most `ChunkingParameters.maximum`) until the cut
+// is known, so a known chunk is never written; a file's list covers every byte the archive's
+// reading gave for it (a short read's zero padding included, as in its digest).
+
+import AppboxArchive
+import AppboxCrypto
+import AppboxRepository
+import Foundation
+
+final class ChunkWriter {
+  private let writer: ArchiveWriter
+  private let catalog: Catalog
+  private let archiveName: String
+  private let time: Date
+  private let staging = UnsafeMutableRawBufferPointer.allocate(
+    byteCount: ChunkingParameters.maximum, alignment: 64)
+  private let hasher = SHA256Hasher()
+
+  /// The current chunk's bytes so far.
+  private var length = 0
+  private var list: [(digest: Digest, size: Int64)] = []
+
+  /// Chunks first stored in this archive, in archive order.
+  private(set) var locations: [ChunkLocation] = []
+  private var storedHere: Set<Digest> = []
+  /// Bytes of chunk members written.
+  private(set) var bytesWritten: Int64 = 0
+
+  init(writer: ArchiveWriter, catalog: Catalog, archiveName: String, time: Date) {
+    self.writer = writer
+    self.catalog = catalog
+    self.archiveName = archiveName
+    self.time = time
+  }
+
+  deinit { staging.deallocate() }
+
+  /// Starts a file.
+  func begin() {
+    length = 0
+    list = []
+    _ = hasher.finalize()
+  }
+
+  /// The file's next bytes; with `cut` ≥ 0, the current chunk ends after `cut` of them.
+  func feed(_ data: UnsafeRawBufferPointer, cut: Int) throws {
+    if cut < 0 {
+      append(data)
+      return
+    }
+    append(UnsafeRawBufferPointer(rebasing: data[0..<cut]))
+    try endChunk()
+    append(UnsafeRawBufferPointer(rebasing: data[cut...]))
+  }
+
+  private func append(_ piece: UnsafeRawBufferPointer) {
+    guard !piece.isEmpty else { return }
+    precondition(length + piece.count <= staging.count, "a chunk is longer than the longest")
+    hasher.update(piece)
+    (staging.baseAddress! + length).copyMemory(from: piece.baseAddress!, byteCount: piece.count)
+    length += piece.count
+  }
+
+  /// Ends the file: returns its chunk list.
+  func end() throws -> ChunkList {
+    if length > 0 { try endChunk() }
+    return ChunkList(chunks: list)
+  }
+
+  private func endChunk() throws {
+    let digest = hasher.finalize()
+    let size = Int64(length)
+    list.append((digest, size))
+    if !storedHere.contains(digest), !(try catalog.hasChunk(digest)) {
+      let offset = writer.uncompressedOffset
+      try writer.writeHeader(metadataMember(ChunkList.memberPath(digest), size: length, time: time))
+      let dataOffset = writer.uncompressedOffset
+      try writer.writeData(UnsafeRawBufferPointer(rebasing: staging[0..<length]))
+      try writer.finishEntry()
+      bytesWritten += size
+      record(
+        ChunkLocation(
+          digest: digest, archive: archiveName, offset: offset, dataOffset: dataOffset, size: size))
+    }
+    length = 0
+  }
+
+  private func record(_ location: ChunkLocation) {
+    storedHere.insert(location.digest)
+    locations.append(location)
+  }
+}

@@ -1,0 +1,266 @@
+// Restore, step 3: build a snapshot (its data, or its bundle) in an empty directory.
+//
+// Algorithm:
+// 1. Plan from the trees (RestorePlan) and look up where each needed content lives.
+// 2. Check that every archive needed (those holding content, and the snapshot's own) exists
+//    with its recorded size; then start a thread that compares the CRC-32C of those that hold
+//    no needed content (the content archives are checked file by file in step 3).
+// 3. Create the directories, then read each archive once, in offset order (seeking straight
+//    to the first member needed when it is uncompressed), and write every member's data to
+//    all the files that have those bytes. Each chunk is handed to a hashing thread that
+//    checks it against the digest the tree recorded.
+// 4. Create empty files, hard links, FIFOs and symlinks; apply directory metadata deepest
+//    first.
+// 5. Wait for both checking threads. Any mismatch, missing member or short archive throws
+//    `.corruptArchive` (exit 65).
+// Invariants: nothing outside the target is touched (TreeWriter); the target holds a complete,
+// verified copy when this returns, and unspecified partial content when it throws (callers
+// build in a staging directory and discard it).
+
+import AppboxArchive
+import AppboxContainer
+import AppboxCore
+import AppboxCrypto
+import AppboxRepository
+import Foundation
+import Glibc
+
+/// Which part of a snapshot to build.
+public enum SnapshotPart: Sendable {
+  /// Everything but the bundle: Documents, Library, other top-level items.
+  case data
+  /// The bundle directory's contents.
+  case bundle
+}
+
+/// What building a snapshot wrote.
+public struct MaterializeReport: Sendable {
+  public var files: Int
+  public var bytes: Int64
+  public var warnings: [String]
+}
+
+extension Repository {
+  /// Builds `part` of `snapshot` in `directory`, which must be empty, verifying every byte.
+  /// With `standardDirectories`, the home's standard directories the snapshot lacks
+  /// (Library/Caches and tmp, always) are created empty, before directory times are set.
+  /// With `protectingOn`, files the snapshot recorded as protected are created under their
+  /// class on that device (see Protection+Backup.swift). Trees in `overlay` are read before
+  /// the catalog's (Browse/PartialRestore.swift prunes the snapshot's trees this way).
+  public func materialize(
+    _ snapshot: Snapshot, part: SnapshotPart, into directory: FileDescriptor,
+    standardDirectories: Bool = false, protectingOn session: DeviceSession? = nil, owner: UInt32? = nil,
+    overlay: [Digest: [UInt8]] = [:], observer: EngineObserver = SilentObserver()
+  ) throws -> MaterializeReport {
+    let bundleName = Array(snapshot.bundleDirectoryName.utf8)
+    let root: Digest
+    let skipping: Set<[UInt8]>
+    switch part {
+    case .data:
+      root = snapshot.rootTree
+      skipping = [bundleName]
+    case .bundle:
+      guard let entry = try catalog.tree(snapshot.rootTree).entry(named: bundleName),
+        entry.type == .directory,
+        let digest = entry.digest
+      else { throw BackupError(.notFound, "Snapshot \(snapshot.id) holds no bundle") }
+      root = digest
+      skipping = []
+    }
+    observer.engine(.phase(.planning))
+    observer.engine(.stage("plan"))
+    let (plan, sources) = try catalog.reading { () throws -> (RestorePlan, ContentSources) in
+      let plan = try RestorePlan(
+        catalog: catalog, root: root, skippingTopLevel: skipping,
+        dataTopLevel: owner == nil ? [] : DataOwnership.dataDirectories,
+        expectedFiles: part == .data && overlay.isEmpty ? snapshot.files : 0, overlay: overlay)
+      observer.engine(.stage("locate content"))
+      return (plan, try contentSources(for: plan))
+    }
+    observer.engine(
+      .planned(
+        entries: plan.files.count + plan.directories.count + plan.symlinks.count, files: plan.files.count,
+        bytes: plan.totalBytes))
+    var needed = sources.archives
+    needed.insert(snapshot.archive)
+    let records = try checkPresence(of: needed.sorted())
+    // Archives that hold content are verified by the per-file SHA-256 of everything taken
+    // from them (a second whole-file pass would only re-read them); the others (the
+    // snapshot's own, when it holds only the manifest and keychain items) get their CRC-32C.
+    let unread = records.filter { !sources.archives.contains($0.name) }.map { openArchive($0) }
+    nonisolated(unsafe) let unreadSources = unread
+    let verifier = WorkerThread(name: "appbox-verify-archives") {
+      for source in unreadSources { try source.verifyChecksum() }
+    }
+    var report = MaterializeReport(files: 0, bytes: 0, warnings: plan.warnings)
+    do {
+      let (protectedFiles, protectionWarning) = try protectedFileWriter(for: plan, session: session)
+      defer { protectedFiles?.close() }
+      if let protectionWarning { report.warnings.append(protectionWarning) }
+      let writer = TreeWriter(target: directory, plan: plan)
+      writer.protectedFiles = protectedFiles
+      defer { writer.closeAll() }
+      for index in plan.directories.indices { try writer.makeDirectory(index) }
+      observer.engine(.phase(.writing))
+      observer.engine(.stage("extract"))
+      let direct = DirectExtractor(
+        plan: plan, work: sources.direct, target: directory, owner: owner, protectedFiles: protectedFiles)
+      try direct.run(workers: 2) { observer.engine(.progress(files: $0, bytes: $1)) }
+      let extractor = ContentExtractor(plan: plan, writer: writer, observer: observer)
+      for record in records where sources.streamed[record.name] != nil {
+        try extractor.extract(from: openArchive(record), locations: sources.streamed[record.name]!)
+      }
+      observer.engine(.phase(.verifying))
+      observer.engine(.stage("verify"))
+      try extractor.finish()
+      observer.engine(.stage("links and times"))
+      for (index, item) in plan.files.enumerated() {
+        if direct.written[index] { continue }
+        if extractor.written[index] {
+          if let owner, item.isData { try writer.handOver(item, to: owner) }
+          continue
+        }
+        guard plan.sizes[index] == 0 else {
+          throw BackupError(.corruptCatalog, "No content was found for '\(display(plan.path(of: item)))'")
+        }
+        let fd = try writer.createFile(item)
+        try fd.closeAfter {
+          if let owner, item.isData { try $0.setOwner(owner, owner) }
+          try TreeWriter.applyMetadata(item, to: $0)
+        }
+      }
+      for (item, primary) in plan.hardLinks { try writer.link(item, to: plan.files[primary]) }
+      for item in plan.fifos {
+        try writer.makeFIFO(item)
+        if let owner, item.isData { try writer.handOver(item, to: owner) }
+      }
+      for item in plan.symlinks {
+        try writer.makeSymlink(item)
+        if let owner, item.isData { try writer.handOver(item, to: owner) }
+      }
+      writer.closeAll()
+      if standardDirectories {
+        let added = try addStandardDirectories(in: directory)
+        if let owner { for path in added { try writer.handOver(path: Array(path.utf8), to: owner) } }
+        writer.closeAll()
+      }
+      try writer.finishDirectories(owner: owner)
+      report.files = plan.files.count + plan.hardLinks.count + plan.symlinks.count + plan.fifos.count
+      report.bytes = plan.totalBytes
+    } catch {
+      try? verifier.join()
+      throw error
+    }
+    try verifier.join()
+    return report
+  }
+
+  /// Where the contents a plan needs are stored: read directly (uncompressed archives with
+  /// recorded data offsets, and chunks), or streamed member by member through libarchive.
+  private struct ContentSources {
+    var direct = DirectWork()
+    var streamed: [String: [BlobLocation]] = [:]
+    /// Every archive holding needed content.
+    var archives: Set<String> = []
+  }
+
+  /// Finds every needed content: a blob, or a chunk list whose chunks all have locations.
+  private func contentSources(for plan: RestorePlan) throws -> ContentSources {
+    var sources = ContentSources()
+    let ordered = try catalog.archives()
+    let records = Dictionary(ordered.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+    let rank = Dictionary(ordered.enumerated().map { ($1.name, $0) }, uniquingKeysWith: { first, _ in first })
+    var archiveIndex: [String: Int32] = [:]
+    func index(_ name: String) -> Int32 {
+      if let known = archiveIndex[name] { return known }
+      let next = Int32(sources.direct.archives.count)
+      archiveIndex[name] = next
+      sources.direct.archives.append(archivePath(name))
+      return next
+    }
+    // Where each content's copy is. Restoring most of what the repository holds, one pass over
+    // the blobs is cheaper than a lookup per content; otherwise look each up, in digest order
+    // (the lookups then walk the B-tree from one end to the other). Either way each position
+    // goes straight into the work (no table of positions by digest: a million of them would
+    // cost more than the plan), and only which contents were found is kept, by first file.
+    var found = [Bool](repeating: false, count: plan.files.count)
+    func place(_ digest: Digest, first: Int32, archive: String, size: Int64, dataOffset: Int64?) throws {
+      found[Int(first)] = true
+      sources.archives.insert(archive)
+      // A sparse identity is verified from the member's map (its holes are not hashed).
+      if readsDirectly, let dataOffset, !plan.hasSparseIdentity(digest),
+        records[archive]?.compression == ArchiveCompression.none
+      {
+        sources.direct.blobs.append(
+          DirectWork.Blob(digest: digest, archive: index(archive), dataOffset: dataOffset, size: size))
+      } else if let location = try catalog.blob(digest) {
+        sources.streamed[location.archive, default: []].append(location)
+      }
+    }
+    if plan.contentCount * 4 >= (try catalog.count("blobs")) {
+      try catalog.forEachBlobPosition { digest, archive, _, size, dataOffset in
+        if let first = plan.firstFile(withContent: digest), !found[Int(first)] {
+          try place(digest, first: first, archive: archive, size: size, dataOffset: dataOffset)
+        }
+      }
+    } else {
+      for (digest, first) in plan.contentsByDigest {
+        if let position = try catalog.blobPosition(digest) {
+          try place(
+            digest, first: first, archive: position.archive, size: position.size,
+            dataOffset: position.dataOffset)
+        }
+      }
+    }
+    for (digest, first) in plan.contents where !found[Int(first)] {
+      let path = plan.path(of: plan.files[Int(first)])
+      let size = plan.sizes[Int(first)]
+      guard let list = try catalog.chunkList(digest, size: size) else {
+        throw BackupError(
+          .corruptCatalog, "The catalog has no archive holding the content of '\(display(path))'")
+      }
+      guard readsDirectly else {
+        throw BackupError(
+          .corruptArchive,
+          "'\(display(path))' is stored as chunks, which only a local unencrypted repository holds")
+      }
+      var chunks: [(archive: Int32, dataOffset: Int64, size: Int64)] = []
+      for chunk in list.chunks {
+        guard let location = try catalog.chunk(chunk.digest), location.size == chunk.size,
+          records[location.archive]?.compression == ArchiveCompression.none
+        else {
+          throw BackupError(
+            .corruptCatalog,
+            "The catalog has no archive holding chunk \(chunk.digest.hex.prefix(16)) of '\(display(path))'")
+        }
+        sources.archives.insert(location.archive)
+        chunks.append((index(location.archive), location.dataOffset, location.size))
+      }
+      sources.direct.chunked.append(DirectWork.Chunked(digest: digest, size: size, chunks: chunks))
+    }
+    // Oldest archive first, each from start to end (one integer key each: rank, then offset).
+    let archiveRank = sources.direct.archives.map { path in Int64(rank[splitPath(path).name] ?? 0) << 48 }
+    sources.direct.blobs.sort {
+      archiveRank[Int($0.archive)] | $0.dataOffset < archiveRank[Int($1.archive)] | $1.dataOffset
+    }
+    return sources
+  }
+
+}
+
+/// Creates the home's standard directories that `directory` lacks (a symlink or file in
+/// their place is left alone: the snapshot recorded it so). Returns those it created.
+@discardableResult
+func addStandardDirectories(in directory: FileDescriptor) throws -> [String] {
+  var added: [String] = []
+  for path in Home.standardDirectories {
+    let parent = TreeWriter.split(Array(path.utf8)).parent
+    guard
+      let parentStatus = parent.isEmpty ? try directory.status() : try directory.status(ofRawName: parent),
+      parentStatus.type == .directory, try directory.status(ofRawName: Array(path.utf8)) == nil
+    else { continue }
+    try directory.makeDirectory(path, mode: 0o755)
+    added.append(path)
+  }
+  return added
+}
