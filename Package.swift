@@ -49,6 +49,10 @@ let package = Package(
 
     // Errno, descriptors, contained paths, xattrs, locks, property lists.
     .target(name: "AppboxCore", dependencies: ["CSystem"]),
+    // How pipeline threads meet: monitor, joinable thread, bounded hand-off queue, buffer pool,
+    // cancellation token. Imports no appbox module (AppboxCore at most): no storage, engines,
+    // crypto or C library modules.
+    .target(name: "AppboxPipeline"),
     // SQLite connection, statements, transactions, migrations.
     .target(name: "AppboxStore", dependencies: ["AppboxCore", "CSQLite"]),
     // SHA-256, AES-256-GCM, random bytes over libcrypto.
@@ -56,7 +60,7 @@ let package = Package(
     // pax tar reading and writing over libarchive.
     .target(name: "AppboxArchive", dependencies: ["AppboxCore", "CArchive"]),
     // A small S3 client (SigV4, streaming multipart uploads, ranged reads) over libcurl.
-    .target(name: "AppboxS3", dependencies: ["AppboxCore", "AppboxCrypto", "CCurl"]),
+    .target(name: "AppboxS3", dependencies: ["AppboxCore", "AppboxCrypto", "AppboxPipeline", "CCurl"]),
     // The device-bound encrypted item store: access groups, device key, backup hooks.
     .target(name: "AppboxKeychain", dependencies: ["AppboxCore", "AppboxStore", "AppboxCrypto"]),
     // The in-app keychain protocol and a SecItem-like client for Swift apps.
@@ -75,7 +79,7 @@ let package = Package(
       name: "AppboxBackup",
       dependencies: [
         "AppboxCore", "AppboxStore", "AppboxCrypto", "AppboxArchive", "AppboxKeychain", "AppboxContainer",
-        "AppboxS3",
+        "AppboxS3", "AppboxPipeline",
       ]),
     // The snapshots as a read-only FUSE file system (libfuse3).
     .target(name: "AppboxMount", dependencies: ["AppboxCore", "AppboxCrypto", "AppboxBackup", "CFuse"]),
@@ -110,6 +114,7 @@ let package = Package(
       path: "Benchmarks/Sources/appbox-bench"),
 
     .testTarget(name: "AppboxCoreTests", dependencies: ["AppboxCore", "AppboxTestSupport"]),
+    .testTarget(name: "AppboxPipelineTests", dependencies: ["AppboxPipeline", "AppboxTestSupport"]),
     .testTarget(name: "AppboxStoreTests", dependencies: ["AppboxStore", "AppboxTestSupport"]),
     .testTarget(name: "AppboxCryptoTests", dependencies: ["AppboxCrypto", "AppboxTestSupport"]),
     .testTarget(name: "AppboxS3Tests", dependencies: ["AppboxS3", "AppboxCrypto", "AppboxTestSupport"]),
@@ -124,7 +129,7 @@ let package = Package(
     .testTarget(
       name: "AppboxBackupTests",
       dependencies: [
-        "AppboxBackup", "AppboxArchive", "AppboxContainer", "AppboxCrypto", "AppboxStore",
+        "AppboxBackup", "AppboxArchive", "AppboxContainer", "AppboxCrypto", "AppboxStore", "AppboxPipeline",
         "AppboxTestSupport",
       ]),
     .testTarget(name: "AppboxCLITests", dependencies: ["AppboxCLI", "AppboxTestSupport"]),

@@ -28,6 +28,7 @@
 import AppboxArchive
 import AppboxContainer
 import AppboxCore
+import AppboxPipeline
 import AppboxCrypto
 import Foundation
 import Glibc

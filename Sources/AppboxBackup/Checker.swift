@@ -24,6 +24,7 @@
 
 import AppboxArchive
 import AppboxCore
+import AppboxPipeline
 import AppboxCrypto
 import Glibc
 

@@ -15,6 +15,7 @@
 
 import AppboxArchive
 import AppboxCore
+import AppboxPipeline
 import AppboxCrypto
 import Glibc
 
@@ -23,7 +24,7 @@ final class ContentExtractor {
     /// A content of `size` bytes begins; `sparse`: its identity is the sparse kind.
     case start(size: Int64, sparse: Bool)
     /// Its bytes `buffer[0..<count]`, at `offset`.
-    case chunk(UnsafeMutableRawBufferPointer, Int, offset: Int64)
+    case chunk(PooledBuffer, Int, offset: Int64)
     case end(expected: Digest, path: [UInt8])
   }
 
@@ -33,7 +34,7 @@ final class ContentExtractor {
   private let queue = HandoffQueue<HashMessage>(capacity: 32 << 20)
   /// Data buffers, handed to the hasher and back: no allocation per chunk.
   private let pool = BufferPool(count: 32, bufferSize: 256 << 10)
-  private let hasherThread: WorkerThread
+  private let hasherThread: WorkerThread<Void>
   private let mismatches = MismatchList()
   /// Indexes into `plan.files` whose content has been written.
   private(set) var written: [Bool]
@@ -116,7 +117,7 @@ final class ContentExtractor {
       let buffer = pool.take(beforeWaiting: queue.nudge)
       let chunk: ArchiveChunk?
       do {
-        chunk = try reader.readChunk(into: buffer)
+        chunk = try reader.readChunk(into: buffer.bytes)
       } catch {
         pool.give(buffer)
         throw error

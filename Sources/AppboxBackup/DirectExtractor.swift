@@ -27,6 +27,7 @@
 
 import AppboxContainer
 import AppboxCore
+import AppboxPipeline
 import AppboxCrypto
 import Glibc
 import Synchronization

@@ -2,6 +2,7 @@
 // them (a progress bar on a terminal, warnings as lines); tests collect them.
 
 import AppboxCore
+import AppboxPipeline
 
 /// Something an engine reports while it works.
 public enum EngineEvent: Sendable, Equatable {

@@ -11,6 +11,7 @@
 // (77) for credentials or signatures it refused, `.notFound` (66), or `.io` (74).
 
 import AppboxCore
+import AppboxPipeline
 import AppboxCrypto
 import Foundation
 import Glibc

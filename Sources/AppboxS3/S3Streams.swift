@@ -4,6 +4,7 @@
 // thread of its own while the next fills.
 
 import AppboxCore
+import AppboxPipeline
 import AppboxCrypto
 import Foundation
 import Glibc

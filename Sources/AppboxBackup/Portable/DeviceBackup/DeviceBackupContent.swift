@@ -24,6 +24,7 @@
 
 import AppboxContainer
 import AppboxCore
+import AppboxPipeline
 import AppboxCrypto
 import Glibc
 
@@ -199,7 +200,7 @@ final class DeviceBackupContentReader: @unchecked Sendable {
       let buffer = pool.take(beforeWaiting: queue.nudge)
       do {
         let count = try fill(
-          buffer, from: fd, stored: Int(found.size), cipher: cipher, scratch: scratch, item: item)
+          buffer.bytes, from: fd, stored: Int(found.size), cipher: cipher, scratch: scratch, item: item)
         guard count == Int(size) else { throw damaged(item, "it decrypts to \(count) bytes, not \(size)") }
         var digest: Digest?
         if !pool.isMostlyFree {
@@ -236,14 +237,14 @@ final class DeviceBackupContentReader: @unchecked Sendable {
           if let cipher {
             try readExactly(fd, into: UnsafeMutableRawBufferPointer(rebasing: scratch[0..<want]), item: item)
             count = try decrypt(
-              cipher, UnsafeRawBufferPointer(rebasing: scratch[0..<want]), into: buffer, item: item)
+              cipher, UnsafeRawBufferPointer(rebasing: scratch[0..<want]), into: buffer.bytes, item: item)
           } else {
             try readExactly(fd, into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want]), item: item)
             count = want
           }
           left -= want
         } else if let finishing = cipher {
-          count = try finish(finishing, into: buffer, item: item)
+          count = try finish(finishing, into: buffer.bytes, item: item)
           cipher = nil
         }
       } catch {

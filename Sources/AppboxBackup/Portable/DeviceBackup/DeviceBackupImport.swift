@@ -27,6 +27,7 @@
 import AppboxArchive
 import AppboxContainer
 import AppboxCore
+import AppboxPipeline
 import Foundation
 import Glibc
 

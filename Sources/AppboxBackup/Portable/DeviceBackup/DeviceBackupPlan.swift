@@ -21,6 +21,7 @@
 
 import AppboxContainer
 import AppboxCore
+import AppboxPipeline
 import AppboxStore
 import Foundation
 import Glibc
