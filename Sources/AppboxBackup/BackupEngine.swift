@@ -32,6 +32,7 @@ import AppboxPipeline
 import AppboxCrypto
 import Foundation
 import Glibc
+import Synchronization
 
 /// How to take a snapshot.
 public struct BackupOptions: Sendable {
@@ -345,8 +346,12 @@ private struct BackupRun {
 }
 
 /// A backup's estimate of the space it needs, set once its archive is written (or fails).
-private final class NeededSpace: @unchecked Sendable {
-  var bytes: Int64 = 1 << 20
+private final class NeededSpace: Sendable {
+  private let value = Mutex<Int64>(1 << 20)
+  var bytes: Int64 {
+    get { value.withLock { $0 } }
+    set { value.withLock { $0 = newValue } }
+  }
 }
 
 /// A member for appbox's own data (`.appbox/...`), private to the owner.

@@ -18,6 +18,7 @@ import AppboxCore
 import AppboxPipeline
 import AppboxCrypto
 import Glibc
+import Synchronization
 
 final class ContentExtractor {
   private enum HashMessage {
@@ -170,9 +171,8 @@ final class ContentExtractor {
 }
 
 /// Paths whose content did not match, filled by the hashing thread.
-private final class MismatchList: @unchecked Sendable {
-  private let mutex = Monitor()
-  private var paths: [[UInt8]] = []
-  func add(_ path: [UInt8]) { mutex.withLock { paths.append(path) } }
-  var first: [UInt8]? { mutex.withLock { paths.first } }
+private final class MismatchList: Sendable {
+  private let paths = Mutex<[[UInt8]]>([])
+  func add(_ path: [UInt8]) { paths.withLock { $0.append(path) } }
+  var first: [UInt8]? { paths.withLock { $0.first } }
 }

@@ -99,7 +99,7 @@ enum StreamMode {
 }
 
 /// Reads the changed files of an archive plan and feeds the archiver.
-final class ContentReader: @unchecked Sendable {
+final class ContentReader {
   static let maxAttempts = 4
   /// Files up to this size are read whole, and an incremental backup skips their content when
   /// the repository already holds it; larger files stream into the archive and are stored
