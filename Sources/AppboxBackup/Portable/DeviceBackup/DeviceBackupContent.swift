@@ -28,8 +28,14 @@ import AppboxPipeline
 import AppboxCrypto
 import Glibc
 
-final class DeviceBackupContentReader: @unchecked Sendable {
-  private let backup: DeviceBackup
+final class DeviceBackupContentReader: Sendable {
+  /// What the reader needs of the backup (whose Manifest.db connection stays on the caller's
+  /// thread): its path, whether it is encrypted, its class keys, and its folder, open on a
+  /// descriptor of the reader's own (closed when the reader goes).
+  private let backupPath: String
+  private let folder: FileDescriptor
+  private let isEncrypted: Bool
+  private let classKeys: [UInt32: [UInt8]]
   private let plan: DeviceBackupPlan
   private let domain: String
   private let queue: HandoffQueue<ContentMessage>
@@ -38,13 +44,18 @@ final class DeviceBackupContentReader: @unchecked Sendable {
   init(
     backup: DeviceBackup, plan: DeviceBackupPlan, domain: String, queue: HandoffQueue<ContentMessage>,
     pool: BufferPool
-  ) {
-    self.backup = backup
+  ) throws {
+    backupPath = backup.path
+    folder = try backup.folder.borrowed.duplicate()
+    isEncrypted = backup.isEncrypted
+    classKeys = backup.classKeys
     self.plan = plan
     self.domain = domain
     self.queue = queue
     self.pool = pool
   }
+
+  deinit { folder.close() }
 
   /// Files whose plaintext fits this go whole: the ciphertext, a block longer, must fit a
   /// buffer too, with a block of room for the decryption's output.
@@ -138,7 +149,7 @@ final class DeviceBackupContentReader: @unchecked Sendable {
 
   private func damaged(_ item: DeviceBackupItem, _ why: String) -> BackupError {
     DeviceBackup.refusal(
-      backup.path,
+      backupPath,
       "'\(String(item.fileID.prefix(2)))/\(item.fileID)' (\(display(Snapshot.shortened(item.path))) of \(domain)) "
         + "is damaged: \(why)")
   }
@@ -161,7 +172,7 @@ final class DeviceBackupContentReader: @unchecked Sendable {
     let contentPath = DeviceBackupNames.contentPath(item.fileID)
     guard
       let (fd, found) = try DeviceBackup.openRegular(
-        contentPath, in: backup.folder.borrowed, path: backup.path)
+        contentPath, in: folder, path: backupPath)
     else {
       if size == 0 { return pushEmpty(reference, file) }
       return queue.push(
@@ -173,12 +184,12 @@ final class DeviceBackupContentReader: @unchecked Sendable {
     }
     defer { fd.close() }
     var cipher: AESCBCStream?
-    if backup.isEncrypted {
+    if isEncrypted {
       guard let stored = item.record.encryptionKey, let split = MBFileRecord.split(encryptionKey: stored)
       else {
         throw damaged(item, "its MBFile has no usable EncryptionKey")
       }
-      guard let classKey = backup.classKeys[split.protectionClass] else {
+      guard let classKey = classKeys[split.protectionClass] else {
         throw damaged(
           item, "its EncryptionKey names class \(split.protectionClass), which the keybag does not hold")
       }
@@ -331,7 +342,7 @@ final class DeviceBackupContentReader: @unchecked Sendable {
       } catch let error as SystemError {
         throw BackupError(
           .unreadable(error.kind == .denied ? .denied : .io),
-          "Unable to read '\(backup.path)/\(item.fileID.prefix(2))/\(item.fileID)': \(error.errno)")
+          "Unable to read '\(backupPath)/\(item.fileID.prefix(2))/\(item.fileID)': \(error.errno)")
       }
       if n == 0 { throw damaged(item, "it ended early") }
       done += n
