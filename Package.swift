@@ -11,7 +11,7 @@ let package = Package(
     .executable(name: "appbox-secitem", targets: ["appbox-secitem"]),
     .library(
       name: "AppboxKit",
-      targets: ["AppboxCore", "AppboxKeychain", "AppboxContainer", "AppboxBackup"]),
+      targets: ["AppboxCore", "AppboxPlist", "AppboxKeychain", "AppboxContainer", "AppboxBackup"]),
     // For Swift apps inside the sandbox: the SecItem-like keychain client.
     .library(name: "AppboxSecItem", targets: ["AppboxSecItem"]),
   ],
@@ -47,8 +47,11 @@ let package = Package(
         .unsafeFlags(["-static-executable", "-Xlinker", "--gc-sections"])
       ]),
 
-    // Errno, descriptors, contained paths, xattrs, locks, property lists.
+    // Errno, descriptors, contained paths, xattrs, locks.
     .target(name: "AppboxCore", dependencies: ["CSystem"]),
+    // The property-list codec (XML and binary, keyed archives), hardened against hostile
+    // input. Imports AppboxCore only (for its failure protocol): no C modules, no storage.
+    .target(name: "AppboxPlist", dependencies: ["AppboxCore"]),
     // How pipeline threads meet: monitor, joinable thread, bounded hand-off queue, buffer pool,
     // cancellation token. Imports no appbox module (AppboxCore at most): no storage, engines,
     // crypto or C library modules.
@@ -64,22 +67,24 @@ let package = Package(
     // The device-bound encrypted item store: access groups, device key, backup hooks.
     .target(name: "AppboxKeychain", dependencies: ["AppboxCore", "AppboxStore", "AppboxCrypto"]),
     // The in-app keychain protocol and a SecItem-like client for Swift apps.
-    .target(name: "AppboxSecItem", dependencies: ["AppboxCore", "CSystem"]),
+    .target(name: "AppboxSecItem", dependencies: ["AppboxCore", "AppboxPlist", "CSystem"]),
     // The keychain broker a running app talks to: requests to keychain calls, the server.
     .target(
-      name: "AppboxSecItemBroker", dependencies: ["AppboxCore", "AppboxKeychain", "AppboxSecItem", "CSystem"]),
+      name: "AppboxSecItemBroker",
+      dependencies: ["AppboxCore", "AppboxPlist", "AppboxKeychain", "AppboxSecItem", "CSystem"]),
     // Device root, registry, bundles, seals, homes, install, sandbox.
     .target(
       name: "AppboxContainer",
       dependencies: [
-        "AppboxCore", "AppboxStore", "AppboxCrypto", "AppboxKeychain", "AppboxSecItem", "AppboxSecItemBroker",
+        "AppboxCore", "AppboxPlist", "AppboxStore", "AppboxCrypto", "AppboxKeychain", "AppboxSecItem",
+        "AppboxSecItemBroker",
       ]),
     // Incremental tar snapshots: scan, change detection, archive, catalog; restore, check, forget.
     .target(
       name: "AppboxBackup",
       dependencies: [
-        "AppboxCore", "AppboxStore", "AppboxCrypto", "AppboxArchive", "AppboxKeychain", "AppboxContainer",
-        "AppboxS3", "AppboxPipeline",
+        "AppboxCore", "AppboxPlist", "AppboxStore", "AppboxCrypto", "AppboxArchive", "AppboxKeychain",
+        "AppboxContainer", "AppboxS3", "AppboxPipeline",
       ]),
     // The snapshots as a read-only FUSE file system (libfuse3).
     .target(name: "AppboxMount", dependencies: ["AppboxCore", "AppboxCrypto", "AppboxBackup", "CFuse"]),
@@ -87,7 +92,8 @@ let package = Package(
     .target(
       name: "AppboxCLI",
       dependencies: [
-        "AppboxCore", "AppboxStore", "AppboxKeychain", "AppboxContainer", "AppboxBackup", "AppboxMount",
+        "AppboxCore", "AppboxPlist", "AppboxStore", "AppboxKeychain", "AppboxContainer", "AppboxBackup",
+        "AppboxMount",
       ]),
     // The executable: a few lines that hand over to AppboxCLI.
     .executableTarget(name: "appbox", dependencies: ["AppboxCLI"]),
@@ -107,13 +113,14 @@ let package = Package(
       ]),
 
     // Helpers shared by the tests and the benchmark: temp directories, fixtures, running programs.
-    .target(name: "AppboxTestSupport", dependencies: ["AppboxCore"]),
+    .target(name: "AppboxTestSupport", dependencies: ["AppboxCore", "AppboxPlist"]),
     // The benchmark: a seeded home generator and the side-by-side runner (`make bench`).
     .executableTarget(
       name: "appbox-bench", dependencies: ["AppboxArchive", "AppboxTestSupport"],
       path: "Benchmarks/Sources/appbox-bench"),
 
     .testTarget(name: "AppboxCoreTests", dependencies: ["AppboxCore", "AppboxTestSupport"]),
+    .testTarget(name: "AppboxPlistTests", dependencies: ["AppboxPlist", "AppboxTestSupport"]),
     .testTarget(name: "AppboxPipelineTests", dependencies: ["AppboxPipeline", "AppboxTestSupport"]),
     .testTarget(name: "AppboxStoreTests", dependencies: ["AppboxStore", "AppboxTestSupport"]),
     .testTarget(name: "AppboxCryptoTests", dependencies: ["AppboxCrypto", "AppboxTestSupport"]),
@@ -123,20 +130,22 @@ let package = Package(
     .testTarget(
       name: "AppboxSecItemTests",
       dependencies: [
-        "AppboxSecItem", "AppboxSecItemBroker", "AppboxKeychain", "CSecItem", "AppboxTestSupport",
+        "AppboxSecItem", "AppboxSecItemBroker", "AppboxKeychain", "AppboxPlist", "CSecItem", "AppboxTestSupport",
       ]),
-    .testTarget(name: "AppboxContainerTests", dependencies: ["AppboxContainer", "AppboxTestSupport"]),
+    .testTarget(
+      name: "AppboxContainerTests", dependencies: ["AppboxContainer", "AppboxPlist", "AppboxTestSupport"]),
     .testTarget(
       name: "AppboxBackupTests",
       dependencies: [
         "AppboxBackup", "AppboxArchive", "AppboxContainer", "AppboxCrypto", "AppboxStore", "AppboxPipeline",
-        "AppboxTestSupport",
+        "AppboxPlist", "AppboxTestSupport",
       ]),
     .testTarget(name: "AppboxCLITests", dependencies: ["AppboxCLI", "AppboxTestSupport"]),
     .testTarget(
       name: "EndToEndTests",
       dependencies: [
-        "AppboxCore", "AppboxArchive", "AppboxBackup", "AppboxCrypto", "AppboxS3", "AppboxTestSupport",
+        "AppboxCore", "AppboxArchive", "AppboxBackup", "AppboxCrypto", "AppboxPlist", "AppboxS3",
+        "AppboxTestSupport",
       ]),
   ]
 )

@@ -21,6 +21,7 @@ import AppboxArchive
 import AppboxContainer
 import AppboxCore
 import AppboxCrypto
+import AppboxPlist
 import AppboxStore
 import Foundation
 import Glibc

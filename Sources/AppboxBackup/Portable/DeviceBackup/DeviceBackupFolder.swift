@@ -16,6 +16,7 @@
 import AppboxContainer
 import AppboxCore
 import AppboxCrypto
+import AppboxPlist
 import AppboxStore
 import Foundation
 import Glibc

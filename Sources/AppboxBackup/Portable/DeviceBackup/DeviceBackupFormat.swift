@@ -23,6 +23,7 @@
 import AppboxContainer
 import AppboxCore
 import AppboxCrypto
+import AppboxPlist
 import Foundation
 
 /// One domain of a device backup.

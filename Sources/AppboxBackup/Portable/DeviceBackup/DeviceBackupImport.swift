@@ -28,6 +28,7 @@ import AppboxArchive
 import AppboxContainer
 import AppboxCore
 import AppboxPipeline
+import AppboxPlist
 import Foundation
 import Glibc
 

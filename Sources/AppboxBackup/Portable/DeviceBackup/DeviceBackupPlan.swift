@@ -22,6 +22,7 @@
 import AppboxContainer
 import AppboxCore
 import AppboxPipeline
+import AppboxPlist
 import AppboxStore
 import Foundation
 import Glibc
