@@ -11,7 +11,9 @@ let package = Package(
     .executable(name: "appbox-secitem", targets: ["appbox-secitem"]),
     .library(
       name: "AppboxKit",
-      targets: ["AppboxCore", "AppboxKeychain", "AppboxRepository", "AppboxContainer", "AppboxBackup"]),
+      targets: [
+        "AppboxCore", "AppboxPlist", "AppboxKeychain", "AppboxRepository", "AppboxContainer", "AppboxBackup",
+      ]),
     // For Swift apps inside the sandbox: the SecItem-like keychain client.
     .library(name: "AppboxSecItem", targets: ["AppboxSecItem"]),
   ],
@@ -47,8 +49,15 @@ let package = Package(
         .unsafeFlags(["-static-executable", "-Xlinker", "--gc-sections"])
       ]),
 
-    // Errno, descriptors, contained paths, xattrs, locks, property lists.
+    // Errno, descriptors, contained paths, xattrs, locks.
     .target(name: "AppboxCore", dependencies: ["CSystem"]),
+    // The property-list codec (XML and binary, keyed archives), hardened against hostile
+    // input. Imports AppboxCore only (for its failure protocol): no C modules, no storage.
+    .target(name: "AppboxPlist", dependencies: ["AppboxCore"]),
+    // How pipeline threads meet: monitor, joinable thread, bounded hand-off queue, buffer pool,
+    // cancellation token. Imports no appbox module (AppboxCore at most): no storage, engines,
+    // crypto or C library modules.
+    .target(name: "AppboxPipeline"),
     // SQLite connection, statements, transactions, migrations.
     .target(name: "AppboxStore", dependencies: ["AppboxCore", "CSQLite"]),
     // SHA-256, AES-256-GCM, random bytes over libcrypto.
@@ -56,31 +65,37 @@ let package = Package(
     // pax tar reading and writing over libarchive.
     .target(name: "AppboxArchive", dependencies: ["AppboxCore", "CArchive"]),
     // A small S3 client (SigV4, streaming multipart uploads, ranged reads) over libcurl.
-    .target(name: "AppboxS3", dependencies: ["AppboxCore", "AppboxCrypto", "CCurl"]),
+    .target(name: "AppboxS3", dependencies: ["AppboxCore", "AppboxCrypto", "AppboxPipeline", "CCurl"]),
     // The device-bound encrypted item store: access groups, device key, backup hooks.
     .target(name: "AppboxKeychain", dependencies: ["AppboxCore", "AppboxStore", "AppboxCrypto"]),
     // The in-app keychain protocol and a SecItem-like client for Swift apps.
-    .target(name: "AppboxSecItem", dependencies: ["AppboxCore", "CSystem"]),
+    .target(name: "AppboxSecItem", dependencies: ["AppboxCore", "AppboxPlist", "CSystem"]),
     // The keychain broker a running app talks to: requests to keychain calls, the server.
     .target(
-      name: "AppboxSecItemBroker", dependencies: ["AppboxCore", "AppboxKeychain", "AppboxSecItem", "CSystem"]),
+      name: "AppboxSecItemBroker",
+      dependencies: ["AppboxCore", "AppboxPlist", "AppboxKeychain", "AppboxSecItem", "CSystem"]),
     // Backup repositories: object stores (local, S3), keys, locks, sync, the catalog, the tree
     // and manifest formats, check, forget, diff, browsing. Knows nothing of devices.
     .target(
       name: "AppboxRepository",
-      dependencies: ["AppboxCore", "AppboxStore", "AppboxCrypto", "AppboxArchive", "AppboxS3"]),
+      dependencies: [
+        "AppboxCore", "AppboxPlist", "AppboxStore", "AppboxCrypto", "AppboxArchive", "AppboxS3",
+        "AppboxPipeline",
+      ]),
     // Device root, registry, bundles, seals, homes, install, sandbox.
     .target(
       name: "AppboxContainer",
       dependencies: [
-        "AppboxCore", "AppboxStore", "AppboxCrypto", "AppboxKeychain", "AppboxSecItem", "AppboxSecItemBroker",
+        "AppboxCore", "AppboxPlist", "AppboxStore", "AppboxCrypto", "AppboxKeychain", "AppboxSecItem",
+        "AppboxSecItemBroker",
       ]),
     // The device-facing engines over a repository: backup, restore, export and import (tar,
     // .xcappdata, device backups), the advisor. Store only for a device backup's Manifest.db.
     .target(
       name: "AppboxBackup",
       dependencies: [
-        "AppboxCore", "AppboxStore", "AppboxCrypto", "AppboxArchive", "AppboxRepository", "AppboxContainer",
+        "AppboxCore", "AppboxPlist", "AppboxStore", "AppboxCrypto", "AppboxArchive", "AppboxRepository",
+        "AppboxContainer", "AppboxPipeline",
       ]),
     // The snapshots as a read-only FUSE file system (libfuse3).
     .target(
@@ -89,7 +104,8 @@ let package = Package(
     .target(
       name: "AppboxCLI",
       dependencies: [
-        "AppboxCore", "AppboxStore", "AppboxKeychain", "AppboxRepository", "AppboxContainer", "AppboxBackup",
+        "AppboxCore", "AppboxPlist", "AppboxStore", "AppboxKeychain", "AppboxRepository", "AppboxContainer",
+        "AppboxBackup",
         "AppboxMount",
       ]),
     // The executable: a few lines that hand over to AppboxCLI.
@@ -110,13 +126,15 @@ let package = Package(
       ]),
 
     // Helpers shared by the tests and the benchmark: temp directories, fixtures, running programs.
-    .target(name: "AppboxTestSupport", dependencies: ["AppboxCore"]),
+    .target(name: "AppboxTestSupport", dependencies: ["AppboxCore", "AppboxPlist"]),
     // The benchmark: a seeded home generator and the side-by-side runner (`make bench`).
     .executableTarget(
       name: "appbox-bench", dependencies: ["AppboxArchive", "AppboxTestSupport"],
       path: "Benchmarks/Sources/appbox-bench"),
 
     .testTarget(name: "AppboxCoreTests", dependencies: ["AppboxCore", "AppboxTestSupport"]),
+    .testTarget(name: "AppboxPlistTests", dependencies: ["AppboxPlist", "AppboxTestSupport"]),
+    .testTarget(name: "AppboxPipelineTests", dependencies: ["AppboxPipeline", "AppboxTestSupport"]),
     .testTarget(name: "AppboxStoreTests", dependencies: ["AppboxStore", "AppboxTestSupport"]),
     .testTarget(name: "AppboxCryptoTests", dependencies: ["AppboxCrypto", "AppboxTestSupport"]),
     .testTarget(name: "AppboxS3Tests", dependencies: ["AppboxS3", "AppboxCrypto", "AppboxTestSupport"]),
@@ -125,13 +143,16 @@ let package = Package(
     .testTarget(
       name: "AppboxSecItemTests",
       dependencies: [
-        "AppboxSecItem", "AppboxSecItemBroker", "AppboxKeychain", "CSecItem", "AppboxTestSupport",
+        "AppboxSecItem", "AppboxSecItemBroker", "AppboxKeychain", "AppboxPlist", "CSecItem",
+        "AppboxTestSupport",
       ]),
-    .testTarget(name: "AppboxContainerTests", dependencies: ["AppboxContainer", "AppboxTestSupport"]),
+    .testTarget(
+      name: "AppboxContainerTests", dependencies: ["AppboxContainer", "AppboxPlist", "AppboxTestSupport"]),
     .testTarget(
       name: "AppboxBackupTests",
       dependencies: [
         "AppboxBackup", "AppboxRepository", "AppboxArchive", "AppboxContainer", "AppboxCrypto", "AppboxStore",
+        "AppboxPipeline", "AppboxPlist",
         // The advice page (AppboxCLI's AdviceHTML.swift) is tested on the advisor's fixtures.
         "AppboxCLI", "AppboxTestSupport",
       ]),
@@ -139,7 +160,8 @@ let package = Package(
     .testTarget(
       name: "EndToEndTests",
       dependencies: [
-        "AppboxCore", "AppboxArchive", "AppboxBackup", "AppboxRepository", "AppboxCrypto", "AppboxS3",
+        "AppboxCore", "AppboxArchive", "AppboxBackup", "AppboxRepository", "AppboxCrypto", "AppboxPlist",
+        "AppboxS3",
         "AppboxTestSupport",
       ]),
   ]

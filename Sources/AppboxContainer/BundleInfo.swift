@@ -1,5 +1,6 @@
 import AppboxCore
 import AppboxKeychain
+import AppboxPlist
 import Foundation
 
 /// A bundle version: dotted non-negative integers ("1", "2.0.1"), compared numerically,

@@ -1,5 +1,6 @@
 import AppboxCore
 import AppboxKeychain
+import AppboxPlist
 import Foundation
 
 /// A device's identity, kept in `<root>/device.plist`.

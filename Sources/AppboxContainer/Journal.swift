@@ -1,4 +1,5 @@
 import AppboxCore
+import AppboxPlist
 import Foundation
 import Glibc
 

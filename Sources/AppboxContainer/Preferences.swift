@@ -13,6 +13,7 @@
 // which replaces a symlink planted meanwhile instead of writing through it).
 
 import AppboxCore
+import AppboxPlist
 import Foundation
 import Glibc
 

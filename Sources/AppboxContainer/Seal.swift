@@ -1,5 +1,6 @@
 import AppboxCore
 import AppboxCrypto
+import AppboxPlist
 import Foundation
 import Glibc
 

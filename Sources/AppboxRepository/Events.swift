@@ -2,6 +2,7 @@
 // them (a progress bar on a terminal, warnings as lines); tests collect them.
 
 import AppboxCore
+import Synchronization
 
 /// Something an engine reports while it works.
 public enum EngineEvent: Sendable, Equatable {
@@ -43,12 +44,11 @@ public final class SilentObserver: EngineObserver {
 }
 
 /// An observer that keeps every event, for tests and for summaries.
-public final class RecordingObserver: EngineObserver, @unchecked Sendable {
-  private let lock = Monitor()
-  private var stored: [EngineEvent] = []
+public final class RecordingObserver: EngineObserver, Sendable {
+  private let stored = Mutex<[EngineEvent]>([])
   public init() {}
-  public func engine(_ event: EngineEvent) { lock.withLock { stored.append(event) } }
-  public var events: [EngineEvent] { lock.withLock { stored } }
+  public func engine(_ event: EngineEvent) { stored.withLock { $0.append(event) } }
+  public var events: [EngineEvent] { stored.withLock { $0 } }
   public var warnings: [String] {
     events.compactMap { if case .warning(_, let message) = $0 { return message } else { return nil } }
   }

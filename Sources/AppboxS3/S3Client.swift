@@ -11,6 +11,7 @@
 // (77) for credentials or signatures it refused, `.notFound` (66), or `.io` (74).
 
 import AppboxCore
+import AppboxPipeline
 import AppboxCrypto
 import Foundation
 import Glibc
@@ -61,6 +62,11 @@ public struct S3ObjectInfo: Sendable, Equatable {
 
 /// An S3 client for one endpoint. Thread-safe: each request takes a connection of its own
 /// from a small pool.
+///
+/// `@unchecked Sendable`, for a documented reason: the pool's idle connections (curl handles,
+/// not Sendable) go in and out behind `lock`, but a request's connection is tied up with the
+/// caller's non-Sendable receiver while in use, so region isolation cannot see it handed back
+/// whole. `lock` guards `idle` and `clockOffset`; a connection is used by one request at a time.
 public final class S3Client: @unchecked Sendable {
   public let configuration: S3Configuration
   let signer: SigV4Signer

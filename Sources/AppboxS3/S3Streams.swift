@@ -1,26 +1,30 @@
 // Streams over S3 objects for readers and writers that pull and push bytes at their own pace
 // (libarchive's callbacks): a download running ahead on a thread of its own into a bounded
 // buffer, and an upload that cuts what it is given into multipart parts and sends each on a
-// thread of its own while the next fills.
+// thread of its own while the next fills. Both are built on AppboxPipeline: the state shared
+// with the thread is behind a Monitor, and the thread is a WorkerThread that is joined before
+// the stream or upload is done with (no thread outlives what it serves).
 
 import AppboxCore
+import AppboxPipeline
 import AppboxCrypto
 import Foundation
 import Glibc
 
 /// Reads an object from an offset onward, a ranged GET running ahead of the reader on its own
 /// thread into a bounded buffer (8 MiB). A dropped connection resumes where it stopped (see
-/// `S3Client.read`). `close()` (or releasing the stream) stops the download.
-public final class S3ObjectStream: @unchecked Sendable {
+/// `S3Client.read`). `close()` (or releasing the stream) stops the download and joins it.
+public final class S3ObjectStream: Sendable {
   public let offset: Int64
-  private let condition = Monitor()
-  private let capacity: Int
-  private var buffer: [UInt8] = []
-  private var start = 0
-  private var finished = false
-  private var failure: Error?
-  private var cancelled = false
-  private var threadDone = false
+  private struct State {
+    var buffer: [UInt8] = []
+    var start = 0
+    var finished = false
+    var failure: (any Error)?
+    var cancelled = false
+  }
+  private let state = Monitor(State())
+  private let thread: WorkerThread<Void>
 
   /// Starts reading `key` from `offset` (to the end, or `length` bytes).
   public init(
@@ -28,79 +32,77 @@ public final class S3ObjectStream: @unchecked Sendable {
     capacity: Int = 8 << 20
   ) {
     self.offset = offset
-    self.capacity = capacity
-    let thread = Thread { [self] in
+    let state = self.state
+    thread = WorkerThread(name: "appbox-s3-read") {
       do {
         try client.read(bucket, key, range: (offset, length)) { chunk in
-          try self.push(chunk)
+          try Self.push(chunk, into: state, capacity: capacity)
         }
-        condition.withLock {
-          finished = true
-          condition.broadcast()
+        state.withLock { state_ in
+          state_.finished = true
+          state.broadcast()
         }
       } catch {
-        condition.withLock {
-          if !cancelled { failure = error }
-          finished = true
-          condition.broadcast()
+        state.withLock { state_ in
+          if !state_.cancelled { state_.failure = error }
+          state_.finished = true
+          state.broadcast()
         }
       }
-      condition.withLock {
-        threadDone = true
-        condition.broadcast()
-      }
     }
-    thread.name = "appbox-s3-read"
-    thread.start()
   }
 
   deinit { close() }
 
   private struct Cancelled: Error {}
 
-  private func push(_ chunk: UnsafeRawBufferPointer) throws {
-    try condition.withLock {
-      while buffer.count - start + chunk.count > capacity && buffer.count > start && !cancelled {
-        condition.wait()
+  private static func push(_ chunk: UnsafeRawBufferPointer, into monitor: Monitor<State>, capacity: Int) throws {
+    let bytes = Array(chunk)
+    try monitor.withLock(waitingWhile: { state in
+      state.buffer.count - state.start + bytes.count > capacity && state.buffer.count > state.start
+        && !state.cancelled
+    }) { (state) throws(Cancelled) in
+      if state.cancelled { throw Cancelled() }
+      if state.start > 0 && state.start == state.buffer.count {
+        state.buffer.removeAll(keepingCapacity: true)
+        state.start = 0
+      } else if state.start > capacity {
+        state.buffer.removeFirst(state.start)
+        state.start = 0
       }
-      if cancelled { throw Cancelled() }
-      if start > 0 && start == buffer.count {
-        buffer.removeAll(keepingCapacity: true)
-        start = 0
-      } else if start > capacity {
-        buffer.removeFirst(start)
-        start = 0
-      }
-      buffer.append(contentsOf: chunk)
-      condition.broadcast()
+      state.buffer.append(contentsOf: bytes)
+      monitor.broadcast()
     }
   }
 
   /// Copies the next bytes into `into`; 0 at the end of the range. Blocks until some arrive.
   public func read(into destination: UnsafeMutableRawBufferPointer) throws -> Int {
-    try condition.withLock {
-      while start == buffer.count && !finished { condition.wait() }
-      if start == buffer.count {
-        if let failure { throw failure }
-        return 0
-      }
-      let count = min(destination.count, buffer.count - start)
-      buffer.withUnsafeBytes { source in
+    let monitor = state
+    let (count, failure): (Int, (any Error)?) = monitor.withLock(waitingWhile: { state in
+      state.start == state.buffer.count && !state.finished
+    }) { state in
+      if state.start == state.buffer.count { return (0, state.failure) }
+      let count = min(destination.count, state.buffer.count - state.start)
+      let start = state.start
+      state.buffer.withUnsafeBytes { source in
         destination.baseAddress!.copyMemory(from: source.baseAddress! + start, byteCount: count)
       }
-      start += count
-      condition.broadcast()
-      return count
+      state.start += count
+      monitor.broadcast()
+      return (count, nil)
     }
+    if let failure { throw failure }
+    return count
   }
 
   /// Stops the download and waits for its thread.
   public func close() {
-    condition.withLock {
-      cancelled = true
-      condition.broadcast()
-      while !threadDone { condition.wait() }
+    let monitor = state
+    monitor.withLock { state in
+      state.cancelled = true
+      monitor.broadcast()
     }
+    try? thread.join()
   }
 }
 
@@ -109,22 +111,30 @@ public final class S3ObjectStream: @unchecked Sendable {
 /// own while the next part fills (so at most two parts are in memory). Nothing is visible
 /// under the key until `finish()` completes; `abort()` (or releasing it unfinished) abandons
 /// the upload and deletes its parts.
-public final class S3StreamingUpload: @unchecked Sendable {
+///
+/// Not Sendable: one writer owns it. The sender thread shares only `Parts` (behind a monitor)
+/// and is joined before `finish()` or `abort()` returns.
+public final class S3StreamingUpload {
   private let client: S3Client
   private let bucket: String
   private let key: String
   private let partSize: Int
   private var current: [UInt8] = []
   private var uploadID: String?
-  private let condition = Monitor()
-  /// The part waiting for the sender thread, and what it reported.
-  private var queued: (number: Int, bytes: [UInt8])?
-  private var etags: [Int: String] = [:]
-  private var failure: Error?
-  private var senderRunning = false
   private var partsStarted = 0
   private var done = false
   public private(set) var size: Int64 = 0
+
+  /// What the writer and the sender share: the part waiting for the sender, and what it
+  /// reported.
+  private struct Parts {
+    var queued: (number: Int, bytes: [UInt8])?
+    var etags: [Int: String] = [:]
+    var failure: (any Error)?
+    var closing = false
+  }
+  private let parts = Monitor(Parts())
+  private var sender: WorkerThread<Void>?
 
   public init(client: S3Client, bucket: String, key: String) {
     self.client = client
@@ -148,62 +158,64 @@ public final class S3StreamingUpload: @unchecked Sendable {
       size += Int64(taken)
       if current.count == partSize && !remaining.isEmpty { try sendPart() }
     }
-    if let failure = condition.withLock({ failure }) { throw failure }
+    if let failure = parts.withLock({ $0.failure }) { throw failure }
   }
 
-  /// Hands the full part to the sender (starting the multipart upload on the first).
+  /// Hands the full part to the sender (starting the multipart upload, and the sender, on the
+  /// first); waits while the previous part is still being sent.
   private func sendPart() throws {
     if uploadID == nil { uploadID = try client.startMultipart(bucket, key) }
     partsStarted += 1
     let part = (number: partsStarted, bytes: current)
     current = []
     current.reserveCapacity(partSize)
-    try condition.withLock {
-      while queued != nil && failure == nil { condition.wait() }
-      if let failure { throw failure }
-      queued = part
-      condition.broadcast()
-      if !senderRunning {
-        senderRunning = true
-        let thread = Thread { [self] in self.sendQueuedParts() }
-        thread.name = "appbox-s3-upload"
-        thread.start()
+    let parts = self.parts
+    try parts.withLock(waitingWhile: { $0.queued != nil && $0.failure == nil }) { (state) throws(any Error) in
+      if let failure = state.failure { throw failure }
+      state.queued = part
+      parts.broadcast()
+    }
+    if sender == nil { sender = startSender(uploadID: uploadID!) }
+  }
+
+  /// The sender: sends each queued part until the writer closes or a part fails.
+  private func startSender(uploadID: String) -> WorkerThread<Void> {
+    let (client, bucket, key, parts) = (self.client, self.bucket, self.key, self.parts)
+    return WorkerThread(name: "appbox-s3-upload") {
+      while true {
+        let part: (number: Int, bytes: [UInt8])? = parts.withLock(waitingWhile: { state in
+          state.queued == nil && !state.closing && state.failure == nil
+        }) { state in state.failure == nil ? state.queued : nil }
+        guard let part else { return }
+        do {
+          let etag = try client.uploadPart(bucket, key, uploadID: uploadID, number: part.number, bytes: part.bytes)
+          parts.withLock { state in
+            state.etags[part.number] = etag
+            state.queued = nil
+            parts.broadcast()
+          }
+          CrashPoint.hit("s3.part-sent")
+        } catch {
+          parts.withLock { state in
+            state.failure = error
+            state.queued = nil
+            parts.broadcast()
+          }
+          return
+        }
       }
     }
   }
 
-  private func sendQueuedParts() {
-    while true {
-      let part: (number: Int, bytes: [UInt8])? = condition.withLock {
-        while queued == nil && !done && failure == nil { condition.wait() }
-        return failure == nil ? queued : nil
-      }
-      guard let part, let uploadID else {
-        condition.withLock {
-          senderRunning = false
-          condition.broadcast()
-        }
-        return
-      }
-      do {
-        let etag = try client.uploadPart(
-          bucket, key, uploadID: uploadID, number: part.number, bytes: part.bytes)
-        condition.withLock {
-          etags[part.number] = etag
-          queued = nil
-          condition.broadcast()
-        }
-        CrashPoint.hit("s3.part-sent")
-      } catch {
-        condition.withLock {
-          failure = error
-          queued = nil
-          senderRunning = false
-          condition.broadcast()
-        }
-        return
-      }
+  /// Stops the sender once the queued part is sent (or failed) and joins it.
+  private func stopSender() {
+    let parts = self.parts
+    parts.withLock { state in
+      state.closing = true
+      parts.broadcast()
     }
+    try? sender?.join()
+    sender = nil
   }
 
   /// Sends what is left and makes the object visible: one PUT for a small object, else the
@@ -216,13 +228,14 @@ public final class S3StreamingUpload: @unchecked Sendable {
       return size
     }
     if !current.isEmpty || partsStarted == 0 { try sendPart() }
-    try condition.withLock {
-      while (queued != nil || etags.count < partsStarted) && failure == nil { condition.wait() }
-      if let failure { throw failure }
-      done = true
-      condition.broadcast()
-      while senderRunning { condition.wait() }
-    }
+    let started = partsStarted
+    let parts = self.parts
+    let (etags, failure) = parts.withLock(waitingWhile: { state in
+      (state.queued != nil || state.etags.count < started) && state.failure == nil
+    }) { state in (state.etags, state.failure) }
+    stopSender()
+    if let failure { throw failure }
+    done = true
     let ordered = (1...partsStarted).map { etags[$0]! }
     try client.completeMultipart(bucket, key, uploadID: uploadID!, etags: ordered)
     return size
@@ -230,12 +243,11 @@ public final class S3StreamingUpload: @unchecked Sendable {
 
   /// Abandons the upload: parts already sent are deleted (best effort).
   public func abort() {
-    condition.withLock {
-      done = true
-      if failure == nil { failure = CancellationError() }
-      condition.broadcast()
-      while senderRunning { condition.wait() }
+    done = true
+    parts.withLock { state in
+      if state.failure == nil { state.failure = CancellationError() }
     }
+    stopSender()
     if let uploadID { try? client.abortMultipart(bucket, key, uploadID: uploadID) }
     current = []
   }

@@ -8,6 +8,7 @@
 // request that was sent is never sent twice.
 
 import AppboxCore
+import AppboxPlist
 import CSystem
 import Foundation
 import Glibc

@@ -18,6 +18,7 @@
 // Limits: a request frame up to 4 MiB, a reply up to 64 MiB, property lists 32 levels deep.
 
 import AppboxCore
+import AppboxPlist
 import Foundation
 
 /// Constants and framing shared by the broker and its clients.

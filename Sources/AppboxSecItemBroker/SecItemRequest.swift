@@ -4,6 +4,7 @@
 
 import AppboxCore
 import AppboxKeychain
+import AppboxPlist
 import AppboxSecItem
 import Foundation
 

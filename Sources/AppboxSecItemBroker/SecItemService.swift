@@ -18,6 +18,7 @@
 
 import AppboxCore
 import AppboxKeychain
+import AppboxPlist
 import AppboxSecItem
 import Foundation
 

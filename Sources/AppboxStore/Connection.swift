@@ -1,6 +1,7 @@
 import AppboxCore
 import CSQLite
 import Glibc
+import Synchronization
 
 /// Owns one `sqlite3*`. `Database` and every `Statement` hold a reference, so the handle is
 /// closed only after the last statement prepared on it has been finalized.
@@ -99,15 +100,14 @@ private func isFullFileSystem(creating path: String) -> Bool {
 
 /// Failures of connections as they closed (their checkpoints), kept for whoever reports.
 enum CloseFailures {
-  nonisolated(unsafe) private static var failures: [(error: StoreError, harmless: Bool)] = []
-  private static let lock = Monitor()
+  private static let failures = Mutex<[(error: StoreError, harmless: Bool)]>([])
 
   static func add(_ failure: StoreError, harmless: Bool) {
-    lock.withLock { failures.append((failure, harmless)) }
+    failures.withLock { $0.append((failure, harmless)) }
   }
 
   static func take() -> [(error: StoreError, harmless: Bool)] {
-    lock.withLock {
+    failures.withLock { failures in
       defer { failures.removeAll() }
       return failures
     }

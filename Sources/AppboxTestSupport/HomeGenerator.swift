@@ -1,6 +1,7 @@
 // The seeded home generator shared by the benchmark (`appbox-bench generate`) and the tests
 // (seeded histories for `advise` and `why`): the same seed gives the same tree everywhere.
 
+import AppboxPlist
 import Foundation
 import Glibc
 

@@ -1,6 +1,7 @@
 import AppboxContainer
 import AppboxCore
 import AppboxCrypto
+import AppboxPlist
 import AppboxStore
 import AppboxTestSupport
 import Foundation

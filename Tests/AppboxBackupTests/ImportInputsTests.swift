@@ -5,6 +5,7 @@
 import AppboxArchive
 import AppboxContainer
 import AppboxCore
+import AppboxPlist
 import AppboxTestSupport
 import Foundation
 import Glibc

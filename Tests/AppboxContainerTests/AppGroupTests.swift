@@ -1,4 +1,5 @@
 import AppboxCore
+import AppboxPlist
 import AppboxStore
 import AppboxTestSupport
 import Foundation

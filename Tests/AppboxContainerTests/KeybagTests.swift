@@ -1,5 +1,6 @@
 import AppboxCore
 import AppboxCrypto
+import AppboxPlist
 import AppboxTestSupport
 import Foundation
 import Testing

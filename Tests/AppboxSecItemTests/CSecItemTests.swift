@@ -1,4 +1,5 @@
 import AppboxCore
+import AppboxPlist
 import AppboxSecItem
 import CSecItem
 import Foundation

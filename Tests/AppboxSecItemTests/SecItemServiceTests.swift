@@ -1,5 +1,6 @@
 import AppboxCore
 import AppboxKeychain
+import AppboxPlist
 import AppboxSecItem
 import Foundation
 import Testing

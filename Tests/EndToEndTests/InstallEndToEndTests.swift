@@ -1,4 +1,5 @@
 import AppboxCore
+import AppboxPlist
 import AppboxTestSupport
 import Foundation
 import Glibc

@@ -3,6 +3,7 @@
 // Unicode normalizations in preferences, and dates no calendar holds.
 
 import AppboxCore
+import AppboxPlist
 import AppboxTestSupport
 import Foundation
 import Glibc

@@ -22,6 +22,7 @@
 
 import AppboxArchive
 import AppboxCore
+import AppboxPipeline
 import AppboxCrypto
 import AppboxRepository
 import Foundation

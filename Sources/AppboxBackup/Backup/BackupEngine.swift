@@ -28,10 +28,12 @@
 import AppboxArchive
 import AppboxContainer
 import AppboxCore
+import AppboxPipeline
 import AppboxCrypto
 import AppboxRepository
 import Foundation
 import Glibc
+import Synchronization
 
 /// How to take a snapshot.
 public struct BackupOptions: Sendable {
@@ -345,6 +347,10 @@ private struct BackupRun {
 }
 
 /// A backup's estimate of the space it needs, set once its archive is written (or fails).
-private final class NeededSpace: @unchecked Sendable {
-  var bytes: Int64 = 1 << 20
+private final class NeededSpace: Sendable {
+  private let value = Mutex<Int64>(1 << 20)
+  var bytes: Int64 {
+    get { value.withLock { $0 } }
+    set { value.withLock { $0 = newValue } }
+  }
 }

@@ -27,6 +27,7 @@
 
 import AppboxContainer
 import AppboxCore
+import AppboxPipeline
 import AppboxCrypto
 import AppboxRepository
 import Glibc
@@ -58,14 +59,14 @@ enum ContentMessage {
   /// A small file read whole: `buffer[0..<count]` is its content; no digest means the
   /// archiver hashes it.
   case whole(
-    item: ItemReference, file: OpenedFile, buffer: UnsafeMutableRawBufferPointer, count: Int, digest: Digest?,
+    item: ItemReference, file: OpenedFile, buffer: PooledBuffer, count: Int, digest: Digest?,
     stable: Bool)
   /// A large file's attempt begins: the header declares `file.status.size` bytes; with
   /// `archiverHashes`, the archiver hashes the chunks (and the `end` carries no digest);
   /// `mode` says how the archiver stores it.
   case begin(item: ItemReference, file: OpenedFile, archiverHashes: Bool, mode: StreamMode)
   /// With `cut` ≥ 0 (files cut into chunks), the chunk being cut ends after `cut` bytes of it.
-  case chunk(buffer: UnsafeMutableRawBufferPointer, count: Int, cut: Int32)
+  case chunk(buffer: PooledBuffer, count: Int, cut: Int32)
   /// `count` zero bytes of a hole, between chunks of a file with holes.
   case hole(count: Int64)
   /// The attempt ended: `short` bytes were missing (to pad); `final` is false when another
@@ -98,7 +99,7 @@ enum StreamMode {
 }
 
 /// Reads the changed files of an archive plan and feeds the archiver.
-final class ContentReader: @unchecked Sendable {
+final class ContentReader {
   static let maxAttempts = 4
   /// Files up to this size are read whole, and an incremental backup skips their content when
   /// the repository already holds it; larger files stream into the archive and are stored

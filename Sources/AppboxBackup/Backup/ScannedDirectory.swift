@@ -207,7 +207,7 @@ struct ScanRules: Sendable {
 
 /// A directory descriptor shared by whoever still needs it (the reader, for the directory's
 /// files; the scans of its subdirectories, to open them by name); closed when the last lets go.
-final class DirectoryHandle: @unchecked Sendable {
+final class DirectoryHandle: Sendable {
   let descriptor: FileDescriptor
   private let live: LiveCount
 

@@ -28,6 +28,7 @@
 
 import AppboxContainer
 import AppboxCore
+import AppboxPipeline
 import AppboxCrypto
 import AppboxRepository
 import Glibc
@@ -79,7 +80,7 @@ final class Scanner: @unchecked Sendable {
   /// Scanned and not handed over yet (the top job's excepted).
   private var aheadDirectories = 0
   private var aheadEntries = 0
-  private var threads: [WorkerThread] = []
+  private var threads: [WorkerThread<Void>] = []
   let live = LiveCount()
   /// What could not be read: the first `unreadableLimit` entries, and how many in all.
   private(set) var unreadable: [UnreadableEntry] = []

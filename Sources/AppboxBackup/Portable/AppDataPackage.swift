@@ -20,6 +20,7 @@
 import AppboxArchive
 import AppboxContainer
 import AppboxCore
+import AppboxPlist
 import AppboxRepository
 import Foundation
 import Glibc

@@ -14,6 +14,7 @@
 import AppboxArchive
 import AppboxContainer
 import AppboxCore
+import AppboxPipeline
 import AppboxRepository
 import Foundation
 import Glibc

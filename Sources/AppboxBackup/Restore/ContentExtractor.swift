@@ -15,16 +15,18 @@
 
 import AppboxArchive
 import AppboxCore
+import AppboxPipeline
 import AppboxCrypto
 import AppboxRepository
 import Glibc
+import Synchronization
 
 final class ContentExtractor {
   private enum HashMessage {
     /// A content of `size` bytes begins; `sparse`: its identity is the sparse kind.
     case start(size: Int64, sparse: Bool)
     /// Its bytes `buffer[0..<count]`, at `offset`.
-    case chunk(UnsafeMutableRawBufferPointer, Int, offset: Int64)
+    case chunk(PooledBuffer, Int, offset: Int64)
     case end(expected: Digest, path: [UInt8])
   }
 
@@ -34,7 +36,7 @@ final class ContentExtractor {
   private let queue = HandoffQueue<HashMessage>(capacity: 32 << 20)
   /// Data buffers, handed to the hasher and back: no allocation per chunk.
   private let pool = BufferPool(count: 32, bufferSize: 256 << 10)
-  private let hasherThread: WorkerThread
+  private let hasherThread: WorkerThread<Void>
   private let mismatches = MismatchList()
   /// Indexes into `plan.files` whose content has been written.
   private(set) var written: [Bool]
@@ -117,7 +119,7 @@ final class ContentExtractor {
       let buffer = pool.take(beforeWaiting: queue.nudge)
       let chunk: ArchiveChunk?
       do {
-        chunk = try reader.readChunk(into: buffer)
+        chunk = try reader.readChunk(into: buffer.bytes)
       } catch {
         pool.give(buffer)
         throw error
@@ -170,9 +172,8 @@ final class ContentExtractor {
 }
 
 /// Paths whose content did not match, filled by the hashing thread.
-private final class MismatchList: @unchecked Sendable {
-  private let mutex = Monitor()
-  private var paths: [[UInt8]] = []
-  func add(_ path: [UInt8]) { mutex.withLock { paths.append(path) } }
-  var first: [UInt8]? { mutex.withLock { paths.first } }
+private final class MismatchList: Sendable {
+  private let paths = Mutex<[[UInt8]]>([])
+  func add(_ path: [UInt8]) { paths.withLock { $0.append(path) } }
+  var first: [UInt8]? { paths.withLock { $0.first } }
 }

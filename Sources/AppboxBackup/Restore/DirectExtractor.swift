@@ -27,6 +27,7 @@
 
 import AppboxContainer
 import AppboxCore
+import AppboxPipeline
 import AppboxCrypto
 import AppboxRepository
 import Glibc
@@ -55,7 +56,7 @@ struct DirectWork {
   var isEmpty: Bool { blobs.isEmpty && chunked.isEmpty }
 }
 
-final class DirectExtractor: @unchecked Sendable {
+final class DirectExtractor: Sendable {
   /// A run of members read with one pread is at most this long.
   static let batchBytes = 1 << 20
 
@@ -68,60 +69,67 @@ final class DirectExtractor: @unchecked Sendable {
   private let work: DirectWork
   private let target: FileDescriptor
   private let owner: UInt32?
-  private let protectedFiles: ProtectedFileWriter?
-  private var units: [Unit] = []
-  private var archives: [FileDescriptor] = []
+  /// What the workers share is set before they start: the units in archive order, and the
+  /// archives open. The protected-file writer is no part of it: it is not shared between
+  /// threads, so only the calling thread gets it (and works alone when there is one).
+  private let units: [Unit]
+  private let archives: [FileDescriptor]
   private let nextUnit = Atomic<Int>(0)
   private let stopped = Atomic<Bool>(false)
-  private let failure = Monitor()
-  private var firstError: Error?
+  private let firstError = Mutex<(any Error)?>(nil)
   /// By index into `plan.files`: written here. Each file is set by exactly one worker.
-  let written: UnsafeMutableBufferPointer<Bool>
+  let written: WrittenFiles
   private let filesDone = Atomic<Int>(0)
   private let bytesDone = Atomic<Int>(0)
 
   /// Restores `work` into `target`; files below Documents, Library and tmp go to `owner`.
-  /// Protected files are created one at a time (the writer is not shared between threads).
-  init(
-    plan: RestorePlan, work: DirectWork, target: FileDescriptor, owner: UInt32?,
-    protectedFiles: ProtectedFileWriter?
-  ) {
+  /// Opens the archives of `work`.
+  init(plan: RestorePlan, work: DirectWork, target: FileDescriptor, owner: UInt32?) throws {
     self.plan = plan
     self.work = work
     self.target = target
     self.owner = owner
-    self.protectedFiles = protectedFiles
-    written = .allocate(capacity: plan.files.count)
-    written.initialize(repeating: false)
+    written = WrittenFiles(count: plan.files.count)
+    var opened: [FileDescriptor] = []
+    if !work.isEmpty {
+      do {
+        for path in work.archives {
+          let fd = try FileDescriptor.open(path, O_RDONLY)
+          opened.append(fd)
+          _ = posix_fadvise(fd.rawValue, 0, 0, POSIX_FADV_SEQUENTIAL)
+        }
+      } catch {
+        for fd in opened { fd.close() }
+        throw error
+      }
+    }
+    archives = opened
+    units = work.isEmpty ? [] : Self.makeUnits(work)
   }
 
   deinit {
-    written.deallocate()
     for fd in archives { fd.close() }
   }
 
   /// Runs the workers (this thread is one of them); `progress` is called on this thread.
-  func run(workers requested: Int, progress: (Int, Int64) -> Void) throws {
+  /// Protected files are created one at a time (the writer is not shared between threads):
+  /// with `protectedFiles`, this thread works alone.
+  func run(workers requested: Int, protectedFiles: ProtectedFileWriter?, progress: (Int, Int64) -> Void) throws {
     if work.isEmpty { return }
-    for path in work.archives {
-      let fd = try FileDescriptor.open(path, O_RDONLY)
-      archives.append(fd)
-      _ = posix_fadvise(fd.rawValue, 0, 0, POSIX_FADV_SEQUENTIAL)
-    }
-    makeUnits()
     let count = protectedFiles == nil ? max(1, requested) : 1
     let helpers = (1..<count).map { number in
-      WorkerThread(name: "appbox-restore-\(number)") { [self] in try work { _, _ in } }
+      WorkerThread(name: "appbox-restore-\(number)") { [self] in try work(protectedFiles: nil) { _, _ in } }
     }
     var mine: Error?
-    do { try work(report: progress) } catch { mine = error }
+    do { try work(protectedFiles: protectedFiles, report: progress) } catch { mine = error }
     if mine != nil { stopped.store(true, ordering: .relaxed) }
     for helper in helpers { try? helper.join() }
-    if let error = failure.withLock({ firstError }) ?? mine { throw error }
+    if let error = firstError.withLock({ $0 }) ?? mine { throw error }
     progress(filesDone.load(ordering: .relaxed), Int64(bytesDone.load(ordering: .relaxed)))
   }
 
-  private func makeUnits() {
+  private static func makeUnits(_ work: DirectWork) -> [Unit] {
+    var units: [Unit] = []
     var start = 0
     while start < work.blobs.count {
       var end = start + 1
@@ -139,15 +147,16 @@ final class DirectExtractor: @unchecked Sendable {
       start = end
     }
     units += work.chunked.indices.map { .chunked($0) }
+    return units
   }
 
   private func fail(_ error: Error) {
-    failure.withLock { if firstError == nil { firstError = error } }
+    firstError.withLock { if $0 == nil { $0 = error } }
     stopped.store(true, ordering: .relaxed)
   }
 
-  private func work(report: (Int, Int64) -> Void) throws {
-    let worker = Worker(extractor: self)
+  private func work(protectedFiles: ProtectedFileWriter?, report: (Int, Int64) -> Void) throws {
+    let worker = Worker(extractor: self, protectedFiles: protectedFiles)
     defer { worker.close() }
     do {
       var sinceReport = 0
@@ -173,14 +182,16 @@ final class DirectExtractor: @unchecked Sendable {
   /// One worker's buffer, hasher and directory descriptors.
   private final class Worker {
     let extractor: DirectExtractor
+    let protectedFiles: ProtectedFileWriter?
     let buffer = UnsafeMutableRawBufferPointer.allocate(
       byteCount: max(DirectExtractor.batchBytes, ChunkingParameters.maximum), alignment: 4096)
     let hasher = SHA256Hasher()
     /// The worker's own way to its files' directories: from one to the next by name.
     let cursor: PlanCursor
 
-    init(extractor: DirectExtractor) {
+    init(extractor: DirectExtractor, protectedFiles: ProtectedFileWriter?) {
       self.extractor = extractor
+      self.protectedFiles = protectedFiles
       cursor = PlanCursor(target: extractor.target)
     }
 
@@ -197,7 +208,7 @@ final class DirectExtractor: @unchecked Sendable {
     func create(_ index: Int) throws -> FileDescriptor {
       let item = plan.files[index]
       let parent = try directory(item.parent)
-      if item.protectionClass != .none, let protected = extractor.protectedFiles {
+      if item.protectionClass != .none, let protected = protectedFiles {
         return try protected.createFile(
           rawName: plan.name(of: item), in: parent, class: item.protectionClass, mode: 0o600)
       }
@@ -343,5 +354,15 @@ final class DirectExtractor: @unchecked Sendable {
       }
       try finish(index, fd, digest: content.digest, size: content.size)
     }
+  }
+}
+
+/// Which files of a restore plan the fast path wrote, set by the workers (each file by one).
+final class WrittenFiles: Sendable {
+  private let flags: Mutex<[Bool]>
+  init(count: Int) { flags = Mutex([Bool](repeating: false, count: count)) }
+  subscript(index: Int) -> Bool {
+    get { flags.withLock { $0[index] } }
+    set { flags.withLock { $0[index] = newValue } }
   }
 }

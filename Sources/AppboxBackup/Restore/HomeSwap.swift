@@ -27,6 +27,7 @@
 
 import AppboxContainer
 import AppboxCore
+import AppboxPlist
 import AppboxRepository
 import Foundation
 import Glibc

@@ -20,6 +20,7 @@
 import AppboxArchive
 import AppboxContainer
 import AppboxCore
+import AppboxPipeline
 import AppboxCrypto
 import AppboxRepository
 import Foundation
@@ -103,9 +104,8 @@ extension Repository {
       for index in plan.directories.indices { try writer.makeDirectory(index) }
       observer.engine(.phase(.writing))
       observer.engine(.stage("extract"))
-      let direct = DirectExtractor(
-        plan: plan, work: sources.direct, target: directory, owner: owner, protectedFiles: protectedFiles)
-      try direct.run(workers: 2) { observer.engine(.progress(files: $0, bytes: $1)) }
+      let direct = try DirectExtractor(plan: plan, work: sources.direct, target: directory, owner: owner)
+      try direct.run(workers: 2, protectedFiles: protectedFiles) { observer.engine(.progress(files: $0, bytes: $1)) }
       let extractor = ContentExtractor(plan: plan, writer: writer, observer: observer)
       for record in records where sources.streamed[record.name] != nil {
         try extractor.extract(from: openArchive(record), locations: sources.streamed[record.name]!)

@@ -1,5 +1,6 @@
 import AppboxContainer
 import AppboxCore
+import AppboxPlist
 import Foundation
 
 struct DefaultsCommand: CommandGroup {

@@ -26,6 +26,7 @@
 // `APPBOX_APP_GROUP_CONTAINERS` lists them as `group.id=/path` entries separated by ':'.
 
 import AppboxCore
+import AppboxPlist
 import Foundation
 import Glibc
 

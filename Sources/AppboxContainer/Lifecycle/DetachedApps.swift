@@ -18,6 +18,7 @@
 // app's stdout and stderr go to the log (or to the files simctl's --stdout/--stderr name).
 
 import AppboxCore
+import AppboxPlist
 import CSystem
 import Foundation
 import Glibc

@@ -18,6 +18,7 @@
 // deleted by whoever finds it.
 
 import AppboxCore
+import AppboxPlist
 import Foundation
 import Glibc
 

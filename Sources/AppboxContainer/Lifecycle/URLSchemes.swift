@@ -14,6 +14,7 @@
 // exits 69 until it is installed again, as the platform offers to reinstall it.
 
 import AppboxCore
+import AppboxPlist
 import Foundation
 import Glibc
 

@@ -18,6 +18,7 @@
 
 import AppboxCore
 import AppboxCrypto
+import AppboxPlist
 import Foundation
 
 /// The keybag file's content.

@@ -12,18 +12,29 @@
 // before the other's lock is visible wins, and the other then sees it and loses. The holder
 // rewrites its lock every stale/4 seconds (new store time), so a long prune is never taken for
 // dead; if a rewrite fails, `verify()` (called before each destructive step) stops the prune.
+// Releasing (or letting go of the lock) stops the refresher and joins it before deleting the
+// object: a rewrite in flight then lands before the delete, never after it (a late rewrite
+// would bring the lock back, holding off every other prune for the stale time).
 // Backups take no lock: what keeps them safe from a concurrent prune is the grace period
 // (Forgetter.swift).
 
 import AppboxCore
+import AppboxPipeline
 import Foundation
 import Glibc
+import Synchronization
 
-package final class PruneLock: @unchecked Sendable {
-  private let repository: Repository
+package final class PruneLock: Sendable {
+  private let store: any ObjectStore
   let name: String
-  private let mutex = PruneLockState()
-  private var thread: Thread?
+  /// For messages: the repository's path.
+  private let path: String
+  /// Raised to stop the refresher, which sleeps on it between rewrites.
+  private let stopping = CancellationToken()
+  private let refresher: WorkerThread<Void>
+  /// Why a rewrite failed, once one did.
+  private let refreshFailure = Monitor<(any Error)?>(nil)
+  private let released = Mutex(false)
 
   static func settleTime(_ environment: [String: String]) -> TimeInterval {
     environment["APPBOX_S3_LOCK_SETTLE"].flatMap(Double.init) ?? 1
@@ -33,67 +44,111 @@ package final class PruneLock: @unchecked Sendable {
     environment["APPBOX_S3_LOCK_STALE"].flatMap(Double.init) ?? 600
   }
 
-  private init(repository: Repository, name: String) {
-    self.repository = repository
+  /// Holds `name` (written and won) and starts rewriting it every stale/4 seconds.
+  private init(store: any ObjectStore, path: String, name: String, environment: [String: String]) {
+    self.store = store
+    self.path = path
     self.name = name
+    let stale = Self.staleAfter(environment)
+    let interval = stale > 0 ? stale / 4 : 150  // NaN: the default's
+    let key = "locks/" + name
+    let stopping = self.stopping
+    let refreshFailure = self.refreshFailure
+    refresher = WorkerThread(name: "appbox-prune-lock") {
+      while !stopping.sleep(seconds: interval) {
+        do {
+          try store.put(key, try PruneLock.ownerRecord(purpose: "forget (refreshed)"))
+        } catch {
+          refreshFailure.withLock { $0 = error }
+          return
+        }
+      }
+    }
   }
 
-  deinit {
-    mutex.stop()
-    try? repository.store.delete(["locks/" + name])
+  deinit { release() }
+
+  /// Stops and joins the refresher, then deletes the lock object (best effort). Releasing
+  /// again does nothing.
+  func release() {
+    guard
+      released.withLock({ released in
+        defer { released = true }
+        return !released
+      })
+    else { return }
+    stopping.cancel()
+    try? refresher.join()
+    try? store.delete(["locks/" + name])
   }
 
   /// Takes the prune lock of `repository` (see the top of this file).
   static func acquire(in repository: Repository, purpose: String) throws -> PruneLock {
-    let environment = repository.environment
+    try acquire(
+      store: repository.store, environment: repository.environment, lockWait: repository.lockWait,
+      path: repository.path, purpose: purpose)
+  }
+
+  /// Takes the prune lock in `store` (`path` names the repository in messages).
+  static func acquire(
+    store: any ObjectStore, environment: [String: String], lockWait: LockWait = .none, path: String,
+    purpose: String
+  ) throws -> PruneLock {
     let deadline = Date().addingTimeInterval(
-      TimeInterval(repository.lockWait.atLeast(.seconds(5)).components.seconds))
+      TimeInterval(lockWait.atLeast(.seconds(5)).components.seconds))
     var attempt = 0
     while true {
       attempt += 1
       let name = Repository.randomID(16)
       let body = try ownerRecord(purpose: purpose)
-      try repository.store.put("locks/" + name, body)
-      usleep(useconds_t(settleTime(environment) * 1_000_000))
-      let holder = try winner(in: repository, mine: name)
+      try store.put("locks/" + name, body)
+      pause(settleTime(environment))
+      let holder = try winner(in: store, environment: environment, mine: name)
       if holder == nil || holder == name {
-        let lock = PruneLock(repository: repository, name: name)
-        lock.startRefreshing()
-        return lock
+        return PruneLock(store: store, path: path, name: name, environment: environment)
       }
-      try? repository.store.delete(["locks/" + name])
+      try? store.delete(["locks/" + name])
       guard Date() < deadline else {
-        let owner = (try? repository.store.get("locks/" + holder!)).flatMap {
+        let owner = (try? store.get("locks/" + holder!)).flatMap {
           String(bytes: $0, encoding: .utf8)
         }
         throw RepositoryError(
           .busy,
-          "Repository '\(repository.path)' is busy: another forget holds its lock (locks/\(holder!)"
+          "Repository '\(path)' is busy: another forget holds its lock (locks/\(holder!)"
             + (owner.map { ": \($0.trimmingCharacters(in: .whitespacesAndNewlines))" } ?? "") + "); try again"
         )
       }
-      usleep(useconds_t(min(2.0, 0.2 * Double(attempt)) * 1_000_000))
+      pause(min(2.0, 0.2 * Double(attempt)))
     }
+  }
+
+  /// Sleeps `seconds`; NaN or not positive: not at all, and at most an hour (no trap on
+  /// `inf` or huge values from the environment).
+  private static func pause(_ seconds: TimeInterval) {
+    guard seconds > 0 else { return }
+    usleep(useconds_t(min(seconds, 3600) * 1_000_000))
   }
 
   /// The live lock that wins: the oldest by the store's time, then by name. Stale locks are
   /// deleted on the way. nil when even ours is not listed yet (then it wins once it is).
-  private static func winner(in repository: Repository, mine: String) throws -> String? {
-    var locks = try repository.store.list("locks")
-    let now = repository.store.now
+  private static func winner(
+    in store: any ObjectStore, environment: [String: String], mine: String
+  ) throws -> String? {
+    var locks = try store.list("locks")
+    let now = store.now
     let stale = try locks.filter { lock in
-      if now.timeIntervalSince(lock.modified) > staleAfter(repository.environment) { return true }
-      guard lock.name != mine, let body = try repository.store.get("locks/" + lock.name) else { return false }
+      if now.timeIntervalSince(lock.modified) > staleAfter(environment) { return true }
+      guard lock.name != mine, let body = try store.get("locks/" + lock.name) else { return false }
       return isDeadLocalProcess(body)
     }
     if !stale.isEmpty {
-      try repository.store.delete(stale.map { "locks/" + $0.name })
+      try store.delete(stale.map { "locks/" + $0.name })
       locks.removeAll { lock in stale.contains { $0.name == lock.name } }
     }
     guard locks.contains(where: { $0.name == mine }) else {
       // Not listed yet: list again after the settle time before deciding.
-      usleep(useconds_t(settleTime(repository.environment) * 1_000_000))
-      let again = try repository.store.list("locks").filter { lock in !stale.contains { $0.name == lock.name }
+      pause(settleTime(environment))
+      let again = try store.list("locks").filter { lock in !stale.contains { $0.name == lock.name }
       }
       guard again.contains(where: { $0.name == mine }) else { return mine }
       return again.min { ($0.modified, $0.name) < ($1.modified, $1.name) }?.name
@@ -121,88 +176,13 @@ package final class PruneLock: @unchecked Sendable {
     return Array(try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]))
   }
 
-  private func startRefreshing() {
-    let interval = Self.staleAfter(repository.environment) / 4
-    nonisolated(unsafe) let store = repository.store
-    let key = "locks/" + name
-    let state = mutex
-    let thread = Thread {
-      while state.wait(seconds: interval) {
-        do {
-          try store.put(key, try PruneLock.ownerRecord(purpose: "forget (refreshed)"))
-        } catch {
-          state.fail(error)
-          return
-        }
-      }
-    }
-    thread.name = "appbox-prune-lock"
-    thread.start()
-    self.thread = thread
-  }
-
   /// Throws when the lock could not be kept fresh (then another prune may have taken it).
   func verify() throws {
-    if let error = mutex.failure {
+    if let error = refreshFailure.withLock({ $0 }) {
       throw RepositoryError(
         .busy,
-        "The prune lock of '\(repository.path)' could not be refreshed (\(error)); stopping before deleting anything"
+        "The prune lock of '\(path)' could not be refreshed (\(error)); stopping before deleting anything"
       )
     }
-  }
-}
-
-/// The refresher's stop flag and failure, with a condition to wake it.
-private final class PruneLockState: @unchecked Sendable {
-  private var stopped = false
-  private var error: Error?
-  private let storage = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
-  private let conditionStorage = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
-
-  init() {
-    storage.initialize(to: pthread_mutex_t())
-    conditionStorage.initialize(to: pthread_cond_t())
-    pthread_mutex_init(storage, nil)
-    pthread_cond_init(conditionStorage, nil)
-  }
-
-  deinit {
-    pthread_cond_destroy(conditionStorage)
-    pthread_mutex_destroy(storage)
-    storage.deallocate()
-    conditionStorage.deallocate()
-  }
-
-  /// Waits up to `seconds`; false once stopped.
-  func wait(seconds: TimeInterval) -> Bool {
-    pthread_mutex_lock(storage)
-    defer { pthread_mutex_unlock(storage) }
-    if stopped { return false }
-    var deadline = timespec()
-    clock_gettime(CLOCK_REALTIME, &deadline)
-    let total = Double(deadline.tv_sec) + Double(deadline.tv_nsec) / 1e9 + seconds
-    deadline.tv_sec = Int(total)
-    deadline.tv_nsec = Int((total - Double(Int(total))) * 1e9)
-    pthread_cond_timedwait(conditionStorage, storage, &deadline)
-    return !stopped
-  }
-
-  func stop() {
-    pthread_mutex_lock(storage)
-    stopped = true
-    pthread_cond_broadcast(conditionStorage)
-    pthread_mutex_unlock(storage)
-  }
-
-  func fail(_ failure: Error) {
-    pthread_mutex_lock(storage)
-    error = failure
-    pthread_mutex_unlock(storage)
-  }
-
-  var failure: Error? {
-    pthread_mutex_lock(storage)
-    defer { pthread_mutex_unlock(storage) }
-    return error
   }
 }

@@ -24,8 +24,10 @@
 
 import AppboxArchive
 import AppboxCore
+import AppboxPipeline
 import AppboxCrypto
 import Glibc
+import Synchronization
 
 /// What `check` found.
 public struct CheckReport: Sendable {
@@ -261,9 +263,8 @@ extension Repository {
 }
 
 /// Problems found on another thread.
-final class ProblemList: @unchecked Sendable {
-  private let mutex = Monitor()
-  private var items: [String] = []
-  func add(_ problem: String) { mutex.withLock { items.append(problem) } }
-  var all: [String] { mutex.withLock { items } }
+final class ProblemList: Sendable {
+  private let items = Mutex<[String]>([])
+  func add(_ problem: String) { items.withLock { $0.append(problem) } }
+  var all: [String] { items.withLock { $0 } }
 }

@@ -17,8 +17,8 @@ package struct StoredObject: Sendable, Equatable {
   var modified: Date
 }
 
-/// A repository's storage.
-package protocol ObjectStore: AnyObject {
+/// A repository's storage. Sendable: the prune lock's refresher writes from a thread of its own.
+package protocol ObjectStore: AnyObject, Sendable {
   /// For messages: the directory's path, or `s3://bucket/prefix`.
   var location: String { get }
   /// Whether writers on other machines can reach the same objects without a shared file

@@ -6,13 +6,14 @@
 // next write or the commit throws.
 
 import AppboxCore
+import AppboxPipeline
 
 package final class PipelinedUpload: ObjectUpload {
   private let inner: ObjectUpload
   private let pool = BufferPool(count: 4, bufferSize: 1 << 20)
-  private let queue = HandoffQueue<(UnsafeMutableRawBufferPointer, Int)>(capacity: 4, batch: 1)
-  private let worker: WorkerThread
-  private var current: UnsafeMutableRawBufferPointer?
+  private let queue = HandoffQueue<(PooledBuffer, Int)>(capacity: 4, batch: 1)
+  private let worker: WorkerThread<Void>
+  private var current: PooledBuffer?
   private var filled = 0
   private var closed = false
 

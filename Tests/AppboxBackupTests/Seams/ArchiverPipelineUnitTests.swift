@@ -8,6 +8,7 @@
 
 import AppboxArchive
 import AppboxCore
+import AppboxPipeline
 import AppboxCrypto
 import AppboxTestSupport
 import Foundation

@@ -24,12 +24,19 @@
 
 import AppboxContainer
 import AppboxCore
+import AppboxPipeline
 import AppboxCrypto
 import AppboxRepository
 import Glibc
 
-final class DeviceBackupContentReader: @unchecked Sendable {
-  private let backup: DeviceBackup
+final class DeviceBackupContentReader: Sendable {
+  /// What the reader needs of the backup (whose Manifest.db connection stays on the caller's
+  /// thread): its path, whether it is encrypted, its class keys, and its folder, open on a
+  /// descriptor of the reader's own (closed when the reader goes).
+  private let backupPath: String
+  private let folder: FileDescriptor
+  private let isEncrypted: Bool
+  private let classKeys: [UInt32: [UInt8]]
   private let plan: DeviceBackupPlan
   private let domain: String
   private let queue: HandoffQueue<ContentMessage>
@@ -38,13 +45,18 @@ final class DeviceBackupContentReader: @unchecked Sendable {
   init(
     backup: DeviceBackup, plan: DeviceBackupPlan, domain: String, queue: HandoffQueue<ContentMessage>,
     pool: BufferPool
-  ) {
-    self.backup = backup
+  ) throws {
+    backupPath = backup.path
+    folder = try backup.folder.borrowed.duplicate()
+    isEncrypted = backup.isEncrypted
+    classKeys = backup.classKeys
     self.plan = plan
     self.domain = domain
     self.queue = queue
     self.pool = pool
   }
+
+  deinit { folder.close() }
 
   /// Files whose plaintext fits this go whole: the ciphertext, a block longer, must fit a
   /// buffer too, with a block of room for the decryption's output.
@@ -138,7 +150,7 @@ final class DeviceBackupContentReader: @unchecked Sendable {
 
   private func damaged(_ item: DeviceBackupItem, _ why: String) -> BackupError {
     DeviceBackup.refusal(
-      backup.path,
+      backupPath,
       "'\(String(item.fileID.prefix(2)))/\(item.fileID)' (\(display(Snapshot.shortened(item.path))) of \(domain)) "
         + "is damaged: \(why)")
   }
@@ -161,7 +173,7 @@ final class DeviceBackupContentReader: @unchecked Sendable {
     let contentPath = DeviceBackupNames.contentPath(item.fileID)
     guard
       let (fd, found) = try DeviceBackup.openRegular(
-        contentPath, in: backup.folder.borrowed, path: backup.path)
+        contentPath, in: folder, path: backupPath)
     else {
       if size == 0 { return pushEmpty(reference, file) }
       return queue.push(
@@ -173,12 +185,12 @@ final class DeviceBackupContentReader: @unchecked Sendable {
     }
     defer { fd.close() }
     var cipher: AESCBCStream?
-    if backup.isEncrypted {
+    if isEncrypted {
       guard let stored = item.record.encryptionKey, let split = MBFileRecord.split(encryptionKey: stored)
       else {
         throw damaged(item, "its MBFile has no usable EncryptionKey")
       }
-      guard let classKey = backup.classKeys[split.protectionClass] else {
+      guard let classKey = classKeys[split.protectionClass] else {
         throw damaged(
           item, "its EncryptionKey names class \(split.protectionClass), which the keybag does not hold")
       }
@@ -200,7 +212,7 @@ final class DeviceBackupContentReader: @unchecked Sendable {
       let buffer = pool.take(beforeWaiting: queue.nudge)
       do {
         let count = try fill(
-          buffer, from: fd, stored: Int(found.size), cipher: cipher, scratch: scratch, item: item)
+          buffer.bytes, from: fd, stored: Int(found.size), cipher: cipher, scratch: scratch, item: item)
         guard count == Int(size) else { throw damaged(item, "it decrypts to \(count) bytes, not \(size)") }
         var digest: Digest?
         if !pool.isMostlyFree {
@@ -237,14 +249,14 @@ final class DeviceBackupContentReader: @unchecked Sendable {
           if let cipher {
             try readExactly(fd, into: UnsafeMutableRawBufferPointer(rebasing: scratch[0..<want]), item: item)
             count = try decrypt(
-              cipher, UnsafeRawBufferPointer(rebasing: scratch[0..<want]), into: buffer, item: item)
+              cipher, UnsafeRawBufferPointer(rebasing: scratch[0..<want]), into: buffer.bytes, item: item)
           } else {
             try readExactly(fd, into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want]), item: item)
             count = want
           }
           left -= want
         } else if let finishing = cipher {
-          count = try finish(finishing, into: buffer, item: item)
+          count = try finish(finishing, into: buffer.bytes, item: item)
           cipher = nil
         }
       } catch {
@@ -331,7 +343,7 @@ final class DeviceBackupContentReader: @unchecked Sendable {
       } catch let error as SystemError {
         throw BackupError(
           .unreadable(error.kind == .denied ? .denied : .io),
-          "Unable to read '\(backup.path)/\(item.fileID.prefix(2))/\(item.fileID)': \(error.errno)")
+          "Unable to read '\(backupPath)/\(item.fileID.prefix(2))/\(item.fileID)': \(error.errno)")
       }
       if n == 0 { throw damaged(item, "it ended early") }
       done += n

@@ -21,6 +21,7 @@ import AppboxArchive
 import AppboxContainer
 import AppboxCore
 import AppboxCrypto
+import AppboxPlist
 import AppboxRepository
 import AppboxStore
 import Foundation

@@ -16,6 +16,7 @@
 import AppboxContainer
 import AppboxCore
 import AppboxCrypto
+import AppboxPlist
 import AppboxRepository
 import AppboxStore
 import Foundation

@@ -23,6 +23,7 @@
 import AppboxContainer
 import AppboxCore
 import AppboxCrypto
+import AppboxPlist
 import AppboxRepository
 import Foundation
 

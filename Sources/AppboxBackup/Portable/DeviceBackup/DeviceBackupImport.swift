@@ -27,6 +27,8 @@
 import AppboxArchive
 import AppboxContainer
 import AppboxCore
+import AppboxPipeline
+import AppboxPlist
 import AppboxRepository
 import Foundation
 import Glibc
@@ -187,7 +189,7 @@ extension Repository {
       writer: writer, catalog: catalog, archiveName: archiveName, deduplicate: false, full: true, pool: pool,
       observer: observer, time: start, blobs: spool, trees: trees)
     let queue = HandoffQueue<ContentMessage>(capacity: 16 << 20)
-    let reader = DeviceBackupContentReader(
+    let reader = try DeviceBackupContentReader(
       backup: backup, plan: plan, domain: subject.domain.name, queue: queue, pool: pool)
     let readerThread = WorkerThread(name: "appbox-read-backup") { try reader.run() }
     do {

@@ -21,6 +21,8 @@
 
 import AppboxContainer
 import AppboxCore
+import AppboxPipeline
+import AppboxPlist
 import AppboxRepository
 import AppboxStore
 import Foundation

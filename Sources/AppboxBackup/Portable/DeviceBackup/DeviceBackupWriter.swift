@@ -19,6 +19,7 @@
 
 import AppboxContainer
 import AppboxCore
+import AppboxPipeline
 import AppboxCrypto
 import AppboxRepository
 import Foundation

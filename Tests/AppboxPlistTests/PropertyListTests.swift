@@ -2,7 +2,7 @@ import AppboxTestSupport
 import Foundation
 import Testing
 
-@testable import AppboxCore
+@testable import AppboxPlist
 
 /// An Info.plist as Xcode writes it, plus the XML features a hand-edited one may use.
 private let infoPlistXML = """

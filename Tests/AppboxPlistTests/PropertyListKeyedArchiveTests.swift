@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-@testable import AppboxCore
+@testable import AppboxPlist
 
 /// An MBFile-shaped archive, as an iOS backup's Manifest.db holds one per file.
 private func sampleArchive(

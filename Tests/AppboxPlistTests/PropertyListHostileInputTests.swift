@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-@testable import AppboxCore
+@testable import AppboxPlist
 
 /// Decodes input that must be refused, and checks the refusal is a one-line bad-data error.
 private func refusal(

@@ -1,4 +1,8 @@
-// A safe property-list codec.
+// AppboxPlist: a safe property-list codec, a module of its own (it was 42% of AppboxCore).
+// Owns: the PropertyList value, its XML and binary readers and writers, keyed archives, and
+// their limits and errors. Imports AppboxCore only (for `AppboxFailure`) and Foundation; it
+// must not import any other appbox module or C library, so that every module that reads
+// bundles, preferences or backups can use it.
 //
 // Bundles, entitlements and code-signature manifests are untrusted input, and Foundation's
 // `PropertyListSerialization` is not hardened against hostile files. This codec reads Apple's
@@ -17,6 +21,7 @@
 //   write; NaN, infinite and farther dates (possible in binary plists) are refused as
 //   malformed, rather than printed as nonsense.
 
+import AppboxCore
 import Foundation
 
 /// A property-list value: the data model shared by Apple's XML and binary plists.
