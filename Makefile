@@ -42,8 +42,10 @@ deps:
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
+# Every import a target makes must be a dependency it declares (docs/architecture.md).
+IMPORT_CHECK := --explicit-target-dependency-import-check error
 build: deps
-	$(SWIFT) build
+	$(SWIFT) build $(IMPORT_CHECK)
 
 # Build output goes to stderr, so `make bench` prints only its Markdown report on stdout.
 # The Swift runtime and Foundation are linked statically: every command starts in about half
@@ -67,7 +69,7 @@ install-files:
 
 # Builds everything (the appbox and appbox-sandbox executables too) and runs every test.
 test: deps test-deps
-	$(SWIFT) build --build-tests
+	$(SWIFT) build --build-tests $(IMPORT_CHECK)
 	$(SWIFT) test --skip-build
 
 # What only the tests need: the independent readers of iOS device backups (pyiosbackup,

@@ -6,9 +6,12 @@
 import Foundation
 import Glibc
 
-/// `date` in UTC to the whole second below it, as `YYYY-MM-DDTHH:MM:SSZ`. Uses `gmtime_r(3)`.
+/// `date` in UTC to the whole second below it (after rounding to the millisecond, as the
+/// formatter does), as `YYYY-MM-DDTHH:MM:SSZ`. Uses `gmtime_r(3)`.
 public func utcTimestamp(_ date: Date) -> String {
-  var seconds = time_t(floor(date.timeIntervalSince1970))
+  // As the formatter does: to the nearest millisecond first, then the whole second below.
+  let milliseconds = (date.timeIntervalSince1970 * 1000).rounded()
+  var seconds = time_t(floor(milliseconds / 1000))
   var parts = tm()
   guard gmtime_r(&seconds, &parts) != nil else { return ISO8601DateFormatter().string(from: date) }
   func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : String(value) }

@@ -13,6 +13,7 @@ struct UTCTimestampTests {
       Date(timeIntervalSince1970: 1_764_818_492),
       Date(timeIntervalSince1970: 1_764_818_492.5), Date(timeIntervalSince1970: 951_782_400),  // 2000-02-29
       Date(timeIntervalSince1970: 4_102_444_799),  // 2099-12-31T23:59:59Z
+      Date(timeIntervalSince1970: 1_764_818_492.9999),  // rounds up to the next second
     ]
     for _ in 0..<2000 {
       dates.append(Date(timeIntervalSince1970: Double.random(in: 0..<4_102_444_800, using: &random)))
