@@ -328,6 +328,28 @@ struct ConcurrencyTests {
 
   /// Two backups of different apps into one repository, started together: both succeed
   /// (no 75), and the repository checks clean, every stored byte verified.
+  /// The first backups of a new device create its repository. One that found no config
+  /// while the other was creating it must still commit a layout 2 snapshot: it used to take
+  /// the other's fresh catalog for a layout 1 repository and commit to the catalog alone,
+  /// and the next sync dropped its snapshot, both backups having exited 0.
+  @Test func aBackupThatSawTheRepositoryBeingCreatedKeepsItsSnapshot() throws {
+    let device = try device(withData: 1 << 16)
+    let paused = try device.startPausing(at: "repository.no-config", "backup", "com.example.notes")
+    #expect(paused.waitUntilPaused())
+    // The other creates the repository and holds it (shared) while the first goes on.
+    let other = try device.startPausing(at: "backup.archive-synced", "backup", "com.example.journal")
+    #expect(other.waitUntilPaused())
+    paused.resume()
+    let first = paused.finish()
+    #expect(first.status == 0, "\(first.err)")
+    other.resume()
+    let second = other.finish()
+    #expect(second.status == 0, "\(second.err)")
+    let check = try device.run("check", "--read-data")
+    #expect(check.status == 0, "\(check.out)")
+    #expect(check.out.contains("Checked 2 snapshots"), "\(check.out)")
+  }
+
   @Test func twoBackupsOfDifferentAppsStartedTogetherBothSucceed() throws {
     let device = try device(withData: 2 << 20)
     let statuses = ProcessStatuses()

@@ -96,9 +96,15 @@ public final class Repository {
     var config = try Repository.readConfig(store)
     try Repository.refuseUnexpectedPlain(config, location: location, options: options)
     if config == nil {
+      CrashPoint.hit("repository.no-config")
       let legacyCatalog = (store as? LocalObjectStore).map {
         FileManager.default.fileExists(atPath: $0.path("catalog.db"))
       }
+      // A catalog and no config is a layout 1 repository, unless another appbox created the
+      // repository meanwhile: it writes the config before it opens the catalog, so a config
+      // read after seeing the catalog tells the two apart. (Taken for layout 1, this writer
+      // committed to the catalog alone, and the next sync dropped its snapshot.)
+      if legacyCatalog == true { config = try Repository.readConfig(store) }
       if legacyCatalog != true {
         guard options.create else {
           throw RepositoryError(
