@@ -190,6 +190,7 @@ public final class ArchiveReader {
     }
     let (status, entry): (Int32, ArchiveEntry?) = UTF8CharacterType.perform {
       var libarchiveEntry: OpaquePointer? = nil
+      errno = 0  // libarchive reads ENOMEM in errno as a failed allocation (see ArchiveWriter)
       let status = archive_read_next_header(handle, &libarchiveEntry)
       // ARCHIVE_WARN: the header was read, but libarchive skipped or repaired something in it;
       // it goes into `warnings`. ARCHIVE_RETRY ("Damaged tar archive") would resynchronise past a

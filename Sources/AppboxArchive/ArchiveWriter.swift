@@ -151,7 +151,13 @@ public final class ArchiveWriter {
     }
     archive_entry_clear(scratchEntry)
     entry.copy(into: scratchEntry)
-    let status = UTF8CharacterType.perform { archive_write_header(handle, scratchEntry) }
+    // libarchive tells a name it cannot convert (stored raw, ARCHIVE_WARN) from a failed
+    // allocation (ARCHIVE_FATAL) by `errno == ENOMEM`, so a stale ENOMEM left by an earlier
+    // call would fail the header: errno starts clean.
+    let status = UTF8CharacterType.perform {
+      errno = 0
+      return archive_write_header(handle, scratchEntry)
+    }
     // ARCHIVE_WARN: the header was written, but a name could not be converted to UTF-8 and was
     // stored as raw bytes (hdrcharset=BINARY); that is the byte-exact outcome we want.
     if status != ArchiveStatus.ok && status != ArchiveStatus.warn {

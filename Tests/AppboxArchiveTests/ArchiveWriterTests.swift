@@ -40,6 +40,23 @@ import Testing
     }
   }
 
+  /// A name that is not UTF-8 is stored as raw bytes: libarchive's conversion fails, and it
+  /// tells that apart from running out of memory by looking at `errno`. An ENOMEM some
+  /// earlier call left in `errno` (zstd's allocations under load left one in CI) must not turn
+  /// the header into "Can't allocate memory for Linkname".
+  @Test func aStaleENOMEMDoesNotFailANameThatIsNotUTF8() throws {
+    let fd = open("/dev/null", O_WRONLY | O_CLOEXEC)
+    defer { close(fd) }
+    let writer = try ArchiveWriter(fileDescriptor: fd, compression: .none)
+    errno = ENOMEM
+    try writer.writeHeader(.symlink(b("Documents/odd-link"), target: [0x66, 0xFF, 0x66]))
+    try writer.finishEntry()
+    errno = ENOMEM
+    try writer.writeHeader(.file([0x6E, 0xFE, 0x6E], size: 0))
+    try writer.finishEntry()
+    try writer.finish()
+  }
+
   @Test func dataBeyondTheDeclaredSizeIsRefused() throws {
     let fd = open("/dev/null", O_WRONLY | O_CLOEXEC)
     defer { close(fd) }
