@@ -129,11 +129,16 @@ enum SignalForwarder {
     return previous
   }
 
-  /// Sends signals to `pid` from now on, and a signal that came before it now.
-  static func setTarget(_ pid: pid_t) {
+  /// Sends signals to `pid` from now on. A signal that came before (while the jail was being
+  /// built) is not sent there: the app may not exist yet, and the jail's first process drops
+  /// signals it has no handler for, so it would be lost and the start would go on. `cancel`
+  /// runs instead (it ends the jail), and the signal is returned: the start was stopped.
+  static func setTarget(_ pid: pid_t, cancellingPendingWith cancel: () -> Void) -> Int32? {
     target.store(pid, ordering: .sequentiallyConsistent)
     let signal = pending.exchange(0, ordering: .sequentiallyConsistent)
-    if signal != 0 { kill(pid, signal) }
+    guard signal != 0 else { return nil }
+    cancel()
+    return signal
   }
 
   /// Restores the default dispositions and the thread's mask `install` returned; nothing is

@@ -122,12 +122,17 @@ enum JailProcess {
     let reaper = report.childPID.flatMap { Reaper(pid: $0) }
     defer { reaper?.close() }
     if let childPID = report.childPID { started?(childPID) }
-    SignalForwarder.setTarget(report.childPID.map { -$0 } ?? pid)
+    // Stopped while the jail was being built: killing its first process ends the whole pid
+    // namespace (nothing of the app can outlive it), and appbox ends as that signal says.
+    let stoppedBy = SignalForwarder.setTarget(report.childPID.map { -$0 } ?? pid) {
+      kill(report.childPID ?? pid, SIGKILL)
+    }
     let exit = try ChildProcess.wait(for: pid)
     network?.requestStop()  // the app's first process is gone: pasta ends while the rest does
     report.read(from: status.read, until: { _ in false })
     reaper?.waitUntilGone()
 
+    if let stoppedBy { return 128 + stoppedBy }
     if let code = report.exitCode { return code }
     if exit == 1 || report.childPID != nil {
       throw ContainerError(
