@@ -303,14 +303,22 @@ public final class DeviceProtection {
     return identifiers
   }
 
-  /// Removes the keys of `classes`; returns those with files still open.
+  /// Removes the keys of `classes`; returns those with files still open. A removal that finds
+  /// files in use is tried again a few times over half a second: an inode a reader has just
+  /// let go of (or one still under writeback) is in use for a moment, and a lock should not
+  /// leave its files readable for that (seen under load). Files an app holds open stay busy.
   private func removeKeys(_ keybag: Keybag, classes: [ProtectionClass]) throws -> [ProtectionClass] {
     let fd = try FileDescriptor.open(root.path, O_RDONLY | O_DIRECTORY)
     defer { fd.close() }
     var busy: [ProtectionClass] = []
     for protectionClass in classes {
       guard let wrapped = keybag.keys[protectionClass] else { continue }
-      if try fd.removeEncryptionKey(wrapped.identifier).filesBusy { busy.append(protectionClass) }
+      var stillBusy = try fd.removeEncryptionKey(wrapped.identifier).filesBusy
+      for _ in 0..<10 where stillBusy {
+        usleep(50_000)
+        stillBusy = try fd.removeEncryptionKey(wrapped.identifier).filesBusy
+      }
+      if stillBusy { busy.append(protectionClass) }
     }
     return busy
   }
