@@ -59,11 +59,12 @@ if cp -a --reflink=always "$root/registry.db" "$work/probe" 2>/dev/null; then
   reflink=$(median cp -a --reflink=always "$root" "$work/copy")
 fi
 rm -f "$work/probe"
-fs=$(stat -f -c %T "$work")
+fs=$(findmnt -n -o FSTYPE -T "$work" 2>/dev/null || stat -f -c %T "$work")
+ratio() { printf "%.2fx" "$(echo "scale=4; $1 / $cp_a" | bc)"; }
 {
   echo "| clone of 10 apps, $FILES files ($fs) | median s | × cp -a |"
   echo "|---|---|---|"
-  echo "| appbox device clone | $clone | $(echo "scale=2; $clone / $cp_a" | bc) |"
-  echo "| cp -a | $cp_a | 1.00 |"
-  [ -n "$reflink" ] && echo "| cp -a --reflink=always | $reflink | $(echo "scale=2; $reflink / $cp_a" | bc) |"
+  printf '| appbox device clone | %.2f | %s |\n' "$clone" "$(ratio "$clone")"
+  printf '| cp -a | %.2f | 1.00x |\n' "$cp_a"
+  if [ -n "$reflink" ]; then printf '| cp -a --reflink=always | %.2f | %s |\n' "$reflink" "$(ratio "$reflink")"; fi
 } | tee Benchmarks/results/clone.md

@@ -45,7 +45,8 @@ struct Bench {
   var work: String
   var shell = Shell()
   /// Run only this scenario ("history": advise and why; "browse": find and dump;
-  /// "repository": encryption and S3; "backup": full and incremental backups), after
+  /// "repository": encryption and S3; "backup": full and incremental backups; "restore": the
+  /// 1% incrementals, then restores of their latest snapshot), after
   /// generating the home.
   var only: String?
   /// Leave the work directory in place (to profile against it).
@@ -141,6 +142,12 @@ struct Bench {
     }
     measured([try floors(home)])
     for state in FileSystemState.allCases { measured([try fullBackup(home, state)]) }
+    if only == "restore" {
+      // The restore rows alone (`--only restore`), on the chain the 1% incrementals build.
+      scenarios += try incrementals(home, workload: .atomicSaves)
+      for state in FileSystemState.allCases { scenarios.append(try restore(home, state)) }
+      return report(scenarios, title: "appbox benchmark (\(size.rawValue), restore only)", notes: notes)
+    }
     measured(try incrementals(home, workload: .atomicSaves))
     measured(try incrementals(home, workload: .inPlace))
     if only == "backup" {
@@ -504,7 +511,7 @@ struct Bench {
           "\(appbox) --quiet --root \(target)/device restore \(app) --snapshot latest --repo \(base)/appbox"
         )
       ]
-      if size == .small {
+      if size == .small && FileManager.default.fileExists(atPath: work + "/full-zstd") {
         // The cost of decompressing (and of reading members through libarchive): small tree only,
         // for disk space.
         steps.append(

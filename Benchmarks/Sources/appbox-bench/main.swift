@@ -6,7 +6,7 @@
 //   appbox-bench generate HOME --files N --bytes B [--seed S]
 //   appbox-bench mutate HOME --percent P [--seed S] [--in-place]
 //   appbox-bench in-place-files HOME [--seed S]
-//   appbox-bench run small|large|huge --appbox PATH [--runs N] [--work DIR] [--results DIR] [--only history|browse|repository|backup] [--keep]
+//   appbox-bench run small|large|huge --appbox PATH [--runs N] [--work DIR] [--results DIR] [--only history|browse|repository|backup|restore] [--keep]
 //   appbox-bench archive-throughput [--results DIR]
 //   appbox-bench device-backup --appbox PATH [--files N] [--runs N] [--work DIR] [--results DIR]
 import AppboxTestSupport
