@@ -85,6 +85,60 @@ struct ChunkerTests {
 
   static let golden = [1_392_194, 1_717_805, 1_098_122, 1_209_128, 874_207]
 
+  /// The chunker rolls two bytes a step; the cuts are those of the plain definition (one byte a
+  /// step, the hash tested after each), on content where cuts fall at odd and even offsets,
+  /// on either side of the average and at the maximum, fed whole and in odd-sized pieces.
+  @Test func theCutsAreThoseOfTheOneByteDefinition() {
+    for seed in UInt64(50)..<UInt64(54) {
+      var bytes = randomBytes(14 << 20, seed: seed)
+      // A run of zeros (no cut inside it until the maximum) in half the inputs.
+      if seed % 2 == 0 { for index in (4 << 20)..<(9 << 20) { bytes[index] = 0 } }
+      let expected = ChunkerTests.referenceLengths(bytes)
+      #expect(chunkLengths(bytes) == expected, "seed \(seed)")
+      #expect(Set(expected.map { $0 % 2 }).count == 2, "seed \(seed): cuts at both parities")
+      var chunker = Chunker()
+      var lengths: [Int] = []
+      var current = 0
+      var offset = 0
+      var generator = SeededRandom(seed: seed)
+      while offset < bytes.count {
+        let end = min(bytes.count, offset + 1 + generator.below(3) * 2 + generator.below(70_000))
+        let (count, boundary) = bytes.withUnsafeBytes {
+          chunker.consume(UnsafeRawBufferPointer(rebasing: $0[offset..<end]))
+        }
+        current += count
+        offset += count
+        if boundary {
+          lengths.append(current)
+          current = 0
+        }
+      }
+      if current > 0 { lengths.append(current) }
+      #expect(lengths == expected, "seed \(seed), in pieces")
+    }
+  }
+
+  /// The definition, a byte at a time: `hash = 2·hash + gear[byte]` from the chunk's first
+  /// byte, a cut after a byte where the hash's tested bits are zero (22 of them below the
+  /// average length, 18 above), never before the minimum, always at the maximum.
+  static func referenceLengths(_ bytes: [UInt8]) -> [Int] {
+    var lengths: [Int] = []
+    var hash: UInt64 = 0
+    var length = 0
+    for byte in bytes {
+      hash = (hash &<< 1) &+ ChunkingParameters.gear[Int(byte)]
+      length += 1
+      let mask = length <= ChunkingParameters.average ? ChunkingParameters.smallMask : ChunkingParameters.largeMask
+      if (length > ChunkingParameters.minimum && hash & mask == 0) || length == ChunkingParameters.maximum {
+        lengths.append(length)
+        hash = 0
+        length = 0
+      }
+    }
+    if length > 0 { lengths.append(length) }
+    return lengths
+  }
+
   func offsets(_ lengths: [Int]) -> [Int] {
     var total = 0
     return lengths.map {
