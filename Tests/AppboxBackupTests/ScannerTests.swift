@@ -25,14 +25,14 @@ struct ScannerTests {
     current.close()
   }
 
-  func scan(_ dir: TemporaryDirectory, descriptorBudget: Int = 256) throws -> (
-    AppboxBackup.Scanner, [ScannedDirectory]
-  ) {
+  func scan(
+    _ dir: TemporaryDirectory, descriptorBudget: Int = 256, workers: Int = AppboxBackup.Scanner.defaultWorkers
+  ) throws -> (AppboxBackup.Scanner, [ScannedDirectory]) {
     let home = try OwnedFileDescriptor.open(dir.path, O_RDONLY | O_DIRECTORY)
     let scanner = AppboxBackup.Scanner(
       home: home.borrowed, rules: ScanRules(bundleDirectoryName: "Notes.app", includeBundle: false),
       catalogPath: nil, previousRoot: nil, trustedBefore: 0, observer: SilentObserver(),
-      descriptorBudget: descriptorBudget)
+      descriptorBudget: descriptorBudget, workers: workers)
     var directories: [ScannedDirectory] = []
     while let directory = try scanner.next() {
       directory.handle = nil  // as the reader does once it has read the directory's files
@@ -40,6 +40,32 @@ struct ScannerTests {
     }
     scanner.finish()
     return (scanner, directories)
+  }
+
+  /// The consumer scans the next directory itself when no worker has taken it: with no
+  /// worker (the consumer alone), one or two, the same directories come in the same
+  /// depth-first order with the same entries, each directory once.
+  @Test func theSameDirectoriesComeInTheSameOrderWhoeverScansThem() throws {
+    let dir = TemporaryDirectory("scan-order")
+    try generateData(home: dir.path, shape: HomeShape(files: 1500, bytes: 3_000_000, seed: 5))
+    func listing(_ workers: Int) throws -> [String] {
+      let (scanner, directories) = try scan(dir, workers: workers)
+      #expect(scanner.unreadableCount == 0)
+      return directories.map { directory in
+        String(decoding: directory.path, as: UTF8.self) + ": "
+          + directory.entries.map { String(decoding: directory.name(of: $0), as: UTF8.self) }.joined(separator: " ")
+      }
+    }
+    let alone = try listing(0)
+    #expect(alone.count > 50)
+    #expect(Set(alone).count == alone.count)
+    // Depth-first pre-order, names in byte order: the order of the paths' component lists.
+    let paths = alone.map { $0.prefix { $0 != ":" }.split(separator: "/").map { Array($0.utf8) } }
+    let preOrder = paths.sorted { $0.lexicographicallyPrecedes($1) { $0.lexicographicallyPrecedes($1) } }
+    #expect(paths == preOrder)
+    for workers in [1, 2] {
+      #expect(try listing(workers) == alone, "workers \(workers)")
+    }
   }
 
   /// A comb: at every level a leaf `a` (listed after its sibling's whole subtree, so its

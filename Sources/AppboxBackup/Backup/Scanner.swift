@@ -4,13 +4,16 @@
 // Algorithm: the consumer (the content reader) asks for directories with `next()`, which
 // returns them in depth-first pre-order (a directory, then each subdirectory's whole subtree,
 // in name order). The jobs for the subdirectories of every directory handed over wait on a
-// stack whose top is the next directory in that order. Two workers scan from the top down:
-// the top job first, then, as look-ahead, the next ones, up to `lookaheadDirectories`
+// stack whose top is the next directory in that order. Workers scan from the top down: the
+// top job first, then, as look-ahead, the next ones, up to `lookaheadDirectories`
 // directories and `lookaheadEntries` entries scanned but not yet handed over (the top job is
-// always allowed, so the consumer never waits on the budget). So the scan runs a little ahead
-// of the archive on the other core, and what it holds at any time is the directories on the
-// consumer's path plus that bounded look-ahead: memory follows the largest directory, not
-// the number of files (a million files scan in the memory of one directory's worth).
+// always allowed, so the consumer never waits on the budget). When the consumer asks for the
+// top job and no worker has taken it yet, the consumer scans it itself instead of sleeping
+// until one has (a wake-up per directory cost as much as the scan in a tree of small
+// directories). So the scan runs a little ahead of the archive on the other core, and what
+// it holds at any time is the directories on the consumer's path plus that bounded
+// look-ahead: memory follows the largest directory, not the number of files (a million
+// files scan in the memory of one directory's worth).
 //
 // A worker opens its directory by name from its parent's descriptor (O_NOFOLLOW |
 // O_DIRECTORY: a symlink swapped in mid-scan is refused, never followed), never by a path
@@ -44,6 +47,10 @@ final class LiveCount: Sendable {
 final class Scanner: @unchecked Sendable {
   /// Open parent descriptors the scan keeps at most (by default); past it, jobs open by path.
   static let defaultDescriptorBudget = 256
+  /// Worker threads besides the consumer, which scans too whenever the next directory is
+  /// still waiting: one on two cores (with the consumer, two scanning; a third thread only
+  /// preempts them), two from three cores up. (0: the consumer scans alone.)
+  static let defaultWorkers = max(1, min(2, sysconf(Int32(_SC_NPROCESSORS_ONLN)) - 1))
   /// Directories (and their entries) scanned ahead of the consumer, at most.
   static let lookaheadDirectories = 64
   static let lookaheadEntries = 32_768
@@ -81,6 +88,9 @@ final class Scanner: @unchecked Sendable {
   private var aheadDirectories = 0
   private var aheadEntries = 0
   private var threads: [WorkerThread<Void>] = []
+  /// The consumer's own catalog connection and buffer, for the directories it scans itself.
+  private var consumerCatalog: Catalog?
+  private var consumerBuffer: UnsafeMutableRawBufferPointer?
   let live = LiveCount()
   /// What could not be read: the first `unreadableLimit` entries, and how many in all.
   private(set) var unreadable: [UnreadableEntry] = []
@@ -94,7 +104,8 @@ final class Scanner: @unchecked Sendable {
   /// racy window are treated as changed.
   init(
     home: FileDescriptor, rules: ScanRules, catalogPath: String?, previousRoot: Digest?, trustedBefore: Int64,
-    observer: EngineObserver, descriptorBudget: Int = Scanner.defaultDescriptorBudget, workers: Int = 2
+    observer: EngineObserver, descriptorBudget: Int = Scanner.defaultDescriptorBudget,
+    workers: Int = Scanner.defaultWorkers
   ) {
     self.descriptorBudget = descriptorBudget
     self.home = home
@@ -103,13 +114,16 @@ final class Scanner: @unchecked Sendable {
     self.previousRoot = previousRoot
     self.trustedBefore = trustedBefore
     self.observer = observer
-    workerCount = max(1, workers)
+    workerCount = max(0, workers)
   }
 
   deinit { finish() }
 
   /// The next directory in depth-first order (the home first), or nil after the last.
-  /// Throws the scan's first failure.
+  /// Throws the scan's first failure. When the next directory is still waiting for a worker,
+  /// the caller scans it itself rather than sleep until a worker has: a hand-over between
+  /// threads costs a wake-up (an interrupt between CPUs, dearer still in a virtual machine)
+  /// per directory, which in a tree of small directories cost as much as scanning them.
   func next() throws -> ScannedDirectory? {
     if !started {
       started = true
@@ -120,37 +134,64 @@ final class Scanner: @unchecked Sendable {
         WorkerThread(name: "appbox-scan-\(number)") { [self] in try work() }
       }
     }
-    let result: Result<ScannedDirectory?, Error> = mutex.withLock {
-      while true {
-        if let failure { return .failure(failure) }
-        guard let top = stack.last else {
-          finished = true
-          mutex.broadcast()
-          return .success(nil)
+    while true {
+      let step: Result<Step, Error> = mutex.withLock {
+        while true {
+          if let failure { return .failure(failure) }
+          guard let top = stack.last else {
+            finished = true
+            mutex.broadcast()
+            return .success(.end)
+          }
+          switch top.state {
+          case .done: return .success(.handOver(handOverTop()))
+          case .pending:
+            top.state = .scanning
+            scanning += 1
+            return .success(.scan(top))
+          case .scanning: mutex.wait()
+          }
         }
-        if top.state == .done { break }
-        mutex.wait()
       }
-      let job = stack.removeLast()
-      let directory = job.directory
-      aheadDirectories -= 1
-      aheadEntries -= directory.entries.count
-      // Its subdirectories' jobs, the first on top.
-      for position in directory.entries.indices.reversed()
-      where directory.entries[position].type == .directory {
-        let entry = directory.entries[position]
-        let child = ScannedDirectory(
-          parent: directory, name: directory.name(of: entry), position: Int32(position),
-          previous: directory.previousSubdirectories[Int32(position)], rules: rules)
-        stack.append(Job(directory: child, parent: directory.handle))
+      switch try step.get() {
+      case .handOver(let directory): return directory
+      case .end: return nil
+      case .scan(let job):
+        if consumerBuffer == nil {
+          consumerBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
+        }
+        scan(job, catalog: &consumerCatalog, buffer: consumerBuffer!)
       }
-      directory.previousSubdirectories = [:]
-      // The subdirectories' jobs hold the descriptor now; the reader needs it only for files.
-      if !directory.needsReading { directory.handle = nil }
-      mutex.broadcast()
-      return .success(directory)
     }
-    return try result.get()
+  }
+
+  private enum Step {
+    case handOver(ScannedDirectory)
+    case scan(Job)
+    case end
+  }
+
+  /// Takes the top job, done, off the stack and pushes its subdirectories' jobs (call with the
+  /// mutex held).
+  private func handOverTop() -> ScannedDirectory {
+    let job = stack.removeLast()
+    let directory = job.directory
+    aheadDirectories -= 1
+    aheadEntries -= directory.entries.count
+    // Its subdirectories' jobs, the first on top.
+    for position in directory.entries.indices.reversed()
+    where directory.entries[position].type == .directory {
+      let entry = directory.entries[position]
+      let child = ScannedDirectory(
+        parent: directory, name: directory.name(of: entry), position: Int32(position),
+        previous: directory.previousSubdirectories[Int32(position)], rules: rules)
+      stack.append(Job(directory: child, parent: directory.handle))
+    }
+    directory.previousSubdirectories = [:]
+    // The subdirectories' jobs hold the descriptor now; the reader needs it only for files.
+    if !directory.needsReading { directory.handle = nil }
+    mutex.broadcast()
+    return directory
   }
 
   /// Stops the workers (after the last `next()`, or early) and waits for them.
@@ -161,6 +202,9 @@ final class Scanner: @unchecked Sendable {
     }
     for thread in threads { try? thread.join() }
     threads = []
+    consumerCatalog = nil
+    consumerBuffer?.deallocate()
+    consumerBuffer = nil
     mutex.withLock { stack.removeAll() }
   }
 
@@ -209,41 +253,49 @@ final class Scanner: @unchecked Sendable {
         }
       }
       guard let job = next else { return }
-      do {
-        if catalog == nil, previousRoot != nil, let catalogPath {
-          // One read transaction for the whole scan: the WAL read lock is taken once.
-          catalog = try Catalog(path: catalogPath, readOnly: true)
-          try catalog!.database.execute("BEGIN DEFERRED TRANSACTION")
-        }
-        let directory = job.directory
-        let previousDigest = directory.depth == 0 ? previousRoot : directory.previous?.digest
-        let previousData = try previousDigest.map { digest -> [UInt8] in
-          guard let data = try catalog!.treeData(digest) else {
-            throw BackupError(.corruptCatalog, "Catalog is missing tree \(digest.hex.prefix(16))")
-          }
-          return data
-        }
-        let outcome = try visit(
-          directory, parent: job.parent, previousData: previousData ?? [], buffer: buffer)
-        job.parent = nil  // opened: the parent's descriptor closes once nobody else needs it
-        directory.previousDigest = previousDigest
-        mutex.withLock {
-          for entry in outcome.unreadable { recordUnreadable(entry.path, entry.reason) }
-          if let warning = outcome.warning { warnings.append(warning) }
-          job.state = .done
-          scanning -= 1
-          aheadDirectories += 1
-          aheadEntries += directory.entries.count
-          mutex.broadcast()
-        }
-      } catch {
-        mutex.withLock {
-          if failure == nil { failure = error }
-          scanning -= 1
-          mutex.broadcast()
-        }
-        return
+      guard scan(job, catalog: &catalog, buffer: buffer) else { return }
+    }
+  }
+
+  /// Scans one job taken for scanning (by a worker or by the consumer, each with a catalog
+  /// connection and a buffer of its own) and marks it done; false after a failure, which is
+  /// recorded for `next()` to throw.
+  private func scan(_ job: Job, catalog: inout Catalog?, buffer: UnsafeMutableRawBufferPointer) -> Bool {
+    do {
+      if catalog == nil, previousRoot != nil, let catalogPath {
+        // One read transaction for the whole scan: the WAL read lock is taken once.
+        catalog = try Catalog(path: catalogPath, readOnly: true)
+        try catalog!.database.execute("BEGIN DEFERRED TRANSACTION")
       }
+      let directory = job.directory
+      let previousDigest = directory.depth == 0 ? previousRoot : directory.previous?.digest
+      let previousData = try previousDigest.map { digest -> [UInt8] in
+        guard let data = try catalog!.treeData(digest) else {
+          throw BackupError(.corruptCatalog, "Catalog is missing tree \(digest.hex.prefix(16))")
+        }
+        return data
+      }
+      let outcome = try visit(
+        directory, parent: job.parent, previousData: previousData ?? [], buffer: buffer)
+      job.parent = nil  // opened: the parent's descriptor closes once nobody else needs it
+      directory.previousDigest = previousDigest
+      mutex.withLock {
+        for entry in outcome.unreadable { recordUnreadable(entry.path, entry.reason) }
+        if let warning = outcome.warning { warnings.append(warning) }
+        job.state = .done
+        scanning -= 1
+        aheadDirectories += 1
+        aheadEntries += directory.entries.count
+        mutex.broadcast()
+      }
+      return true
+    } catch {
+      mutex.withLock {
+        if failure == nil { failure = error }
+        scanning -= 1
+        mutex.broadcast()
+      }
+      return false
     }
   }
 }

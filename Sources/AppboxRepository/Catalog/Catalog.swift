@@ -411,6 +411,16 @@ public final class Catalog {
       .real(archive.created.timeIntervalSince1970))
   }
 
+  /// The names of the archives it holds (`archives()` without decoding a record).
+  public func archiveNames() throws -> Set<String> {
+    Set(try database.all("SELECT name FROM archives") { $0.text(0) ?? "" })
+  }
+
+  /// The ids of the snapshots it holds (`snapshots()` without decoding one).
+  public func snapshotIDs() throws -> Set<String> {
+    Set(try database.all("SELECT id FROM snapshots") { $0.text(0) ?? "" })
+  }
+
   public func archives() throws -> [ArchiveRecord] {
     try database.all("SELECT name, size, crc32c, compression, created FROM archives ORDER BY created, name") {
       row in

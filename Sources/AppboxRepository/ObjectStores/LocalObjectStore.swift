@@ -56,6 +56,23 @@ package final class LocalObjectStore: ObjectStore {
     return objects.sorted { $0.name < $1.name }
   }
 
+  /// `list`'s names from the directory's entries alone: an entry the file system types as a
+  /// regular file is one, any other type is not; only an untyped entry costs a stat.
+  package func names(_ directory: String) throws -> [String] {
+    guard let handle = try openDirectory(directory, create: false) else { return [] }
+    defer { handle.close() }
+    var names: [String] = []
+    for entry in try handle.entries() where !entry.name.starts(with: [UInt8(ascii: ".")]) {
+      switch entry.type {
+      case .regular: names.append(entry.nameString)
+      case nil:
+        if try handle.statusIfPresent(of: entry.nameString)?.type == .regular { names.append(entry.nameString) }
+      default: continue
+      }
+    }
+    return names.sorted()
+  }
+
   /// Temp files and other dot-files in `directory` (debris of killed writers).
   func temporaryFiles(in directory: String) throws -> [String] {
     guard let handle = try openDirectory(directory, create: false) else { return [] }

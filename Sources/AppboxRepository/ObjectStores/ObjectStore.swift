@@ -28,6 +28,9 @@ package protocol ObjectStore: AnyObject, Sendable {
   var now: Date { get }
   /// The objects directly in `directory` ("archives"), temp files excepted.
   func list(_ directory: String) throws -> [StoredObject]
+  /// The names `list` would give, in the same order, without their sizes and times (a local
+  /// directory answers from one read of the directory, no stat per object).
+  func names(_ directory: String) throws -> [String]
   /// A whole (small) object, or nil when it does not exist.
   func get(_ name: String) throws -> [UInt8]?
   /// Writes a small object whole, atomically and durably (replacing one of that name).
@@ -47,6 +50,10 @@ package protocol ObjectStore: AnyObject, Sendable {
   func create() throws
   /// Whether the store (directory or bucket) exists.
   func exists() throws -> Bool
+}
+
+extension ObjectStore {
+  package func names(_ directory: String) throws -> [String] { try list(directory).map(\.name) }
 }
 
 /// A stream being written to one object.

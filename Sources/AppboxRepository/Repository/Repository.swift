@@ -372,26 +372,26 @@ public final class Repository {
     guard let local else { return [] }
     var removed: [String] = []
     if !isLegacy { try sync() }
-    let known = Set(try catalog.archives().map(\.name))
+    let known = try catalog.archiveNames()
     for directory in ["archives", "manifests", "snapshots"] {
       let temporary = try local.temporaryFiles(in: directory)
       for name in temporary { try FileTree.remove(atPath: local.path(directory + "/" + name)) }
       removed += temporary
     }
-    // Never an archive some row still names, whatever its manifest says: deleting it would
-    // lose content (a catalog out of step keeps the file; `check` reports the rows).
-    let named = try catalog.namedArchives()
     // Layout 2: debris has no manifest object at all (one whose manifest is only damaged is
     // not debris: its content may be all that is left of some snapshot).
-    let committed = isLegacy ? known : Set(try local.list("manifests").map(\.name))
-    let debris = try local.list("archives").map(\.name).filter {
-      !known.contains($0) && !named.contains($0) && !committed.contains($0)
-    }
+    let committed = isLegacy ? known : Set(try local.names("manifests"))
+    let candidates = try local.names("archives").filter { !known.contains($0) && !committed.contains($0) }
+    // Never an archive some row still names, whatever its manifest says: deleting it would
+    // lose content (a catalog out of step keeps the file; `check` reports the rows). Asked
+    // only when there is a candidate: the question reads every content row's archive.
+    let named = candidates.isEmpty ? [] : try catalog.namedArchives()
+    let debris = candidates.filter { !named.contains($0) }
     try local.delete(debris.map { "archives/" + $0 })
     removed += debris
     if !isLegacy {
-      let ids = Set(try catalog.snapshots().map(\.id))
-      let dangling = try local.list("snapshots").map(\.name).filter { !ids.contains($0) }
+      let ids = try catalog.snapshotIDs()
+      let dangling = try local.names("snapshots").filter { !ids.contains($0) }
       try local.delete(dangling.map { "snapshots/" + $0 })
       removed += dangling.map { "snapshots/" + $0 }
     }
@@ -401,9 +401,9 @@ public final class Repository {
   /// Archive files (and temp files) no committed archive accounts for: debris not yet removed.
   public func unknownArchiveFiles() throws -> [String] {
     guard let local else { return [] }
-    var known = Set(try catalog.archives().map(\.name))
-    if !isLegacy { known.formUnion(try local.list("manifests").map(\.name)) }
-    let names = try local.list("archives").map(\.name).filter { !known.contains($0) }
+    var known = try catalog.archiveNames()
+    if !isLegacy { known.formUnion(try local.names("manifests")) }
+    let names = try local.names("archives").filter { !known.contains($0) }
     return (names + (try local.temporaryFiles(in: "archives"))).sorted()
   }
 
@@ -412,11 +412,11 @@ public final class Repository {
   /// A fresh snapshot id: 8 lowercase hex digits, unused by any snapshot or archive (those
   /// the catalog knows, and every object in the store with that id).
   package func newSnapshotID() throws -> String {
-    var existing = Set(try store.list("archives").map { Repository.archiveID($0.name) })
+    var existing = Set(try store.names("archives").map(Repository.archiveID))
     if let local {
       existing.formUnion(try local.temporaryFiles(in: "archives").map { String($0.dropFirst(5)) })
     }
-    if !isLegacy { existing.formUnion(try store.list("snapshots").map(\.name)) }
+    if !isLegacy { existing.formUnion(try store.names("snapshots")) }
     while true {
       let id = String(format: "%08x", UInt32.random(in: 0...UInt32.max))
       if try catalog.snapshot(id: id) != nil || existing.contains(where: { $0.hasPrefix(id) }) { continue }

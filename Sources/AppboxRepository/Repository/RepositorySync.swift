@@ -107,6 +107,7 @@ extension Repository {
   /// Brings the catalog up to date with the objects (see the top of this file).
   func sync() throws {
     damage = RepositoryDamage()
+    if !store.isShared, try catalogIsInStep() { return }
     let manifests = try store.list("manifests")
     let snapshotObjects = try store.list("snapshots")
     let marks = store.isShared ? try store.list("garbage") : []
@@ -160,6 +161,18 @@ extension Repository {
       try insertInCommitOrder(newSnapshots, existing: existing.filter { !gone.contains($0.id) })
       try setRetired(retired)
     }
+  }
+
+  /// Whether the catalog already holds exactly what the objects say, as it does after every
+  /// commit made here: an archive row for each manifest object and none other, a snapshot row
+  /// for each snapshot object and none other, nothing retired. Then a sync has nothing to do,
+  /// and finding that out costs two directory reads and two index scans (no stat per object,
+  /// no row decoded) instead of a listing with a stat per object and every row decoded, twice
+  /// per backup. Any difference takes the full path above, which handles it.
+  private func catalogIsInStep() throws -> Bool {
+    guard try retiredArchives().isEmpty else { return false }
+    return try Set(store.names("manifests")) == catalog.archiveNames()
+      && Set(store.names("snapshots")) == catalog.snapshotIDs()
   }
 
   /// Adds an archive's record, trees and blobs (keeping rows already there).

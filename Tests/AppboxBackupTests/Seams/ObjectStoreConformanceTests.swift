@@ -102,6 +102,9 @@ struct ObjectStoreConformanceTests {
     let listed = try store.list("archives")
     #expect(listed.map(\.name) == ["a.tar", "b.tar", "c.tar.zst"])
     #expect(listed.map(\.size) == [14, 14, 18])
+    #expect(try store.names("archives") == ["a.tar", "b.tar", "c.tar.zst"])
+    #expect(try store.names("archives/nested") == ["deeper.tar"])
+    #expect(try store.names("archive").isEmpty)
     #expect(try store.list("archives-old").map(\.name) == ["x.tar"])
     #expect(try store.list("archives/nested").map(\.name) == ["deeper.tar"])
     #expect(try store.list("manifests").map(\.name) == ["a.tar"])
@@ -178,4 +181,24 @@ struct ObjectStoreConformanceTests {
     #expect(try store.list("snapshots").count == 3)
     #expect(try store.list("manifests").count == 2)
   }
+}
+
+/// The local store's name-only listing (one read of the directory, the types from `d_type`)
+/// names exactly what its full listing names: regular files, and not a temp file, a dot-file,
+/// a subdirectory, a symlink (even to an object) or a FIFO.
+@Test func aLocalDirectorysNamesAreItsListingsNames() throws {
+  let directory = TemporaryDirectory("names")
+  let store = LocalObjectStore(root: directory.url("repo"))
+  try store.create()
+  try store.put("archives/a.tar", [1])
+  try store.put("archives/b.tar.zst", [2, 3])
+  let archives = directory.url("repo") + "/archives"
+  #expect(FileManager.default.createFile(atPath: archives + "/.appbox-upload-x", contents: Data([9])))
+  #expect(FileManager.default.createFile(atPath: archives + "/.hidden", contents: Data([9])))
+  try FileManager.default.createDirectory(atPath: archives + "/sub.tar", withIntermediateDirectories: false)
+  try FileManager.default.createSymbolicLink(atPath: archives + "/link.tar", withDestinationPath: "a.tar")
+  #expect(mkfifo(archives + "/fifo.tar", 0o600) == 0)
+  #expect(try store.names("archives") == ["a.tar", "b.tar.zst"])
+  #expect(try store.list("archives").map(\.name) == ["a.tar", "b.tar.zst"])
+  #expect(try store.names("missing").isEmpty)
 }
