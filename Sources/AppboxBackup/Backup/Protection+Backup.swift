@@ -54,23 +54,21 @@ func splitProtectionRecord(_ attributes: [ExtendedAttribute]) -> ([ExtendedAttri
   return (rest, protectionClass)
 }
 
-/// The writer that re-creates `plan`'s protected files under their classes on `session`'s
-/// device, or nil (with a warning when the plan has protected files) when there is no
-/// session or the device has no class keys. A class whose key is unavailable (a locked
-/// device) fails with exit 69 before anything is written.
-func protectedFileWriter(for plan: RestorePlan, session: DeviceSession?) throws -> (
-  writer: ProtectedFileWriter?, warning: String?
-) {
+/// The writer that re-creates the protected files of `plan` (a batch of a restore) under their
+/// classes on `session`'s device: `existing` when an earlier batch made one, else a new one;
+/// or nil, with the count of the batch's protected files that are restored unprotected, when
+/// there is no session or the device has no class keys (the caller warns once, with the
+/// total). A class whose key is unavailable (a locked device) fails with exit 69 before the
+/// batch is written.
+func protectedFileWriter(for plan: RestorePlan, session: DeviceSession?, writer existing: ProtectedFileWriter?)
+  throws -> (writer: ProtectedFileWriter?, unprotected: Int)
+{
   let classes = Set(plan.files.map(\.protectionClass)).subtracting([.none])
-  guard !classes.isEmpty, let session else { return (nil, nil) }
-  let count = plan.files.filter { $0.protectionClass != .none }.count
+  guard !classes.isEmpty else { return (existing, 0) }
+  guard let session else { return (nil, 0) }
   let status = try session.protection.status()
   guard status.hasClassKeys, status.isFileProtectionSupported else {
-    return (
-      nil,
-      "\(count) file\(count == 1 ? " was" : "s were") protected when backed up; this device has no passcode "
-        + "(or no file encryption), so they were restored unprotected"
-    )
+    return (nil, plan.files.filter { $0.protectionClass != .none }.count)
   }
   for protectionClass in classes.sorted(by: >) where !status.availableClasses.contains(protectionClass) {
     throw ContainerError(
@@ -78,5 +76,5 @@ func protectedFileWriter(for plan: RestorePlan, session: DeviceSession?) throws 
       "Cannot restore while the device is locked: the snapshot holds \(protectionClass.rawValue) files, "
         + "which can be created only with their key; unlock the device first")
   }
-  return (try ProtectedFileWriter(protection: session.protection), nil)
+  return (try existing ?? ProtectedFileWriter(protection: session.protection), 0)
 }

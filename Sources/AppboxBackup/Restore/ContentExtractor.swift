@@ -9,7 +9,11 @@
 // their offsets, go to the hashing thread, which computes each member's content identity (the
 // sparse kind, when the tree recorded that one, hashes the data only: a member's holes cost
 // nothing; the plain kind hashes them as zeros) and compares it with the tree's digest;
-// `finish()` reports any mismatch. Buffers are freed by
+// `finish()` reports any mismatch. A restore in batches (RestorePlanner) gives the extractor
+// one batch after another; the reader of an archive is kept for the next batch when what that
+// batch needs lies further on (a batch's members come in the order a backup wrote them, so a
+// compressed archive is usually read once, not once per batch), and started again from the
+// beginning otherwise. Buffers are freed by
 // whoever holds them last (the hasher, or `cancel` on error). Any warning libarchive gives
 // about an archive appbox wrote means damage, and fails the restore.
 
@@ -30,7 +34,8 @@ final class ContentExtractor {
     case end(expected: Digest, path: [UInt8])
   }
 
-  private let plan: RestorePlan
+  /// The batch being restored.
+  private var plan: RestorePlan
   private let writer: TreeWriter
   private let observer: EngineObserver
   private let queue = HandoffQueue<HashMessage>(capacity: 32 << 20)
@@ -40,6 +45,10 @@ final class ContentExtractor {
   private let mismatches = MismatchList()
   /// Indexes into `plan.files` whose content has been written.
   private(set) var written: [Bool]
+  /// Readers kept for a later batch, by archive location (at most `keptReaders`, the most
+  /// recently used last), each with the offset of the last member it gave.
+  private var readers: [(location: String, reader: ArchiveReader, last: Int64)] = []
+  private static let keptReaders = 4
   private var filesDone = 0
   private var bytesDone: Int64 = 0
 
@@ -77,12 +86,28 @@ final class ContentExtractor {
     try? hasherThread.join()
   }
 
+  /// Starts the next batch of a restore (the files of `plan` have no content yet).
+  func begin(_ plan: RestorePlan) {
+    self.plan = plan
+    written = [Bool](repeating: false, count: plan.files.count)
+  }
+
+  /// A reader of `source` that has not passed `offset`: the one a previous batch left there,
+  /// or a new one.
+  private func reader(of source: ArchiveSource, before offset: Int64) throws -> ArchiveReader {
+    if let kept = readers.firstIndex(where: { $0.location == source.location }) {
+      let (_, reader, last) = readers.remove(at: kept)
+      if last < offset { return reader }
+    }
+    return try source.reader(startingAt: offset)
+  }
+
   /// Writes the content of `locations` (all in archive `source`) to the planned files.
   func extract(from source: ArchiveSource, locations: [BlobLocation]) throws {
     let sorted = locations.sorted { $0.offset < $1.offset }
-    guard let first = sorted.first else { return }
+    guard let first = sorted.first, let last = sorted.last else { return }
     let path = source.location
-    let reader = try source.reader(startingAt: first.offset)
+    let reader = try reader(of: source, before: first.offset)
     func damaged(_ what: String) -> BackupError {
       BackupError(.corruptArchive, "Archive '\(path)' is damaged: \(what)")
     }
@@ -106,6 +131,8 @@ final class ContentExtractor {
     }
     if index < sorted.count { throw damaged("it ends before the member '\(display(sorted[index].path))'") }
     if let warning = reader.warnings.first { throw damaged("libarchive warned: \(warning)") }
+    readers.append((path, reader, last.offset))
+    if readers.count > Self.keptReaders { readers.removeFirst() }
   }
 
   private func copy(from reader: ArchiveReader, location: BlobLocation) throws {
@@ -161,6 +188,7 @@ final class ContentExtractor {
 
   /// Waits for the hashing thread; throws `.corruptArchive` when any content did not match.
   func finish() throws {
+    readers.removeAll()
     queue.close()
     try hasherThread.join()
     if let path = mismatches.first {

@@ -53,6 +53,17 @@ extension Repository {
     standardDirectories: Bool = false, protectingOn session: DeviceSession? = nil, owner: UInt32? = nil,
     overlay: [Digest: [UInt8]] = [:], observer: EngineObserver = SilentObserver()
   ) throws -> MaterializeReport {
+    try materialize(
+      snapshot, part: part, into: directory, standardDirectories: standardDirectories, protectingOn: session,
+      owner: owner, overlay: overlay, observer: observer, batchFiles: RestorePlanner.defaultBatchFiles)
+  }
+
+  /// `materialize` in batches of about `batchFiles` files (RestorePlanner; tests give small ones).
+  func materialize(
+    _ snapshot: Snapshot, part: SnapshotPart, into directory: FileDescriptor,
+    standardDirectories: Bool, protectingOn session: DeviceSession?, owner: UInt32?,
+    overlay: [Digest: [UInt8]], observer: EngineObserver, batchFiles: Int
+  ) throws -> MaterializeReport {
     let bundleName = Array(snapshot.bundleDirectoryName.utf8)
     let root: Digest
     let skipping: Set<[UInt8]>
@@ -70,50 +81,74 @@ extension Repository {
     }
     observer.engine(.phase(.planning))
     observer.engine(.stage("plan"))
-    let (plan, sources) = try catalog.reading { () throws -> (RestorePlan, ContentSources) in
-      let plan = try RestorePlan(
-        catalog: catalog, root: root, skippingTopLevel: skipping,
-        dataTopLevel: owner == nil ? [] : DataOwnership.dataDirectories,
-        expectedFiles: part == .data && overlay.isEmpty ? snapshot.files : 0, overlay: overlay)
+    let dataTopLevel = owner == nil ? [] : DataOwnership.dataDirectories
+    func planner(batchFiles: Int) -> RestorePlanner {
+      RestorePlanner(
+        catalog: catalog, root: root, skippingTopLevel: skipping, dataTopLevel: dataTopLevel,
+        overlay: overlay, batchFiles: batchFiles)
+    }
+    let batches = planner(batchFiles: batchFiles)
+    var (plan, sources) = try catalog.reading { () throws -> (RestorePlan, ContentSources) in
+      let plan = try batches.next() ?? RestorePlan()
       observer.engine(.stage("locate content"))
       return (plan, try contentSources(for: plan))
     }
-    observer.engine(
-      .planned(
-        entries: plan.files.count + plan.directories.count + plan.symlinks.count, files: plan.files.count,
-        bytes: plan.totalBytes))
-    var needed = sources.archives
-    needed.insert(snapshot.archive)
-    let records = try checkPresence(of: needed.sorted())
+    // The totals before anything is written: the first batch's, or when there are more,
+    // those of a walk that counts (the trees read twice: a small part of such a restore).
+    var totals = (
+      entries: plan.files.count + plan.directories.count + plan.symlinks.count, files: plan.files.count,
+      bytes: plan.totalBytes
+    )
+    if batches.hasMore {
+      totals = (0, 0, 0)
+      let counting = planner(batchFiles: batchFiles)
+      try catalog.reading {
+        while let batch = try counting.next() {
+          totals.files += batch.files.count
+          totals.bytes += batch.totalBytes
+          totals.entries += batch.files.count + batch.symlinks.count
+        }
+        totals.entries += counting.directoryCount
+      }
+    }
+    observer.engine(.planned(entries: totals.entries, files: totals.files, bytes: totals.bytes))
+    var report = MaterializeReport(files: 0, bytes: 0, warnings: [])
+    var protectedCount = 0
+    var protectedFiles: ProtectedFileWriter?
+    defer { protectedFiles?.close() }
+    let writer = TreeWriter(target: directory, plan: plan)
+    defer { writer.closeAll() }
     // Archives that hold content are verified by the per-file SHA-256 of everything taken
     // from them (a second whole-file pass would only re-read them); the others (the
     // snapshot's own, when it holds only the manifest and keychain items) get their CRC-32C.
-    let unread = records.filter { !sources.archives.contains($0.name) }.map { openArchive($0) }
-    nonisolated(unsafe) let unreadSources = unread
-    let verifier = WorkerThread(name: "appbox-verify-archives") {
-      for source in unreadSources { try source.verifyChecksum() }
-    }
-    var report = MaterializeReport(files: 0, bytes: 0, warnings: plan.warnings)
-    do {
-      let (protectedFiles, protectionWarning) = try protectedFileWriter(for: plan, session: session)
-      defer { protectedFiles?.close() }
-      if let protectionWarning { report.warnings.append(protectionWarning) }
-      let writer = TreeWriter(target: directory, plan: plan)
-      writer.protectedFiles = protectedFiles
-      defer { writer.closeAll() }
-      for index in plan.directories.indices { try writer.makeDirectory(index) }
-      observer.engine(.phase(.writing))
-      observer.engine(.stage("extract"))
-      let direct = try DirectExtractor(plan: plan, work: sources.direct, target: directory, owner: owner)
-      try direct.run(workers: 2, protectedFiles: protectedFiles) { observer.engine(.progress(files: $0, bytes: $1)) }
-      let extractor = ContentExtractor(plan: plan, writer: writer, observer: observer)
-      for record in records where sources.streamed[record.name] != nil {
-        try extractor.extract(from: openArchive(record), locations: sources.streamed[record.name]!)
+    var readArchives: Set<String> = []
+    var checked: [String: ArchiveRecord] = [:]
+    let extractor = ContentExtractor(plan: plan, writer: writer, observer: observer)
+    var filesBefore = 0
+    var bytesBefore: Int64 = 0
+    observer.engine(.phase(.writing))
+    observer.engine(.stage("extract"))
+    while true {
+      for record in try checkPresence(of: sources.archives.filter { checked[$0] == nil }.sorted()) {
+        checked[record.name] = record
       }
-      observer.engine(.phase(.verifying))
-      observer.engine(.stage("verify"))
-      try extractor.finish()
-      observer.engine(.stage("links and times"))
+      readArchives.formUnion(sources.archives)
+      report.warnings += plan.warnings
+      let protection = try protectedFileWriter(for: plan, session: session, writer: protectedFiles)
+      protectedFiles = protection.writer
+      protectedCount += protection.unprotected
+      writer.protectedFiles = protectedFiles
+      writer.plan = plan
+      extractor.begin(plan)
+      for index in plan.newDirectories { try writer.makeDirectory(index) }
+      let direct = try DirectExtractor(plan: plan, work: sources.direct, target: directory, owner: owner)
+      try direct.run(workers: 2, protectedFiles: protectedFiles) { files, bytes in
+        observer.engine(.progress(files: filesBefore + files, bytes: bytesBefore + bytes))
+      }
+      for (name, locations) in sources.streamed.sorted(by: { $0.key < $1.key }) {
+        guard let record = checked[name] else { continue }
+        try extractor.extract(from: openArchive(record), locations: locations)
+      }
       for (index, item) in plan.files.enumerated() {
         if direct.written[index] { continue }
         if extractor.written[index] {
@@ -129,7 +164,7 @@ extension Repository {
           try TreeWriter.applyMetadata(item, to: $0)
         }
       }
-      for (item, primary) in plan.hardLinks { try writer.link(item, to: plan.files[primary]) }
+      for (item, primary) in plan.hardLinks { try writer.link(item, to: primary) }
       for item in plan.fifos {
         try writer.makeFIFO(item)
         if let owner, item.isData { try writer.handOver(item, to: owner) }
@@ -138,6 +173,39 @@ extension Repository {
         try writer.makeSymlink(item)
         if let owner, item.isData { try writer.handOver(item, to: owner) }
       }
+      report.files += plan.entryCount
+      report.bytes += plan.totalBytes
+      filesBefore += plan.files.count
+      bytesBefore += plan.totalBytes
+      observer.engine(.progress(files: filesBefore, bytes: bytesBefore))
+      // The next batch; this one's plan and work are let go first.
+      plan = RestorePlan()
+      sources = ContentSources()
+      guard
+        let next = try catalog.reading({ () throws -> (RestorePlan, ContentSources)? in
+          guard let plan = try batches.next() else { return nil }
+          return (plan, try contentSources(for: plan))
+        })
+      else { break }
+      (plan, sources) = next
+    }
+    if protectedCount > 0 {
+      report.warnings.append(
+        "\(protectedCount) file\(protectedCount == 1 ? " was" : "s were") protected when backed up; this device "
+          + "has no passcode (or no file encryption), so they were restored unprotected")
+    }
+    var unreadNames: Set<String> = [snapshot.archive]
+    unreadNames.subtract(readArchives)
+    let unread = try checkPresence(of: unreadNames.sorted()).map { openArchive($0) }
+    nonisolated(unsafe) let unreadSources = unread
+    let verifier = WorkerThread(name: "appbox-verify-archives") {
+      for source in unreadSources { try source.verifyChecksum() }
+    }
+    do {
+      observer.engine(.phase(.verifying))
+      observer.engine(.stage("verify"))
+      try extractor.finish()
+      observer.engine(.stage("links and times"))
       writer.closeAll()
       if standardDirectories {
         let added = try addStandardDirectories(in: directory)
@@ -145,8 +213,6 @@ extension Repository {
         writer.closeAll()
       }
       try writer.finishDirectories(owner: owner)
-      report.files = plan.files.count + plan.hardLinks.count + plan.symlinks.count + plan.fifos.count
-      report.bytes = plan.totalBytes
     } catch {
       try? verifier.join()
       throw error

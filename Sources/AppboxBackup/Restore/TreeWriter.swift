@@ -18,7 +18,8 @@ import Glibc
 
 final class TreeWriter {
   let target: FileDescriptor
-  let plan: RestorePlan
+  /// The batch being written (RestorePlanner): its directories are every batch's so far.
+  var plan: RestorePlan
   /// Creates the files a snapshot recorded as protected under their class; nil: every file
   /// is created unprotected.
   var protectedFiles: ProtectedFileWriter?
@@ -88,10 +89,10 @@ final class TreeWriter {
   }
 
   /// Makes `item` a hard link to the already written `primary`.
-  func link(_ item: RestoreItem, to primary: RestoreItem) throws {
+  func link(_ item: RestoreItem, to primary: LinkPrimary) throws {
     let source = try linkSource.directory(primary.parent, in: plan)
     let destination = try directory(item.parent)
-    try source.link(rawName: plan.name(of: primary), to: plan.name(of: item), in: destination)
+    try source.link(rawName: primary.name, to: plan.name(of: item), in: destination)
   }
 
   /// Applies every directory's final metadata, giving the app's data to `owner` first when one
