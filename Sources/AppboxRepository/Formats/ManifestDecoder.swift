@@ -54,50 +54,26 @@ package final class ManifestSummary: ManifestConsumer {
 }
 
 enum ManifestDecoder {
-
   /// Reads one manifest (of archive `archive`) from `input`, from its first byte to the end of
   /// the input, handing its records to `consumer`. Returns once the trailing checksum matched;
   /// throws `.corruptArchive` at the first problem. Errors of the source (a read that fails, a
   /// sealed segment that does not authenticate) and of the consumer pass through unchanged.
   static func decode(_ input: RecordReader, archive: String, into consumer: some ManifestConsumer) throws {
-    func bad(_ what: String) -> RepositoryError {
-      RepositoryError(.corruptArchive, "The manifest of archive '\(archive)' is damaged: \(what)")
-    }
-    /// One record; a malformed one is the manifest's damage.
-    func parse<T>(_ body: (inout ByteReader) throws -> T) throws -> T {
-      do {
-        return try input.record(body)
-      } catch let error as RepositoryError where error.code == .corruptCatalog {
-        if input.endedInsideRecord { throw bad("it ends after \(input.consumed) bytes, inside a record") }
-        throw bad(error.message)
-      }
-    }
     let hasher = SHA256Hasher()
     input.hasher = hasher
-    let (head, version) = try parse { reader in
-      (Array(try reader.raw(Manifest.magic.count)), try reader.byte())
-    }
-    guard head == Manifest.magic, version == 1 || version == 2 else { throw bad("not an appbox manifest") }
-
-    var fields: [String: [UInt8]] = [:]
-    for _ in 0..<(try parse { try $0.count(limit: 64) }) {
-      let (key, value) = try parse { reader in
-        (String(decoding: try reader.data(limit: 64), as: UTF8.self), try reader.data(limit: 4096))
-      }
-      fields[key] = value
-    }
-    try consumer.snapshot(fields.isEmpty ? nil : try Manifest.snapshot(fields, archive: archive, bad: bad))
-
+    let (version, snapshot) = try readHead(input, archive: archive)
+    try consumer.snapshot(snapshot)
+    let parse = Parser(input: input, archive: archive)
     for _ in 0..<(try parse { try $0.count(limit: input.remaining) }) {
-      try consumer.tree(try parse { try Manifest.decodeTree(&$0, version: version, bad: bad) })
+      try consumer.tree(try parse { try Manifest.decodeTree(&$0, version: version, bad: parse.bad) })
     }
     for _ in 0..<(try parse { try $0.count(limit: input.remaining) }) {
       try consumer.blob(
-        try parse { try Manifest.decodeBlob(&$0, version: version, archive: archive, bad: bad) })
+        try parse { try Manifest.decodeBlob(&$0, version: version, archive: archive, bad: parse.bad) })
     }
     if version >= 2 {
       for _ in 0..<(try parse { try $0.count(limit: input.remaining) }) {
-        try consumer.chunk(try parse { try Manifest.decodeChunk(&$0, archive: archive, bad: bad) })
+        try consumer.chunk(try parse { try Manifest.decodeChunk(&$0, archive: archive, bad: parse.bad) })
       }
       for _ in 0..<(try parse { try $0.count(limit: input.remaining) }) {
         let (digest, list) = try parse { reader in
@@ -109,7 +85,47 @@ enum ManifestDecoder {
     input.hasher = nil
     let expected = hasher.finalize()
     let stored = try parse { Digest(bytes: try $0.raw(Digest.byteCount)) }
-    guard try input.isAtEnd() else { throw bad("trailing bytes") }
-    guard stored == expected else { throw bad("checksum mismatch") }
+    guard try input.isAtEnd() else { throw parse.bad("trailing bytes") }
+    guard stored == expected else { throw parse.bad("checksum mismatch") }
+  }
+
+  /// The manifest's version and snapshot row, from its first records (what sorting archives by
+  /// time needs). Not verified: only `decode` checks the whole.
+  static func readHead(_ input: RecordReader, archive: String) throws -> (version: UInt8, snapshot: Snapshot?)
+  {
+    let parse = Parser(input: input, archive: archive)
+    let (head, version) = try parse { reader in
+      (Array(try reader.raw(Manifest.magic.count)), try reader.byte())
+    }
+    guard head == Manifest.magic, version == 1 || version == 2 else {
+      throw parse.bad("not an appbox manifest")
+    }
+    var fields: [String: [UInt8]] = [:]
+    for _ in 0..<(try parse { try $0.count(limit: 64) }) {
+      let (key, value) = try parse { reader in
+        (String(decoding: try reader.data(limit: 64), as: UTF8.self), try reader.data(limit: 4096))
+      }
+      fields[key] = value
+    }
+    return (version, fields.isEmpty ? nil : try Manifest.snapshot(fields, archive: archive, bad: parse.bad))
+  }
+
+  /// Parses one record at a time from `input`; a malformed one is the manifest's damage.
+  private struct Parser {
+    let input: RecordReader
+    let archive: String
+
+    func bad(_ what: String) -> RepositoryError {
+      RepositoryError(.corruptArchive, "The manifest of archive '\(archive)' is damaged: \(what)")
+    }
+
+    func callAsFunction<T>(_ body: (inout ByteReader) throws -> T) throws -> T {
+      do {
+        return try input.record(body)
+      } catch let error as RepositoryError where error.code == .corruptCatalog {
+        if input.endedInsideRecord { throw bad("it ends after \(input.consumed) bytes, inside a record") }
+        throw bad(error.message)
+      }
+    }
   }
 }
