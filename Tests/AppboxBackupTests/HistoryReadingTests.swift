@@ -135,4 +135,49 @@ struct HistoryReadingTests {
     #expect(collector.directoryTotals[Array("Documents".utf8)]?.files == 1)
     #expect(collector.directoryTotals.count == depth + 1)
   }
+
+  /// A history whose snapshots differ in every directory of a wide home: the trees kept stay
+  /// within the reader's budget at every step, and what the comparer reports is the same as
+  /// with a budget that keeps everything.
+  @Test func theTreesKeptStayWithinTheBudgetWhateverTheHistory() throws {
+    let trees = try Trees()
+    var roots: [Digest] = []
+    for version in 0..<4 {
+      let folders = try (0..<120).map { folder in
+        let files = (0..<40).map { index in
+          // Every folder (each its own tree) changes one file in each version.
+          Self.file("file-\(index)", size: Int64(folder * 100 + index), time: index == version ? 2 : 1)
+        }
+        let digest = try trees.add(files)
+        return TreeEntry(
+          name: Array("folder-\(folder)".utf8), type: .directory, permissions: 0o755, digest: digest)
+      }
+      let documents = try trees.add(folders)
+      roots.append(
+        try trees.add([
+          TreeEntry(name: Array("Documents".utf8), type: .directory, permissions: 0o755, digest: documents)
+        ]))
+    }
+    func changes(budget: Int) throws -> (reported: [String], mostKept: Int) {
+      let reader = TreeReader(catalog: trees.catalog, budget: budget)
+      let comparer = TreeComparer(trees: reader)
+      var reported: [String] = []
+      var mostKept = 0
+      for index in 1..<roots.count {
+        try comparer.changes(from: roots[index - 1], to: roots[index], under: []) { change in
+          reported.append(String(decoding: change.path, as: UTF8.self))
+          mostKept = max(mostKept, reader.keptBytes)
+        }
+        reader.advance()
+      }
+      return (reported, mostKept)
+    }
+    let everything = try changes(budget: 1 << 30)
+    let bounded = try changes(budget: 64 << 10)
+    #expect(everything.reported.count == 3 * 120 * 2)
+    #expect(bounded.reported == everything.reported)
+    #expect(bounded.mostKept <= 64 << 10)
+    // Without the bound, the walk keeps every tree it read.
+    #expect(everything.mostKept > 4 * (64 << 10))
+  }
 }

@@ -106,25 +106,38 @@ struct IndexedTree {
 /// Trees by digest, read through the catalog and indexed. Trees read in the current
 /// generation are kept until the next one ends: walking consecutive snapshots reads each
 /// changed tree twice (as the newer side of one pair, then the older side of the next), and
-/// only once from SQLite.
+/// only once from SQLite. What is kept is bounded (`budget` bytes): a generation that grows past
+/// half of it ends early, so a history whose snapshots differ in every directory of a large
+/// home costs some trees read twice, not memory in proportion to its directories.
 final class TreeReader {
+  static let defaultBudget = 16 << 20
   let catalog: Catalog
+  let budget: Int
   private var current: [Digest: IndexedTree] = [:]
   private var previous: [Digest: IndexedTree] = [:]
+  private var currentBytes = 0
 
-  init(catalog: Catalog) { self.catalog = catalog }
+  init(catalog: Catalog, budget: Int = TreeReader.defaultBudget) {
+    self.catalog = catalog
+    self.budget = budget
+  }
+
+  /// Bytes the trees kept in both generations take, about.
+  var keptBytes: Int {
+    (current.values.reduce(0) { $0 + $1.keptBytes }) + (previous.values.reduce(0) { $0 + $1.keptBytes })
+  }
 
   func tree(_ digest: Digest) throws -> IndexedTree {
     if let tree = current[digest] { return tree }
     if let tree = previous[digest] {
-      current[digest] = tree
+      keep(tree, as: digest)
       return tree
     }
     guard let data = try catalog.treeData(digest) else {
       throw BackupError(.corruptCatalog, "Catalog is missing tree \(digest.hex.prefix(16))")
     }
     let tree = try IndexedTree(data)
-    current[digest] = tree
+    keep(tree, as: digest)
     return tree
   }
 
@@ -134,7 +147,19 @@ final class TreeReader {
   func advance() {
     previous = current
     current = [:]
+    currentBytes = 0
   }
+
+  private func keep(_ tree: IndexedTree, as digest: Digest) {
+    if currentBytes + tree.keptBytes > budget / 2 { advance() }
+    current[digest] = tree
+    currentBytes += tree.keptBytes
+  }
+}
+
+extension IndexedTree {
+  /// What keeping it costs, about: its bytes, its entry offsets and a dictionary slot.
+  var keptBytes: Int { data.count + 4 * offsets.count + 64 }
 }
 
 /// A file (anything but a directory) that is new, or recorded differently, in a snapshot.

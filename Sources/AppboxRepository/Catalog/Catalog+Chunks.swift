@@ -46,6 +46,10 @@ public struct ChunkList: Sendable, Equatable {
 
   public var totalSize: Int64 { chunks.reduce(0) { $0 + $1.size } }
 
+  /// The longest encoded list a manifest may carry: at the minimum chunk size (256 KiB, some
+  /// 36 bytes a chunk), a content of more than 400 GB.
+  static let maximumEncodedSize = 64 << 20
+
   /// The member path of a chunk stored on its own.
   package static func memberPath(_ digest: Digest) -> [UInt8] { Array(".appbox/chunks/\(digest.hex)".utf8) }
 
@@ -168,23 +172,70 @@ extension Catalog {
   /// caller holds a transaction and inserts the archive and snapshot rows.
   @discardableResult
   func ingest(_ manifest: some ManifestContent, archive: String) throws -> Int {
-    var trees = 0
-    try manifest.forEachTree { tree in if try insertTree(tree, archive: archive) { trees += 1 } }
-    // In batches (each sorted by digest inside `insertBlobs`): a spooled manifest of a million
-    // files is never read into memory whole.
-    var batch: [BlobLocation] = []
-    batch.reserveCapacity(min(manifest.blobCount, 1 << 14))
-    try manifest.forEachBlob { blob in
-      batch.append(blob)
-      if batch.count == 1 << 14 {
-        try insertBlobs(batch)
-        batch.removeAll(keepingCapacity: true)
-      }
-    }
-    try insertBlobs(batch)
-    try insertChunks(manifest.chunks)
-    for (digest, list) in manifest.chunkLists { try insertChunkList(digest, list, archive: archive) }
-    return trees
+    let ingest = CatalogIngest(self, archive: archive)
+    try manifest.forEachRecord(ingest)
+    try ingest.finish()
+    return ingest.newTrees
+  }
+}
+
+/// Adds a manifest's records to the catalog as they are handed over (from a backup's spool, or
+/// from `ManifestDecoder` as the manifest is read). Blob and chunk locations go in batches (blobs
+/// sorted by digest inside `insertBlobs`, so the rows go into the B-tree in order): a million never sit in
+/// memory. Call `finish` after the last record. The caller holds a transaction, and, when the
+/// records come from a manifest being read, commits it only once the decoder has returned (its
+/// checksum matched); a decoder's error rolls it back. (Chunk locations keep the manifest's
+/// order: of two copies of one chunk, the first stays its location, as before.)
+final class CatalogIngest: ManifestConsumer {
+  static let batch = 1 << 14
+  private let catalog: Catalog
+  private let archive: String
+  private var blobs: [BlobLocation] = []
+  private var chunks: [ChunkLocation] = []
+  /// Trees this ingest added (not already in the catalog).
+  private(set) var newTrees = 0
+  /// The snapshot row the manifest carries (its snapshot object is the one inserted).
+  private(set) var snapshot: Snapshot?
+
+  init(_ catalog: Catalog, archive: String) {
+    self.catalog = catalog
+    self.archive = archive
+  }
+
+  func snapshot(_ snapshot: Snapshot?) throws { self.snapshot = snapshot }
+
+  func tree(_ tree: StoredTree) throws {
+    if try catalog.insertTree(tree, archive: archive) { newTrees += 1 }
+  }
+
+  func blob(_ blob: BlobLocation) throws {
+    blobs.append(blob)
+    if blobs.count == Self.batch { try flushBlobs() }
+  }
+
+  func chunk(_ chunk: ChunkLocation) throws {
+    chunks.append(chunk)
+    if chunks.count == Self.batch { try flushChunks() }
+  }
+
+  func chunkList(_ digest: Digest, _ list: ChunkList) throws {
+    try catalog.insertChunkList(digest, list, archive: archive)
+  }
+
+  /// Inserts what is still batched.
+  func finish() throws {
+    try flushBlobs()
+    try flushChunks()
+  }
+
+  private func flushBlobs() throws {
+    try catalog.insertBlobs(blobs)
+    blobs.removeAll(keepingCapacity: true)
+  }
+
+  private func flushChunks() throws {
+    try catalog.insertChunks(chunks)
+    chunks.removeAll(keepingCapacity: true)
   }
 }
 

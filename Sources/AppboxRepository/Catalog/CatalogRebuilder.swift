@@ -9,9 +9,12 @@
 // against its digest whenever it is read.
 // Algorithm, under the exclusive repository lock:
 // 1. for each file in archives/ (temp files excepted): hash it whole for its size and
-//    SHA-256, and read its headers up to the last `.appbox/manifest` member;
-// 2. insert everything into a new database `.catalog-rebuild.db` (journal mode DELETE, so it
-//    is one file), trees and blobs with INSERT OR IGNORE;
+//    CRC-32C, and read its headers up to the last `.appbox/manifest` member (its first records
+//    give the snapshot's time);
+// 2. oldest archive first, read each manifest member again, into a new database
+//    `.catalog-rebuild.db` (journal mode DELETE, so it is one file) as it is read (trees and
+//    blobs with INSERT OR IGNORE), each in a savepoint that a damaged manifest rolls back
+//    (ManifestReading.swift: no manifest is held whole);
 // 3. remove the old catalog's WAL and shared-memory files (a WAL left beside a new database
 //    file would be replayed into it), rename the new file over `catalog.db`, fsync.
 // Archives whose manifest cannot be read are skipped and reported; snapshots they held are
@@ -186,25 +189,36 @@ extension Repository {
       let catalog = try Catalog(path: temporary, walMode: false)
       let names = try FileManager.default.contentsOfDirectory(atPath: archivesPath)
         .filter { !$0.hasPrefix(Repository.temporaryPrefix) }.sorted()
-      var manifests: [(ArchiveRecord, Manifest)] = []
+      var members: [ManifestMember] = []
       var unreadable: Set<String> = []
       for name in names {
         do {
-          manifests.append(try readManifest(archivesPath + "/" + name, name: name))
+          members.append(try locateManifest(archivesPath + "/" + name, name: name))
         } catch {
           report.skipped.append("\(name): \(error)")
           unreadable.insert(name)
         }
       }
-      manifests.sort { $0.0.created < $1.0.created }
+      // Oldest first: of two copies of a content, the older archive's stays its location.
+      members.sort { $0.record.created < $1.record.created }
       try catalog.database.inTransaction {
-        for (record, manifest) in manifests {
-          try catalog.insert(record)
-          report.archives += 1
-          report.trees += try catalog.ingest(manifest, archive: record.name)
-          if let snapshot = manifest.snapshot {
-            try catalog.insert(snapshot)
-            report.snapshots += 1
+        for member in members {
+          let name = member.record.name
+          do {
+            // Read into the catalog as it is read; a damaged manifest is rolled back whole.
+            try catalog.database.inTransaction {
+              let ingest = CatalogIngest(catalog, archive: name)
+              try readManifest(member, path: archivesPath + "/" + name, into: ingest)
+              try ingest.finish()
+              try catalog.insert(member.record)
+              if let snapshot = ingest.snapshot { try catalog.insert(snapshot) }
+              report.archives += 1
+              report.trees += ingest.newTrees
+              report.snapshots += ingest.snapshot == nil ? 0 : 1
+            }
+          } catch  where !(error is StoreError) {
+            report.skipped.append("\(name): \(error)")
+            unreadable.insert(name)
           }
         }
       }
@@ -224,32 +238,5 @@ extension Repository {
     let directory = try FileDescriptor.open(path, O_RDONLY | O_DIRECTORY)
     try directory.closeAfter { try $0.sync() }
     return report
-  }
-
-  /// The size, CRC-32C and manifest of one archive file.
-  static func readManifest(_ path: String, name: String) throws -> (ArchiveRecord, Manifest) {
-    let compression: ArchiveCompression =
-      name.hasSuffix(".tar.gz") ? .gzip : name.hasSuffix(".tar.zst") ? .zstd : .none
-    let fd = try FileDescriptor.open(path, O_RDONLY)
-    defer { fd.close() }
-    var checksum = CRC32C()
-    let size = try checksum.update(readingFrom: fd)
-    try fd.seek(to: 0)
-    let reader = try ArchiveReader(fileDescriptor: fd.rawValue, name: path)
-    var manifestBytes: [UInt8]?
-    while let entry = try reader.nextEntry() {
-      if entry.path == Manifest.memberPath && entry.type == .regular && entry.size <= 1 << 30 {
-        manifestBytes = try reader.readAllData()
-      }
-    }
-    guard let manifestBytes else { throw RepositoryError(.corruptArchive, "it has no appbox manifest") }
-    let manifest = try Manifest.decode(manifestBytes, archive: name)
-    var st = stat()
-    let created =
-      manifest.snapshot?.time
-      ?? (stat(path, &st) == 0 ? Date(timeIntervalSince1970: Double(st.st_mtim.tv_sec)) : Date())
-    let record = ArchiveRecord(
-      name: name, size: Int64(size), checksum: checksum.value, compression: compression, created: created)
-    return (record, manifest)
   }
 }

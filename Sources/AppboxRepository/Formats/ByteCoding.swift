@@ -45,6 +45,9 @@ package struct ByteWriter {
 package struct ByteReader {
   private let buffer: UnsafeRawBufferPointer
   private(set) var position = 0
+  /// Whether a read failed only because the buffer ended: a reader of pieces then knows the
+  /// record may be whole once more bytes come (RecordReader), and any other failure is final.
+  private(set) var ranShort = false
 
   init(_ buffer: UnsafeRawBufferPointer) { self.buffer = buffer }
 
@@ -54,8 +57,13 @@ package struct ByteReader {
     RepositoryError(.corruptCatalog, "Malformed catalog record: \(what)")
   }
 
+  private mutating func short() -> RepositoryError {
+    ranShort = true
+    return ByteReader.malformed("truncated")
+  }
+
   mutating func byte() throws -> UInt8 {
-    guard position < buffer.count else { throw ByteReader.malformed("truncated") }
+    guard position < buffer.count else { throw short() }
     defer { position += 1 }
     return buffer[position]
   }
@@ -103,7 +111,8 @@ package struct ByteReader {
   }
 
   mutating func raw(_ count: Int) throws -> UnsafeRawBufferPointer {
-    guard count >= 0, buffer.count - position >= count else { throw ByteReader.malformed("truncated") }
+    guard count >= 0 else { throw ByteReader.malformed("negative length") }
+    guard buffer.count - position >= count else { throw short() }
     defer { position += count }
     return UnsafeRawBufferPointer(rebasing: buffer[position..<(position + count)])
   }

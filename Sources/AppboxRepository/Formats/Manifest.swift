@@ -16,18 +16,22 @@
 //   listCount (digest[32] listLen list)*
 //   sha256[32] of everything before it
 // Version 1 (before deltas, data offsets and chunks) had only whole trees and blobs without
-// data offsets; it is still read. Decoding treats the bytes as untrusted: every length is
-// bounded, every whole tree must hash to its digest (a delta is checked when it is resolved,
-// against its base), every chunk list must parse, and the trailing checksum must match.
+// data offsets; it is still read. Decoding (ManifestDecoder.swift, the one parser, record by
+// record as the bytes are read) treats the bytes as untrusted: every length is bounded, every
+// whole tree must hash to its digest (a delta is checked when it is resolved, against its
+// base), every chunk list must parse, and the trailing checksum must match.
 
 import AppboxArchive
 import AppboxCrypto
 import Foundation
 
+/// A manifest in memory: what a small one holds, or what `forget` writes. Large ones are never
+/// held like this: a backup spools its manifest (ManifestSpool.swift), readers decode it as it
+/// is read (ManifestDecoder.swift).
 package struct Manifest {
   package static let memberPath = Array(".appbox/manifest".utf8)
   package static let keychainMemberPath = Array(".appbox/keychain".utf8)
-  private static let magic = Array("APPBOXMF".utf8)
+  static let magic = Array("APPBOXMF".utf8)
 
   package var snapshot: Snapshot?
   var trees: [StoredTree]
@@ -226,81 +230,21 @@ package struct Manifest {
     return result
   }
 
-  /// Parses a manifest read from archive `archive`.
+  /// Parses a manifest read whole from archive `archive` (a small one: a snapshot object's, or
+  /// a test's). Large ones are read in pieces by `ManifestDecoder`, which this uses too.
   static func decode(_ bytes: [UInt8], archive: String) throws -> Manifest {
-    func bad(_ what: String) -> RepositoryError {
-      RepositoryError(.corruptArchive, "The manifest of archive '\(archive)' is damaged: \(what)")
-    }
-    guard bytes.count >= magic.count + 1 + Digest.byteCount, bytes.starts(with: magic),
-      bytes[magic.count] == 1 || bytes[magic.count] == 2
-    else { throw bad("not an appbox manifest") }
-    let version = bytes[magic.count]
-    let body = bytes[0..<(bytes.count - Digest.byteCount)]
-    guard SHA256.hash(Array(body)) == Digest(bytes: bytes[(bytes.count - Digest.byteCount)...]) else {
-      throw bad("checksum mismatch")
-    }
-    do {
-      return try Array(body).withUnsafeBytes { raw in
-        var input = ByteReader(raw)
-        _ = try input.raw(magic.count + 1)
-        var fields: [String: String] = [:]
-        var rawFields: [String: [UInt8]] = [:]
-        for _ in 0..<(try input.count(limit: 64)) {
-          let key = String(decoding: try input.data(limit: 64), as: UTF8.self)
-          let value = try input.data(limit: 4096)
-          rawFields[key] = value
-          fields[key] = String(decoding: value, as: UTF8.self)
-        }
-        var trees: [StoredTree] = []
-        for _ in 0..<(try input.count(limit: raw.count)) {
-          trees.append(try decodeTree(&input, version: version, bad: bad))
-        }
-        var blobs: [BlobLocation] = []
-        for _ in 0..<(try input.count(limit: raw.count)) {
-          blobs.append(try decodeBlob(&input, version: version, archive: archive, bad: bad))
-        }
-        var chunks: [ChunkLocation] = []
-        var chunkLists: [(digest: Digest, list: ChunkList)] = []
-        if version >= 2 {
-          for _ in 0..<(try input.count(limit: raw.count)) {
-            let digest = try input.digest()
-            let offset = try input.varint()
-            let dataOffset = try input.varint()
-            let size = try input.varint()
-            guard dataOffset > offset, dataOffset <= UInt64(Int64.max) - size, size > 0,
-              size <= UInt64(ChunkingParameters.maximum)
-            else { throw bad("a chunk location is out of range") }
-            chunks.append(
-              ChunkLocation(
-                digest: digest, archive: archive, offset: Int64(offset), dataOffset: Int64(dataOffset),
-                size: Int64(size)))
-          }
-          for _ in 0..<(try input.count(limit: raw.count)) {
-            let digest = try input.digest()
-            let list = try ChunkList.decode(try input.data(limit: raw.count))
-            chunkLists.append((digest, list))
-          }
-        }
-        guard input.isAtEnd else { throw bad("trailing bytes") }
-        var snapshot = fields.isEmpty ? nil : try Manifest.snapshot(fields, archive: archive, bad: bad)
-        if let count = fields["unreadable"] {
-          guard let unreadable = Int(count), unreadable >= 0 else {
-            throw bad("a snapshot field is malformed")
-          }
-          snapshot?.unreadable = unreadable
-          snapshot?.unreadablePaths = Snapshot.splitPaths(rawFields["unreadablePaths"] ?? [])
-        }
-        if let count = fields["torn"] {
-          guard let torn = Int(count), torn >= 0 else { throw bad("a snapshot field is malformed") }
-          snapshot?.torn = torn
-          snapshot?.tornPaths = Snapshot.splitPaths(rawFields["tornPaths"] ?? [])
-        }
-        return Manifest(
-          snapshot: snapshot, trees: trees, blobs: blobs, chunks: chunks, chunkLists: chunkLists)
-      }
-    } catch let error as RepositoryError where error.code == .corruptCatalog {
-      throw bad(error.message)
-    }
+    let collector = ManifestCollector()
+    try ManifestDecoder.decode(RecordReader(MemoryReader(bytes)), archive: archive, into: collector)
+    return collector.manifest
+  }
+
+  /// Hands every record to `consumer`, in the order they are encoded.
+  package func forEachRecord(_ consumer: some ManifestConsumer) throws {
+    try consumer.snapshot(snapshot)
+    for tree in trees { try consumer.tree(tree) }
+    for blob in blobs { try consumer.blob(blob) }
+    for chunk in chunks { try consumer.chunk(chunk) }
+    for (digest, list) in chunkLists { try consumer.chunkList(digest, list) }
   }
 
   /// One tree record (a whole tree is checked against its digest; a delta when resolved).
@@ -346,10 +290,27 @@ package struct Manifest {
       digest: digest, archive: archive, offset: offset, path: path, size: size, dataOffset: dataOffset)
   }
 
-  private static func snapshot(_ fields: [String: String], archive: String, bad: (String) -> RepositoryError)
-    throws
-    -> Snapshot
+  /// One chunk location record, of archive `archive`.
+  static func decodeChunk(_ input: inout ByteReader, archive: String, bad: (String) -> RepositoryError) throws
+    -> ChunkLocation
   {
+    let digest = try input.digest()
+    let offset = try input.varint()
+    let dataOffset = try input.varint()
+    let size = try input.varint()
+    guard dataOffset > offset, dataOffset <= UInt64(Int64.max) - size, size > 0,
+      size <= UInt64(ChunkingParameters.maximum)
+    else { throw bad("a chunk location is out of range") }
+    return ChunkLocation(
+      digest: digest, archive: archive, offset: Int64(offset), dataOffset: Int64(dataOffset),
+      size: Int64(size))
+  }
+
+  /// The snapshot row the fields (raw values by key) describe.
+  static func snapshot(_ rawFields: [String: [UInt8]], archive: String, bad: (String) -> RepositoryError)
+    throws -> Snapshot
+  {
+    let fields = rawFields.mapValues { String(decoding: $0, as: UTF8.self) }
     func field(_ key: String) throws -> String {
       guard let value = fields[key] else { throw bad("the snapshot field '\(key)' is missing") }
       return value
@@ -359,14 +320,36 @@ package struct Manifest {
       let bytes = Int64(try field("bytes")), let added = Int64(try field("bytesAdded")),
       let warnings = Int(try field("warnings"))
     else { throw bad("a snapshot field is malformed") }
-    return Snapshot(
+    var snapshot = Snapshot(
       id: try field("id"), app: try field("app"), device: try field("device"),
       containerID: try field("container"),
       version: try field("version"), bundleDirectoryName: try field("bundle"), seal: try field("seal"),
       time: Date(timeIntervalSince1970: time), kind: kind, tag: fields["tag"], parent: fields["parent"],
       rootTree: root, files: files, bytes: bytes, bytesAdded: added, archive: archive,
       keychainOffset: fields["keychain"].flatMap { Int64($0) }, warnings: warnings, team: fields["team"])
+    if let count = fields["unreadable"] {
+      guard let unreadable = Int(count), unreadable >= 0 else { throw bad("a snapshot field is malformed") }
+      snapshot.unreadable = unreadable
+      snapshot.unreadablePaths = Snapshot.splitPaths(rawFields["unreadablePaths"] ?? [])
+    }
+    if let count = fields["torn"] {
+      guard let torn = Int(count), torn >= 0 else { throw bad("a snapshot field is malformed") }
+      snapshot.torn = torn
+      snapshot.tornPaths = Snapshot.splitPaths(rawFields["tornPaths"] ?? [])
+    }
+    return snapshot
   }
+}
+
+/// Builds a `Manifest` from the records it is handed.
+final class ManifestCollector: ManifestConsumer {
+  private(set) var manifest = Manifest(snapshot: nil, trees: [], blobs: [])
+
+  func snapshot(_ snapshot: Snapshot?) throws { manifest.snapshot = snapshot }
+  func tree(_ tree: StoredTree) throws { manifest.trees.append(tree) }
+  func blob(_ blob: BlobLocation) throws { manifest.blobs.append(blob) }
+  func chunk(_ chunk: ChunkLocation) throws { manifest.chunks.append(chunk) }
+  func chunkList(_ digest: Digest, _ list: ChunkList) throws { manifest.chunkLists.append((digest, list)) }
 }
 
 /// A member for appbox's own data (`.appbox/...`), private to the owner.

@@ -23,19 +23,21 @@ package protocol TreeSink: AnyObject {
   func add(_ tree: StoredTree) throws
 }
 
-/// What a manifest holds, however it is held: a decoded `Manifest`, or a backup's spool.
+/// What a manifest being written holds, however it is held: a `Manifest` in memory, or a
+/// backup's spool. (A manifest being read is not held at all: `ManifestDecoder` hands its
+/// records to a `ManifestConsumer` as they are read.)
 package protocol ManifestContent {
   var snapshot: Snapshot? { get }
   var treeCount: Int { get }
   var blobCount: Int { get }
-  var chunks: [ChunkLocation] { get }
-  var chunkLists: [(digest: Digest, list: ChunkList)] { get }
   /// The length of the encoding.
   var encodedSize: Int { get }
   /// Hands the encoding to `sink` in pieces.
   func encode(_ sink: (UnsafeRawBufferPointer) throws -> Void) throws
   func forEachTree(_ body: (StoredTree) throws -> Void) throws
   func forEachBlob(_ body: (BlobLocation) throws -> Void) throws
+  /// Hands every record to `consumer`, in the order the encoding has them.
+  func forEachRecord(_ consumer: some ManifestConsumer) throws
 }
 
 extension Manifest: ManifestContent {
@@ -81,43 +83,44 @@ final class SpoolFile {
     defer { piece.deallocate() }
     var offset = 0
     while offset < size {
-      let count = try descriptor.readAll(
-        into: UnsafeMutableRawBufferPointer(rebasing: piece[0..<min(piece.count, size - offset)]),
-        at: Int64(offset))
+      let count = try read(into: piece, at: offset)
       guard count > 0 else { throw SystemError("read", path: "a backup's spool", errno: .ioError) }
       try body(UnsafeRawBufferPointer(rebasing: piece[0..<count]))
       offset += count
     }
   }
 
-  /// The records appended, one by one: `decode` reads one record (at most `limit` bytes) from
-  /// a reader, and `body` gets what it decoded.
+  /// Reads what was appended at `offset`: as much as fits in `buffer`, 0 at the end.
+  private func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int) throws -> Int {
+    let wanted = min(buffer.count, size - offset)
+    guard wanted > 0 else { return 0 }
+    return try descriptor.readAll(
+      into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<wanted]), at: Int64(offset))
+  }
+
+  /// The records appended, one by one: `decode` reads one record from a reader (the manifest's
+  /// own record parsers, through a `RecordReader`), and `body` gets what it decoded.
   func forEachRecord<Record>(
-    limit: Int, decode: (inout ByteReader) throws -> Record, _ body: (Record) throws -> Void
+    decode: (inout ByteReader) throws -> Record, _ body: (Record) throws -> Void
   ) throws {
-    var pending: [UInt8] = []
-    try forEachPiece { piece in
-      pending.append(contentsOf: piece)
-      var consumed = 0
-      while consumed < pending.count {
-        let decoded: (Record, Int)? = try pending.withUnsafeBytes { raw in
-          var reader = ByteReader(UnsafeRawBufferPointer(rebasing: raw[consumed...]))
-          do {
-            return (try decode(&reader), reader.position)
-          } catch let error as RepositoryError where error.code == .corruptCatalog {
-            // A record cut at the piece's end: wait for more bytes (unless it is too long).
-            if raw.count - consumed > limit { throw error }
-            return nil
-          }
-        }
-        guard let (record, length) = decoded else { break }
-        consumed += length
-        try body(record)
+    try flush()
+    var offset = 0
+    let input = RecordReader(size: Int64(size), window: 1 << 20) { buffer in
+      let count = try self.read(into: buffer, at: offset)
+      guard count > 0 || offset == self.size else {
+        throw SystemError("read", path: "a backup's spool", errno: .ioError)
       }
-      pending.removeFirst(consumed)
+      offset += count
+      return count
     }
-    guard pending.isEmpty else {
-      throw RepositoryError(.corruptCatalog, "A backup's spool ends inside a record")
+    while try !input.isAtEnd() {
+      let record: Record
+      do {
+        record = try input.record(decode)
+      } catch let error as RepositoryError where input.endedInsideRecord {
+        throw RepositoryError(.corruptCatalog, "A backup's spool ends inside a record", cause: error)
+      }
+      try body(record)
     }
   }
 }
@@ -166,16 +169,22 @@ package final class ManifestSpool: TreeSink, BlobSink, ManifestContent {
 
   package func forEachTree(_ body: (StoredTree) throws -> Void) throws {
     try trees.forEachRecord(
-      limit: TreeDelta.maximumLength + 64,
       decode: { try Manifest.decodeTree(&$0, version: 2, bad: { ByteReader.malformed($0) }) }, body)
   }
 
   package func forEachBlob(_ body: (BlobLocation) throws -> Void) throws {
     try blobs.forEachRecord(
-      limit: 1 << 17,
       decode: {
         try Manifest.decodeBlob(&$0, version: 2, archive: archive, bad: { ByteReader.malformed($0) })
       },
       body)
+  }
+
+  package func forEachRecord(_ consumer: some ManifestConsumer) throws {
+    try consumer.snapshot(snapshot)
+    try forEachTree { try consumer.tree($0) }
+    try forEachBlob { try consumer.blob($0) }
+    for chunk in chunks { try consumer.chunk(chunk) }
+    for (digest, list) in chunkLists { try consumer.chunkList(digest, list) }
   }
 }

@@ -2,7 +2,8 @@
 // truncation, a seal that does not open) costs the snapshots that need it, and only those.
 //
 // How each reader copes:
-// - sync (RepositorySync.swift) skips a damaged manifest object and records it. In a local
+// - sync (RepositorySync.swift) skips a damaged manifest object and records it: it reads each
+//   manifest into the catalog as it goes, in a savepoint that the damage rolls back. In a local
 //   unencrypted repository the archive's own `.appbox/manifest` member stands in for it (the
 //   same bytes), so nothing is lost there. A damaged snapshot object is replaced by the copy
 //   of its row that its archive's manifest carries. A snapshot whose archive's manifest
@@ -52,34 +53,33 @@ extension Repository {
     (error as? any AppboxFailure)?.kind == .badData
   }
 
-  /// Archive `name`'s record and manifest for sync, or nil when its manifest object is damaged
-  /// and nothing stands in for it (the damage is recorded).
-  func loadManifestForSync(_ name: String) throws -> (ArchiveRecord, Manifest)? {
+  /// Adds archive `object`'s row and manifest records for sync (ManifestReading.swift); returns
+  /// its record and the snapshot row its manifest carries, or nil when its manifest object is
+  /// damaged and nothing stands in for it (the damage is recorded; nothing of it is left in the
+  /// catalog). Call inside the sync's transaction.
+  func ingestManifestForSync(_ object: StoredObject) throws -> (record: ArchiveRecord, snapshot: Snapshot?)? {
     do {
-      let (object, manifest) = try loadManifest(name)
-      return (object.record, manifest)
-    } catch  where Repository.isDamage(error) {
-      damage.objects["manifests/" + name] = "\(error)"
+      return try ingestManifestObject(object)
+    } catch  where Repository.isManifestDamage(error) {
+      damage.objects["manifests/" + object.name] = "\(error)"
       // A local unencrypted archive carries the same manifest as its last member.
-      if readsDirectly, let local,
-        let recovered = try? Repository.readManifest(local.path("archives/" + name), name: name)
-      {
-        return recovered
+      if readsDirectly, let local {
+        return try? ingestArchiveManifest(local.path("archives/" + object.name), name: object.name)
       }
       return nil
     }
   }
 
   /// Snapshot `id` for sync: from its object, or, when that is damaged, from the row its
-  /// archive's manifest carries (`manifest`, or loaded now); nil when neither can be read.
-  func loadSnapshotForSync(_ id: String, archive: String, manifest: Manifest?) throws -> Snapshot? {
+  /// archive's manifest carries (`carried`, when this sync read that manifest, else read now);
+  /// nil when neither can be read.
+  func loadSnapshotForSync(_ id: String, archive: String, carried: Snapshot??) throws -> Snapshot? {
     do {
       return try loadSnapshot(id)
     } catch  where Repository.isDamage(error) {
       damage.objects["snapshots/" + id] = "\(error)"
-      if let snapshot = manifest?.snapshot, snapshot.id == id { return snapshot }
-      if let snapshot = (try? loadManifest(archive))?.1.snapshot, snapshot.id == id { return snapshot }
-      return nil
+      let snapshot: Snapshot? = if let carried { carried } else { try? manifestSnapshot(archive) }
+      return snapshot?.id == id ? snapshot : nil
     }
   }
 
@@ -155,16 +155,11 @@ extension Repository {
     let manifests = try store.list("manifests")
     for object in manifests {
       do {
-        guard let stored = try store.get("manifests/" + object.name) else { continue }
-        let bytes =
-          try key.map {
-            try ObjectSealing.open(
-              stored, name: "manifests/" + object.name, key: $0, location: store.location + "/manifests")
-          } ?? stored
-        let decoded = try ManifestObject.decode(bytes, name: object.name)
-        _ = try Manifest.decode(decoded.manifestBytes, archive: object.name)
+        // Read in pieces and checked whole (every record, the checksum), nothing kept.
+        let record = try readManifestObject(
+          object.name, size: object.size, fromCache: false, into: ManifestSummary())
         if let known = try catalog.archive(named: object.name),
-          known.size != decoded.record.size || known.checksum != decoded.record.checksum
+          known.size != record.size || known.checksum != record.checksum
         {
           problems.append(
             "The manifest object of archive '\(object.name)' disagrees with the catalog (size or checksum)")

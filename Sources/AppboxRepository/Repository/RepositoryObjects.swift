@@ -68,7 +68,7 @@ struct RepositoryConfig: Equatable {
 struct ManifestObject {
   static let magic = Array("APPBOXMO".utf8)
   var record: ArchiveRecord
-  /// The manifest's encoding (decoded on demand).
+  /// The manifest's encoding (written after the record; read by `ManifestDecoder`, never whole).
   var manifestBytes: [UInt8]
 
   func encoded() -> [UInt8] {
@@ -83,26 +83,29 @@ struct ManifestObject {
     return out.bytes
   }
 
-  static func decode(_ bytes: [UInt8], name: String) throws -> ManifestObject {
+  /// Reads the object's header from `input`: the record of archive `name`. The manifest
+  /// follows it in `input`.
+  static func readRecord(_ input: RecordReader, name: String) throws -> ArchiveRecord {
     func bad() -> RepositoryError {
       RepositoryError(.corruptArchive, "The manifest object of archive '\(name)' is malformed")
     }
-    guard bytes.starts(with: magic), bytes.count > magic.count, bytes[magic.count] == 1 else { throw bad() }
-    return try bytes.withUnsafeBytes { raw in
-      var input = ByteReader(raw)
-      _ = try input.raw(magic.count + 1)
-      let size = Int64(bitPattern: try input.varint())
-      let checksum = try input.varint()
-      guard
-        let compression = ArchiveCompression(
-          rawValue: String(decoding: try input.data(limit: 16), as: UTF8.self)),
-        let created = Double(String(decoding: try input.data(limit: 64), as: UTF8.self)),
-        checksum <= UInt64(UInt32.max), size >= 0
-      else { throw bad() }
-      let record = ArchiveRecord(
-        name: name, size: size, checksum: UInt32(checksum), compression: compression,
-        created: Date(timeIntervalSince1970: created))
-      return ManifestObject(record: record, manifestBytes: Array(bytes[input.position...]))
+    do {
+      return try input.record { input in
+        guard Array(try input.raw(magic.count)) == magic, try input.byte() == 1 else { throw bad() }
+        let size = Int64(bitPattern: try input.varint())
+        let checksum = try input.varint()
+        guard
+          let compression = ArchiveCompression(
+            rawValue: String(decoding: try input.data(limit: 16), as: UTF8.self)),
+          let created = Double(String(decoding: try input.data(limit: 64), as: UTF8.self)),
+          checksum <= UInt64(UInt32.max), size >= 0
+        else { throw bad() }
+        return ArchiveRecord(
+          name: name, size: size, checksum: UInt32(checksum), compression: compression,
+          created: Date(timeIntervalSince1970: created))
+      }
+    } catch let error as RepositoryError where error.code == .corruptCatalog {
+      throw bad()
     }
   }
 }

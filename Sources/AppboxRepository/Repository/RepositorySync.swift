@@ -7,8 +7,10 @@
 //    elsewhere), or newly marked for deletion: the catalog is rebuilt from the manifest
 //    objects, which relocates every content to a copy that stays (archives not marked for
 //    deletion first), so restores read from archives that are not about to go;
-// 3. otherwise each new manifest object is fetched and its archive, trees and blobs added
-//    (INSERT OR IGNORE: the first copy of a content stays its location);
+// 3. otherwise each new manifest object is read, in pieces, and its archive, trees, blobs and
+//    chunks added as they are read (INSERT OR IGNORE: the first copy of a content stays its
+//    location), each manifest in a savepoint its damage rolls back (ManifestReading.swift);
+//    steps 3 to 5 are one transaction, and a remote object is fetched before it begins;
 // 4. snapshot rows whose object is gone are dropped (forgotten); new snapshot objects whose
 //    archive is committed are added, in the order of their commits by the store's clock;
 // 5. `archives.retired` is set from the garbage marks, so backups stop reusing what `forget`
@@ -87,14 +89,6 @@ extension Repository {
     try staged.commit(durable: false)
   }
 
-  func loadManifest(_ name: String) throws -> (ManifestObject, Manifest) {
-    guard let bytes = try getObject("manifests/" + name, cached: store.isShared || isEncrypted) else {
-      throw RepositoryError(.corruptArchive, "The manifest object of archive '\(name)' is missing")
-    }
-    let object = try ManifestObject.decode(bytes, name: name)
-    return (object, try Manifest.decode(object.manifestBytes, archive: name))
-  }
-
   func loadSnapshot(_ id: String) throws -> Snapshot? {
     guard let bytes = try getObject("snapshots/" + id, cached: store.isShared || isEncrypted) else {
       return nil
@@ -122,42 +116,48 @@ extension Repository {
       try rebuildCache(manifests: manifests, snapshotObjects: snapshotObjects, marks: marks)
       return
     }
-    var added: [(ArchiveRecord, Manifest)] = []
-    for object in manifests where !known.contains(object.name) {
-      guard let loaded = try loadManifestForSync(object.name) else { continue }
-      added.append(loaded)
-    }
-    let readable = known.union(added.map(\.0.name))
-    let addedManifests = Dictionary(added.map { ($0.0.name, $0.1) }, uniquingKeysWith: { first, _ in first })
+    let newManifests = manifests.filter { !known.contains($0.name) }
     let committedByID = Dictionary(
       manifests.map { (Repository.archiveID($0.name), $0) }, uniquingKeysWith: { first, _ in first })
     let existing = try catalog.snapshots()
     let existingIDs = Set(existing.map(\.id))
     let live = Set(snapshotObjects.map(\.name))
     let gone = existingIDs.subtracting(live)
-    var newSnapshots: [(snapshot: Snapshot, committed: Date)] = []
-    for object in snapshotObjects where !existingIDs.contains(object.name) {
-      guard let manifest = committedByID[object.name],
-        let snapshot = try loadSnapshotForSync(
-          object.name, archive: manifest.name, manifest: addedManifests[manifest.name]),
-        snapshot.archive == manifest.name
-      else { continue }
-      // Its archive's manifest cannot be read: the catalog cannot hold it (nor its trees).
-      guard readable.contains(manifest.name) else {
-        damage.unlisted.append(snapshot)
-        continue
-      }
-      newSnapshots.append((snapshot, manifest.modified))
+    let newSnapshotObjects = snapshotObjects.filter {
+      !existingIDs.contains($0.name) && committedByID[$0.name] != nil
     }
     defer { if !damage.objects.isEmpty { try? findAffectedSnapshots() } }
     let retired = Dictionary(marks.map { ($0.name, $0.modified) }, uniquingKeysWith: { first, _ in first })
     let currentlyRetired = try retiredArchives()
-    guard !added.isEmpty || !gone.isEmpty || !newSnapshots.isEmpty || currentlyRetired != retired else {
-      return
-    }
+    guard
+      !newManifests.isEmpty || !gone.isEmpty || !newSnapshotObjects.isEmpty || currentlyRetired != retired
+    else { return }
+    try cacheManifestObjects(newManifests)
+    // Each new manifest is read into the catalog as it is read, in a savepoint of its own: a
+    // damaged one leaves nothing behind. Its snapshot row stands in for a damaged snapshot object.
     try catalog.database.inTransaction {
-      for (record, manifest) in added { try ingest(record, manifest) }
+      var readable = known
+      var carried: [String: Snapshot?] = [:]
+      for object in newManifests {
+        guard let (record, snapshot) = try ingestManifestForSync(object) else { continue }
+        readable.insert(record.name)
+        carried[record.name] = snapshot
+      }
       for id in gone { try catalog.deleteSnapshot(id: id) }
+      var newSnapshots: [(snapshot: Snapshot, committed: Date)] = []
+      for object in newSnapshotObjects {
+        guard let manifest = committedByID[object.name],
+          let snapshot = try loadSnapshotForSync(
+            object.name, archive: manifest.name, carried: carried[manifest.name]),
+          snapshot.archive == manifest.name
+        else { continue }
+        // Its archive's manifest cannot be read: the catalog cannot hold it (nor its trees).
+        guard readable.contains(manifest.name) else {
+          damage.unlisted.append(snapshot)
+          continue
+        }
+        newSnapshots.append((snapshot, manifest.modified))
+      }
       try insertInCommitOrder(newSnapshots, existing: existing.filter { !gone.contains($0.id) })
       try setRetired(retired)
     }
@@ -238,34 +238,33 @@ extension Repository {
         retired[$1.name] != nil ? 1 : 0, $1.modified, $1.name
       )
     }
-    var loaded: [(ArchiveRecord, Manifest)] = []
-    for object in ordered {
-      guard let manifest = try loadManifestForSync(object.name) else { continue }
-      loaded.append(manifest)
-    }
-    let readable = Dictionary(loaded.map { ($0.0.name, $0.1) }, uniquingKeysWith: { first, _ in first })
     let committedByID = Dictionary(
       manifests.map { (Repository.archiveID($0.name), $0) }, uniquingKeysWith: { first, _ in first })
-    var snapshots: [(snapshot: Snapshot, committed: Date)] = []
-    for object in snapshotObjects {
-      guard let manifest = committedByID[object.name],
-        let snapshot = try loadSnapshotForSync(
-          object.name, archive: manifest.name, manifest: readable[manifest.name]),
-        snapshot.archive == manifest.name
-      else { continue }
-      guard readable[manifest.name] != nil else {
-        damage.unlisted.append(snapshot)
-        continue
-      }
-      snapshots.append((snapshot, manifest.modified))
-    }
     defer { if !damage.objects.isEmpty { try? findAffectedSnapshots() } }
-    snapshots.sort { ($0.committed, $0.snapshot.time) < ($1.committed, $1.snapshot.time) }
+    try cacheManifestObjects(ordered)
     try catalog.database.inTransaction {
       for table in ["snapshots", "blobs", "trees", "chunks", "chunk_lists", "archives"] {
         try catalog.database.execute("DELETE FROM \(table)")
       }
-      for (record, manifest) in loaded { try ingest(record, manifest) }
+      var carried: [String: Snapshot?] = [:]
+      for object in ordered {
+        guard let (record, snapshot) = try ingestManifestForSync(object) else { continue }
+        carried[record.name] = snapshot
+      }
+      var snapshots: [(snapshot: Snapshot, committed: Date)] = []
+      for object in snapshotObjects {
+        guard let manifest = committedByID[object.name],
+          let snapshot = try loadSnapshotForSync(
+            object.name, archive: manifest.name, carried: carried[manifest.name]),
+          snapshot.archive == manifest.name
+        else { continue }
+        guard carried[manifest.name] != nil else {
+          damage.unlisted.append(snapshot)
+          continue
+        }
+        snapshots.append((snapshot, manifest.modified))
+      }
+      snapshots.sort { ($0.committed, $0.snapshot.time) < ($1.committed, $1.snapshot.time) }
       for item in snapshots { try catalog.insert(item.snapshot, committed: item.committed) }
       try setRetired(retired)
     }
