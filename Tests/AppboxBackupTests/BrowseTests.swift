@@ -112,11 +112,15 @@ struct BrowseTests {
     #expect { try fixture.repository.entry(at: Array("Documents/none".utf8), in: second) } throws: {
       ($0 as? BackupError)?.code == .notFound
     }
-    let found = try fixture.repository.find(Array("file-7.txt".utf8))
+    var found: [FoundEntry] = []
+    try fixture.repository.find(Array("file-7.txt".utf8)) { found.append($0) }
     #expect(found.map(\.snapshot.id) == [second.id, first.id])
     #expect(found.map(\.entry.size) == [7, Int64("content 7 ".count + 40)])
-    let paths = try fixture.repository.find(Array("Documents/*.txt".utf8), newest: 1)
-    #expect(paths.map { String(decoding: $0.path, as: UTF8.self) } == ["Documents/a.txt"])
+    var paths: [String] = []
+    try fixture.repository.find(Array("Documents/*.txt".utf8), newest: 1) {
+      paths.append(String(decoding: $0.path, as: UTF8.self))
+    }
+    #expect(paths == ["Documents/a.txt"])
   }
 
   @Test func anIncludedRestoreReplacesOnlyThosePaths() throws {
