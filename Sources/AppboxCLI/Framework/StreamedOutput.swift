@@ -20,7 +20,7 @@
 import AppboxCore
 
 /// The stdout of a command that writes its rows as it produces them (`CommandContext.stream()`).
-public final class StreamedOutput {
+final class StreamedOutput {
   /// Bytes gathered before a write: large enough that writes cost little, small enough that
   /// a short listing is written whole when it is done.
   static let defaultPieceSize = 64 << 10
