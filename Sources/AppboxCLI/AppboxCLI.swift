@@ -91,14 +91,18 @@ extension CommandContext {
 func timestamp(_ date: Date) -> String { utcTimestamp(date) }
 
 /// Lays out rows in columns padded to the widest cell (the last column is not padded).
+/// Listings with a row per file use `StreamedTable`, which lays out the same way by batches.
 func table(_ header: [String], _ rows: [[String]]) -> String {
   let all = [header] + rows
   let widths = header.indices.map { column in all.map { $0[column].count }.max() ?? 0 }
-  return all.map { row in
-    row.enumerated().map { index, cell in
-      index == row.count - 1 ? cell : cell.padding(toLength: widths[index], withPad: " ", startingAt: 0)
-    }.joined(separator: "  ")
-  }.joined(separator: "\n")
+  return all.map { tableRow($0, widths: widths) }.joined(separator: "\n")
+}
+
+/// One row of a table: each cell but the last padded to its column's width, two spaces between.
+func tableRow(_ row: [String], widths: [Int]) -> String {
+  row.enumerated().map { index, cell in
+    index == row.count - 1 ? cell : cell.padding(toLength: widths[index], withPad: " ", startingAt: 0)
+  }.joined(separator: "  ")
 }
 
 /// "1.2 MB"-style sizes for people (JSON always has exact bytes).

@@ -1,6 +1,7 @@
 import AppboxArchive
 import AppboxContainer
 import AppboxCore
+import AppboxCrypto
 import AppboxTestSupport
 import Foundation
 import Glibc
@@ -112,11 +113,51 @@ struct BrowseTests {
     #expect { try fixture.repository.entry(at: Array("Documents/none".utf8), in: second) } throws: {
       ($0 as? BackupError)?.code == .notFound
     }
-    let found = try fixture.repository.find(Array("file-7.txt".utf8))
+    var found: [FoundEntry] = []
+    try fixture.repository.find(Array("file-7.txt".utf8)) { found.append($0) }
     #expect(found.map(\.snapshot.id) == [second.id, first.id])
     #expect(found.map(\.entry.size) == [7, Int64("content 7 ".count + 40)])
-    let paths = try fixture.repository.find(Array("Documents/*.txt".utf8), newest: 1)
-    #expect(paths.map { String(decoding: $0.path, as: UTF8.self) } == ["Documents/a.txt"])
+    var paths: [String] = []
+    try fixture.repository.find(Array("Documents/*.txt".utf8), newest: 1) {
+      paths.append(String(decoding: $0.path, as: UTF8.self))
+    }
+    #expect(paths == ["Documents/a.txt"])
+  }
+
+  /// A folder renamed between snapshots keeps its tree: a pattern on names finds its files in
+  /// both snapshots, and one on paths tells the two places apart (a tree without matches is
+  /// remembered with its path then, not by its digest alone).
+  @Test func findTellsAMovedFolderInEachSnapshotApart() throws {
+    let fixture = try Fixture()
+    try fixture.write("Documents/A/sub/notes.txt", "notes")
+    try fixture.write("Documents/other.txt", "other")
+    let first = try fixture.backup().snapshot
+    #expect(rename(fixture.path("Documents/A"), fixture.path("Documents/B")) == 0)
+    let second = try fixture.backup().snapshot
+    let catalog = fixture.repository.catalog
+    func folder(_ snapshot: Snapshot, _ name: String) throws -> Digest? {
+      let documents = try catalog.tree(snapshot.rootTree).entry(named: Array("Documents".utf8))?.digest
+      return try documents.flatMap { try catalog.tree($0).entry(named: Array(name.utf8))?.digest }
+    }
+    #expect(try folder(first, "A") != nil && folder(first, "A") == folder(second, "B"))
+    func found(_ pattern: String) throws -> [String] {
+      var result: [String] = []
+      try fixture.repository.find(Array(pattern.utf8)) {
+        result.append("\($0.snapshot.id) \(String(decoding: $0.path, as: UTF8.self))")
+      }
+      return result
+    }
+    #expect(
+      try found("notes.txt") == [
+        "\(second.id) Documents/B/sub/notes.txt", "\(first.id) Documents/A/sub/notes.txt",
+      ])
+    #expect(
+      try found("Documents/A/*") == ["\(first.id) Documents/A/sub", "\(first.id) Documents/A/sub/notes.txt"])
+    #expect(
+      try found("Documents/B/*") == [
+        "\(second.id) Documents/B/sub", "\(second.id) Documents/B/sub/notes.txt",
+      ])
+    #expect(try found("other.txt").count == 2)
   }
 
   @Test func anIncludedRestoreReplacesOnlyThosePaths() throws {

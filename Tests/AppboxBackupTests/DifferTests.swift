@@ -36,4 +36,37 @@ struct DifferTests {
       ])
     #expect(strings(diff.changed) == ["Documents/A.txt", "Documents/private"])
   }
+
+  /// Changes come in the byte order of their whole paths, as a sort of all of them gives:
+  /// "d-e/y" and "d.txt" before "d/x" ('-' and '.' sort before '/'), a path whose type changed
+  /// added then removed. `kinds` keeps only those asked for, in the same order.
+  @Test func changesComeInTheByteOrderOfTheirPaths() throws {
+    let fixture = try Fixture()
+    for path in ["Documents/d/x", "Documents/d.txt", "Documents/d-e/y", "Documents/t"] {
+      try fixture.write(path, "1")
+    }
+    let a = try fixture.backup()
+    try fixture.write("Documents/d/x", "22")
+    try fixture.write("Documents/d.txt", "22")
+    try FileManager.default.removeItem(atPath: fixture.path("Documents/d-e/y"))
+    try fixture.write("Documents/d-f", "new")
+    try FileManager.default.removeItem(atPath: fixture.path("Documents/t"))
+    try fixture.write("Documents/t/inner", "new")
+    let b = try fixture.backup()
+    func changes(_ kinds: Set<SnapshotChange.Kind>) throws -> [String] {
+      var seen: [String] = []
+      try fixture.repository.diff(a.snapshot, b.snapshot, kinds: kinds) {
+        seen.append("\($0.kind) \(String(decoding: $0.path, as: UTF8.self))")
+      }
+      return seen
+    }
+    #expect(
+      try changes(Set(SnapshotChange.Kind.allCases)) == [
+        "removed Documents/d-e/y", "added Documents/d-f", "changed Documents/d.txt", "changed Documents/d/x",
+        "added Documents/t", "removed Documents/t", "added Documents/t/inner",
+      ])
+    #expect(try changes([.removed]) == ["removed Documents/d-e/y", "removed Documents/t"])
+    #expect(try changes([.added]) == ["added Documents/d-f", "added Documents/t", "added Documents/t/inner"])
+    #expect(try changes([]) == [])
+  }
 }

@@ -92,8 +92,7 @@ extension Repository {
     if !installed {
       do {
         dropped = try previewRestore(
-          of: snapshot, into: session.home(of: app).path, bundleDirectoryName: app.bundleDirectoryName,
-          listingPaths: false
+          of: snapshot, into: session.home(of: app).path, bundleDirectoryName: app.bundleDirectoryName
         ).dropped
       } catch {
         staging.discard()

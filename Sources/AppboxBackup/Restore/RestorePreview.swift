@@ -2,7 +2,7 @@
 // "dropped" line of every restore).
 //
 // Algorithm: walk the live home and the snapshot's data tree together, directory by
-// directory, merging the two sorted listings by raw name as `diff` merges two snapshots.
+// directory, merging the two listings by raw name as `diff` merges two snapshots.
 // The live side is read through descriptors (each folder opened beneath the home with
 // openat2, nothing followed; one stat per entry, and for the exclude-from-backup mark one
 // lgetxattr); the snapshot side from the catalog's trees. The backup's own rules decide what
@@ -14,8 +14,14 @@
 // only removed; on both, a file is replaced when its type, size, permissions, modification
 // time or link target differ (rsync's quick check: contents are not read), and folders are
 // compared by permissions and descended into.
-// Invariants: nothing is written, created or followed; every descriptor is closed; paths are
-// relative to the home, sorted.
+//
+// Order: changes are handed on in the byte order of their whole paths, as `diff` hands on
+// its changes: each folder's steps are sorted by key (a name for the entry, the name and a
+// '/' for what lies below it), and a stack of folders, one per level, is walked.
+//
+// Invariants: nothing is written, created or followed; every descriptor is closed before the
+// next folder is read. Memory is the steps of the folders on one path, never the changes:
+// the caller is handed each one.
 
 import AppboxContainer
 import AppboxCore
@@ -52,42 +58,52 @@ public struct DroppedData: Sendable, Equatable {
   }
 }
 
-/// What restoring a snapshot would change in a home.
+/// A path restoring a snapshot would change in a home.
+public struct RestoreChange: Sendable, Equatable {
+  public enum Kind: Sendable, Hashable, CaseIterable {
+    /// The snapshot has it and the home lacks it.
+    case added
+    /// Both have it and the entries differ: the snapshot's replaces the home's.
+    case replaced
+    /// Part of the home's data that the snapshot lacks.
+    case removed
+  }
+  public var kind: Kind
+  /// The path, relative to the home.
+  public var path: [UInt8]
+}
+
+/// What restoring a snapshot would leave as it is, and drop.
 public struct RestorePreview: Sendable {
-  /// Paths the snapshot has and the home lacks.
-  public var added: [[UInt8]] = []
-  /// Paths in both whose entry differs: the snapshot's replaces the home's.
-  public var replaced: [[UInt8]] = []
-  /// Paths of the home's data the snapshot lacks.
-  public var removed: [[UInt8]] = []
   /// Entries in both that are the same.
   public var unchanged = 0
   public var dropped = DroppedData()
+  public init() {}
 }
 
 extension Repository {
   /// Compares `snapshot`'s data with the home (or app group container) at `home` (nil: none
   /// yet, everything is added). `bundleDirectoryName`: the bundle the restore carries over
-  /// (nil for a group's container, which also keeps a top-level `tmp` as data). Without
-  /// `listingPaths`, only the counts and the drops are kept (what every restore reports).
+  /// (nil for a group's container, which also keeps a top-level `tmp` as data). Calls `body`
+  /// with each change whose kind is in `kinds`, in the byte order of their paths; folders
+  /// wholly added or removed are read only for the kinds asked for. Returns the counts.
   public func previewRestore(
-    of snapshot: Snapshot, into home: String?, bundleDirectoryName: String?, listingPaths: Bool = true
+    of snapshot: Snapshot, into home: String?, bundleDirectoryName: String?,
+    kinds: Set<RestoreChange.Kind> = [], _ body: (RestoreChange) throws -> Void = { _ in }
   ) throws -> RestorePreview {
     let rules = ScanRules(
       bundleDirectoryName: bundleDirectoryName ?? snapshot.bundleDirectoryName, includeBundle: false,
       skipsTemporaryDirectory: bundleDirectoryName != nil)
     return try catalog.reading {
-      var walk = PreviewWalk(repository: self, rules: rules, listing: listingPaths)
       guard let home else {
-        try walk.listSnapshot(snapshot.rootTree, under: [], isRoot: true)
+        var walk = PreviewWalk(repository: self, home: nil, rules: rules, kinds: kinds)
+        try walk.run(from: .add(snapshot.rootTree, path: []), body)
         return walk.preview
       }
       let descriptor = try FileDescriptor.open(home, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
       defer { descriptor.close() }
-      try walk.run(home: descriptor, root: snapshot.rootTree)
-      walk.preview.added.sort { $0.lexicographicallyPrecedes($1) }
-      walk.preview.replaced.sort { $0.lexicographicallyPrecedes($1) }
-      walk.preview.removed.sort { $0.lexicographicallyPrecedes($1) }
+      var walk = PreviewWalk(repository: self, home: descriptor, rules: rules, kinds: kinds)
+      try walk.run(from: .compare(path: [], tree: snapshot.rootTree), body)
       return walk.preview
     }
   }
@@ -99,10 +115,23 @@ func isMarkedExcluded(_ name: [UInt8], in directory: FileDescriptor, type: FileT
   type != .symlink && directory.entryHasExtendedAttribute(name, excludeFromBackupAttribute)
 }
 
+/// One step of the walk: a change to hand on, or a folder to read.
+private enum PreviewStep {
+  case report(RestoreChange)
+  /// A live folder (the home's top for the empty path) and the snapshot's (nil: it has none).
+  case compare(path: [UInt8], tree: Digest?)
+  /// A snapshot folder the home lacks: everything below it is added.
+  case add(Digest, path: [UInt8])
+  /// A live folder the snapshot lacks: everything below it is removed.
+  case remove(path: [UInt8])
+}
+
 private struct PreviewWalk {
   let repository: Repository
+  /// Nil: the app has no home yet (only `add` steps).
+  let home: FileDescriptor?
   let rules: ScanRules
-  let listing: Bool
+  let kinds: Set<RestoreChange.Kind>
   var preview = RestorePreview()
 
   /// What a live name at the top of the home, or in its top-level Library, stands for.
@@ -118,9 +147,60 @@ private struct PreviewWalk {
     return name == Array(rules.bundleDirectoryName.utf8) ? .bundle : .temporary
   }
 
-  mutating func run(home: FileDescriptor, root: Digest) throws {
-    var pending: [(path: [UInt8], tree: Digest?)] = [([], root)]
-    while let (path, tree) = pending.popLast() {
+  /// Walks from `first` depth first, a stack of folders whose steps are in path order.
+  mutating func run(from first: PreviewStep, _ body: (RestoreChange) throws -> Void) throws {
+    var stack: [(steps: [PreviewStep], next: Int)] = [(try steps(first), 0)]
+    while !stack.isEmpty {
+      let level = stack.count - 1
+      guard stack[level].next < stack[level].steps.count else {
+        stack.removeLast()
+        continue
+      }
+      let step = stack[level].steps[stack[level].next]
+      stack[level].next += 1
+      if case .report(let change) = step {
+        try body(change)
+      } else {
+        stack.append((try steps(step), 0))
+      }
+    }
+  }
+
+  /// The steps below a folder step, sorted by the path order they report in.
+  mutating func steps(_ parent: PreviewStep) throws -> [PreviewStep] {
+    var keyed: [(key: [UInt8], step: PreviewStep)] = []
+    func report(_ kind: RestoreChange.Kind, _ name: [UInt8], _ path: [UInt8]) {
+      if kinds.contains(kind) { keyed.append((name, .report(RestoreChange(kind: kind, path: path)))) }
+    }
+    func below(_ name: [UInt8], _ step: PreviewStep) {
+      switch step {
+      case .add where !kinds.contains(.added), .remove where !kinds.contains(.removed): return
+      default: keyed.append((name + [UInt8(ascii: "/")], step))
+      }
+    }
+    switch parent {
+    case .report: return []
+    case .add(let digest, let path):
+      for entry in try restoredEntries(of: digest) {
+        if path.isEmpty && entry.name == Array(rules.bundleDirectoryName.utf8) { continue }
+        let entryPath = joinPath(path, entry.name)
+        report(.added, entry.name, entryPath)
+        if entry.type == .directory, let child = entry.digest {
+          below(entry.name, .add(child, path: entryPath))
+        }
+      }
+    case .remove(let path):
+      // A folder that cannot be opened (gone meanwhile) lists nothing below it.
+      guard let directory = try? home?.openBeneath(path, O_RDONLY | O_DIRECTORY) else { return [] }
+      defer { directory.close() }
+      for entry in try directory.entries() {
+        guard let status = try directory.status(ofRawName: entry.name) else { continue }
+        let entryPath = joinPath(path, entry.name)
+        report(.removed, entry.name, entryPath)
+        if status.type == .directory { below(entry.name, .remove(path: entryPath)) }
+      }
+    case .compare(let path, let tree):
+      guard let home else { return [] }
       let directory = try path.isEmpty ? home.duplicate() : home.openBeneath(path, O_RDONLY | O_DIRECTORY)
       defer { directory.close() }
       let snapshotEntries = try tree.map { try restoredEntries(of: $0) } ?? []
@@ -135,40 +215,40 @@ private struct PreviewWalk {
         switch place(of: live.name, in: path) {
         case .bundle: continue
         case .temporary:
-          preview.dropped.temporary.add(try count(status, entryPath, in: home).count)
+          preview.dropped.temporary.add(try count(status, entryPath, in: home))
           continue
         case .caches:
-          preview.dropped.caches.add(try count(status, entryPath, in: home).count)
+          preview.dropped.caches.add(try count(status, entryPath, in: home))
           continue
         case .data: break
         }
         guard let before else {
           if isMarkedExcluded(live.name, in: directory, type: status.type) {
-            preview.dropped.excluded.add(try count(status, entryPath, in: home).count)
+            preview.dropped.excluded.add(try count(status, entryPath, in: home))
           } else {
-            preview.removed += try count(status, entryPath, in: home, listing: listing).paths
+            report(.removed, live.name, entryPath)
+            if status.type == .directory { below(live.name, .remove(path: entryPath)) }
           }
           continue
         }
         if status.type == .directory && before.type == .directory {
           if before.permissions != UInt32(status.permissions) {
-            record(\.replaced, entryPath)
+            report(.replaced, live.name, entryPath)
           } else {
             preview.unchanged += 1
           }
-          pending.append((entryPath, before.digest))
+          keyed.append((live.name + [UInt8(ascii: "/")], .compare(path: entryPath, tree: before.digest)))
         } else if TreeEntryType(status.type) != before.type || before.size != status.size
           || before.permissions != UInt32(status.permissions)
           || before.modificationTime != status.modificationTime.totalNanoseconds
           || (before.type == .symlink
             && (try? directory.readLink(rawName: live.name)) != before.linkTarget)
         {
-          record(\.replaced, entryPath)
-          if status.type == .directory {
-            preview.removed += try count(status, entryPath, in: home, listing: listing).paths.dropFirst()
-          }
+          // At most one side is a folder here: what is below it goes, or comes.
+          report(.replaced, live.name, entryPath)
+          if status.type == .directory { below(live.name, .remove(path: entryPath)) }
           if before.type == .directory, let digest = before.digest {
-            try listSnapshot(digest, under: entryPath, isRoot: false)
+            below(live.name, .add(digest, path: entryPath))
           }
         } else {
           preview.unchanged += 1
@@ -176,9 +256,15 @@ private struct PreviewWalk {
       }
       for entry in snapshotEntries where !seen.contains(entry.name) {
         if path.isEmpty && entry.name == Array(rules.bundleDirectoryName.utf8) { continue }
-        try listSnapshot(entry, under: path)
+        let entryPath = joinPath(path, entry.name)
+        report(.added, entry.name, entryPath)
+        if entry.type == .directory, let digest = entry.digest {
+          below(entry.name, .add(digest, path: entryPath))
+        }
       }
     }
+    // Keys are unique (a name, or a name and '/'), so any sort gives the one order.
+    return keyed.sorted { $0.key.lexicographicallyPrecedes($1.key) }.map(\.step)
   }
 
   /// The entries of a snapshot's directory that a restore creates.
@@ -186,41 +272,10 @@ private struct PreviewWalk {
     try repository.catalog.tree(digest).entries.filter { !$0.isExcluded && $0.type != .socket }
   }
 
-  mutating func record(_ list: WritableKeyPath<RestorePreview, [[UInt8]]>, _ path: [UInt8]) {
-    if listing { preview[keyPath: list].append(path) }
-  }
-
-  /// Adds the snapshot's `entry` at `path` and everything below it (a stack of folders, not
-  /// recursion: a snapshot may be 10,000 levels deep). Nothing to do without the listing.
-  mutating func listSnapshot(_ entry: TreeEntry, under path: [UInt8]) throws {
-    guard listing else { return }
-    let entryPath = joinPath(path, entry.name)
-    preview.added.append(entryPath)
-    if entry.type == .directory, let digest = entry.digest {
-      try listSnapshot(digest, under: entryPath, isRoot: false)
-    }
-  }
-
-  mutating func listSnapshot(_ digest: Digest, under path: [UInt8], isRoot: Bool) throws {
-    guard listing else { return }
-    var pending: [(Digest, [UInt8])] = [(digest, path)]
-    while let (tree, directory) = pending.popLast() {
-      for entry in try restoredEntries(of: tree) {
-        if isRoot && directory.isEmpty && entry.name == Array(rules.bundleDirectoryName.utf8) { continue }
-        let entryPath = joinPath(directory, entry.name)
-        preview.added.append(entryPath)
-        if entry.type == .directory, let child = entry.digest { pending.append((child, entryPath)) }
-      }
-    }
-  }
-
   /// Counts the live entry at `path` (with `status`) and, for a folder, everything below it:
-  /// files (anything but folders) and their bytes, and with `listing` every path (its own first).
-  func count(_ status: FileStatus, _ path: [UInt8], in home: FileDescriptor, listing: Bool = false)
-    throws -> (count: FileCount, paths: [[UInt8]])
-  {
-    var paths: [[UInt8]] = listing ? [path] : []
-    guard status.type == .directory else { return (FileCount(files: 1, bytes: status.size), paths) }
+  /// files (anything but folders) and their bytes.
+  func count(_ status: FileStatus, _ path: [UInt8], in home: FileDescriptor) throws -> FileCount {
+    guard status.type == .directory else { return FileCount(files: 1, bytes: status.size) }
     var result = FileCount()
     var pending = [path]
     while let current = pending.popLast() {
@@ -228,15 +283,13 @@ private struct PreviewWalk {
       defer { directory.close() }
       for entry in try directory.entries() {
         guard let child = try directory.status(ofRawName: entry.name) else { continue }
-        let childPath = joinPath(current, entry.name)
-        if listing { paths.append(childPath) }
         if child.type == .directory {
-          pending.append(childPath)
+          pending.append(joinPath(current, entry.name))
         } else {
           result.add(FileCount(files: 1, bytes: child.size))
         }
       }
     }
-    return (result, paths)
+    return result
   }
 }

@@ -111,36 +111,47 @@ struct LsCommand: ParsableCommand {
     self.arguments = arguments
   }
 
+  /// Streamed (StreamedOutput): each entry is written as the walk reaches it, so memory
+  /// follows the deepest path and the largest folder, not the snapshot.
   func run(_ context: CommandContext) throws -> CommandOutput {
     let repository = try context.repository(arguments, create: false, readOnly: true)
     let found = try repository.snapshot(snapshot, app: app)
-    var entries: [BrowsedEntry] = []
+    let output = context.stream()
+    if context.globals.json {
+      var json = StreamedJSON(output)
+      try json.open(array: false)
+      try json.add("snapshot", .string(found.id))
+      try json.add("app", .string(found.app))
+      try json.add("path", .string(String(decoding: path, as: UTF8.self)))
+      try json.open("entries", array: true)
+      try repository.catalog.reading {
+        try repository.list(path, in: found, recursive: recursive) {
+          try json.add(entryJSON($0.path, $0.entry))
+        }
+      }
+      try json.close()
+      try json.close()
+      return CommandOutput()
+    }
+    var rows = StreamedTable(["MODE", "BYTES", "MODIFIED", "PATH"])
+    var count = 0
     try repository.catalog.reading {
-      try repository.list(path, in: found, recursive: recursive) { entries.append($0) }
+      try repository.list(path, in: found, recursive: recursive) { item in
+        count += 1
+        let name =
+          Terminal.escape(item.path) + (item.entry.type == .directory ? "/" : "")
+          + (item.entry.linkTarget.map { " -> " + Terminal.escape($0) } ?? "")
+        guard long else { return try output.line(name) }
+        try rows.add(
+          [
+            modeString(item.entry), String(item.entry.size),
+            timestamp(nanosecondsDate(item.entry.modificationTime)), name,
+          ], to: output)
+      }
     }
-    let lines = entries.map { item -> [String] in
-      let name =
-        Terminal.escape(item.path) + (item.entry.type == .directory ? "/" : "")
-        + (item.entry.linkTarget.map { " -> " + Terminal.escape($0) } ?? "")
-      guard long else { return [name] }
-      return [
-        modeString(item.entry), String(item.entry.size),
-        timestamp(nanosecondsDate(item.entry.modificationTime)),
-        name,
-      ]
-    }
-    let text =
-      entries.isEmpty
-      ? "\(path.isEmpty ? "The snapshot" : Terminal.escape(path)) is empty."
-      : long
-        ? table(["MODE", "BYTES", "MODIFIED", "PATH"], lines) : lines.map { $0[0] }.joined(separator: "\n")
-    return CommandOutput(
-      text: text,
-      json: .object([
-        ("snapshot", .string(found.id)), ("app", .string(found.app)),
-        ("path", .string(String(decoding: path, as: UTF8.self))),
-        ("entries", .array(entries.map { entryJSON($0.path, $0.entry) })),
-      ]))
+    try rows.finish(to: output)
+    if count == 0 { try output.line("\(path.isEmpty ? "The snapshot" : Terminal.escape(path)) is empty.") }
+    return CommandOutput()
   }
 }
 
@@ -286,32 +297,39 @@ struct FindCommand: ParsableCommand {
     self.arguments = arguments
   }
 
+  /// Streamed (StreamedOutput): each match is written as it is found.
   func run(_ context: CommandContext) throws -> CommandOutput {
     let repository = try context.repository(arguments, create: false, readOnly: true)
-    let found = try repository.find(pattern, app: app, newest: newest)
-    let text =
-      found.isEmpty
-      ? "No snapshot holds a path matching '\(Terminal.escape(pattern))'."
-      : table(
-        ["SNAPSHOT", "APP", "TIME", "BYTES", "MODIFIED", "PATH"],
-        found.map {
-          [
-            $0.snapshot.id, $0.snapshot.app, timestamp($0.snapshot.time), String($0.entry.size),
-            timestamp(nanosecondsDate($0.entry.modificationTime)),
-            Terminal.escape($0.path) + ($0.entry.type == .directory ? "/" : ""),
-          ]
-        })
-    return CommandOutput(
-      text: text,
-      json: .array(
-        found.map { match in
-          guard case .object(let members) = entryJSON(match.path, match.entry) else { return .null }
-          return .object(
+    let output = context.stream()
+    if context.globals.json {
+      var json = StreamedJSON(output)
+      try json.open(array: true)
+      try repository.find(pattern, app: app, newest: newest) { match in
+        guard case .object(let members) = entryJSON(match.path, match.entry) else { return }
+        try json.add(
+          .object(
             [
               ("snapshot", .string(match.snapshot.id)), ("app", .string(match.snapshot.app)),
               ("time", .string(timestamp(match.snapshot.time))),
-            ] + members)
-        }))
+            ] + members))
+      }
+      try json.close()
+      return CommandOutput()
+    }
+    var rows = StreamedTable(["SNAPSHOT", "APP", "TIME", "BYTES", "MODIFIED", "PATH"])
+    try repository.find(pattern, app: app, newest: newest) { match in
+      try rows.add(
+        [
+          match.snapshot.id, match.snapshot.app, timestamp(match.snapshot.time), String(match.entry.size),
+          timestamp(nanosecondsDate(match.entry.modificationTime)),
+          Terminal.escape(match.path) + (match.entry.type == .directory ? "/" : ""),
+        ], to: output)
+    }
+    try rows.finish(to: output)
+    if rows.count == 0 {
+      try output.line("No snapshot holds a path matching '\(Terminal.escape(pattern))'.")
+    }
+    return CommandOutput()
   }
 }
 

@@ -27,27 +27,43 @@ struct DiffCommand: ParsableCommand {
     self.arguments = arguments
   }
 
+  /// Streamed (StreamedOutput): text is one walk, every change as it is found; JSON is one
+  /// walk per array (`added`, `removed`, `changed`), each reading only what it lists.
   func run(_ context: CommandContext) throws -> CommandOutput {
     let repository = try context.repository(arguments, create: false, readOnly: true)
     let a = try repository.snapshot(old)
     let b = try repository.snapshot(new)
-    let diff = try repository.diff(a, b)
-    func show(_ path: [UInt8]) -> String { String(decoding: path, as: UTF8.self) }
-    let lines =
-      diff.added.map { ("+ ", $0) } + diff.removed.map { ("- ", $0) } + diff.changed.map { ("M ", $0) }
-    let text =
-      lines.isEmpty
-      ? "No differences between \(a.id) and \(b.id)."
-      : lines.sorted { $0.1.lexicographicallyPrecedes($1.1) }.map { $0.0 + Terminal.escape($0.1) }.joined(
-        separator: "\n")
-    return CommandOutput(
-      text: text,
-      json: .object([
-        ("oldSnapshot", .string(a.id)), ("newSnapshot", .string(b.id)),
-        ("added", .array(diff.added.map { .string(show($0)) })),
-        ("removed", .array(diff.removed.map { .string(show($0)) })),
-        ("changed", .array(diff.changed.map { .string(show($0)) })),
-      ]))
+    let output = context.stream()
+    if context.globals.json {
+      var json = StreamedJSON(output)
+      try json.open(array: false)
+      try json.add("oldSnapshot", .string(a.id))
+      try json.add("newSnapshot", .string(b.id))
+      // One read of the catalog for the three walks, so that they see the same trees.
+      try repository.catalog.reading {
+        for (key, kind) in [
+          ("added", SnapshotChange.Kind.added), ("removed", .removed), ("changed", .changed),
+        ] {
+          try json.open(key, array: true)
+          try repository.diff(a, b, kinds: [kind]) {
+            try json.add(.string(String(decoding: $0.path, as: UTF8.self)))
+          }
+          try json.close()
+        }
+      }
+      try json.close()
+      return CommandOutput()
+    }
+    let marks: [SnapshotChange.Kind: String] = [.added: "+ ", .removed: "- ", .changed: "M "]
+    var count = 0
+    try repository.catalog.reading {
+      try repository.diff(a, b) { change in
+        count += 1
+        try output.line(marks[change.kind]! + Terminal.escape(change.path))
+      }
+    }
+    if count == 0 { try output.line("No differences between \(a.id) and \(b.id).") }
+    return CommandOutput()
   }
 }
 

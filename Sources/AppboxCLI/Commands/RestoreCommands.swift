@@ -255,35 +255,57 @@ extension RestoreCommand {
       bundle = installed?.bundleDirectoryName ?? chosen.bundleDirectoryName
       installs = installed == nil
     }
-    let preview = try repository.previewRestore(
-      of: chosen, into: home, bundleDirectoryName: namesGroup(app) ? nil : bundle)
-    func show(_ path: [UInt8]) -> String { String(decoding: path, as: UTF8.self) }
-    var lines = [
-      "Would restore \(chosen.app) from snapshot \(describe(chosen)): \(chosen.files) files, "
-        + "\(byteCount(chosen.bytes))"
-    ]
-    if installs {
-      lines.append("Would install \(chosen.bundleDirectoryName) \(chosen.version) from the backup")
+    let bundleName = namesGroup(app) ? nil : bundle
+    // Streamed (StreamedOutput): text is one walk, every change as it is found; JSON is one
+    // walk per array (`added`, `replaced`, `removed`), and the counts are the last walk's.
+    let output = context.stream()
+    if context.globals.json {
+      var json = StreamedJSON(output)
+      try json.open(array: false)
+      for (key, value) in [("app", .string(chosen.app)), ("snapshot", .string(chosen.id))]
+        + snapshotLabels(chosen)
+        + [("dryRun", .bool(true)), ("installsBundle", .bool(installs))]
+      {
+        try json.add(key, value)
+      }
+      var preview = RestorePreview()
+      // One read of the catalog for the three walks (the home is read without a lock, as always).
+      try repository.catalog.reading {
+        for (key, kind) in [
+          ("added", RestoreChange.Kind.added), ("replaced", .replaced), ("removed", .removed),
+        ] {
+          try json.open(key, array: true)
+          preview = try repository.previewRestore(
+            of: chosen, into: home, bundleDirectoryName: bundleName, kinds: [kind]
+          ) { try json.add(.string(String(decoding: $0.path, as: UTF8.self))) }
+          try json.close()
+        }
+      }
+      try json.add("unchanged", .int(preview.unchanged))
+      try json.add("dropped", droppedJSON(preview.dropped))
+      try json.close()
+      return CommandOutput()
     }
-    let changes =
-      preview.added.map { ("+ ", $0) } + preview.replaced.map { ("~ ", $0) }
-      + preview.removed.map { ("- ", $0) }
-    lines += changes.sorted { $0.1.lexicographicallyPrecedes($1.1) }.map { $0.0 + Terminal.escape($0.1) }
-    lines.append(
-      "\(preview.added.count) added, \(preview.replaced.count) replaced, \(preview.removed.count) removed, "
+    try output.line(
+      "Would restore \(chosen.app) from snapshot \(describe(chosen)): \(chosen.files) files, "
+        + "\(byteCount(chosen.bytes))")
+    if installs {
+      try output.line("Would install \(chosen.bundleDirectoryName) \(chosen.version) from the backup")
+    }
+    let marks: [RestoreChange.Kind: String] = [.added: "+ ", .replaced: "~ ", .removed: "- "]
+    var counts: [RestoreChange.Kind: Int] = [:]
+    let preview = try repository.previewRestore(
+      of: chosen, into: home, bundleDirectoryName: bundleName, kinds: Set(RestoreChange.Kind.allCases)
+    ) { change in
+      counts[change.kind, default: 0] += 1
+      try output.line(marks[change.kind]! + Terminal.escape(change.path))
+    }
+    try output.line(
+      "\(counts[.added] ?? 0) added, \(counts[.replaced] ?? 0) replaced, \(counts[.removed] ?? 0) removed, "
         + "\(preview.unchanged) unchanged")
-    if preview.dropped.total.files > 0 { lines.append(droppedLine(preview.dropped, verb: "Would drop")) }
-    lines.append("Dry run: nothing was changed.")
-    return CommandOutput(
-      text: lines.joined(separator: "\n"),
-      json: .object(
-        [("app", .string(chosen.app)), ("snapshot", .string(chosen.id))] + snapshotLabels(chosen) + [
-          ("dryRun", .bool(true)), ("installsBundle", .bool(installs)),
-          ("added", .array(preview.added.map { .string(show($0)) })),
-          ("replaced", .array(preview.replaced.map { .string(show($0)) })),
-          ("removed", .array(preview.removed.map { .string(show($0)) })),
-          ("unchanged", .int(preview.unchanged)), ("dropped", droppedJSON(preview.dropped)),
-        ]))
+    if preview.dropped.total.files > 0 { try output.line(droppedLine(preview.dropped, verb: "Would drop")) }
+    try output.line("Dry run: nothing was changed.")
+    return CommandOutput()
   }
 }
 

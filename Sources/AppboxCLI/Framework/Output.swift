@@ -87,6 +87,8 @@ public final class CommandContext: @unchecked Sendable {
   public let lockWait: LockWait
   public let stdout: OutputSink
   public let stderr: OutputSink
+  /// The output of a command that writes it as it goes (`stream()`), once it asked for it.
+  var streamed: StreamedOutput?
   /// Work a command leaves for after its output is written (deleting an old home an update
   /// replaced); each returns warnings.
   private var afterOutput: [() -> [String]] = []

@@ -109,7 +109,10 @@ public struct CommandRunner: Sendable {
       // No state by accident: a mistyped --root never becomes a new device.
       if !invocation.command!.createsDevice { try context.requireExistingDevice() }
       let output = try command.run(context)
-      if globals.json {
+      if let streamed = context.streamed {
+        // The command wrote its output as it went (StreamedOutput): the last piece goes now.
+        try streamed.flush()
+      } else if globals.json {
         document.value = output.json
       } else if let raw = output.raw {
         stdout.write(raw)
@@ -121,19 +124,24 @@ public struct CommandRunner: Sendable {
       context.runAfterOutput()
       return output.exitStatus
     } catch let error as UsageError {
-      return reportUsage(error, globals: globals, document: document, stderr: stderr)
+      let cut = context.streamed?.abandon() ?? false
+      return reportUsage(error, globals: globals, document: cut ? nil : document, stderr: stderr)
     } catch {
+      // Output already written cannot be taken back: it stays, cut after its last whole row,
+      // and the failure is told on stderr only (docs/json.md, "Streamed listings").
+      let cut = context.streamed?.abandon() ?? false
       context.report(error)
-      if globals.json { document.value = .object([("error", errorJSON(error))]) }
+      if globals.json && !cut { document.value = .object([("error", errorJSON(error))]) }
       context.runAfterOutput()
       return ExitStatus.of(error)
     }
   }
 
   /// A malformed command line: "Error: …" and the page to read on stderr (one JSON line with
-  /// --json-progress), and with --json the error document on stdout. Exit 64.
+  /// --json-progress), and with --json the error document on stdout (unless `document` is nil:
+  /// the command's output was streamed already). Exit 64.
   private func reportUsage(
-    _ error: UsageError, globals: GlobalOptions, document: JSONDocument, stderr: OutputSink
+    _ error: UsageError, globals: GlobalOptions, document: JSONDocument?, stderr: OutputSink
   )
     -> Int32
   {
@@ -147,7 +155,7 @@ public struct CommandRunner: Sendable {
     } else {
       stderr.write("Error: \(message)\nSee '\(error.helpCommand)'\n")
     }
-    if globals.json {
+    if globals.json, let document {
       document.value = .object([
         (
           "error",

@@ -4,11 +4,16 @@
 // `/` it is matched against each entry's name (as `find -name`); with one, against the entry's
 // whole path from the home (`Documents/*.txt`; `*` then also crosses `/`). The snapshots (of
 // one app, or of all; only the `newest` most recent when given) are walked from their root
-// trees, and each (tree digest, path) pair is searched once: snapshots share most of their
-// trees (an unchanged folder keeps its digest), so a hundred snapshots cost about one walk plus
-// the folders that changed between them, and the matches of a shared folder are reused.
+// trees, newest first, depth first in name order, and each match is handed on as it is found.
+// Snapshots share most of their trees (an unchanged folder keeps its digest): a tree found to
+// hold no match below it is remembered (`barren`, by digest, and by path too when the pattern
+// matches paths) and not entered again, so a hundred snapshots cost about one walk plus the
+// folders that changed, plus those on the way to matches, which are walked again for each
+// snapshot that holds them (each such walk reports matches).
 //
 // Invariants: read-only; excluded entries are not reported (restore does not bring them back).
+// Memory is the open trees of one path (one per level, as `walk`) and the set of barren
+// trees: bounded by the trees searched, whatever the number of matches.
 
 import AppboxCore
 import AppboxCrypto
@@ -23,9 +28,12 @@ public struct FoundEntry: Sendable {
 }
 
 extension Repository {
-  /// The entries matching `pattern` in the snapshots of `app` (every app when nil), newest
-  /// snapshot first; with `newest`, only the newest that many snapshots are searched.
-  public func find(_ pattern: [UInt8], app: String? = nil, newest: Int? = nil) throws -> [FoundEntry] {
+  /// Calls `body` with each entry matching `pattern` in the snapshots of `app` (every app
+  /// when nil), newest snapshot first, each snapshot's in path order (depth first); with
+  /// `newest`, only the newest that many snapshots are searched.
+  public func find(
+    _ pattern: [UInt8], app: String? = nil, newest: Int? = nil, _ body: (FoundEntry) throws -> Void
+  ) throws {
     guard !pattern.isEmpty, !pattern.contains(0) else {
       throw RepositoryError(.invalidRequest, "find needs a pattern, such as '*.sqlite' or 'Documents/*.txt'")
     }
@@ -34,35 +42,51 @@ extension Repository {
     if let newest { snapshots = Array(snapshots.prefix(newest)) }
     struct Key: Hashable {
       var digest: Digest
+      /// Empty when the pattern matches names: a tree's matches then do not depend on its path.
       var path: [UInt8]
     }
-    var memo: [Key: [BrowsedEntry]] = [:]
     func matches(_ text: [UInt8]) -> Bool {
       withCName(pattern) { cPattern in withCName(text) { fnmatch(cPattern, $0, 0) == 0 } }
     }
-    // The matches below tree `digest` (at `path`), in path order, computed once per pair: a
-    // changed folder re-reads only its own tree and reuses the matches of its unchanged
-    // subfolders. Recursive: a level costs one small frame, and paths are at most 64 KiB.
-    func search(_ digest: Digest, path: [UInt8]) throws -> [BrowsedEntry] {
-      let key = Key(digest: digest, path: path)
-      if let known = memo[key] { return known }
-      var found: [BrowsedEntry] = []
-      for entry in try catalog.tree(digest).entries where !entry.isExcluded {
-        let full = joinPath(path, entry.name)
-        if matches(matchesPath ? full : entry.name) { found.append(BrowsedEntry(path: full, entry: entry)) }
-        if entry.type == .directory, let subtree = entry.digest { found += try search(subtree, path: full) }
-      }
-      memo[key] = found
-      return found
+    var barren = Set<Key>()
+    struct Level {
+      var key: Key
+      var entries: [TreeEntry]
+      var next = 0
+      var path: [UInt8]
+      var found = false
     }
-    var results: [FoundEntry] = []
     try catalog.reading {
       for snapshot in snapshots {
-        for match in try search(snapshot.rootTree, path: []) {
-          results.append(FoundEntry(snapshot: snapshot, path: match.path, entry: match.entry))
+        let root = Key(digest: snapshot.rootTree, path: [])
+        if barren.contains(root) { continue }
+        var stack = [Level(key: root, entries: try catalog.tree(snapshot.rootTree).entries, path: [])]
+        while let level = stack.last {
+          guard level.next < level.entries.count else {
+            stack.removeLast()
+            if !level.found {
+              barren.insert(level.key)
+            } else if !stack.isEmpty {
+              stack[stack.count - 1].found = true
+            }
+            continue
+          }
+          let entry = level.entries[level.next]
+          stack[stack.count - 1].next += 1
+          if entry.isExcluded { continue }
+          let full = joinPath(level.path, entry.name)
+          if matches(matchesPath ? full : entry.name) {
+            stack[stack.count - 1].found = true
+            try body(FoundEntry(snapshot: snapshot, path: full, entry: entry))
+          }
+          if entry.type == .directory, let subtree = entry.digest {
+            let key = Key(digest: subtree, path: matchesPath ? full : [])
+            if !barren.contains(key) {
+              stack.append(Level(key: key, entries: try catalog.tree(subtree).entries, path: full))
+            }
+          }
         }
       }
     }
-    return results
   }
 }
