@@ -47,7 +47,7 @@ public final class FramedArchive: @unchecked Sendable {
 
   func damaged(_ frame: Int?, _ what: String) -> ArchiveError {
     let subject =
-      frame.map { "frame \($0) (uncompressed offset \(index.frames[$0].uncompressedOffset)) is damaged: " }
+      frame.map { "frame \($0) (uncompressed offset \(index.frames[$0].uncompressedOffset)): " }
       ?? ""
     return ArchiveError(kind: .badData, operation: .readData, archive: name, message: subject + what)
   }

@@ -40,7 +40,11 @@ public struct BackupOptions: Sendable {
   /// Re-read and store all the data instead of only what changed (the bundle still follows
   /// its own rule: stored again only when its seal changed).
   public var full: Bool
+  /// `.zstd` writes a framed archive (compressed per content, read in place like an
+  /// uncompressed one); `.gzip` compresses it as one stream (read from its start).
   public var compression: ArchiveCompression
+  /// How a framed archive is cut and compressed (tests, and measuring other choices).
+  public var framing: FrameOptions = .standard
   /// A label recorded with the snapshot ("pre-update").
   public var tag: String?
   /// Exports the app's keychain items into the snapshot, when given.
@@ -238,7 +242,8 @@ private struct BackupRun {
     bundleEntry: TreeEntry?, start: Date, sealed: [[UInt8]: Digest]
   ) throws -> Written {
     let writer = try ArchiveWriter(
-      output: output, compression: options.compression, name: repository.archivePath(name))
+      output: output, compression: options.compression, name: repository.archivePath(name),
+      framing: options.compression == .zstd ? options.framing : nil)
     let kind: SnapshotKind = parent == nil ? .full : .incremental
     let content = try archiveContent(
       writer: writer, home: home, scanner: scanner, name: name, kind: kind, bundleEntry: bundleEntry,
@@ -267,6 +272,11 @@ private struct BackupRun {
     observer.engine(.stage("manifest"))
     let manifest = content.manifest
     manifest.snapshot = snapshot
+    if writer.isFramed {
+      // The manifest starts a frame: everything before it is in the index it carries.
+      try writer.endFrame()
+      manifest.frames = writer.frameIndex
+    }
     try writer.writeHeader(metadataMember(Manifest.memberPath, size: manifest.encodedSize, time: start))
     try manifest.encode { try writer.writeData($0) }
     try writer.finishEntry()
@@ -319,7 +329,7 @@ private struct BackupRun {
     let reader = ContentReader(
       scanner: scanner, queue: queue, pool: pool, afterRead: afterRead,
       hashOnReader: options.hashOnReader, protectionClasses: try session.protectionClassesByKey(),
-      chunking: (options.compression == .none && repository.readsDirectly, kind == .incremental),
+      chunking: (options.compression != .gzip && repository.readsDirectly, kind == .incremental),
       sealed: sealed, plainSparseIdentity: options.plainSparseIdentity)
     let readerThread = WorkerThread(name: "appbox-read") { try reader.run() }
     do {
