@@ -43,8 +43,9 @@ public struct BackupOptions: Sendable {
   /// `.zstd` writes a framed archive (compressed per content, read in place like an
   /// uncompressed one); `.gzip` compresses it as one stream (read from its start).
   public var compression: ArchiveCompression
-  /// How a framed archive is cut and compressed (tests, and measuring other choices).
-  public var framing: FrameOptions = .standard
+  /// How a framed archive is cut and compressed (measuring other choices); nil with `.zstd`
+  /// writes one zstd stream, as appbox did before frames (tests of such archives).
+  package var framing: FrameOptions? = .standard
   /// A label recorded with the snapshot ("pre-update").
   public var tag: String?
   /// Exports the app's keychain items into the snapshot, when given.
@@ -326,10 +327,13 @@ private struct BackupRun {
         hook?(path, attempt)
         CrashPoint.hit("backup.file-read")
       } : hook
+    // Chunks are read where they lie: only archives read in place (uncompressed, or framed) hold them.
+    let readsInPlace =
+      options.compression == .none || (options.compression == .zstd && options.framing != nil)
     let reader = ContentReader(
       scanner: scanner, queue: queue, pool: pool, afterRead: afterRead,
       hashOnReader: options.hashOnReader, protectionClasses: try session.protectionClassesByKey(),
-      chunking: (options.compression != .gzip && repository.readsDirectly, kind == .incremental),
+      chunking: (readsInPlace && repository.readsDirectly, kind == .incremental),
       sealed: sealed, plainSparseIdentity: options.plainSparseIdentity)
     let readerThread = WorkerThread(name: "appbox-read") { try reader.run() }
     do {
