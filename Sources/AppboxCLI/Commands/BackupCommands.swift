@@ -107,6 +107,7 @@ struct BackupCommand: ParsableCommand {
     let repository = try context.repository(arguments, create: arguments.value("repo") == nil)
     var options = self.options
     options.keychain = context.keychainSnapshotter
+    if let framing = context.environment["APPBOX_FRAMES"] { options.framing = try frameOptions(framing) }
     let progress = ProgressBar(context)
     var outcomes: [Outcome] = []
     var firstFailure: Int32?
@@ -332,4 +333,25 @@ func validTag(_ text: String) throws -> String {
       "--tag takes 1 to 64 characters without controls, ',' or '/', not '\(text)'", commandPath: "backup")
   }
   return text
+}
+
+/// `APPBOX_FRAMES` (a test hook, for measuring): how framed archives are cut and compressed,
+/// as `level=N,frame=BYTES,stored=BYTES,stored-minimum=BYTES` (any of them; the others keep
+/// their standard values).
+func frameOptions(_ text: String) throws -> FrameOptions {
+  var options = FrameOptions.standard
+  for item in text.split(separator: ",") {
+    let parts = item.split(separator: "=", maxSplits: 1).map(String.init)
+    guard parts.count == 2, let value = Int(parts[1]) else {
+      throw UsageError("APPBOX_FRAMES: '\(item)' is not KEY=NUMBER")
+    }
+    switch parts[0] {
+    case "level": options.level = value
+    case "frame": options.frameSize = value
+    case "stored": options.storedFrameSize = value
+    case "stored-minimum": options.storedMinimum = value
+    default: throw UsageError("APPBOX_FRAMES: unknown key '\(parts[0])' (level, frame, stored, stored-minimum)")
+    }
+  }
+  return options
 }
