@@ -65,7 +65,7 @@ let package = Package(
     // SHA-256, AES-256-GCM, random bytes over libcrypto.
     .target(name: "AppboxCrypto", dependencies: ["AppboxCore", "COpenSSL"]),
     // pax tar reading and writing over libarchive; framed zstd archives over libzstd.
-    .target(name: "AppboxArchive", dependencies: ["AppboxCore", "CArchive", "CZstd"]),
+    .target(name: "AppboxArchive", dependencies: ["AppboxCore", "AppboxPipeline", "CArchive", "CZstd"]),
     // A small S3 client (SigV4, streaming multipart uploads, ranged reads) over libcurl.
     .target(name: "AppboxS3", dependencies: ["AppboxCore", "AppboxCrypto", "AppboxPipeline", "CCurl"]),
     // The device-bound encrypted item store: access groups, device key, backup hooks.

@@ -144,6 +144,8 @@ public final class ArchiveWriter {
   }
 
   deinit {
+    // Frames not yet written stay unwritten: an abandoned archive gets nothing more.
+    if state != .finished { sink.framer?.stop() }
     if state != .finished { archive_write_fail(handle) }
     archive_write_free(handle)
     archive_entry_free(scratchEntry)
@@ -196,7 +198,10 @@ public final class ArchiveWriter {
         kind: .invalidArgument, operation: .writeHeader, archive: name, entryPath: entry.path,
         message: reason)
     }
-    if let framer = sink.framer, let code = framer.beginMember(dataSize: entry.dataSize) {
+    let content = content == .unknown ? ContentKind.of(path: entry.path) : content
+    if let framer = sink.framer,
+      let code = framer.beginMember(dataSize: entry.dataSize, incompressible: content == .incompressible)
+    {
       throw framingFailure(code, .writeHeader, entry.path)
     }
     archive_entry_clear(scratchEntry)
@@ -217,9 +222,7 @@ public final class ArchiveWriter {
     remaining = entry.dataSize
     position = 0
     sparseRegions = entry.storedSparseRegions
-    pendingContent =
-      sink.framer == nil || entry.dataSize == 0
-      ? nil : content == .unknown ? ContentKind.of(path: entry.path) : content
+    pendingContent = sink.framer == nil || entry.dataSize == 0 ? nil : content
     state = .inEntry
   }
 
@@ -354,6 +357,7 @@ public final class ArchiveWriter {
     let status = archive_write_close(handle)
     if status != ArchiveStatus.ok { throw failure(status, .finish, nil) }
     if let code = sink.framer?.endFrame() { throw framingFailure(code, .finish, nil) }
+    sink.framer?.stop()
     state = .finished
   }
 
@@ -362,6 +366,7 @@ public final class ArchiveWriter {
   /// Uses `archive_write_fail`.
   public func abort() {
     if state != .finished {
+      sink.framer?.stop()
       archive_write_fail(handle)
       state = .failed
     }

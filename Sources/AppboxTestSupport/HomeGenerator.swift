@@ -262,9 +262,9 @@ public func generateData(home: String, shape: HomeShape, profile: ContentProfile
 /// half rewritten in place (same size, new bytes at the front), a quarter deleted, and as
 /// many new files added beside them. In the mixed profile, each file is rewritten as its kind
 /// and the new ones are text, records and media in turn.
-public func mutate(home: String, percent: Double, seed: UInt64, profile: ContentProfile = .random) throws -> (
-  modified: Int, deleted: Int, added: Int
-) {
+public func mutate(
+  home: String, percent: Double, seed: UInt64, profile: ContentProfile = .random
+) throws -> (modified: Int, deleted: Int, added: Int) {
   var files: [String] = []
   for area in ["Documents", "Library"] {
     guard let enumerator = FileManager.default.enumerator(atPath: home + "/" + area) else { continue }
@@ -295,7 +295,8 @@ public func mutate(home: String, percent: Double, seed: UInt64, profile: Content
       result.deleted += 1
     default:
       let directory = String(path[..<path.lastIndex(of: "/")!])
-      try writeAdded(writer, directory, name: "added-\(seed)-\(order)", order: order, size: 2048 + random.below(30_000))
+      try writeAdded(
+        writer, directory, name: "added-\(seed)-\(order)", order: order, size: 2048 + random.below(30_000))
       result.added += 1
     }
   }
@@ -310,7 +311,9 @@ private func rewritten(_ path: String, _ profile: ContentProfile) -> ContentClas
 
 /// A new file: `.bin` (random) in the random profile; text, records or media in turn in the
 /// mixed one.
-private func writeAdded(_ writer: ContentWriter, _ directory: String, name: String, order: Int, size: Int) throws {
+private func writeAdded(
+  _ writer: ContentWriter, _ directory: String, name: String, order: Int, size: Int
+) throws {
   guard writer.profile == .mixed else {
     try writer.write(directory + "/" + name + ".bin", size: size)
     return
@@ -362,9 +365,9 @@ public struct Mutation: CustomStringConvertible {
 /// `pwrite`), `percent`% of the database's 4 KB pages (the header page and runs of 1 to 8
 /// neighbouring pages, as SQLite's B-tree updates touch them) and two media files (a 64 KB
 /// metadata block rewritten where it lies, and 256 KB appended).
-public func mutateInPlace(home: String, percent: Double, seed: UInt64, profile: ContentProfile = .random) throws
-  -> Mutation
-{
+public func mutateInPlace(
+  home: String, percent: Double, seed: UInt64, profile: ContentProfile = .random
+) throws -> Mutation {
   var result = Mutation()
   var random = SeededRandom(seed: seed)
   let writer = ContentWriter(seed: seed ^ 0x1A7E, profile: profile)
@@ -400,7 +403,8 @@ public func mutateInPlace(home: String, percent: Double, seed: UInt64, profile: 
       result.deleted += 1
     default:
       let directory = String(path[..<path.lastIndex(of: "/")!])
-      try writeAdded(writer, directory, name: "added-\(seed)-\(order)", order: order, size: 2048 + random.below(30_000))
+      try writeAdded(
+        writer, directory, name: "added-\(seed)-\(order)", order: order, size: 2048 + random.below(30_000))
       result.added += 1
     }
   }
@@ -416,7 +420,11 @@ public func mutateInPlace(home: String, percent: Double, seed: UInt64, profile: 
   guard database >= 0 else { throw GeneratorError("cannot open the database") }
   defer { close(database) }
   for index in edited.sorted() {
-    if let records = writer.recordPage(index) { page = records } else { page.withUnsafeMutableBytes { random.fill($0) } }
+    if let records = writer.recordPage(index) {
+      page = records
+    } else {
+      page.withUnsafeMutableBytes { random.fill($0) }
+    }
     _ = page.withUnsafeBytes {
       pwrite(database, $0.baseAddress, $0.count, off_t(index * InPlaceFiles.pageSize))
     }

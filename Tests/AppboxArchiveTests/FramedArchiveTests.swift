@@ -361,6 +361,110 @@ private func archive(_ path: String, _ index: FrameIndex, size: Int64) throws ->
   }
 }
 
+/// An output that fails after `limit` bytes, recording what it took.
+private final class FailingOutput: ArchiveOutput, @unchecked Sendable {
+  struct Full: Error, CustomStringConvertible { var description: String { "the output is full" } }
+  let limit: Int
+  private(set) var taken = 0
+  init(limit: Int) { self.limit = limit }
+  func write(_ bytes: UnsafeRawBufferPointer) throws {
+    guard taken + bytes.count <= limit else { throw Full() }
+    taken += bytes.count
+  }
+}
+
+@Suite struct FrameWriterTests {
+  /// Where frames are cut: a named photo's data starts stored frames at its data offset, its
+  /// header rides in the frame before (no frame holds only a header), text around it is
+  /// compressed, and a large text member starts frames of its own.
+  @Test func framesAreCutAtMembersByContent() throws {
+    try withTemporaryDirectory { dir in
+      let time = ArchiveTimestamp(seconds: 1_700_000_000, nanoseconds: 0)
+      let members = [
+        Member(
+          entry: .file(b("a.txt"), size: 100_000, modificationTime: time),
+          data: textBytes(count: 100_000, seed: 1)),
+        Member(
+          entry: .file(b("photo.jpg"), size: 700_000, modificationTime: time),
+          data: jpegBytes(count: 700_000, seed: 2)),
+        Member(
+          entry: .file(b("b.txt"), size: 50_000, modificationTime: time),
+          data: textBytes(count: 50_000, seed: 3)),
+        Member(
+          entry: .file(b("big.txt"), size: 900_000, modificationTime: time),
+          data: textBytes(count: 900_000, seed: 4)),
+      ]
+      let written = try writeFramed(members, to: dir + "/cut.tar.zst")
+      let frames = written.index.frames
+      let photo = try #require(frames.firstIndex { $0.uncompressedOffset == written.dataOffsets[1] })
+      #expect(frames[photo].isStored)
+      #expect(photo > 0 && !frames[photo - 1].isStored)
+      #expect(frames[photo - 1].uncompressedEnd == written.dataOffsets[1])
+      #expect(frames.filter(\.isStored).map(\.uncompressedLength).reduce(0, +) >= 700_000)
+      // big.txt's header starts a frame.
+      #expect(frames.contains { $0.uncompressedOffset == written.offsets[3] })
+      // No frame but the last holds less than a header and some data.
+      #expect(
+        frames.dropLast().allSatisfy { $0.uncompressedLength >= 4096 }, "\(frames.map(\.uncompressedLength))")
+      // Compressed frames are at most twice the frame size; stored ones at most their bound.
+      for frame in frames {
+        #expect(
+          frame.uncompressedLength
+            <= (frame.isStored ? FrameOptions.standard.storedFrameSize : 2 * FrameOptions.standard.frameSize))
+      }
+    }
+  }
+
+  /// The output failing while frames are written by the workers: the writer reports the
+  /// output's error, stops, and takes no more; releasing a writer with frames in flight
+  /// writes nothing more either.
+  @Test(arguments: [0, 10_000, 300_000, 2_000_000])
+  func anOutputErrorStopsTheFramedWriter(limit: Int) throws {
+    let output = FailingOutput(limit: limit)
+    let writer = try ArchiveWriter(output: output, compression: .zstd, name: "failing", framing: .standard)
+    let data = textBytes(count: 4 << 20, seed: 8)
+    var failure: ArchiveError?
+    do {
+      for index in 0..<8 {
+        try writer.writeHeader(.file(b("f\(index).txt"), size: Int64(data.count)))
+        try writer.writeData(data)
+        try writer.finishEntry()
+      }
+      try writer.finish()
+    } catch {
+      failure = error
+    }
+    let error = try #require(failure)
+    #expect(error.message.contains("the output is full"), "\(error)")
+    #expect(output.taken <= limit)
+    #expect(throws: ArchiveError.self) { try writer.writeHeader(.file(b("later"), size: 0)) }
+
+    let abandoned = FailingOutput(limit: Int.max)
+    do {
+      let early = try ArchiveWriter(output: abandoned, compression: .zstd, name: "early", framing: .standard)
+      try early.writeHeader(.file(b("big.txt"), size: Int64(data.count)))
+      try early.writeData(data)
+    }
+    let after = abandoned.taken
+    usleep(50_000)
+    #expect(abandoned.taken == after)
+  }
+
+  @Test func badFrameOptionsAreRefused() {
+    let error = archiveError {
+      _ = try ArchiveWriter(
+        output: FailingOutput(limit: 0), compression: .zstd, name: "bad",
+        framing: FrameOptions(level: 99, frameSize: 1, storedFrameSize: 1, storedMinimum: 0))
+    }
+    #expect(error?.kind == .invalidArgument)
+    let plain = archiveError {
+      _ = try ArchiveWriter(
+        output: FailingOutput(limit: 0), compression: .none, name: "bad", framing: .standard)
+    }
+    #expect(plain?.kind == .invalidArgument)
+  }
+}
+
 /// The encoding of the first `frames` frames of `index`.
 private func prefixEncoding(_ index: FrameIndex, frames count: Int) throws -> [UInt8] {
   var full = index.encoded()

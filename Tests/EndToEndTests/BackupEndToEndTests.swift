@@ -49,7 +49,7 @@ struct BackupEndToEndTests {
     #expect(snapshot["app"] as? String == "com.example.notes")
     let id = try #require(snapshot["snapshot"] as? String)
     #expect(id.count == 8 && id.allSatisfy(\.isHexDigit))
-    #expect(snapshot["archive"] as? String == device.repository + "/archives/\(id).tar")
+    #expect(snapshot["archive"] as? String == device.repository + "/archives/\(id).tar.zst")
     let listed = try #require(try device.json("snapshots") as? [[String: Any]])
     #expect(listed.count == 1)
     #expect(
@@ -204,7 +204,7 @@ struct BackupEndToEndTests {
     #expect((forget?["removed"] as? [String])?.count == 2)
     let archivesAfter = device.archiveNames()
     #expect(!archivesAfter.contains(archivesBefore[0]) || archivesBefore.count - archivesAfter.count >= 1)
-    #expect(archivesAfter.contains("\(last).tar"))
+    #expect(archivesAfter.contains("\(last).tar.zst"))
     #expect(try device.run("check", "--read-data").status == 0)
     try FileManager.default.removeItem(atPath: device.home + "/Documents/a.txt")
     #expect(try device.run("restore", "com.example.notes").status == 0)
@@ -320,7 +320,7 @@ struct BackupEndToEndTests {
     #expect(listed.first?["unreadablePaths"] as? [String] == ["Documents/locked.txt"])
     let id = try #require(listed.first?["snapshot"] as? String)
     // The snapshot holds everything else, and the catalog remembers it is incomplete.
-    let tar = try runProcess("/usr/bin/tar", ["-tf", device.root + "/Backups/archives/\(id).tar"])
+    let tar = try runProcess("/usr/bin/tar", ["-tf", device.root + "/Backups/archives/\(id).tar.zst"])
     #expect(tar.out.contains("Documents/fine.txt") && !tar.out.contains("locked.txt"))
     let snapshots = try #require(
       try JSONSerialization.jsonObject(with: Data(try device.run("--json", "snapshots").stdout))

@@ -348,7 +348,8 @@ struct Bench {
     }
     try shell.run("rm -rf \(work)/full \(work)/full-appbox \(work)/full-alt")
     scenario.rows = [
-      "appbox", "appbox --compress \(alternative)", "GNU tar level 0", "bsdtar (pax)", "bsdtar + fsync", "restic",
+      "appbox", "appbox --compress \(alternative)", "GNU tar level 0", "bsdtar (pax)", "bsdtar + fsync",
+      "restic",
     ].map { ($0, rows[$0] ?? []) }
     scenario.byteReferences = ["restic"]
     scenario.targets = [("appbox", "bsdtar (pax)", 1.1)]
@@ -381,7 +382,8 @@ struct Bench {
       "\(ab) --quiet repo init --repo \(base)/appbox && \(ab) --quiet backup \(app) --repo \(base)/appbox")
     // The same chain in the other compression, backed up in the same runs.
     try shell.run(
-      "\(ab) --quiet repo init --repo \(base)/appbox-alt && \(ab) --quiet backup \(app) --compress \(alternative) --repo \(base)/appbox-alt")
+      "\(ab) --quiet repo init --repo \(base)/appbox-alt && \(ab) --quiet backup \(app) --compress \(alternative) --repo \(base)/appbox-alt"
+    )
     try shell.run("tar -C \(home) \(tarExcludes) --listed-incremental=\(base)/snar -cf \(base)/l0.tar .")
     try shell.run("restic -q -r \(base)/restic backup \(resticExcludes(home)) \(home)")
     let prune = "-path ./Bench.app -prune -o -path ./Library/Caches -prune -o -path ./tmp -prune -o"
@@ -475,7 +477,9 @@ struct Bench {
         ($0, inc[$0] ?? [])
       }
       incremental.targets = [("appbox", "GNU tar level 1", 0.7), ("appbox", "restic", 0.05)]
-      incremental.byteTargets = [("appbox", "restic", 1.5), ("appbox --compress \(alternative)", "restic", 1.5)]
+      incremental.byteTargets = [
+        ("appbox", "restic", 1.5), ("appbox --compress \(alternative)", "restic", 1.5),
+      ]
       incremental.byteReferences = ["restic"]
       let growth = catalogGrowth.map { Double($0.catalog) }
       let share = catalogGrowth.map { $0.added > 0 ? Double($0.catalog) / Double($0.added) : .nan }
@@ -505,7 +509,8 @@ struct Bench {
       result.append(incremental)
       if workload == .atomicSaves {
         noChange.rows = [
-          "appbox", "appbox --compress \(alternative)", "GNU tar level 1", "restic", "stat walk (find -printf)",
+          "appbox", "appbox --compress \(alternative)", "GNU tar level 1", "restic",
+          "stat walk (find -printf)",
         ].map { ($0, same[$0] ?? []) }
         noChange.targets = [("appbox", "stat walk (find -printf)", 1.5)]
         noChanges.append(noChange)

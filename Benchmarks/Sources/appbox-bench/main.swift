@@ -8,6 +8,7 @@
 //   appbox-bench in-place-files HOME [--seed S] [--content random|mixed]
 //   appbox-bench run small|large|huge --appbox PATH [--runs N] [--work DIR] [--results DIR] [--only history|browse|repository|backup|restore] [--keep] [--content random|mixed]
 //   appbox-bench archive-throughput [--results DIR]
+//   appbox-bench frame-choices [--results DIR]
 //   appbox-bench device-backup --appbox PATH [--files N] [--runs N] [--work DIR] [--results DIR]
 import AppboxTestSupport
 import Foundation
@@ -40,7 +41,8 @@ do {
     guard arguments.count > 1, let files = option("files", in: arguments).flatMap(Int.init),
       let bytes = option("bytes", in: arguments).flatMap(Int64.init)
     else { fail("usage: generate HOME --files N --bytes B [--seed S]") }
-    try generateData(home: arguments[1], shape: HomeShape(files: files, bytes: bytes, seed: seed), profile: profile)
+    try generateData(
+      home: arguments[1], shape: HomeShape(files: files, bytes: bytes, seed: seed), profile: profile)
   case "mutate":
     guard arguments.count > 1, let percent = option("percent", in: arguments).flatMap(Double.init) else {
       fail("usage: mutate HOME --percent P [--seed S]")
@@ -78,6 +80,12 @@ do {
     print(text, terminator: "")
     try makeDirectories(results)
     try text.write(toFile: results + "/archive-throughput.md", atomically: true, encoding: .utf8)
+  case "frame-choices":
+    let results = option("results", in: arguments) ?? "Benchmarks/results"
+    let text = try frameChoices()
+    print(text, terminator: "")
+    try makeDirectories(results)
+    try text.write(toFile: results + "/frame-choices.md", atomically: true, encoding: .utf8)
   case "device-backup":
     guard let appbox = option("appbox", in: arguments) else {
       fail("usage: device-backup --appbox PATH [--files N] [--runs N] [--work DIR] [--results DIR]")

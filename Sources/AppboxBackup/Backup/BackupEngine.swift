@@ -58,8 +58,12 @@ public struct BackupOptions: Sendable {
   /// (a repository written then, to read back).
   var plainSparseIdentity = false
 
+  /// What `backup` writes unless told otherwise (docs/performance.md, "Bytes per incremental").
+  public static let defaultCompression = ArchiveCompression.zstd
+
   public init(
-    full: Bool = false, compression: ArchiveCompression = .none, tag: String? = nil,
+    full: Bool = false, compression: ArchiveCompression = BackupOptions.defaultCompression,
+    tag: String? = nil,
     keychain: (any KeychainSnapshotting)? = nil
   ) {
     self.full = full

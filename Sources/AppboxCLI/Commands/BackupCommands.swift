@@ -39,7 +39,10 @@ struct BackupCommand: ParsableCommand {
           "Re-read and store all the data, not only what changed (the bundle is still stored only when it changed)."
       ),
       .init(
-        "compress", value: "METHOD", help: "Compress the archive (default: none).",
+        "compress", value: "METHOD",
+        help:
+          "zstd: compress what compresses, store the rest as it is, in frames restore reads in place; "
+          + "none: a plain tar; gzip: one gzip stream (default: \(BackupOptions.defaultCompression.rawValue)).",
         choices: ["none", "gzip", "zstd"]),
       .init(
         "strict",
@@ -85,7 +88,9 @@ struct BackupCommand: ParsableCommand {
     strict = arguments.flag("strict")
     if all && !apps.isEmpty { throw arguments.usage("give apps or --all, not both") }
     if !all && apps.isEmpty { throw arguments.usage("name an app to back up, or use --all") }
-    let compression = ArchiveCompression(rawValue: arguments.value("compress") ?? "none") ?? .none
+    let compression =
+      arguments.value("compress").flatMap(ArchiveCompression.init(rawValue:))
+      ?? BackupOptions.defaultCompression
     options = BackupOptions(
       full: arguments.flag("full"), compression: compression, tag: try arguments.value("tag").map(validTag))
     self.arguments = arguments
@@ -350,7 +355,8 @@ func frameOptions(_ text: String) throws -> FrameOptions {
     case "frame": options.frameSize = value
     case "stored": options.storedFrameSize = value
     case "stored-minimum": options.storedMinimum = value
-    default: throw UsageError("APPBOX_FRAMES: unknown key '\(parts[0])' (level, frame, stored, stored-minimum)")
+    default:
+      throw UsageError("APPBOX_FRAMES: unknown key '\(parts[0])' (level, frame, stored, stored-minimum)")
     }
   }
   return options
