@@ -35,7 +35,7 @@ let package = Package(
     .target(name: "CSystem"),
     // The confinement helper: plain C, so it runs without the Swift runtime (inside the jail).
     .executableTarget(
-      name: "appbox-sandbox", dependencies: ["CSeccomp"],
+      name: "appbox-sandbox", dependencies: ["CSeccomp", "CSystem"],
       linkerSettings: [
         .unsafeFlags(["-static-executable", "-Xlinker", "--gc-sections"])
       ]),

@@ -203,9 +203,11 @@ public struct Jail: Sendable {
     var status: Int32
     var passwd: Int32
     var group: Int32
-    /// With a network of its own: where `enter` reports the new network namespace, and
-    /// where `confine` waits for the network to be up.
-    var network: (namespaceReady: Int32, up: Int32)? = nil
+    /// Where `confine` says it is about to exec the app (JailProcess.swift), with the network
+    /// gate's listener when the app has a network of its own (NetworkGate.swift).
+    var start: Int32? = nil
+    /// With a network of its own: where `enter` reports the new network namespace.
+    var networkNamespaceReady: Int32? = nil
   }
 
   /// Everything bubblewrap binds from what `enter` staged, in order: the helper, the
@@ -242,7 +244,7 @@ public struct Jail: Sendable {
       }
     }
     if let cgroup { enter += ["--cgroup", cgroup] }
-    if let network = descriptors.network { enter += ["--network-namespace", String(network.namespaceReady)] }
+    if let ready = descriptors.networkNamespaceReady { enter += ["--network-namespace", String(ready)] }
     for item in Jail.stagedSources(staged) {
       enter += ["--stage", item.stagingKind(privileged: privileged) + ":" + item.source]
     }
@@ -250,7 +252,7 @@ public struct Jail: Sendable {
       + bubblewrapArguments(staged: staged, network: options.network, descriptors: descriptors)
       + confineArguments(
         command: command, options: options, keptDescriptors: keptDescriptors, landlock: landlock,
-        waitDescriptor: descriptors.network?.up)
+        startDescriptor: descriptors.start)
   }
 
   /// bubblewrap's options: the namespaces, the system view, the staged mounts.
@@ -295,7 +297,7 @@ public struct Jail: Sendable {
   /// The `confine` step and the command: Landlock rules matching the mounts.
   func confineArguments(
     command: [String], options: SandboxOptions, keptDescriptors: [Int32], landlock: Bool,
-    waitDescriptor: Int32? = nil
+    startDescriptor: Int32? = nil
   ) -> [String] {
     var arguments = [Jail.helperDestination, "confine"]
     for item in mounts {
@@ -314,7 +316,10 @@ public struct Jail: Sendable {
     for device in Jail.devices { arguments += ["--dev", device] }
     for descriptor in keptDescriptors { arguments += ["--keep-fd", String(descriptor)] }
     arguments += ["--max-processes", String(options.limits.processes), "--chdir", home]
-    if let waitDescriptor { arguments += ["--wait-fd", String(waitDescriptor)] }
+    if let startDescriptor {
+      arguments += ["--start-fd", String(startDescriptor)]
+      if options.network == .own { arguments.append("--network-gate") }
+    }
     if !landlock {
       arguments.append("--allow-no-landlock")
       arguments.append("--assume-no-landlock")

@@ -31,10 +31,10 @@
  *  5. with --network-namespace, enters a network namespace of its own (an empty one, with
  *     only a loopback) owned by a user namespace of its own that maps only its uid and gid
  *     (so as root, this is after step 4: neither namespace is root's), then writes one byte
- *     on descriptor FD and closes it. appbox, reading that byte, starts pasta as this uid to
- *     join both namespaces (/proc/PID/ns/user and net of this process, which stay those of
- *     bubblewrap's first process) and give that network its outbound connection, while
- *     bubblewrap, run with --share-net, builds the jail inside it. The app cannot
+ *     on descriptor FD and closes it. appbox, reading that byte, opens both namespaces
+ *     (/proc/PID/ns/user and net of this process, which stay those of bubblewrap's first
+ *     process) and starts pasta as this uid to join them and give that network its outbound
+ *     connection, while bubblewrap, run with --share-net, builds the jail inside it. The app cannot
  *     administer that network: its own user namespace (bubblewrap's) is a child of the one
  *     owning it;
  *  6. execs BWRAP with its arguments; descriptors it was given stay open for it.

@@ -13,13 +13,15 @@
  *     setting survives exec, and pasta, not being root, changes no identity that would
  *     clear it;
  *  3. execs PASTA with its arguments. appbox chose them: in the foreground, joining the
- *     app's user and network namespaces, configuring the interface, addresses and routes
- *     from the host's, with no port forwarded either way and without mapping the gateway
- *     to the host's loopback; it writes its pid on descriptor 3 once it is ready.
+ *     app's user and network namespaces (open on descriptors 4 and 5, which appbox holds
+ *     too), configuring the interface, addresses and routes from the host's, with no port
+ *     forwarded either way and without mapping the gateway to the host's loopback; it writes
+ *     its pid on descriptor 3 once it is ready.
  *     pasta's first act on a CPU with AVX2 is to exec its AVX2 build, the file its
  *     executable's real path names with ".avx2" appended, with the same arguments (passt's
  *     arch.c); this execs that build directly when it is there and the CPU has AVX2, which
- *     saves pasta one exec on the path the app waits on (what pasta runs is the same).
+ *     saves pasta one exec on the path an app's first socket waits on (what pasta runs is
+ *     the same).
  */
 #define _GNU_SOURCE
 #include <errno.h>

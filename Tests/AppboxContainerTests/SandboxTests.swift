@@ -85,12 +85,14 @@ struct SandboxTests {
       staged: jail.staged(helper: "/h"), network: .host, descriptors: .init(status: 3, passwd: 4, group: 5))
     #expect(shared.contains("--share-net"))
     // Its own network: `enter` makes the namespace and says so on 13, bubblewrap keeps it, and
-    // `confine` waits on 14 for pasta before it execs the command.
+    // `confine` installs the network gate and sends its listener on 14 (where it says that the
+    // command starts) before it execs the command.
     let own = jail.commandLine(
       helper: "/opt/x/appbox-sandbox", bubblewrap: "/usr/bin/bwrap", command: ["/bin/true"],
       options: SandboxOptions(), keptDescriptors: [],
-      descriptors: .init(status: 10, passwd: 11, group: 12, network: (13, 14)), cgroup: nil, landlock: true,
-      privileged: true)
+      descriptors: .init(status: 10, passwd: 11, group: 12, start: 14, networkNamespaceReady: 13),
+      cgroup: nil,
+      landlock: true, privileged: true)
     let ownSplit = try #require(own.firstIndex(of: "--"))
     let ownEnter = Array(own[..<ownSplit])
     let ownRest = Array(own[(ownSplit + 1)...])
@@ -98,7 +100,8 @@ struct SandboxTests {
       Set(zip(ownEnter, ownEnter.dropFirst()).map { $0.0 + " " + $0.1 }).contains("--network-namespace 13"))
     #expect(ownRest.contains("--share-net"))
     let ownConfine = Array(ownRest[try #require(ownRest.firstIndex(of: "confine"))...])
-    #expect(Set(zip(ownConfine, ownConfine.dropFirst()).map { $0.0 + " " + $0.1 }).contains("--wait-fd 14"))
+    #expect(Set(zip(ownConfine, ownConfine.dropFirst()).map { $0.0 + " " + $0.1 }).contains("--start-fd 14"))
+    #expect(ownConfine.contains("--network-gate") && !confine.contains("--network-gate"))
   }
 
   @Test func extraDataDirectoriesAndToolsAreMountedAndOnThePath() throws {
