@@ -171,13 +171,15 @@ public struct Jail: Sendable {
   /// merged-/usr system (recreated as symlinks), real directories elsewhere (bound read-only).
   static let systemTops = ["/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"]
 
-  /// The /etc files programs read at run time, bound read-only when the host has them
-  /// (the loader's cache, Debian's alternatives, the time zone, the resolver and name
+  /// The /etc files programs read at run time (names in /etc), bound read-only when the host
+  /// has them (the loader's cache, Debian's alternatives, the time zone, the resolver and name
   /// service, TLS certificates); never /etc whole (no shadow, no sudoers, no host accounts).
+  /// `enter` stages them with the jail's own passwd and group as one tree, which bubblewrap
+  /// shows as /etc with one bind (see enter.c).
   static let etcFiles = [
-    "/etc/ld.so.cache", "/etc/alternatives", "/etc/localtime", "/etc/timezone", "/etc/resolv.conf",
-    "/etc/hosts",
-    "/etc/nsswitch.conf", "/etc/services", "/etc/protocols", "/etc/ssl",
+    "ld.so.cache", "alternatives", "localtime", "timezone", "resolv.conf", "hosts", "nsswitch.conf",
+    "services",
+    "protocols", "ssl",
   ]
 
   /// Device files the app may read, write and use ioctls on (its terminal comes as
@@ -198,7 +200,8 @@ public struct Jail: Sendable {
 
   // MARK: - Command lines
 
-  /// Descriptors bubblewrap reads (already at these numbers in the child).
+  /// Descriptors the jail's start reads (already at these numbers in the child): bubblewrap's
+  /// status, and what `enter` writes as the jail's /etc/passwd and /etc/group.
   struct Descriptors {
     var status: Int32
     var passwd: Int32
@@ -248,6 +251,8 @@ public struct Jail: Sendable {
     for item in Jail.stagedSources(staged) {
       enter += ["--stage", item.stagingKind(privileged: privileged) + ":" + item.source]
     }
+    for name in Jail.etcFiles { enter += ["--etc", name] }
+    enter += ["--etc-data", "passwd:\(descriptors.passwd)", "--etc-data", "group:\(descriptors.group)"]
     return enter + ["--", bubblewrap]
       + bubblewrapArguments(staged: staged, network: options.network, descriptors: descriptors)
       + confineArguments(
@@ -276,20 +281,16 @@ public struct Jail: Sendable {
       default: continue
       }
     }
-    for file in Jail.etcFiles { arguments += ["--ro-bind-try", file, file] }
-    arguments += [
-      "--ro-bind-data", String(descriptors.passwd), "/etc/passwd",
-      "--ro-bind-data", String(descriptors.group), "/etc/group",
-      "--proc", "/proc", "--dev", "/dev",
-    ]
+    // The /etc `enter` staged (etcFiles, passwd and group), in one bind.
+    arguments += ["--ro-bind", Jail.stagingDirectory + "/etc", "/etc", "--proc", "/proc", "--dev", "/dev"]
     let sources = Jail.stagedSources(staged)
     for item in staged {
       let index = sources.firstIndex { $0.source == item.source && $0.access == item.access } ?? 0
       let source = Jail.stagingDirectory + "/" + String(index)
       arguments += [item.access == .readWrite ? "--bind" : "--ro-bind", source, item.destination]
     }
-    // The skeleton bubblewrap made (the root, the home above its directories, /etc, /run,
-    // /dev's own tmpfs) becomes read-only: the app can write only its data.
+    // The skeleton bubblewrap made (the root, the home above its directories, /run, /dev's
+    // own tmpfs) becomes read-only: the app can write only its data.
     arguments += ["--remount-ro", "/", "--remount-ro", "/dev"]
     return arguments
   }

@@ -2,9 +2,10 @@
 //
 // Algorithm:
 // 1. Pipes: one for bubblewrap's JSON status (--json-status-fd), two carrying the jail's
-//    /etc/passwd and /etc/group (--ro-bind-data; written whole before the start).
+//    /etc/passwd and /etc/group (`enter` --etc-data; written whole before the start); a
+//    socket pair on which `confine` says the app starts (--start-fd).
 // 2. Spawn `appbox-sandbox enter ... -- bwrap ... -- appbox-sandbox confine ... -- CMD`
-//    with stdio, those three pipes and the descriptors the caller passes to the app.
+//    with stdio, those descriptors and the ones the caller passes to the app.
 //    The running lock stays in appbox (close-on-exec): no descriptor of appbox's state
 //    reaches the jail.
 // 3. Read the status until bubblewrap reports "child-pid": the host pid of the jail's

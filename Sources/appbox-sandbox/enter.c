@@ -1,7 +1,8 @@
 /* `appbox-sandbox enter`: the host-side step between appbox and bubblewrap.
  *
  *   appbox-sandbox enter [--user UID:GID] [--groups GID,...] [--cgroup DIR] [--network-namespace FD]
- *                        [--stage rw|ro|rx|shared=OWNER:PATH]... -- BWRAP [BWRAP-ARGS...]
+ *                        [--stage rw|ro|rx|shared=OWNER:PATH]... [--etc NAME]... [--etc-data NAME:FD]...
+ *                        -- BWRAP [BWRAP-ARGS...]
  *
  * bubblewrap always runs unprivileged here (as the app's uid when appbox is root, as
  * the caller otherwise), and it resolves every bind source by path as that user. The
@@ -25,6 +26,12 @@
  *           files belong to the group's own uid. Needs --user (as root only);
  *     bubblewrap keeps these flags (and the idmapping) when it binds the staged paths
  *     into the jail;
+ *     with --etc or --etc-data, also the jail's whole /etc as one tree, which bubblewrap binds
+ *     with one --ro-bind (one bind costs it a parse of the mount table, so twelve files bound
+ *     one by one cost it twelve): a tmpfs (nosuid, nodev, noexec) on STAGING_DIRECTORY/etc
+ *     holding, for --etc NAME, the host's /etc/NAME when it exists (symlinks followed, as
+ *     bubblewrap's --ro-bind-try does), bound read-only, nosuid, nodev, noexec, and for
+ *     --etc-data NAME:FD a file NAME (0644) with what descriptor FD holds (closed then);
  *  4. with --user (given when appbox runs as root), keeps only GID and the --groups as its
  *     groups (say the group owning a container several apps share) and becomes UID:GID
  *     (all capabilities go with it);
@@ -60,6 +67,8 @@
 
 #define MAX_STAGED 64
 #define MAX_GROUPS 32
+#define MAX_ETC 32
+#define ETC_STAGING STAGING_DIRECTORY "/etc"
 
 enum access { READ_WRITE, READ_ONLY, READ_EXECUTE };
 
@@ -278,6 +287,61 @@ static void stage(struct staged *items, int count, const struct identity *user) 
   }
 }
 
+/* A file of the jail's /etc (step 3): the host's /etc/NAME, or NAME written from `fd`. */
+struct etc_entry {
+  const char *name;
+  int fd; /* -1: the host's file */
+};
+
+/* Mounts `path`'s inode (open at `fd`) on `target`, read-only, nosuid, nodev, noexec. */
+static void bind_read_only(int fd, const char *path, const char *target) {
+  char source[64];
+  snprintf(source, sizeof source, "/proc/self/fd/%d", fd);
+  if (mount(source, target, NULL, MS_BIND, NULL) != 0) fail(71, "cannot stage '%s': %s", path, reason(errno));
+  unsigned long flags = kept_flags(target) | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC;
+  if (mount(NULL, target, NULL, MS_REMOUNT | MS_BIND | flags, NULL) != 0) {
+    fail(71, "cannot restrict the mount of '%s': %s", path, reason(errno));
+  }
+}
+
+/* Step 3's /etc: a tmpfs on ETC_STAGING with the host's files bound and the given ones written. */
+static void stage_etc(const struct etc_entry *entries, int count) {
+  if (mkdir(ETC_STAGING, 0755) != 0) fail(71, "cannot create '%s': %s", ETC_STAGING, reason(errno));
+  if (mount("appbox-etc", ETC_STAGING, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=1m") != 0) {
+    fail(71, "cannot mount a private tmpfs on %s: %s", ETC_STAGING, reason(errno));
+  }
+  for (int i = 0; i < count; i++) {
+    char target[256], host[256];
+    snprintf(target, sizeof target, "%s/%s", ETC_STAGING, entries[i].name);
+    if (entries[i].fd >= 0) {
+      int out = open(target, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+      if (out < 0) fail(71, "cannot create '%s': %s", target, reason(errno));
+      char buffer[4096];
+      ssize_t got;
+      while ((got = read(entries[i].fd, buffer, sizeof buffer)) != 0) {
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) fail(71, "cannot read the jail's /etc/%s: %s", entries[i].name, reason(errno));
+        if (write(out, buffer, (size_t)got) != got) fail(71, "cannot write '%s': %s", target, reason(errno));
+      }
+      close(out);
+      close(entries[i].fd);
+      continue;
+    }
+    snprintf(host, sizeof host, "/etc/%s", entries[i].name);
+    int fd = open(host, O_PATH | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT || errno == ENOTDIR) continue; /* not on this host: not in the jail */
+      fail(71, "cannot open '%s' to show it to the app: %s", host, reason(errno));
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) fail(71, "cannot stat '%s': %s", host, reason(errno));
+    int made = S_ISDIR(st.st_mode) ? mkdir(target, 0755) : mknod(target, S_IFREG | 0644, 0);
+    if (made != 0) fail(71, "cannot create the mount point '%s': %s", target, reason(errno));
+    bind_read_only(fd, host, target);
+    close(fd);
+  }
+}
+
 /* Parses "GID,GID,..." into `groups`; returns how many. */
 static int parse_groups(const char *text, gid_t *groups) {
   int count = 0;
@@ -328,8 +392,9 @@ static void become(const struct identity *user, const gid_t *extra, int extra_co
 
 int enter_main(int argc, char **argv) {
   struct staged items[MAX_STAGED];
+  struct etc_entry etc[MAX_ETC];
   gid_t groups[MAX_GROUPS];
-  int count = 0, group_count = 0;
+  int count = 0, group_count = 0, etc_count = 0;
   const char *user = NULL, *cgroup = NULL;
   int network_ready = -1;
   int index = 1;
@@ -352,6 +417,22 @@ int enter_main(int argc, char **argv) {
       if (network_ready < 3 || fcntl(network_ready, F_GETFD) < 0) {
         fail(64, "--network-namespace takes an open descriptor of 3 or more, not %d", network_ready);
       }
+    } else if (strcmp(option, "--etc") == 0 || strcmp(option, "--etc-data") == 0) {
+      if (etc_count == MAX_ETC) fail(64, "more than %d /etc files", MAX_ETC);
+      int fd = -1;
+      char *name = strdup(value);
+      if (name == NULL) fail(71, "out of memory");
+      if (strcmp(option, "--etc-data") == 0) {
+        char *colon = strrchr(name, ':');
+        if (colon == NULL) fail(64, "--etc-data takes NAME:FD, not '%s'", value);
+        *colon = '\0';
+        fd = (int)parse_number(colon + 1, 1 << 20, "--etc-data");
+        if (fd < 3 || fcntl(fd, F_GETFD) < 0) fail(64, "--etc-data takes an open descriptor of 3 or more: '%s'", value);
+      }
+      if (name[0] == '\0' || name[0] == '.' || strchr(name, '/') != NULL) {
+        fail(64, "%s takes a file name of /etc, not '%s'", option, value);
+      }
+      etc[etc_count++] = (struct etc_entry){name, fd};
     } else if (strcmp(option, "--stage") == 0) {
       if (count == MAX_STAGED) fail(64, "more than %d --stage options", MAX_STAGED);
       enum access access;
@@ -391,9 +472,10 @@ int enter_main(int argc, char **argv) {
   }
   if (cgroup != NULL) join_cgroup(cgroup);
   int has_user_namespace = 0;
-  if (count > 0) {
+  if (count > 0 || etc_count > 0) {
     has_user_namespace = unshare_mounts();
     stage(items, count, &identity);
+    if (etc_count > 0) stage_etc(etc, etc_count);
   }
   if (user != NULL) become(&identity, groups, group_count);
   if (network_ready >= 0) unshare_network(network_ready, has_user_namespace);

@@ -70,6 +70,17 @@ struct SandboxTests {
     #expect(!rest.contains("--share-net"))  // --network none
     let pairs = Set(zip(rest, rest.dropFirst()).map { $0.0 + " " + $0.1 })
     #expect(!rest.contains("/etc/shadow") && !pairs.contains("--ro-bind /etc") && !pairs.contains("--bind /"))
+    // /etc is the tree `enter` stages: the listed host files (never /etc whole, no shadow) and
+    // the jail's own passwd and group, from descriptors 11 and 12; bubblewrap binds it once.
+    let etc = stride(from: 0, to: enter.count, by: 1).filter { enter[$0] == "--etc" }.map { enter[$0 + 1] }
+    #expect(etc == Jail.etcFiles && !etc.contains("shadow") && !etc.contains("sudoers"))
+    #expect(etc.allSatisfy { !$0.contains("/") && !$0.hasPrefix(".") })
+    let etcData = stride(from: 0, to: enter.count, by: 1).filter { enter[$0] == "--etc-data" }.map {
+      enter[$0 + 1]
+    }
+    #expect(etcData == ["passwd:11", "group:12"])
+    #expect(
+      pairs.contains("/mnt/etc /etc") && !rest.contains("--ro-bind-try") && !rest.contains("--ro-bind-data"))
     // Landlock inside repeats the mounts: data read-write, bundle read-and-execute, home read-only.
     let confine = Array(rest[try #require(rest.firstIndex(of: "confine"))...])
     let rules = Set(zip(confine, confine.dropFirst()).map { $0.0 + " " + $0.1 })
