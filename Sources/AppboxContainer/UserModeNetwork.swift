@@ -10,7 +10,9 @@
 //    its own, so pasta joins them whatever the jail does meanwhile, even when the app has
 //    already ended) and starts `appbox-sandbox network [--user UID:GID] -- pasta ...`: pasta runs
 //    as the uid owning those namespaces (the app's own when appbox is root; never root), dies
-//    with appbox, joins both through the descriptors it inherits, and configures a tap
+//    with appbox, starts at nice 19 when appbox is root (the jail's start, which the app
+//    waits for, goes first on a busy CPU; pasta is back at 0 once ready), joins both
+//    namespaces through the descriptors it inherits, and configures a tap
 //    interface with the host's addresses and routes. It relays what the app sends out through
 //    ordinary sockets of the host, and forwards no port in either direction (-t/-u/-T/-U
 //    none), nor maps the gateway address to the host's loopback (--no-map-gw); DHCP, DHCPv6
@@ -80,6 +82,14 @@ final class UserModeNetwork: Sendable {
   private let process: FileDescriptor?
   private let gate: NetworkGate
   private let outcome = Mutex(Outcome())
+  /// pasta starts at `startingNiceness` (as root only) and is raised back to 0 once ready.
+  private let reniceWhenReady: Bool
+
+  /// The nice value pasta starts at when appbox is root: the jail's start, which the app
+  /// waits for, goes first on a busy CPU; an app's first socket waits for pasta anyway, and
+  /// the CPU is pasta's then. Unprivileged, pasta starts at the usual priority, since an
+  /// unprivileged appbox could not raise it back.
+  static let startingNiceness = 19
 
   /// Steps 2 and 3: waits for the jail's namespace, starts pasta in it and the gate, and
   /// returns without waiting for pasta. Returns nil when the jail failed first (`enter` before
@@ -116,7 +126,7 @@ final class UserModeNetwork: Sendable {
       let null = try FileDescriptor.open("/dev/null", O_RDWR)
       defer { null.close() }
       var arguments = [Sandbox.helperName, "network"]
-      if let user { arguments += ["--user", "\(user):\(user)"] }
+      if let user { arguments += ["--user", "\(user):\(user)", "--nice", String(startingNiceness)] }
       arguments += ["--", pasta] + pastaOptions
       arguments += ["--userns", "/proc/self/fd/4", "--netns", "/proc/self/fd/5", "--pid", "/proc/self/fd/3"]
       do {
@@ -141,15 +151,16 @@ final class UserModeNetwork: Sendable {
       errors.read.close()
       throw error
     }
-    let network = UserModeNetwork(app: app, pid: pid, gate: gate)
+    let network = UserModeNetwork(app: app, pid: pid, gate: gate, reniceWhenReady: user != nil)
     readyRead = nil
     network.watch(ready: ready.read, errors: errors.read)
     return network
   }
 
-  private init(app: AppRecord, pid: pid_t, gate: NetworkGate) {
+  private init(app: AppRecord, pid: pid_t, gate: NetworkGate, reniceWhenReady: Bool) {
     self.app = app
     self.pid = pid
+    self.reniceWhenReady = reniceWhenReady
     let descriptor = appbox_pidfd_open(pid)
     process = descriptor >= 0 ? FileDescriptor(rawValue: descriptor) : nil
     self.gate = gate
@@ -184,6 +195,8 @@ final class UserModeNetwork: Sendable {
             announced += buffer[0..<count]
             if !isReady && announced.contains(UInt8(ascii: "\n")) {
               isReady = true
+              // pasta, not yet reaped, is still this pid. Uses `setpriority(2)`.
+              if reniceWhenReady { _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), id_t(pid), 0) }
               gate.open()
             }
           } else if said.count < 16 << 10 {

@@ -1,18 +1,22 @@
 /* `appbox-sandbox network`: starts pasta, the user-mode network of an app that has a
  * network namespace of its own, as the user owning that namespace.
  *
- *   appbox-sandbox network [--user UID:GID] -- PASTA [PASTA-ARGS...]     (on the host)
+ *   appbox-sandbox network [--user UID:GID] [--nice N] -- PASTA [PASTA-ARGS...]     (on the host)
  *
  * appbox runs it right after `enter` reported the app's new network namespace (see
  * enter.c, step 5). In order, this:
  *  1. with --user (appbox is root), keeps GID as its only group and becomes UID:GID, the
  *     app's own uid, which owns the user namespace that owns the app's network namespace
  *     (pasta joins both, and needs no other privilege: it never runs as root);
- *  2. asks the kernel to kill it (SIGKILL) when appbox, its parent, ends, so that pasta
+ *  2. with --nice, lowers its own priority to that nice value (1 to 19): the app starts
+ *     beside pasta, and on a busy CPU pasta's start (tens of milliseconds of its own work)
+ *     would otherwise slow the jail's; appbox, as root, raises pasta back to nice 0 once it
+ *     is ready (an unprivileged appbox could not, and does not ask for this);
+ *  3. asks the kernel to kill it (SIGKILL) when appbox, its parent, ends, so that pasta
  *     never outlives the run that started it, even when appbox itself is killed; the
  *     setting survives exec, and pasta, not being root, changes no identity that would
  *     clear it;
- *  3. execs PASTA with its arguments. appbox chose them: in the foreground, joining the
+ *  4. execs PASTA with its arguments. appbox chose them: in the foreground, joining the
  *     app's user and network namespaces (open on descriptors 4 and 5, which appbox holds
  *     too), configuring the interface, addresses and routes from the host's, with no port
  *     forwarded either way and without mapping the gateway to the host's loopback; it writes
@@ -32,11 +36,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "sandbox.h"
 
-/* What pasta would do first (step 3): exec the AVX2 build beside its real executable, with
+/* What pasta would do first (step 4): exec the AVX2 build beside its real executable, with
  * the same arguments, when the CPU has AVX2 and that build is there; returns otherwise. */
 static void exec_avx2_build(const char *pasta, char *const *arguments) {
   __builtin_cpu_init();
@@ -54,6 +59,7 @@ static void exec_avx2_build(const char *pasta, char *const *arguments) {
 
 int network_main(int argc, char **argv) {
   const char *user = NULL;
+  long nice_value = 0;
   int index = 1;
   for (; index < argc; index++) {
     const char *option = argv[index];
@@ -65,6 +71,8 @@ int network_main(int argc, char **argv) {
     const char *value = argv[++index];
     if (strcmp(option, "--user") == 0) {
       user = value;
+    } else if (strcmp(option, "--nice") == 0) {
+      nice_value = parse_number(value, 19, "--nice");
     } else {
       fail(64, "unknown option '%s'", option);
     }
@@ -92,6 +100,9 @@ int network_main(int argc, char **argv) {
     if (getuid() != (uid_t)uid || geteuid() != (uid_t)uid || setuid(0) == 0) {
       fail(71, "could not drop root privileges");
     }
+  }
+  if (nice_value > 0 && setpriority(PRIO_PROCESS, 0, (int)nice_value) != 0) {
+    fail(71, "cannot lower pasta's priority: %s", reason(errno));
   }
   if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) {
     fail(71, "cannot ask to end with appbox: %s", reason(errno));

@@ -143,6 +143,28 @@ extension NetworkTests {
     #expect(parseReport(result.out)["connect-tcp-to"] == "ok", "\(result.out)")
   }
 
+  /// As root, pasta starts at a low priority (the jail's start goes first) and runs at the
+  /// usual one once it is ready.
+  @Test(.enabled(if: geteuid() == 0, "only root may raise pasta's priority back"))
+  func pastaRunsAtTheUsualPriorityOnceReady() throws {
+    let device = try HostileDevice(.root)
+    try device.installHostile()
+    let socket = "/tmp/priority-\(UUID().uuidString.prefix(8)).sock"
+    let run = BackgroundRun {
+      try device.appbox(["launch", "com.example.hostile", "--", "listen", socket, "5"])
+    }
+    var niceness: Int?
+    let found = eventually(within: 30) {
+      guard let appbox = processes(containing: device.root).first(where: { commandName(of: $0) == "appbox" }),
+        let pasta = childProcesses(of: appbox).first(where: { commandName(of: $0)?.hasPrefix("pas") == true })
+      else { return false }
+      niceness = nice(of: pasta)
+      return niceness == 0
+    }
+    #expect(found, "pasta's nice value: \(niceness.map(String.init) ?? "no pasta found")")
+    _ = try run.wait()
+  }
+
   /// How pasta fails in `whenPastaFailsTheAppGetsNoNetworkAndTheJailStops`.
   enum PastaFailure: String, CaseIterable, CustomTestStringConvertible, Sendable {
     /// At once, before the app is likely to have started.
@@ -271,6 +293,32 @@ func hostileProcessesInSocket(running arguments: [String]) -> Bool {
     let text = (try? String(contentsOfFile: "/proc/\(pid)/syscall", encoding: .utf8)) ?? ""
     return text.split(separator: " ").first.map(String.init) == socketCall
   }
+}
+
+/// The command name (comm) of process `pid`.
+func commandName(of pid: pid_t) -> String? {
+  (try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8))?.trimmingCharacters(in: .newlines)
+}
+
+/// The fields of /proc/PID/stat after the command name (the state is the first).
+private func statFields(of pid: pid_t) -> [Substring]? {
+  guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+    let close = stat.lastIndex(of: ")")
+  else { return nil }
+  return stat[stat.index(after: close)...].split(separator: " ")
+}
+
+/// The processes whose parent is `pid`.
+func childProcesses(of pid: pid_t) -> [pid_t] {
+  let names = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+  return names.compactMap { pid_t($0) }.filter { child in
+    statFields(of: child).flatMap { $0.count > 1 ? pid_t($0[1]) : nil } == pid
+  }
+}
+
+/// The nice value of process `pid`.
+func nice(of pid: pid_t) -> Int? {
+  statFields(of: pid).flatMap { $0.count > 16 ? Int($0[16]) : nil }
 }
 
 /// A command run on a thread of its own, while the test goes on; `wait` returns its result.
