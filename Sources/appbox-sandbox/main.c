@@ -5,8 +5,8 @@
  *   appbox-sandbox network [--user UID:GID] -- PASTA [ARGS...]     (on the host)
  *
  * appbox starts every app as: appbox -> `enter` -> bwrap -> `confine` -> the app.
- *  - `enter` (enter.c) stages the directories the jail shows (the bundle, the data, this
- *    helper) in a private mount namespace so that bubblewrap, which runs unprivileged,
+ *  - `enter` (enter.c; stage.c) stages the directories the jail shows (the bundle, the
+ *    data, this helper, /etc) in a private mount namespace so that bubblewrap, which runs unprivileged,
  *    can reach them whatever the permissions above them, with noexec on the data; as
  *    root it then becomes the app's own uid; then it execs bubblewrap.
  *    By default it then enters a network namespace of its own (in a user namespace of its
