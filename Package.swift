@@ -35,7 +35,7 @@ let package = Package(
     .target(name: "CSystem"),
     // The confinement helper: plain C, so it runs without the Swift runtime (inside the jail).
     .executableTarget(
-      name: "appbox-sandbox", dependencies: ["CSeccomp", "CSystem"],
+      name: "appbox-sandbox", dependencies: ["CSeccomp"],
       linkerSettings: [
         .unsafeFlags(["-static-executable", "-Xlinker", "--gc-sections"])
       ]),

@@ -50,11 +50,11 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "descriptor_passing.h"
 #include "sandbox.h"
 
 #ifndef SYS_landlock_create_ruleset
@@ -233,19 +233,35 @@ static int install_gate(void) {
   return listener;
 }
 
-/* Step 8: one byte on `channel` (with `listener` riding on it when there is one). */
+/* Step 8: one byte on `channel`, with `listener` riding on it (SCM_RIGHTS) when there is one.
+ * (Written here rather than taken from CSystem's appbox_send_descriptor: linking CSystem
+ * brings libgcc's CPU-model constructor, a CPUID probe run at every start of this helper.) */
 static void announce_start(int channel, int listener) {
-  int sent;
+  char byte = 's';
+  struct iovec iov = {&byte, 1};
+  union {
+    struct cmsghdr header;
+    char space[CMSG_SPACE(sizeof(int))];
+  } control;
+  memset(&control, 0, sizeof control);
+  struct msghdr message;
+  memset(&message, 0, sizeof message);
+  message.msg_iov = &iov;
+  message.msg_iovlen = 1;
   if (listener >= 0) {
-    sent = appbox_send_descriptor(channel, listener);
-  } else {
-    ssize_t written;
-    do {
-      written = send(channel, "s", 1, MSG_NOSIGNAL);
-    } while (written < 0 && errno == EINTR);
-    sent = written == 1 ? 0 : -1;
+    message.msg_control = control.space;
+    message.msg_controllen = sizeof control.space;
+    struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(header), &listener, sizeof(int));
   }
-  if (sent != 0) {
+  ssize_t written;
+  do {
+    written = sendmsg(channel, &message, MSG_NOSIGNAL);
+  } while (written < 0 && errno == EINTR);
+  if (written != 1) {
     if (errno == EPIPE || errno == ECONNRESET) _exit(69);
     fail(71, "cannot tell appbox that the app starts: %s", reason(errno));
   }
