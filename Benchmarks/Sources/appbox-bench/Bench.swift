@@ -128,7 +128,7 @@ struct Bench {
     }
     if size == .huge {
       let title = "appbox benchmark (huge: a million small files)"
-      return report(try huge(home), title: title, notes: notes)
+      return report(try huge(home, title: title, notes: notes), title: title, notes: notes)
     }
     let title = "appbox benchmark (\(size.rawValue))"
     // What is measured so far is written after each scenario, so a run that fails late (a
@@ -216,7 +216,7 @@ struct Bench {
     if let image = fileSystem.image {
       _ = try? shell.run("umount \(work) && rm -f \(image) && rmdir \(work)", allowFailure: true)
     } else {
-      _ = try? shell.run("rm -rf \(work)", allowFailure: true)
+      try? shell.removeTree(work)
     }
   }
 
