@@ -18,6 +18,7 @@
 // is gone.
 
 import AppboxCore
+import CSystem
 import Foundation
 import Glibc
 
@@ -34,28 +35,45 @@ public struct DelegatedCgroup: Sendable, Equatable {
     return DelegatedCgroup(path: own)
   }
 
-  /// This process's cgroup v2 directory, from /proc/self/cgroup and the cgroup2 mount.
+  /// This process's cgroup v2 directory, from /proc/self/cgroup and the cgroup2 mount: one of
+  /// the two usual places when it is there (unified, or a v1/v2 hybrid), else the first
+  /// cgroup2 mount of /proc/self/mountinfo (a text of every mount, which the kernel writes
+  /// out, on every start: the usual places are asked first). Uses `statfs(2)`.
   static func ownCgroup() -> String? {
-    guard let cgroups = readSmallFile("/proc/self/cgroup"), let mounts = readSmallFile("/proc/self/mountinfo")
-    else { return nil }
-    return ownCgroup(cgroupFile: cgroups, mountInfo: mounts)
+    guard let cgroups = readSmallFile("/proc/self/cgroup"), let relative = cgroupPath(cgroupFile: cgroups)
+    else {
+      return nil
+    }
+    let mountPoint =
+      ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"].first { appbox_is_cgroup2($0) == 1 }
+      ?? readSmallFile("/proc/self/mountinfo").flatMap { cgroup2MountPoint(mountInfo: $0) }
+    return mountPoint.map { relative == "/" ? $0 : $0 + relative }
   }
 
   /// The cgroup v2 directory named by a /proc/self/cgroup text ("0::/path") below the
   /// first cgroup2 mount of a /proc/self/mountinfo text, or nil.
   static func ownCgroup(cgroupFile: String, mountInfo: String) -> String? {
-    guard let line = cgroupFile.split(separator: "\n").first(where: { $0.hasPrefix("0::") }) else {
-      return nil
-    }
-    let relative = String(line.dropFirst(3))
+    guard let relative = cgroupPath(cgroupFile: cgroupFile),
+      let mountPoint = cgroup2MountPoint(mountInfo: mountInfo)
+    else { return nil }
+    return relative == "/" ? mountPoint : mountPoint + relative
+  }
+
+  /// The path of the "0::/path" line of a /proc/self/cgroup text.
+  private static func cgroupPath(cgroupFile: String) -> String? {
+    cgroupFile.split(separator: "\n").first(where: { $0.hasPrefix("0::") }).map { String($0.dropFirst(3)) }
+  }
+
+  /// The mount point of the first cgroup2 mount of a /proc/self/mountinfo text.
+  private static func cgroup2MountPoint(mountInfo: String) -> String? {
     for entry in mountInfo.split(separator: "\n") {
       // "<id> <parent> <dev> <root> <mount point> <options> ... - <fstype> <source> <super options>"
-      let halves = entry.components(separatedBy: " - ")
-      guard halves.count == 2, halves[1].split(separator: " ").first == "cgroup2" else { continue }
-      let fields = halves[0].split(separator: " ")
-      guard fields.count >= 5 else { continue }
-      let mountPoint = String(fields[4])
-      return relative == "/" ? mountPoint : mountPoint + relative
+      // (split by hand, cheaper than Foundation's components(separatedBy:)).
+      let fields = entry.split(separator: " ")
+      guard let separator = fields.firstIndex(of: "-"), separator >= 5, separator + 1 < fields.count,
+        fields[separator + 1] == "cgroup2"
+      else { continue }
+      return String(fields[4])
     }
     return nil
   }

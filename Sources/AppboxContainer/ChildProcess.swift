@@ -129,14 +129,20 @@ enum SignalForwarder {
     return previous
   }
 
-  /// Sends signals to `pid` from now on. A signal that came before (while the jail was being
-  /// built) is not sent there: the app may not exist yet, and the jail's first process drops
-  /// signals it has no handler for, so it would be lost and the start would go on. `cancel`
-  /// runs instead (it ends the jail), and the signal is returned: the start was stopped.
-  static func setTarget(_ pid: pid_t, cancellingPendingWith cancel: () -> Void) -> Int32? {
+  /// Sends signals to `pid` from now on. A signal that came before is sent there too when
+  /// `appStarting` (`confine` has said it is about to exec the app: the app's process group
+  /// holds `confine` or the app, and either gets it). Otherwise (the jail failed, or never
+  /// said so) the app may not exist, and the jail's first process drops signals it has no
+  /// handler for, so it would be lost and the start would go on: `cancel` runs instead (it ends
+  /// the jail), and the signal is returned: the start was stopped.
+  static func setTarget(_ pid: pid_t, appStarting: Bool, cancellingPendingWith cancel: () -> Void) -> Int32? {
     target.store(pid, ordering: .sequentiallyConsistent)
     let signal = pending.exchange(0, ordering: .sequentiallyConsistent)
     guard signal != 0 else { return nil }
+    if appStarting {
+      kill(pid, signal)
+      return nil
+    }
     cancel()
     return signal
   }

@@ -199,8 +199,9 @@ public final class DeviceSession {
   /// Leaves trash `name` (in ApplicationRoot) for `finishDeferredWork`.
   func deferRemoval(ofTrash name: String) { trashToRemove.append(name) }
 
-  /// Leaves the directory at `path` (an erase's discard, in `.appbox`) for `finishDeferredWork`.
-  func deferRemoval(atPath path: String) { pathsToRemove.append(path) }
+  /// Leaves the directory at `path` (an erase's discard, in `.appbox`; a swapped-out home's
+  /// old contents) for `finishDeferredWork`.
+  package func deferRemoval(atPath path: String) { pathsToRemove.append(path) }
 
   /// Whether a command of this session left work for after its report.
   public var hasDeferredWork: Bool { !trashToRemove.isEmpty || !pathsToRemove.isEmpty }

@@ -171,13 +171,15 @@ public struct Jail: Sendable {
   /// merged-/usr system (recreated as symlinks), real directories elsewhere (bound read-only).
   static let systemTops = ["/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"]
 
-  /// The /etc files programs read at run time, bound read-only when the host has them
-  /// (the loader's cache, Debian's alternatives, the time zone, the resolver and name
+  /// The /etc files programs read at run time (names in /etc), bound read-only when the host
+  /// has them (the loader's cache, Debian's alternatives, the time zone, the resolver and name
   /// service, TLS certificates); never /etc whole (no shadow, no sudoers, no host accounts).
+  /// `enter` stages them with the jail's own passwd and group as one tree, which bubblewrap
+  /// shows as /etc with one bind (see enter.c).
   static let etcFiles = [
-    "/etc/ld.so.cache", "/etc/alternatives", "/etc/localtime", "/etc/timezone", "/etc/resolv.conf",
-    "/etc/hosts",
-    "/etc/nsswitch.conf", "/etc/services", "/etc/protocols", "/etc/ssl",
+    "ld.so.cache", "alternatives", "localtime", "timezone", "resolv.conf", "hosts", "nsswitch.conf",
+    "services",
+    "protocols", "ssl",
   ]
 
   /// Device files the app may read, write and use ioctls on (its terminal comes as
@@ -198,14 +200,17 @@ public struct Jail: Sendable {
 
   // MARK: - Command lines
 
-  /// Descriptors bubblewrap reads (already at these numbers in the child).
+  /// Descriptors the jail's start reads (already at these numbers in the child): bubblewrap's
+  /// status, and what `enter` writes as the jail's /etc/passwd and /etc/group.
   struct Descriptors {
     var status: Int32
     var passwd: Int32
     var group: Int32
-    /// With a network of its own: where `enter` reports the new network namespace, and
-    /// where `confine` waits for the network to be up.
-    var network: (namespaceReady: Int32, up: Int32)? = nil
+    /// Where `confine` says it is about to exec the app (JailProcess.swift), with the network
+    /// gate's listener when the app has a network of its own (NetworkGate.swift).
+    var start: Int32? = nil
+    /// With a network of its own: where `enter` reports the new network namespace.
+    var networkNamespaceReady: Int32? = nil
   }
 
   /// Everything bubblewrap binds from what `enter` staged, in order: the helper, the
@@ -242,15 +247,17 @@ public struct Jail: Sendable {
       }
     }
     if let cgroup { enter += ["--cgroup", cgroup] }
-    if let network = descriptors.network { enter += ["--network-namespace", String(network.namespaceReady)] }
+    if let ready = descriptors.networkNamespaceReady { enter += ["--network-namespace", String(ready)] }
     for item in Jail.stagedSources(staged) {
       enter += ["--stage", item.stagingKind(privileged: privileged) + ":" + item.source]
     }
+    for name in Jail.etcFiles { enter += ["--etc", name] }
+    enter += ["--etc-data", "passwd:\(descriptors.passwd)", "--etc-data", "group:\(descriptors.group)"]
     return enter + ["--", bubblewrap]
       + bubblewrapArguments(staged: staged, network: options.network, descriptors: descriptors)
       + confineArguments(
         command: command, options: options, keptDescriptors: keptDescriptors, landlock: landlock,
-        waitDescriptor: descriptors.network?.up)
+        startDescriptor: descriptors.start)
   }
 
   /// bubblewrap's options: the namespaces, the system view, the staged mounts.
@@ -274,20 +281,16 @@ public struct Jail: Sendable {
       default: continue
       }
     }
-    for file in Jail.etcFiles { arguments += ["--ro-bind-try", file, file] }
-    arguments += [
-      "--ro-bind-data", String(descriptors.passwd), "/etc/passwd",
-      "--ro-bind-data", String(descriptors.group), "/etc/group",
-      "--proc", "/proc", "--dev", "/dev",
-    ]
+    // The /etc `enter` staged (etcFiles, passwd and group), in one bind.
+    arguments += ["--ro-bind", Jail.stagingDirectory + "/etc", "/etc", "--proc", "/proc", "--dev", "/dev"]
     let sources = Jail.stagedSources(staged)
     for item in staged {
       let index = sources.firstIndex { $0.source == item.source && $0.access == item.access } ?? 0
       let source = Jail.stagingDirectory + "/" + String(index)
       arguments += [item.access == .readWrite ? "--bind" : "--ro-bind", source, item.destination]
     }
-    // The skeleton bubblewrap made (the root, the home above its directories, /etc, /run,
-    // /dev's own tmpfs) becomes read-only: the app can write only its data.
+    // The skeleton bubblewrap made (the root, the home above its directories, /run, /dev's
+    // own tmpfs) becomes read-only: the app can write only its data.
     arguments += ["--remount-ro", "/", "--remount-ro", "/dev"]
     return arguments
   }
@@ -295,7 +298,7 @@ public struct Jail: Sendable {
   /// The `confine` step and the command: Landlock rules matching the mounts.
   func confineArguments(
     command: [String], options: SandboxOptions, keptDescriptors: [Int32], landlock: Bool,
-    waitDescriptor: Int32? = nil
+    startDescriptor: Int32? = nil
   ) -> [String] {
     var arguments = [Jail.helperDestination, "confine"]
     for item in mounts {
@@ -314,7 +317,10 @@ public struct Jail: Sendable {
     for device in Jail.devices { arguments += ["--dev", device] }
     for descriptor in keptDescriptors { arguments += ["--keep-fd", String(descriptor)] }
     arguments += ["--max-processes", String(options.limits.processes), "--chdir", home]
-    if let waitDescriptor { arguments += ["--wait-fd", String(waitDescriptor)] }
+    if let startDescriptor {
+      arguments += ["--start-fd", String(startDescriptor)]
+      if options.network == .own { arguments.append("--network-gate") }
+    }
     if !landlock {
       arguments.append("--allow-no-landlock")
       arguments.append("--assume-no-landlock")

@@ -2,15 +2,21 @@
 //
 // Algorithm:
 // 1. Pipes: one for bubblewrap's JSON status (--json-status-fd), two carrying the jail's
-//    /etc/passwd and /etc/group (--ro-bind-data; written whole before the start).
+//    /etc/passwd and /etc/group (`enter` --etc-data; written whole before the start); a
+//    socket pair on which `confine` says the app starts (--start-fd).
 // 2. Spawn `appbox-sandbox enter ... -- bwrap ... -- appbox-sandbox confine ... -- CMD`
-//    with stdio, those three pipes and the descriptors the caller passes to the app.
+//    with stdio, those descriptors and the ones the caller passes to the app.
 //    The running lock stays in appbox (close-on-exec): no descriptor of appbox's state
 //    reaches the jail.
 // 3. Read the status until bubblewrap reports "child-pid": the host pid of the jail's
 //    pid 1 (bubblewrap's reaper), whose process group is the app's. Open a pidfd on it.
+//    Then wait until `confine` says it is about to exec the app (a socket pair, --start-fd):
+//    until then the process group may hold only that pid 1, which drops signals.
 // 4. Wait for bubblewrap, passing SIGTERM, SIGINT, SIGHUP and SIGQUIT on to that process
-//    group (the reaper, as a pid namespace's init, ignores them; the app gets them).
+//    group (the reaper, as a pid namespace's init, ignores them; the app, or `confine` just
+//    before it execs the app, gets them). One that came earlier is passed on then; if the
+//    jail never said the app starts, it stops the start instead: the jail's pid 1 is killed,
+//    which ends the whole pid namespace.
 // 5. bubblewrap exits as soon as the app's first process does; with --die-with-parent the
 //    reaper then gets SIGKILL, and the kernel kills every process left in the pid
 //    namespace (a daemonised child included) before the reaper itself is gone. Wait on
@@ -19,9 +25,11 @@
 // 6. The exit status is the app's ("exit-code", written only once the command was
 //    executed); without it, the jail could not be built: exit 69, bubblewrap's own
 //    message being on stderr already.
-// With a network of its own (the default), two more pipes reach the jail's start, and
-// between steps 2 and 3 appbox starts pasta in the app's network namespace and lets the app
-// start once it is up; pasta stops after step 5 (UserModeNetwork.swift).
+// With a network of its own (the default), two more channels reach the jail's start, and
+// between steps 2 and 3 appbox starts pasta in the app's network namespace and the network
+// gate, which holds the app's first sockets until pasta is up; the app does not wait for
+// pasta to start. Should pasta fail, the jail is stopped and appbox exits 69 with pasta's
+// words; pasta stops after step 5 (UserModeNetwork.swift, NetworkGate.swift).
 
 import AppboxCore
 import CSystem
@@ -52,16 +60,16 @@ enum JailProcess {
         .invalidRequest, "Descriptor number \(item.number) is the app's stdio; use 3 or more")
     }
     let base = max(3, (passed.map(\.number).max() ?? 2) + 1)
-    var descriptors = Jail.Descriptors(status: base, passwd: base + 1, group: base + 2)
-    let networkPipes = options.network == .own ? try UserModeNetwork.Pipes.make() : nil
-    var networkPipesOpen = networkPipes != nil
+    var descriptors = Jail.Descriptors(status: base, passwd: base + 1, group: base + 2, start: base + 3)
+    let start = try StartChannel()
+    defer { start.close() }
+    let namespaceReady = options.network == .own ? try FileDescriptor.pipe() : nil
+    var namespaceReadyWrite = namespaceReady?.write
     defer {
-      if networkPipesOpen {
-        networkPipes?.closeJailEnds()
-        networkPipes?.closeOwnEnds()
-      }
+      namespaceReady?.read.close()
+      namespaceReadyWrite?.close()
     }
-    if networkPipes != nil { descriptors.network = (base + 3, base + 4) }
+    if namespaceReady != nil { descriptors.networkNamespaceReady = base + 4 }
     var inherited: [ChildProcess.Inherited] = []
     for (descriptor, number) in [
       (options.standardInput, 0), (options.standardOutput, 1), (options.standardError, 2),
@@ -72,14 +80,10 @@ enum JailProcess {
       .init(source: status.write, target: descriptors.status),
       .init(source: passwd, target: descriptors.passwd),
       .init(source: group, target: descriptors.group),
+      .init(source: start.jailEnd, target: base + 3),
     ]
     inherited += passed.map { .init(source: $0.descriptor, target: $0.number) }
-    if let networkPipes, let network = descriptors.network {
-      inherited += [
-        .init(source: networkPipes.namespaceReady.write, target: network.namespaceReady),
-        .init(source: networkPipes.up.read, target: network.up),
-      ]
-    }
+    if let namespaceReady { inherited.append(.init(source: namespaceReady.write, target: base + 4)) }
 
     var runCgroup: String?
     if let cgroup {
@@ -101,38 +105,64 @@ enum JailProcess {
       inherited: inherited)
     status.write.close()
     statusWrite = nil
+    start.closeJailEnd()
+    namespaceReadyWrite?.close()
+    namespaceReadyWrite = nil
 
     var network: UserModeNetwork?
-    if let networkPipes {
-      networkPipes.closeJailEnds()
-      networkPipesOpen = false
+    if let namespaceReady {
       do {
         network = try UserModeNetwork.start(
-          for: jail.app, pipes: networkPipes, jailPID: pid, helper: helper, pasta: pasta ?? "pasta",
-          environment: environment, user: AppUser.isPrivileged ? jail.uid : nil)
+          for: jail.app, namespaceReady: namespaceReady.read, jailPID: pid, helper: helper,
+          pasta: pasta ?? "pasta", environment: environment, user: AppUser.isPrivileged ? jail.uid : nil)
       } catch {
+        // `confine` finds the start channel closed and ends without starting the app.
+        start.close()
         ChildProcess.reap(pid)
         throw error
       }
     }
-    defer { network?.stopInBackground() }
 
     var report = StatusReport()
     report.read(from: status.read, until: { $0.childPID != nil })
     let reaper = report.childPID.flatMap { Reaper(pid: $0) }
     defer { reaper?.close() }
-    if let childPID = report.childPID { started?(childPID) }
-    // Stopped while the jail was being built: killing its first process ends the whole pid
-    // namespace (nothing of the app can outlive it), and appbox ends as that signal says.
-    let stoppedBy = SignalForwarder.setTarget(report.childPID.map { -$0 } ?? pid) {
+    // Closes the gate before the reaper's pidfd is closed (defers run last first).
+    var networkFinished = false
+    defer { if !networkFinished { _ = network?.finish() } }
+    var appStarting = false
+    if let childPID = report.childPID {
+      started?(childPID)
+      // Should pasta fail, the jail stops: its pid 1 ends, and with it the whole pid namespace.
+      if let reaper {
+        network?.jailStarted(stop: reaper.killer)
+      } else {
+        network?.jailStarted(stop: { _ = kill(childPID, SIGKILL) })
+      }
+      // Until `confine` says the app starts, the app's process group may hold only the jail's
+      // pid 1, which drops signals: one that comes meanwhile is passed on once it has said so.
+      let announcement = start.awaitAnnouncement()
+      appStarting = announcement.arrived
+      if let listener = announcement.descriptor {
+        if let network { network.attach(gateListener: listener) } else { listener.close() }
+      }
+    }
+    // A signal while the jail was being built, which never said the app starts, stops the
+    // start: killing its first process ends the whole pid namespace (nothing of the app can
+    // outlive it), and appbox ends as that signal says.
+    let stoppedBy = SignalForwarder.setTarget(report.childPID.map { -$0 } ?? pid, appStarting: appStarting) {
       kill(report.childPID ?? pid, SIGKILL)
     }
     let exit = try ChildProcess.wait(for: pid)
-    network?.requestStop()  // the app's first process is gone: pasta ends while the rest does
+    // The app's first process is gone: the gate closes, and pasta ends while the rest does.
+    let networkFailure = network?.finish()
+    networkFinished = true
     report.read(from: status.read, until: { _ in false })
     reaper?.waitUntilGone()
 
     if let stoppedBy { return 128 + stoppedBy }
+    // pasta failed while the jail ran, which was stopped for it (its status is that SIGKILL's).
+    if report.childPID != nil, let networkFailure { throw networkFailure }
     if let code = report.exitCode { return code }
     if exit == 1 || report.childPID != nil {
       throw ContainerError(
@@ -154,6 +184,52 @@ enum JailProcess {
       throw error
     }
     return pipe.read
+  }
+}
+
+/// The socket pair on which `confine` says it is about to exec the app (one byte, carrying the
+/// network gate's listener when the app has a network of its own).
+final class StartChannel {
+  private var own: FileDescriptor?
+  private(set) var jailEnd: FileDescriptor
+  private var jailEndOpen = true
+
+  init() throws {
+    var pair: [Int32] = [-1, -1]
+    guard appbox_socketpair(1, &pair) == 0 else { throw SystemError("create the jail's start channel") }
+    own = FileDescriptor(rawValue: pair[0])
+    jailEnd = FileDescriptor(rawValue: pair[1])
+  }
+
+  /// The jail's end, once the jail holds it.
+  func closeJailEnd() {
+    if jailEndOpen { jailEnd.close() }
+    jailEndOpen = false
+  }
+
+  /// Waits for `confine`'s message, or for the channel to close without one (the jail failed
+  /// before the app could start): whether it came, and the descriptor it carried, if any.
+  /// Closes the channel. Uses `poll(2)` and `recvmsg(2)`.
+  func awaitAnnouncement() -> (arrived: Bool, descriptor: FileDescriptor?) {
+    guard let own else { return (false, nil) }
+    defer { close() }
+    while true {
+      var entry = pollfd(fd: own.rawValue, events: Int16(POLLIN), revents: 0)
+      guard poll(&entry, 1, -1) >= 0 || Errno.current == .interrupted else { return (false, nil) }
+      guard entry.revents != 0 else { continue }
+      var byte: UInt8 = 0
+      var received: Int32 = -1
+      var truncated: Int32 = 0
+      let count = appbox_receive_descriptor(own.rawValue, &byte, 1, &received, &truncated)
+      if count < 0 && (Errno.current == .wouldBlock || Errno.current == .interrupted) { continue }
+      return (count > 0, received >= 0 ? FileDescriptor(rawValue: received) : nil)
+    }
+  }
+
+  func close() {
+    own?.close()
+    own = nil
+    closeJailEnd()
   }
 }
 
@@ -206,6 +282,13 @@ struct Reaper {
     var entry = pollfd(fd: descriptor.rawValue, events: Int16(POLLIN), revents: 0)
     let deadline = DispatchTime.now().uptimeNanoseconds + 10_000_000_000
     while poll(&entry, 1, 100) <= 0 && DispatchTime.now().uptimeNanoseconds < deadline {}
+  }
+
+  /// Sends SIGKILL to the process (pidfd_send_signal: never to a process that reused its pid);
+  /// the closure must not run after `close`.
+  var killer: @Sendable () -> Void {
+    let descriptor = self.descriptor
+    return { _ = appbox_pidfd_send_signal(descriptor.rawValue, SIGKILL) }
   }
 
   func close() { descriptor.close() }

@@ -123,7 +123,8 @@ public enum Sandbox {
   public static func userNamespacesUnavailable() -> String? {
     func sysctl(_ name: String) -> Int? {
       guard let text = readSmallFile("/proc/sys/" + name) else { return nil }
-      return Int(text.trimmingCharacters(in: .whitespacesAndNewlines))
+      // The digits before the newline: cheaper than Foundation's trimming, on every start.
+      return Int(text.prefix(while: { $0 != "\n" && $0 != " " }))
     }
     if access("/proc/self/ns/user", F_OK) != 0 {
       return "this kernel has no user namespaces (CONFIG_USER_NS)"

@@ -14,6 +14,7 @@
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #ifndef SYS_openat2
@@ -298,3 +299,9 @@ const void *appbox_memmem(const void *haystack, size_t haystack_length, const vo
 }
 
 const void *appbox_memrchr(const void *bytes, int byte, size_t length) { return memrchr(bytes, byte, length); }
+
+int appbox_is_cgroup2(const char *path) {
+  struct statfs info;
+  if (statfs(path, &info) != 0) return -1;
+  return info.f_type == 0x63677270 /* CGROUP2_SUPER_MAGIC */ ? 1 : 0;
+}

@@ -1,8 +1,8 @@
 /* `appbox-sandbox confine`: the last step before the app, inside the jail.
  *
  *   appbox-sandbox confine [--rw DIR]... [--ro DIR]... [--rx DIR]... [--dev FILE]...
- *                          [--keep-fd N]... [--max-processes N] [--chdir DIR] [--wait-fd N]
- *                          [--allow-no-landlock] [--assume-no-landlock] -- CMD [ARG...]
+ *                          [--keep-fd N]... [--max-processes N] [--chdir DIR] [--start-fd N]
+ *                          [--network-gate] [--allow-no-landlock] [--assume-no-landlock] -- CMD [ARG...]
  *
  * bubblewrap has already put the process in its jail (the paths here are the jail's).
  * In order, this:
@@ -23,11 +23,18 @@
  *     Rule paths that do not exist are skipped;
  *  5. installs the seccomp filter (filter.c: terminal injection, mounts, namespaces,
  *     ptrace attach, keyrings, bpf, userfaultfd, perf, modules, io_uring...);
- *  6. changes to --chdir, drops the PWD bubblewrap set;
- *  7. with --wait-fd, waits for one byte on that descriptor (appbox writes it once the app's
- *     own network is up: pasta has configured the namespace), closes it, and execs CMD
- *     (searched in PATH). Should the descriptor close without a byte, the network did not
- *     come up: the command is not run (exit 69, silently: appbox reports why).
+ *  6. with --network-gate (the app has a network of its own, which pasta may still be
+ *     configuring), installs the network gate's filter (filter.c: socket() of every family
+ *     but AF_UNIX waits for appbox's answer);
+ *  7. changes to --chdir and drops the PWD bubblewrap set;
+ *  8. with --start-fd (a UNIX socket to appbox), says it is about to exec CMD: one byte, which
+ *     carries the network gate's listener (SCM_RIGHTS) when there is one; then closes the
+ *     socket and the listener, so the app never holds either and nothing inside the jail
+ *     answers for the gate. appbox passes signals on to the app's process group from then
+ *     on: this process is in it, so a signal that comes before the exec ends it as it would
+ *     the app. Should appbox have closed its end, it decided not to start the app and says
+ *     why itself: exit 69 without a word;
+ *  9. execs CMD (searched in PATH).
  *
  * Without Landlock (an old kernel, or --assume-no-landlock in tests) it refuses with 69,
  * unless --allow-no-landlock: then it warns and runs the command in the jail without
@@ -42,6 +49,8 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -212,13 +221,61 @@ static void drop_capabilities(void) {
   if (syscall(SYS_capset, &header, data) != 0) fail(71, "cannot drop capabilities: %s", reason(errno));
 }
 
+/* Step 6: the network gate's filter; returns its listener. */
+static int install_gate(void) {
+  int listener = install_network_gate();
+  if (listener < 0) {
+    fail(listener == -EINVAL || listener == -ENOSYS ? 69 : 71,
+         "cannot hold the app's network until it is up (seccomp user notification, Linux 5.5 or later): %s; "
+         "run with --network none or --network host",
+         reason(-listener));
+  }
+  return listener;
+}
+
+/* Step 8: one byte on `channel`, with `listener` riding on it (SCM_RIGHTS) when there is one.
+ * (Written here rather than taken from CSystem's appbox_send_descriptor: linking CSystem
+ * brings libgcc's CPU-model constructor, a CPUID probe run at every start of this helper.) */
+static void announce_start(int channel, int listener) {
+  char byte = 's';
+  struct iovec iov = {&byte, 1};
+  union {
+    struct cmsghdr header;
+    char space[CMSG_SPACE(sizeof(int))];
+  } control;
+  memset(&control, 0, sizeof control);
+  struct msghdr message;
+  memset(&message, 0, sizeof message);
+  message.msg_iov = &iov;
+  message.msg_iovlen = 1;
+  if (listener >= 0) {
+    message.msg_control = control.space;
+    message.msg_controllen = sizeof control.space;
+    struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(header), &listener, sizeof(int));
+  }
+  ssize_t written;
+  do {
+    written = sendmsg(channel, &message, MSG_NOSIGNAL);
+  } while (written < 0 && errno == EINTR);
+  if (written != 1) {
+    if (errno == EPIPE || errno == ECONNRESET) _exit(69);
+    fail(71, "cannot tell appbox that the app starts: %s", reason(errno));
+  }
+  if (listener >= 0) close(listener);
+  close(channel);
+}
+
 int confine_main(int argc, char **argv) {
   struct rule *rules = calloc((size_t)argc, sizeof *rules);
   if (rules == NULL) fail(71, "out of memory");
   int kept[MAX_KEPT];
   int count = 0, kept_count = 0, allow_no_landlock = 0, assume_no_landlock = 0;
   long max_processes = -1;
-  int wait_fd = -1;
+  int start_fd = -1, network_gate = 0;
   const char *directory = NULL;
   int index = 1;
   for (; index < argc; index++) {
@@ -233,6 +290,10 @@ int confine_main(int argc, char **argv) {
     }
     if (strcmp(option, "--assume-no-landlock") == 0) {
       assume_no_landlock = 1;
+      continue;
+    }
+    if (strcmp(option, "--network-gate") == 0) {
+      network_gate = 1;
       continue;
     }
     if (index + 1 >= argc) fail(64, "%s needs a value", option);
@@ -255,18 +316,19 @@ int confine_main(int argc, char **argv) {
       max_processes = parse_number(value, 1 << 22, "--max-processes");
     } else if (strcmp(option, "--chdir") == 0) {
       directory = value;
-    } else if (strcmp(option, "--wait-fd") == 0) {
+    } else if (strcmp(option, "--start-fd") == 0) {
       if (kept_count == MAX_KEPT) fail(64, "more than %d descriptors to keep", MAX_KEPT);
-      wait_fd = (int)parse_number(value, 1 << 20, "--wait-fd");
-      if (wait_fd < 3 || fcntl(wait_fd, F_GETFD) < 0) {
-        fail(64, "--wait-fd takes an open descriptor of 3 or more, not %d", wait_fd);
+      start_fd = (int)parse_number(value, 1 << 20, "--start-fd");
+      if (start_fd < 3 || fcntl(start_fd, F_GETFD) < 0) {
+        fail(64, "--start-fd takes an open descriptor of 3 or more, not %d", start_fd);
       }
-      kept[kept_count++] = wait_fd;
+      kept[kept_count++] = start_fd;
     } else {
       fail(64, "unknown option '%s'", option);
     }
   }
   if (index >= argc) fail(64, "no command given after '--'");
+  if (network_gate && start_fd < 0) fail(64, "--network-gate needs --start-fd, which carries its listener");
   char **command = &argv[index];
 
   close_inherited(kept, kept_count);
@@ -293,21 +355,13 @@ int confine_main(int argc, char **argv) {
   int error = install_syscall_filter();
   if (error != 0) fail(71, "cannot install the seccomp filter: %s", reason(error));
 
+  int listener = network_gate ? install_gate() : -1;
+
   if (directory != NULL && chdir(directory) != 0) {
     fail(71, "cannot change to '%s': %s", directory, reason(errno));
   }
   unsetenv("PWD");
-  if (wait_fd >= 0) {
-    char byte;
-    ssize_t got;
-    do {
-      got = read(wait_fd, &byte, 1);
-    } while (got < 0 && errno == EINTR);
-    /* No byte: appbox decided not to start the app (its network did not come up) and says
-     * why itself; one line is enough. */
-    if (got != 1) _exit(69);
-    close(wait_fd);
-  }
+  if (start_fd >= 0) announce_start(start_fd, listener);
   execvp(command[0], command);
   error = errno;
   fail(error == ENOENT ? 127 : 126, "cannot run '%s': %s", command[0], reason(error));

@@ -29,16 +29,29 @@
  *  - name_to_handle_at, open_by_handle_at; acct, swapon, swapoff, reboot, syslog,
  *    quotactl, vhangup, settimeofday, clock_settime, clock_adjtime.
  * System calls of another architecture (32-bit, x32) kill the process.
+ *
+ * With a network of its own, a second filter (install_network_gate) holds the app's first
+ * uses of that network: socket() of every family but AF_UNIX returns
+ * SECCOMP_RET_USER_NOTIF, and appbox, holding the listener, answers once pasta has
+ * configured the namespace (see Sources/AppboxContainer/NetworkGate.swift). The answer
+ * decides nothing: a call let through runs as if this second filter were not there,
+ * under the first one (which still refuses AF_VSOCK: the kernel takes the strictest
+ * action of all filters, and EPERM beats a notification), the namespaces and Landlock.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <linux/sched.h>
 #include <seccomp.h>
 #include <stddef.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
 #include <linux/fscrypt.h>
+#include <linux/seccomp.h>
 #include <sys/ioctl.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "sandbox.h"
 
@@ -114,4 +127,46 @@ int install_syscall_filter(void) {
   if (result == 0) result = seccomp_load(filter);
   seccomp_release(filter);
   return result < 0 ? -result : result;
+}
+
+#ifndef SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV
+#define SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (1UL << 5)
+#endif
+
+#if defined(__x86_64__)
+#define NATIVE_AUDIT_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define NATIVE_AUDIT_ARCH AUDIT_ARCH_AARCH64
+#else
+#error "the network gate knows x86_64 and aarch64 only"
+#endif
+
+int install_network_gate(void) {
+  /* socket(family, ...): AF_UNIX goes on at once (local, and the same in every network
+   * namespace); every other family waits for appbox's answer. The family is the low 32
+   * bits of the first argument, as the kernel reads it (the low word comes first on these
+   * little-endian architectures). Other architectures' calls pass here: the first filter
+   * kills them. */
+  struct sock_filter program[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, NATIVE_AUDIT_ARCH, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socket, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_UNIX, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_USER_NOTIF),
+  };
+  struct sock_fprog filter = {.len = sizeof program / sizeof *program, .filter = program};
+  /* WAIT_KILLABLE_RECV (Linux 5.19): once appbox has received a held call, only a fatal
+   * signal interrupts it, so a handled signal meanwhile cannot make socket() fail with
+   * EINTR, which no program expects of it. Older kernels go without. */
+  long listener = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER,
+                          SECCOMP_FILTER_FLAG_NEW_LISTENER | SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV, &filter);
+  if (listener < 0 && errno == EINVAL) {
+    listener = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &filter);
+  }
+  return listener < 0 ? -errno : (int)listener;
 }

@@ -5,19 +5,21 @@
  *   appbox-sandbox network [--user UID:GID] -- PASTA [ARGS...]     (on the host)
  *
  * appbox starts every app as: appbox -> `enter` -> bwrap -> `confine` -> the app.
- *  - `enter` (enter.c) stages the directories the jail shows (the bundle, the data, this
- *    helper) in a private mount namespace so that bubblewrap, which runs unprivileged,
+ *  - `enter` (enter.c; stage.c) stages the directories the jail shows (the bundle, the
+ *    data, this helper, /etc) in a private mount namespace so that bubblewrap, which runs unprivileged,
  *    can reach them whatever the permissions above them, with noexec on the data; as
  *    root it then becomes the app's own uid; then it execs bubblewrap.
  *    By default it then enters a network namespace of its own (in a user namespace of its
- *    own), which `network` (network.c) gives an outbound connection through pasta.
+ *    own), which `network` (network.c) gives an outbound connection through pasta, started
+ *    beside the jail rather than before it.
  *  - bubblewrap builds the jail: new user, mount, pid, ipc, uts, cgroup (and, with
  *    --network none, network) namespaces; only /usr, a few /etc files, /proc, a minimal
  *    /dev and the app's own directories in view; a new session; die-with-parent.
  *  - `confine` (confine.c) is the last step before the app: it closes inherited
  *    descriptors, caps the process count, drops every capability, sets no_new_privs,
  *    restricts itself with Landlock (the second wall), installs the seccomp filter
- *    (filter.c) and execs the command.
+ *    (filter.c; with a network of its own, also the network gate, which holds the app's
+ *    sockets until pasta is up), tells appbox that the app starts, and execs the command.
  *
  * Plain C, no Swift runtime: the helper runs inside the jail, where only /usr exists.
  * Every failure prints one line on stderr ("appbox-sandbox: ...") and exits with a

@@ -25,4 +25,8 @@ int network_main(int argc, char **argv);
  * Returns 0, or an errno value. */
 int install_syscall_filter(void);
 
+/* Installs the network gate's filter (filter.c) on the calling thread, after
+ * install_syscall_filter. Returns the listener (close-on-exec), or -errno. */
+int install_network_gate(void);
+
 #endif

@@ -45,9 +45,27 @@ struct HomeSwapTests {
     #expect(try FileManager.default.contentsOfDirectory(atPath: fixture.root.journalDirectory).isEmpty)
   }
 
+  /// The old contents are deleted after the command's report (the session's deferred work):
+  /// until then they wait under the staging name with no journal naming them, which recovery
+  /// deletes and never swaps in.
   @Test func swapReplacesTheDataAndKeepsTheBundle() throws {
     let (fixture, staging) = try prepared()
+    let name = staging.name
     try HomeSwap.swap(staging, into: fixture.app, carrying: .bundle, session: fixture.session)
+    #expect(fixture.session.hasDeferredWork)
+    #expect(FileManager.default.fileExists(atPath: fixture.root.applicationRoot + "/" + name + "/Documents/only-old"))
+    #expect(try FileManager.default.contentsOfDirectory(atPath: fixture.root.journalDirectory).isEmpty)
+    #expect(fixture.session.finishDeferredWork().isEmpty)
+    try expectSwapped(fixture)
+  }
+
+  @Test func oldContentsLeftByACrashAfterTheSwapAreDeletedByRecovery() throws {
+    let (fixture, staging) = try prepared()
+    let name = staging.name
+    try HomeSwap.swap(staging, into: fixture.app, carrying: .bundle, session: fixture.session)
+    // Killed before the deferred work: the next command's recovery of everything.
+    #expect(FileManager.default.fileExists(atPath: fixture.root.applicationRoot + "/" + name))
+    try HomeSwapRecovery().recover(fixture.session)
     try expectSwapped(fixture)
   }
 

@@ -69,6 +69,34 @@ struct StreamedOutputTests {
     }
   }
 
+  /// Arrays filled from one walk: the document is the same whether the later arrays fit the
+  /// budget (one walk) or not (then a walk per array left), and the walks are those expected.
+  @Test(arguments: [1 << 20, 64, 0])
+  func arraysFromOneWalkAreTheWholeDocument(_ budget: Int) throws {
+    let changes: [(Int, String)] = (0..<200).map { ($0 % 3, "Documents/\($0 % 7)/f\($0)") }
+    let keys = ["added", "removed", "changed"]
+    let whole = JSONValue.object(
+      [("oldSnapshot", .string("a"))]
+        + keys.indices.map { array in
+          (keys[array], .array(changes.filter { $0.0 == array }.map { .string($0.1) }))
+        } + [("unchanged", .int(3))])
+    let sink = CapturingSink()
+    let output = StreamedOutput(sink: sink, pieceSize: 100)
+    var json = StreamedJSON(output)
+    try json.open(array: false)
+    try json.add("oldSnapshot", .string("a"))
+    var walks: [Set<Int>] = []
+    try json.addArrays(keys, budget: budget) { wanted, emit in
+      walks.append(wanted)
+      for (array, path) in changes where wanted.contains(array) { try emit(array, .string(path)) }
+    }
+    try json.add("unchanged", .int(3))
+    try json.close()
+    try output.flush()
+    #expect(sink.text == whole.serialized() + "\n")
+    #expect(walks == (budget >= 1 << 20 ? [[0, 1, 2]] : [[0, 1, 2], [1], [2]]))
+  }
+
   @Test func aTableOfOneBatchIsTable() throws {
     let rows = (0..<37).map { ["-rw-r--r--", String(repeating: "9", count: $0 % 7 + 1), "Documents/\($0)"] }
     for batch in [37, 1000] {

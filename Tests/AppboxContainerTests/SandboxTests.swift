@@ -70,6 +70,17 @@ struct SandboxTests {
     #expect(!rest.contains("--share-net"))  // --network none
     let pairs = Set(zip(rest, rest.dropFirst()).map { $0.0 + " " + $0.1 })
     #expect(!rest.contains("/etc/shadow") && !pairs.contains("--ro-bind /etc") && !pairs.contains("--bind /"))
+    // /etc is the tree `enter` stages: the listed host files (never /etc whole, no shadow) and
+    // the jail's own passwd and group, from descriptors 11 and 12; bubblewrap binds it once.
+    let etc = stride(from: 0, to: enter.count, by: 1).filter { enter[$0] == "--etc" }.map { enter[$0 + 1] }
+    #expect(etc == Jail.etcFiles && !etc.contains("shadow") && !etc.contains("sudoers"))
+    #expect(etc.allSatisfy { !$0.contains("/") && !$0.hasPrefix(".") })
+    let etcData = stride(from: 0, to: enter.count, by: 1).filter { enter[$0] == "--etc-data" }.map {
+      enter[$0 + 1]
+    }
+    #expect(etcData == ["passwd:11", "group:12"])
+    #expect(
+      pairs.contains("/mnt/etc /etc") && !rest.contains("--ro-bind-try") && !rest.contains("--ro-bind-data"))
     // Landlock inside repeats the mounts: data read-write, bundle read-and-execute, home read-only.
     let confine = Array(rest[try #require(rest.firstIndex(of: "confine"))...])
     let rules = Set(zip(confine, confine.dropFirst()).map { $0.0 + " " + $0.1 })
@@ -85,12 +96,14 @@ struct SandboxTests {
       staged: jail.staged(helper: "/h"), network: .host, descriptors: .init(status: 3, passwd: 4, group: 5))
     #expect(shared.contains("--share-net"))
     // Its own network: `enter` makes the namespace and says so on 13, bubblewrap keeps it, and
-    // `confine` waits on 14 for pasta before it execs the command.
+    // `confine` installs the network gate and sends its listener on 14 (where it says that the
+    // command starts) before it execs the command.
     let own = jail.commandLine(
       helper: "/opt/x/appbox-sandbox", bubblewrap: "/usr/bin/bwrap", command: ["/bin/true"],
       options: SandboxOptions(), keptDescriptors: [],
-      descriptors: .init(status: 10, passwd: 11, group: 12, network: (13, 14)), cgroup: nil, landlock: true,
-      privileged: true)
+      descriptors: .init(status: 10, passwd: 11, group: 12, start: 14, networkNamespaceReady: 13),
+      cgroup: nil,
+      landlock: true, privileged: true)
     let ownSplit = try #require(own.firstIndex(of: "--"))
     let ownEnter = Array(own[..<ownSplit])
     let ownRest = Array(own[(ownSplit + 1)...])
@@ -98,7 +111,8 @@ struct SandboxTests {
       Set(zip(ownEnter, ownEnter.dropFirst()).map { $0.0 + " " + $0.1 }).contains("--network-namespace 13"))
     #expect(ownRest.contains("--share-net"))
     let ownConfine = Array(ownRest[try #require(ownRest.firstIndex(of: "confine"))...])
-    #expect(Set(zip(ownConfine, ownConfine.dropFirst()).map { $0.0 + " " + $0.1 }).contains("--wait-fd 14"))
+    #expect(Set(zip(ownConfine, ownConfine.dropFirst()).map { $0.0 + " " + $0.1 }).contains("--start-fd 14"))
+    #expect(ownConfine.contains("--network-gate") && !confine.contains("--network-gate"))
   }
 
   @Test func extraDataDirectoriesAndToolsAreMountedAndOnThePath() throws {

@@ -82,7 +82,7 @@ struct BackupCrashTests {
   /// Before the swap's journal is durable a killed restore leaves the old data; after it,
   /// the next command finishes the restore.
   @Test(arguments: [
-    ("restore.staged", false), ("swap.journaled", true), ("swap.carried", true), ("swap.exchanged", true),
+    ("restore.staged", false), ("swap.journaled", true), ("swap.carried", true), ("swap.exchanged", true), ("swap.synced", true),
     ("restore.swapped", true),
   ])
   func aKilledRestoreIsFinishedOrRolledBackByTheNextCommand(_ point: String, finished: Bool) throws {

@@ -54,7 +54,10 @@ final class PausingProcess {
   private let errPath: String
   private var exitStatus: Int32?
 
-  init(executable: String, arguments: [String], point: String, directory: TemporaryDirectory) throws {
+  init(
+    executable: String, arguments: [String], point: String, directory: TemporaryDirectory,
+    environment extra: [String: String] = [:]
+  ) throws {
     let tag = UUID().uuidString
     outPath = directory.url("pause-\(tag).out")
     errPath = directory.url("pause-\(tag).err")
@@ -66,7 +69,7 @@ final class PausingProcess {
       close(err)
       close(null)
     }
-    var environment = ProcessInfo.processInfo.environment
+    var environment = ProcessInfo.processInfo.environment.merging(extra) { $1 }
     environment.removeValue(forKey: "APPBOX_ROOT")
     environment["APPBOX_PAUSE_AT"] = point
     child = try spawnProcess(

@@ -52,6 +52,16 @@ struct Shell {
         in: .whitespacesAndNewlines) ?? "") ?? 0
   }
 
+  /// Deletes the tree at `path`, if any, with sixteen `rm` processes at a time (untimed
+  /// cleanup). On a file system mounted with `discard` (this project's VMs), each freed file
+  /// waits for its discard; sixteen overlap their waits: 2.25 million files took 12 minutes
+  /// with one `rm -rf` here, 1.6 minutes this way.
+  func removeTree(_ path: String) throws {
+    try run(
+      "if [ -e \(path) ]; then find \(path) -type f -print0 | xargs -0 -r -P 16 -n 500 rm -f; rm -rf \(path); fi"
+    )
+  }
+
   static let rssFile = "/tmp/appbox-bench-rss-\(getpid())"
 }
 

@@ -112,7 +112,7 @@ extension Repository {
     } catch let error as ReusedContentMarked {
       // A forget marked content this backup reused: once more, from a fresh view.
       observer.engine(.warning(path: "", message: error.description))
-      try sync()
+      try self.sync()
       result = try BackupRun(
         repository: self, subject: subject, session: session, options: options, observer: observer
       )

@@ -10,7 +10,10 @@
 //    a. renames each carried top-level item (the bundle; for import, everything but
 //       Documents and Library) from the live home into the staging directory,
 //    b. exchanges the staging directory and the home with renameat2(RENAME_EXCHANGE),
-//    c. removes the old contents (now under the staging name) and the journal.
+//    c. makes the exchange durable and removes the journal; the old contents, now under the
+//       staging name, are deleted once the command has reported (`finishDeferredWork`), so
+//       deleting a large home never delays the result. Should that not happen (a crash), the
+//       next recovery of everything removes them: a staging directory no journal names.
 // Recovery (`HomeSwapRecovery`, run by the next mutating command under the root's lock):
 // a journal means the staged contents were complete and durable, so the swap is rolled
 // forward: carried items still in the home are moved, the exchange is done unless the
@@ -121,7 +124,7 @@ public enum HomeSwap {
     defer { staging.applicationRoot.close() }
     return try commit(
       try SwapRecord(PropertyListDictionary(journal)), in: staging.applicationRoot,
-      journal: Journal(root: session.root))
+      journal: Journal(root: session.root), deferring: (session, session.root.appGroupRoot))
   }
 
   /// Makes `staging` the contents of `app`'s home, carrying items over from the old ones.
@@ -142,7 +145,7 @@ public enum HomeSwap {
     defer { staging.applicationRoot.close() }
     return try commit(
       try SwapRecord(PropertyListDictionary(journal)), in: staging.applicationRoot,
-      journal: Journal(root: session.root))
+      journal: Journal(root: session.root), deferring: (session, session.root.applicationRoot))
   }
 
   /// Makes the staged contents durable and writes the journal that commits the swap; from
@@ -223,8 +226,12 @@ public enum HomeSwap {
   /// the exchange undoes the swap (carried items go back, the staged directory is retired,
   /// the journal removed) and is thrown; once the exchange is made the swap has happened, so
   /// a failure cleaning up is returned as a warning, the journal left for the next command's
-  /// recovery.
-  static func commit(_ record: SwapRecord, in applicationRoot: FileDescriptor, journal entries: Journal)
+  /// recovery. With `deferring` (the session, and the path of the directory holding the
+  /// home), the old contents are left to the session's deferred work instead of deleted here.
+  static func commit(
+    _ record: SwapRecord, in applicationRoot: FileDescriptor, journal entries: Journal,
+    deferring: (session: DeviceSession, parent: String)? = nil
+  )
     throws
     -> [String]
   {
@@ -245,7 +252,12 @@ public enum HomeSwap {
     }
     CrashPoint.hit("swap.exchanged")
     do {
-      try record.cleanUp(in: applicationRoot, journal: entries)
+      if let (session, parent) = deferring {
+        try record.release(in: applicationRoot, journal: entries)
+        session.deferRemoval(atPath: parent + "/" + record.staging)
+      } else {
+        try record.cleanUp(in: applicationRoot, journal: entries)
+      }
     } catch {
       // No second try: a sync that failed once may report success the next time without
       // its data having reached the disk. The journal stays; the next command finishes it.
@@ -336,6 +348,15 @@ struct SwapRecord {
   func cleanUp(in applicationRoot: FileDescriptor, journal entries: Journal) throws {
     try applicationRoot.sync()
     try FileTree.remove(staging, in: applicationRoot)
+    try entries.remove(HomeSwap.journalName(containerID))
+  }
+
+  /// After the exchange: makes it durable and removes the journal, leaving the old contents
+  /// under the staging name for the caller to delete (a staging directory no journal names:
+  /// recovery deletes it too, and never swaps it in).
+  func release(in applicationRoot: FileDescriptor, journal entries: Journal) throws {
+    try applicationRoot.sync()
+    CrashPoint.hit("swap.synced")
     try entries.remove(HomeSwap.journalName(containerID))
   }
 }

@@ -149,21 +149,12 @@ private struct PreviewWalk {
 
   /// Walks from `first` depth first, a stack of folders whose steps are in path order.
   mutating func run(from first: PreviewStep, _ body: (RestoreChange) throws -> Void) throws {
-    var stack: [(steps: [PreviewStep], next: Int)] = [(try steps(first), 0)]
-    while !stack.isEmpty {
-      let level = stack.count - 1
-      guard stack[level].next < stack[level].steps.count else {
-        stack.removeLast()
-        continue
-      }
-      let step = stack[level].steps[stack[level].next]
-      stack[level].next += 1
-      if case .report(let change) = step {
-        try body(change)
-      } else {
-        stack.append((try steps(step), 0))
-      }
-    }
+    try walkDepthFirst(
+      try steps(first), visit: { step in if case .report(let change) = step { try body(change) } },
+      children: { step in
+        if case .report = step { return nil }
+        return try steps(step)
+      })
   }
 
   /// The steps below a folder step, sorted by the path order they report in.

@@ -27,8 +27,9 @@ struct DiffCommand: ParsableCommand {
     self.arguments = arguments
   }
 
-  /// Streamed (StreamedOutput): text is one walk, every change as it is found; JSON is one
-  /// walk per array (`added`, `removed`, `changed`), each reading only what it lists.
+  /// Streamed (StreamedOutput): text is one walk, every change as it is found; JSON is one walk
+  /// too, `added` written as it goes and the other arrays kept until it ends (a walk per array
+  /// when they would take more than StreamedJSON.addArrays's budget).
   func run(_ context: CommandContext) throws -> CommandOutput {
     let repository = try context.repository(arguments, create: false, readOnly: true)
     let a = try repository.snapshot(old)
@@ -39,16 +40,13 @@ struct DiffCommand: ParsableCommand {
       try json.open(array: false)
       try json.add("oldSnapshot", .string(a.id))
       try json.add("newSnapshot", .string(b.id))
-      // One read of the catalog for the three walks, so that they see the same trees.
+      // One read of the catalog for every walk, so that they see the same trees.
+      let kinds: [SnapshotChange.Kind] = [.added, .removed, .changed]
       try repository.catalog.reading {
-        for (key, kind) in [
-          ("added", SnapshotChange.Kind.added), ("removed", .removed), ("changed", .changed),
-        ] {
-          try json.open(key, array: true)
-          try repository.diff(a, b, kinds: [kind]) {
-            try json.add(.string(String(decoding: $0.path, as: UTF8.self)))
+        try json.addArrays(["added", "removed", "changed"]) { wanted, emit in
+          try repository.diff(a, b, kinds: Set(wanted.map { kinds[$0] })) { change in
+            try emit(kinds.firstIndex(of: change.kind)!, .string(String(decoding: change.path, as: UTF8.self)))
           }
-          try json.close()
         }
       }
       try json.close()

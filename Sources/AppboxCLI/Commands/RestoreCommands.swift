@@ -256,8 +256,9 @@ extension RestoreCommand {
       installs = installed == nil
     }
     let bundleName = namesGroup(app) ? nil : bundle
-    // Streamed (StreamedOutput): text is one walk, every change as it is found; JSON is one
-    // walk per array (`added`, `replaced`, `removed`), and the counts are the last walk's.
+    // Streamed (StreamedOutput): text is one walk, every change as it is found; JSON too unless
+    // `replaced` and `removed` outgrow StreamedJSON.addArrays's budget (then a walk per array,
+    // and the counts are the last walk's).
     let output = context.stream()
     if context.globals.json {
       var json = StreamedJSON(output)
@@ -269,16 +270,13 @@ extension RestoreCommand {
         try json.add(key, value)
       }
       var preview = RestorePreview()
-      // One read of the catalog for the three walks (the home is read without a lock, as always).
+      // One read of the catalog for every walk (the home is read without a lock, as always).
+      let kinds: [RestoreChange.Kind] = [.added, .replaced, .removed]
       try repository.catalog.reading {
-        for (key, kind) in [
-          ("added", RestoreChange.Kind.added), ("replaced", .replaced), ("removed", .removed),
-        ] {
-          try json.open(key, array: true)
+        try json.addArrays(["added", "replaced", "removed"]) { wanted, emit in
           preview = try repository.previewRestore(
-            of: chosen, into: home, bundleDirectoryName: bundleName, kinds: [kind]
-          ) { try json.add(.string(String(decoding: $0.path, as: UTF8.self))) }
-          try json.close()
+            of: chosen, into: home, bundleDirectoryName: bundleName, kinds: Set(wanted.map { kinds[$0] })
+          ) { try emit(kinds.firstIndex(of: $0.kind)!, .string(String(decoding: $0.path, as: UTF8.self))) }
         }
       }
       try json.add("unchanged", .int(preview.unchanged))

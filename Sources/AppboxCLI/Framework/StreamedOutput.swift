@@ -103,6 +103,49 @@ struct StreamedJSON {
     try output.append(prefix(key) + value.serialized(indent: open.count))
   }
 
+  /// Fills the arrays `keys` of the object open now, in that order, from one walk when it can.
+  /// `walk(wanted, emit)` walks for the arrays in `wanted` (indexes into `keys`) and hands each
+  /// element to `emit` with its array's index. The first array is written as the walk goes; the
+  /// elements of the others are kept, serialized, up to `budget` bytes, and written after it. A
+  /// walk that would keep more lets them go, and each array left gets a walk of its own: memory
+  /// stays bounded, and a listing of ordinary size is read once.
+  mutating func addArrays(
+    _ keys: [String], budget: Int = 16 << 20,
+    walk: (Set<Int>, (Int, JSONValue) throws -> Void) throws -> Void
+  ) throws {
+    guard let firstKey = keys.first else { return }
+    try open(firstKey, array: true)
+    var kept: [[String]] = Array(repeating: [], count: keys.count)
+    var keptBytes = 0
+    var keeping = true
+    let depth = open.count
+    try walk(Set(keys.indices)) { index, value in
+      if index == 0 {
+        try add(value)
+      } else if keeping {
+        let text = value.serialized(indent: depth)
+        keptBytes += text.utf8.count
+        if keptBytes > budget {
+          keeping = false
+          kept = Array(repeating: [], count: keys.count)
+        } else {
+          kept[index].append(text)
+        }
+      }
+    }
+    try close()
+    for index in keys.indices.dropFirst() {
+      try open(keys[index], array: true)
+      if keeping {
+        for text in kept[index] { try output.append(prefix(nil) + text) }
+        kept[index] = []
+      } else {
+        try walk([index]) { _, value in try add(value) }
+      }
+      try close()
+    }
+  }
+
   /// Closes the innermost container; closing the document ends it with a newline.
   mutating func close() throws {
     let (isArray, count) = open.removeLast()

@@ -12,6 +12,7 @@
 // stays a relative path below the top. Entries marked "exclude from backup" are recorded but
 // hold nothing: they are skipped, as restore skips them.
 
+import AppboxCore
 import AppboxCrypto
 
 /// One entry of a snapshot, with its path from the top.
@@ -79,23 +80,16 @@ extension Repository {
   package func walk(
     _ digest: Digest, path: [UInt8], recursive: Bool, _ body: (BrowsedEntry) throws -> Void
   ) throws {
-    var stack: [(entries: [TreeEntry], next: Int, path: [UInt8])] = [
-      (try catalog.tree(digest).entries, 0, path)
-    ]
-    while !stack.isEmpty {
-      let level = stack.count - 1
-      guard stack[level].next < stack[level].entries.count else {
-        stack.removeLast()
-        continue
-      }
-      let entry = stack[level].entries[stack[level].next]
-      stack[level].next += 1
-      if entry.isExcluded { continue }
-      let child = BrowsedEntry(path: joinPath(stack[level].path, entry.name), entry: entry)
-      try body(child)
-      if recursive, entry.type == .directory, let subtree = entry.digest {
-        stack.append((try catalog.tree(subtree).entries, 0, child.path))
+    func entries(of digest: Digest, at path: [UInt8]) throws -> [BrowsedEntry] {
+      try catalog.tree(digest).entries.filter { !$0.isExcluded }.map {
+        BrowsedEntry(path: joinPath(path, $0.name), entry: $0)
       }
     }
+    try walkDepthFirst(
+      try entries(of: digest, at: path), visit: body,
+      children: { child in
+        guard recursive, child.entry.type == .directory, let subtree = child.entry.digest else { return nil }
+        return try entries(of: subtree, at: child.path)
+      })
   }
 }

@@ -18,6 +18,7 @@
 // Invariants: memory is the steps of the folders on one path, never the changes; with
 // `kinds`, subtrees wholly added or removed are read only when that kind is asked for.
 
+import AppboxCore
 import AppboxCrypto
 
 /// A path that differs between two snapshots.
@@ -63,23 +64,13 @@ extension Repository {
     _ old: Snapshot, _ new: Snapshot, kinds: Set<SnapshotChange.Kind> = Set(SnapshotChange.Kind.allCases),
     _ body: (SnapshotChange) throws -> Void
   ) throws {
-    var stack: [(steps: [DiffStep], next: Int)] = [
-      (try steps(.compare(old.rootTree, new.rootTree, path: []), kinds: kinds), 0)
-    ]
-    while !stack.isEmpty {
-      let level = stack.count - 1
-      guard stack[level].next < stack[level].steps.count else {
-        stack.removeLast()
-        continue
-      }
-      let step = stack[level].steps[stack[level].next]
-      stack[level].next += 1
-      if case .report(let change) = step {
-        try body(change)
-      } else {
-        stack.append((try steps(step, kinds: kinds), 0))
-      }
-    }
+    try walkDepthFirst(
+      try steps(.compare(old.rootTree, new.rootTree, path: []), kinds: kinds),
+      visit: { step in if case .report(let change) = step { try body(change) } },
+      children: { step in
+        if case .report = step { return nil }
+        return try steps(step, kinds: kinds)
+      })
   }
 
   /// The steps below a `compare` or `list` step, sorted by the path order they report in.

@@ -99,7 +99,7 @@ extension Repository {
   // MARK: Sync
 
   /// Brings the catalog up to date with the objects (see the top of this file).
-  func sync() throws {
+  package func sync() throws {
     damage = RepositoryDamage()
     if !store.isShared, try catalogIsInStep() { return }
     let manifests = try store.list("manifests")

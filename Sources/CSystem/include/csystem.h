@@ -108,6 +108,10 @@ int64_t appbox_seek_hole(int fd, int64_t offset);
  * cannot redirect it. Returns 0, or -1 with errno set. */
 int appbox_chmod_descriptor(int fd, mode_t mode);
 
+/* Whether `path` is the root of a cgroup v2 mount (statfs f_type CGROUP2_SUPER_MAGIC):
+ * 1, 0, or -1 with errno. */
+int appbox_is_cgroup2(const char *path);
+
 /* The Landlock ABI version the running kernel supports, or 0 when it has none. */
 int appbox_landlock_abi(void);
 
