@@ -62,7 +62,7 @@ struct RestoreEngineTests {
   @Test func aDamagedArchiveIsRefusedBeforeTheHomeIsTouched() throws {
     let fixture = try Fixture()
     try populate(fixture)
-    let result = try fixture.backup()
+    let result = try fixture.backup(StoredForm.plain.options)
     try fixture.write("Documents/a.txt", "newer")
     let live = try fixture.captureData()
     // Flip one byte of a file's content inside the archive (the catalog still has the old checksum).
