@@ -2,7 +2,7 @@
 # machine: each installs the missing system packages first.
 
 SWIFT ?= swift
-APT_PACKAGES := libarchive-dev libsqlite3-dev libssl-dev pkg-config libarchive-tools tar bubblewrap \
+APT_PACKAGES := libarchive-dev libzstd-dev libsqlite3-dev libssl-dev pkg-config libarchive-tools tar bubblewrap \
   libseccomp-dev util-linux e2fsprogs python3 python3-venv gzip bzip2 xz-utils lzip lz4 zstd ncompress lzop lrzip \
   libcurl4-openssl-dev passt iproute2 strace libfuse3-dev fuse3 xfsprogs btrfs-progs
 # The object store the S3 tests, the demo and the benchmark run against: OpenStack Swift with its

@@ -21,6 +21,8 @@ let package = Package(
     // C libraries, one door each: only the module named in the comment imports it.
     .systemLibrary(  // imported by AppboxArchive
       name: "CArchive", pkgConfig: "libarchive", providers: [.apt(["libarchive-dev"])]),
+    .systemLibrary(  // imported by AppboxArchive: the framed zstd archives below libarchive
+      name: "CZstd", pkgConfig: "libzstd", providers: [.apt(["libzstd-dev"])]),
     .systemLibrary(  // imported by AppboxStore
       name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
     .systemLibrary(  // imported by AppboxCrypto
@@ -62,8 +64,8 @@ let package = Package(
     .target(name: "AppboxStore", dependencies: ["AppboxCore", "CSQLite"]),
     // SHA-256, AES-256-GCM, random bytes over libcrypto.
     .target(name: "AppboxCrypto", dependencies: ["AppboxCore", "COpenSSL"]),
-    // pax tar reading and writing over libarchive.
-    .target(name: "AppboxArchive", dependencies: ["AppboxCore", "CArchive"]),
+    // pax tar reading and writing over libarchive; framed zstd archives over libzstd.
+    .target(name: "AppboxArchive", dependencies: ["AppboxCore", "AppboxPipeline", "CArchive", "CZstd"]),
     // A small S3 client (SigV4, streaming multipart uploads, ranged reads) over libcurl.
     .target(name: "AppboxS3", dependencies: ["AppboxCore", "AppboxCrypto", "AppboxPipeline", "CCurl"]),
     // The device-bound encrypted item store: access groups, device key, backup hooks.

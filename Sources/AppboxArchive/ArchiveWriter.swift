@@ -1,4 +1,5 @@
-// Writes a POSIX pax tar stream, optionally gzip- or zstd-compressed, to a descriptor.
+// Writes a POSIX pax tar stream, optionally gzip- or zstd-compressed, or framed (independent zstd
+// frames, compressed or stored per content: FrameWriter.swift), to a descriptor.
 //
 // Format choices and why:
 // - pax, not pax_restricted: restricted pax writes an extended header only when ustar cannot hold
@@ -8,7 +9,9 @@
 // - Output goes to write(2) in 128 KiB blocks rather than tar's traditional 10240 bytes: measured
 //   here, that takes a 200 MiB uncompressed member from ~2000 to ~3600 MiB/s (raw write(2) of the
 //   same bytes: ~4300), because libarchive hands whole blocks straight from the caller's buffer.
-//   The block size does not change the archive's bytes, only how they are written.
+//   The block size does not change the archive's bytes, only how they are written. A framed
+//   archive has libarchive write unbuffered (block size 0): the framer buffers each frame itself,
+//   and the uncompressed offset is then exactly what the framer has received.
 // - The last block is not padded to a full block: padding a compressed stream with zeros makes
 //   `gzip -t` and `zstd -t` complain. The tar stream still ends with the two zero blocks that mark
 //   the end of an archive.
@@ -42,6 +45,9 @@ public final class ArchiveWriter {
   /// given for a hole are dropped by libarchive, so they must be zeros (checked).
   private var position: Int64 = 0
   private var sparseRegions: [ArchiveDataRegion]?
+  /// For a framed archive: what the current member's data is, until its first bytes decide
+  /// which kind of frame they go to (nil once decided).
+  private var pendingContent: ContentKind?
 
   /// Starts a pax archive on `fileDescriptor`.
   ///
@@ -52,28 +58,32 @@ public final class ArchiveWriter {
   /// writing thread and must not keep the buffer.
   /// Uses `archive_write_set_format_pax`, `archive_write_add_filter_gzip` / `_zstd` and
   /// `archive_write_open2`.
+  /// With `framing`, the archive is framed zstd (`compression` must be `.zstd`, without a
+  /// level: the options hold it).
   public convenience init(
     fileDescriptor: Int32, compression: ArchiveCompression, compressionLevel: Int? = nil,
-    name: String? = nil, outputObserver: ((UnsafeRawBufferPointer) -> Void)? = nil
+    name: String? = nil, outputObserver: ((UnsafeRawBufferPointer) -> Void)? = nil,
+    framing: FrameOptions? = nil
   ) throws(ArchiveError) {
     try self.init(
       sink: DescriptorSink(fd: fileDescriptor, observer: outputObserver), compression: compression,
-      compressionLevel: compressionLevel, name: name ?? "descriptor \(fileDescriptor)")
+      compressionLevel: compressionLevel, name: name ?? "descriptor \(fileDescriptor)", framing: framing)
   }
 
   /// Starts a pax archive whose bytes go to `output` (a repository's sealed or remote archive);
   /// otherwise as `init(fileDescriptor:...)`. An error `output` throws is reported as it is.
   public convenience init(
     output: ArchiveOutput, compression: ArchiveCompression, compressionLevel: Int? = nil, name: String,
-    outputObserver: ((UnsafeRawBufferPointer) -> Void)? = nil
+    outputObserver: ((UnsafeRawBufferPointer) -> Void)? = nil, framing: FrameOptions? = nil
   ) throws(ArchiveError) {
     try self.init(
       sink: DescriptorSink(output: output, observer: outputObserver), compression: compression,
-      compressionLevel: compressionLevel, name: name)
+      compressionLevel: compressionLevel, name: name, framing: framing)
   }
 
   private init(
-    sink: DescriptorSink, compression: ArchiveCompression, compressionLevel: Int?, name: String
+    sink: DescriptorSink, compression: ArchiveCompression, compressionLevel: Int?, name: String,
+    framing: FrameOptions?
   ) throws(ArchiveError) {
     let handle = archive_write_new()
     let scratchEntry = archive_entry_new()
@@ -90,6 +100,22 @@ public final class ArchiveWriter {
     state = .failed
     try check(archive_write_set_format_pax(handle), .open)
     try check(archive_write_set_options(handle, "xattrheader=SCHILY"), .open)
+    if let framing {
+      guard compression == .zstd, compressionLevel == nil else {
+        throw ArchiveError(
+          kind: .invalidArgument, operation: .open, archive: name,
+          message: "a framed archive is zstd, with the level in its frame options")
+      }
+      guard let framer = FrameWriter(options: framing, deliver: { [unowned sink] in sink.deliver($0) }) else {
+        throw ArchiveError(
+          kind: .invalidArgument, operation: .open, archive: name, message: "the frame options are not valid")
+      }
+      sink.framer = framer
+      try check(archive_write_set_bytes_per_block(handle, 0), .open)
+      try check(UTF8CharacterType.perform { sink.open(handle) }, .open)
+      state = .idle
+      return
+    }
     switch compression {
     case .none:
       if let compressionLevel {
@@ -118,6 +144,8 @@ public final class ArchiveWriter {
   }
 
   deinit {
+    // Frames not yet written stay unwritten: an abandoned archive gets nothing more.
+    if state != .finished { sink.framer?.stop() }
     if state != .finished { archive_write_fail(handle) }
     archive_write_free(handle)
     archive_entry_free(scratchEntry)
@@ -136,18 +164,45 @@ public final class ArchiveWriter {
   /// buffer and say nothing about member boundaries. Uses `archive_filter_bytes(a, 0)`.
   public var uncompressedOffset: Int64 { archive_filter_bytes(handle, 0) }
 
+  /// Whether the archive is framed zstd.
+  public var isFramed: Bool { sink.framer != nil }
+
+  /// The frames of a framed archive written so far (the bytes of the current frame are not in
+  /// it until `endFrame()`); nil for any other archive.
+  public var frameIndex: FrameIndex? { sink.framer?.index }
+
+  /// Uncompressed bytes that went into compressed and into stored frames so far.
+  public var framedBytes: (compressed: Int64, stored: Int64)? {
+    sink.framer.map { ($0.compressedBytes, $0.storedBytes) }
+  }
+
+  /// Ends the current frame of a framed archive, so that the next member starts a frame (the
+  /// manifest does: everything before it is then in `frameIndex`). Nothing for other archives.
+  public func endFrame() throws(ArchiveError) {
+    try require(.idle, .writeHeader, nil)
+    if let code = sink.framer?.endFrame() { throw framingFailure(code, .writeHeader, nil) }
+  }
+
   /// Writes `entry`'s header. For a regular file, exactly `entry.size` bytes of data must follow.
   ///
   /// Names that are not valid UTF-8 are stored byte for byte with a `hdrcharset=BINARY` pax
   /// record (GNU tar 1.34 extracts them correctly but prints "Ignoring unknown extended header
   /// keyword 'hdrcharset'"; `--warning=no-unknown-keyword` silences that).
   /// Uses `archive_write_header`.
-  public func writeHeader(_ entry: ArchiveEntry) throws(ArchiveError) {
+  /// `content` says what the data is, when the caller knows better than the member's name (a
+  /// chunk of a media file); it only decides how a framed archive stores it.
+  public func writeHeader(_ entry: ArchiveEntry, content: ContentKind = .unknown) throws(ArchiveError) {
     try require(.idle, .writeHeader, entry.path)
     if let reason = entry.invalidReason {
       throw ArchiveError(
         kind: .invalidArgument, operation: .writeHeader, archive: name, entryPath: entry.path,
         message: reason)
+    }
+    let content = content == .unknown ? ContentKind.of(path: entry.path) : content
+    if let framer = sink.framer,
+      let code = framer.beginMember(dataSize: entry.dataSize, incompressible: content == .incompressible)
+    {
+      throw framingFailure(code, .writeHeader, entry.path)
     }
     archive_entry_clear(scratchEntry)
     entry.copy(into: scratchEntry)
@@ -167,6 +222,7 @@ public final class ArchiveWriter {
     remaining = entry.dataSize
     position = 0
     sparseRegions = entry.storedSparseRegions
+    pendingContent = sink.framer == nil || entry.dataSize == 0 ? nil : content
     state = .inEntry
   }
 
@@ -202,12 +258,22 @@ public final class ArchiveWriter {
     var left = count
     while left > 0 {
       let chunk = Int(min(left, Int64(ZeroPages.bytes.count)))
-      try feed(UnsafeRawBufferPointer(rebasing: ZeroPages.bytes[0..<chunk]))
+      try feed(UnsafeRawBufferPointer(rebasing: ZeroPages.bytes[0..<chunk]), zeros: true)
       left -= Int64(chunk)
     }
   }
 
-  private func feed(_ buffer: UnsafeRawBufferPointer) throws(ArchiveError) {
+  private func feed(_ buffer: UnsafeRawBufferPointer, zeros: Bool = false) throws(ArchiveError) {
+    if let content = pendingContent, let framer = sink.framer {
+      pendingContent = nil
+      let incompressible =
+        !zeros
+        && (content == .incompressible
+          || (content == .unknown && ContentKind.of(leadingBytes: buffer) == .incompressible))
+      if let code = framer.beginData(incompressible: incompressible, size: remaining) {
+        throw framingFailure(code, .writeData, currentPath)
+      }
+    }
     let written = archive_write_data(handle, buffer.baseAddress, buffer.count)
     if written != buffer.count {
       throw failure(
@@ -290,6 +356,8 @@ public final class ArchiveWriter {
     try require(.idle, .finish, nil)
     let status = archive_write_close(handle)
     if status != ArchiveStatus.ok { throw failure(status, .finish, nil) }
+    if let code = sink.framer?.endFrame() { throw framingFailure(code, .finish, nil) }
+    sink.framer?.stop()
     state = .finished
   }
 
@@ -298,6 +366,7 @@ public final class ArchiveWriter {
   /// Uses `archive_write_fail`.
   public func abort() {
     if state != .finished {
+      sink.framer?.stop()
       archive_write_fail(handle)
       state = .failed
     }
@@ -311,6 +380,7 @@ public final class ArchiveWriter {
     remaining = 0
     position = 0
     sparseRegions = nil
+    pendingContent = nil
     currentPath = nil
     state = .idle
   }
@@ -333,6 +403,23 @@ public final class ArchiveWriter {
 
   private func check(_ status: Int32, _ operation: ArchiveError.Operation) throws(ArchiveError) {
     if status != ArchiveStatus.ok { throw failure(status, operation, nil) }
+  }
+
+  /// A failure of the framer (an output error while a frame was written, or libzstd's): the
+  /// archive is abandoned.
+  private func framingFailure(
+    _ code: Int32, _ operation: ArchiveError.Operation, _ path: [UInt8]?
+  ) -> ArchiveError {
+    sink.record(code)
+    if sink.streamError != nil { return failure(ArchiveStatus.fatal, operation, path) }
+    state = .failed
+    if let reason = sink.framer?.compressionError {
+      return ArchiveError(
+        kind: .io, operation: operation, archive: name, entryPath: path, message: "zstd failed: \(reason)")
+    }
+    return ArchiveError(
+      kind: .io, operation: operation, archive: name, entryPath: path, message: "write to the archive failed",
+      errno: code)
   }
 
   /// Classifies a libarchive failure: a failed `write(2)` is `.io`; an entry libarchive refused

@@ -40,6 +40,8 @@ final class DescriptorSink {
   fileprivate(set) var streamError: (any Error)?
   /// Sees every block before it is written (e.g. to checksum the archive as it is made).
   let observer: ((UnsafeRawBufferPointer) -> Void)?
+  /// For a framed archive: takes libarchive's uncompressed bytes and delivers zstd frames.
+  var framer: FrameWriter?
 
   init(fd: Int32, observer: ((UnsafeRawBufferPointer) -> Void)? = nil) {
     self.fd = fd
@@ -51,6 +53,12 @@ final class DescriptorSink {
     self.fd = -1
     self.output = output
     self.observer = observer
+  }
+
+  /// Hands `buffer` to the observer, then writes it; returns an errno when that failed.
+  func deliver(_ buffer: UnsafeRawBufferPointer) -> Int32? {
+    observer?(buffer)
+    return write(buffer)
   }
 
   /// Writes all of `buffer`, retrying on EINTR and short writes. Uses `write(2)`.
@@ -77,6 +85,11 @@ final class DescriptorSink {
     return nil
   }
 
+  /// Keeps the first failure's errno.
+  func record(_ code: Int32) {
+    if failure == nil { failure = code }
+  }
+
   /// Connects `handle` to this sink; `self` must outlive the archive.
   ///
   /// Uses `archive_write_open2`.
@@ -92,9 +105,8 @@ private func writeCallback(
 ) -> la_ssize_t {
   let sink = Unmanaged<DescriptorSink>.fromOpaque(context!).takeUnretainedValue()
   let block = UnsafeRawBufferPointer(start: buffer, count: length)
-  sink.observer?(block)
-  if let code = sink.write(block) {
-    if sink.failure == nil { sink.failure = code }
+  if let code = sink.framer.map({ $0.write(block) }) ?? sink.deliver(block) {
+    sink.record(code)
     appbox_archive_set_error(handle, code, "write to the archive failed")
     return -1
   }

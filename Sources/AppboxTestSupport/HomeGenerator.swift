@@ -41,12 +41,60 @@ public final class ContentWriter {
   private var random: SeededRandom
   private let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
   private var text: [UInt8]
+  /// The mixed profile's content (MixedContent.swift); nil for the random profile.
+  private var mixed: MixedContent?
 
-  public init(seed: UInt64) {
+  public init(seed: UInt64, profile: ContentProfile = .random) {
     random = SeededRandom(seed: seed)
     random.fill(buffer)
     // Some files compress (text-like); most do not (photos, media, databases).
     text = Array("The quick brown fox jumps over the lazy dog; appbox benchmark line.\n".utf8)
+    if profile == .mixed { mixed = MixedContent(seed: seed) }
+  }
+
+  public var profile: ContentProfile { mixed == nil ? .random : .mixed }
+
+  /// Creates (or replaces) `path` with `size` bytes of `kind`: in the random profile, text
+  /// repeats one line and the rest is random; in the mixed profile, each kind as
+  /// MixedContent.swift makes it (media behind its format's magic number).
+  public func write(_ path: String, size: Int, kind: ContentClass) throws {
+    guard mixed != nil else {
+      try write(path, size: size, compressible: kind == .text)
+      return
+    }
+    let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+    guard fd >= 0 else { throw GeneratorError("cannot create \(path): \(String(cString: strerror(errno)))") }
+    defer { close(fd) }
+    var done = 0
+    while done < size {
+      let chunk = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<min(size - done, buffer.count)])
+      switch kind {
+      case .text: mixed!.fillText(chunk)
+      case .records: mixed!.fillRecords(chunk, startingAt: done)
+      case .media:
+        mixed!.fillMedia(chunk)
+        if done == 0 {
+          let magic: [UInt8] =
+            path.hasSuffix(".mov") ? [0, 0, 0, 0x14] + Array("ftypqt  ".utf8) : [0xFF, 0xD8, 0xFF, 0xE0]
+          for (index, byte) in magic.enumerated() where index < chunk.count { chunk[index] = byte }
+        }
+      }
+      var offset = 0
+      while offset < chunk.count {
+        let n = Glibc.write(fd, chunk.baseAddress! + offset, chunk.count - offset)
+        guard n > 0 else { throw GeneratorError("cannot write \(path): \(String(cString: strerror(errno)))") }
+        offset += n
+      }
+      done += chunk.count
+    }
+  }
+
+  /// A database page of the mixed profile (nil in the random profile).
+  func recordPage(_ number: Int) -> [UInt8]? {
+    guard mixed != nil else { return nil }
+    var page = [UInt8](repeating: 0, count: InPlaceFiles.pageSize)
+    mixed!.fillPage(&page, number: number)
+    return page
   }
 
   deinit { buffer.deallocate() }
@@ -155,10 +203,11 @@ public func generateBundle(at path: String, seed: UInt64) throws {
 
 /// Fills a home's Documents, Library, Library/Caches and tmp with `shape.files` files and
 /// about `shape.bytes` bytes: many small files, some medium, a few large; nested folders;
-/// a few plists in Library/Preferences.
-public func generateData(home: String, shape: HomeShape) throws {
+/// a few plists in Library/Preferences. The mixed profile lays out the same tree, its files
+/// holding text (`.txt`, a quarter), records (`.dat`) and media (`.jpg`, 3 in 8 of the rest).
+public func generateData(home: String, shape: HomeShape, profile: ContentProfile = .random) throws {
   var random = SeededRandom(seed: shape.seed)
-  let writer = ContentWriter(seed: shape.seed ^ 0xDA7A)
+  let writer = ContentWriter(seed: shape.seed ^ 0xDA7A, profile: profile)
   // Where files go: Documents 60%, Library 15%, Library/Caches 20%, tmp 5%.
   let areas: [(String, Double)] = [
     ("Documents", 0.60), ("Library/Application Support", 0.15),
@@ -177,7 +226,7 @@ public func generateData(home: String, shape: HomeShape) throws {
 
   for preference in ["com.example.bench", "com.example.bench.widgets", "com.apple.analytics"] {
     try makeDirectories(home + "/Library/Preferences")
-    try writer.write(home + "/Library/Preferences/\(preference).plist", size: 2_000, compressible: true)
+    try writer.write(home + "/Library/Preferences/\(preference).plist", size: 2_000, kind: .text)
   }
   var fileIndex = 0
   for (area, share) in areas {
@@ -194,9 +243,15 @@ public func generateData(home: String, shape: HomeShape) throws {
         inDirectory = 0
       }
       let compressible = random.below(4) == 0
-      try writer.write(
-        directory + "/file-\(fileIndex).\(compressible ? "txt" : "bin")", size: sizes[fileIndex],
-        compressible: compressible)
+      if profile == .mixed {
+        let kind: ContentClass = compressible ? .text : fileIndex % 8 < 3 ? .media : .records
+        try writer.write(
+          directory + "/file-\(fileIndex).\(kind.fileExtension)", size: sizes[fileIndex], kind: kind)
+      } else {
+        try writer.write(
+          directory + "/file-\(fileIndex).\(compressible ? "txt" : "bin")", size: sizes[fileIndex],
+          compressible: compressible)
+      }
       fileIndex += 1
       inDirectory += 1
     }
@@ -205,10 +260,11 @@ public func generateData(home: String, shape: HomeShape) throws {
 
 /// Modifies, adds and deletes `percent`% of the files in Documents and Library (not Caches):
 /// half rewritten in place (same size, new bytes at the front), a quarter deleted, and as
-/// many new files added beside them.
-public func mutate(home: String, percent: Double, seed: UInt64) throws -> (
-  modified: Int, deleted: Int, added: Int
-) {
+/// many new files added beside them. In the mixed profile, each file is rewritten as its kind
+/// and the new ones are text, records and media in turn.
+public func mutate(
+  home: String, percent: Double, seed: UInt64, profile: ContentProfile = .random
+) throws -> (modified: Int, deleted: Int, added: Int) {
   var files: [String] = []
   for area in ["Documents", "Library"] {
     guard let enumerator = FileManager.default.enumerator(atPath: home + "/" + area) else { continue }
@@ -221,7 +277,7 @@ public func mutate(home: String, percent: Double, seed: UInt64) throws -> (
   }
   files.sort()
   var random = SeededRandom(seed: seed)
-  let writer = ContentWriter(seed: seed ^ 0x3A7E)
+  let writer = ContentWriter(seed: seed ^ 0x3A7E, profile: profile)
   let count = max(1, Int(Double(files.count) * percent / 100))
   var chosen = Set<Int>()
   while chosen.count < min(count, files.count) { chosen.insert(random.below(files.count)) }
@@ -232,18 +288,38 @@ public func mutate(home: String, percent: Double, seed: UInt64) throws -> (
     case 0, 1:
       var st = stat()
       lstat(path, &st)
-      try writer.write(path, size: Int(st.st_size))
+      try writer.write(path, size: Int(st.st_size), kind: rewritten(path, profile))
       result.modified += 1
     case 2:
       unlink(path)
       result.deleted += 1
     default:
       let directory = String(path[..<path.lastIndex(of: "/")!])
-      try writer.write(directory + "/added-\(seed)-\(order).bin", size: 2048 + random.below(30_000))
+      try writeAdded(
+        writer, directory, name: "added-\(seed)-\(order)", order: order, size: 2048 + random.below(30_000))
       result.added += 1
     }
   }
   return result
+}
+
+/// What a rewritten file holds: its kind in the mixed profile; random bytes in the random one,
+/// whatever its name.
+private func rewritten(_ path: String, _ profile: ContentProfile) -> ContentClass {
+  profile == .mixed ? ContentClass.of(path: path) : .records
+}
+
+/// A new file: `.bin` (random) in the random profile; text, records or media in turn in the
+/// mixed one.
+private func writeAdded(
+  _ writer: ContentWriter, _ directory: String, name: String, order: Int, size: Int
+) throws {
+  guard writer.profile == .mixed else {
+    try writer.write(directory + "/" + name + ".bin", size: size)
+    return
+  }
+  let kind = [ContentClass.text, .records, .media][order / 4 % 3]
+  try writer.write(directory + "/" + name + "." + kind.fileExtension, size: size, kind: kind)
 }
 
 /// The files the in-place workload edits: a 64 MB database in Library/Application Support and
@@ -256,14 +332,15 @@ public enum InPlaceFiles {
   public static let pageSize = 4096
 }
 
-/// Creates the in-place workload's database and media files (fresh content).
-public func generateInPlaceFiles(home: String, seed: UInt64) throws {
-  let writer = ContentWriter(seed: seed ^ 0x5EED)
+/// Creates the in-place workload's database and media files (fresh content; in the mixed
+/// profile the database holds records).
+public func generateInPlaceFiles(home: String, seed: UInt64, profile: ContentProfile = .random) throws {
+  let writer = ContentWriter(seed: seed ^ 0x5EED, profile: profile)
   try makeDirectories(home + "/Library/Application Support")
   try makeDirectories(home + "/Documents/Media")
-  try writer.write(home + "/" + InPlaceFiles.database, size: InPlaceFiles.databaseSize)
+  try writer.write(home + "/" + InPlaceFiles.database, size: InPlaceFiles.databaseSize, kind: .records)
   for (path, size) in zip(InPlaceFiles.media, InPlaceFiles.mediaSizes) {
-    try writer.write(home + "/" + path, size: size)
+    try writer.write(home + "/" + path, size: size, kind: .media)
   }
 }
 
@@ -288,10 +365,12 @@ public struct Mutation: CustomStringConvertible {
 /// `pwrite`), `percent`% of the database's 4 KB pages (the header page and runs of 1 to 8
 /// neighbouring pages, as SQLite's B-tree updates touch them) and two media files (a 64 KB
 /// metadata block rewritten where it lies, and 256 KB appended).
-public func mutateInPlace(home: String, percent: Double, seed: UInt64) throws -> Mutation {
+public func mutateInPlace(
+  home: String, percent: Double, seed: UInt64, profile: ContentProfile = .random
+) throws -> Mutation {
   var result = Mutation()
   var random = SeededRandom(seed: seed)
-  let writer = ContentWriter(seed: seed ^ 0x1A7E)
+  let writer = ContentWriter(seed: seed ^ 0x1A7E, profile: profile)
   // Files, as `mutate` picks them (the in-place files are edited separately).
   var files: [String] = []
   let skip = Set(([InPlaceFiles.database] + InPlaceFiles.media).map { home + "/" + $0 })
@@ -316,7 +395,7 @@ public func mutateInPlace(home: String, percent: Double, seed: UInt64) throws ->
     case 0, 1:
       var st = stat()
       lstat(path, &st)
-      try writer.write(path + ".saving", size: Int(st.st_size))
+      try writer.write(path + ".saving", size: Int(st.st_size), kind: rewritten(path, profile))
       guard rename(path + ".saving", path) == 0 else { throw GeneratorError("cannot rename over \(path)") }
       result.savedAtomically += 1
     case 2:
@@ -324,7 +403,8 @@ public func mutateInPlace(home: String, percent: Double, seed: UInt64) throws ->
       result.deleted += 1
     default:
       let directory = String(path[..<path.lastIndex(of: "/")!])
-      try writer.write(directory + "/added-\(seed)-\(order).bin", size: 2048 + random.below(30_000))
+      try writeAdded(
+        writer, directory, name: "added-\(seed)-\(order)", order: order, size: 2048 + random.below(30_000))
       result.added += 1
     }
   }
@@ -340,7 +420,11 @@ public func mutateInPlace(home: String, percent: Double, seed: UInt64) throws ->
   guard database >= 0 else { throw GeneratorError("cannot open the database") }
   defer { close(database) }
   for index in edited.sorted() {
-    page.withUnsafeMutableBytes { random.fill($0) }
+    if let records = writer.recordPage(index) {
+      page = records
+    } else {
+      page.withUnsafeMutableBytes { random.fill($0) }
+    }
     _ = page.withUnsafeBytes {
       pwrite(database, $0.baseAddress, $0.count, off_t(index * InPlaceFiles.pageSize))
     }

@@ -163,7 +163,7 @@ private func isValidUTF8(_ bytes: [UInt8]) -> Bool { String(validating: bytes, a
 }
 
 /// Checks what GNU tar extracted against what we wrote: bytes, modes, mtimes, links, xattrs.
-private func checkExtracted(_ members: [Member], in root: String) throws {
+func checkExtracted(_ members: [Member], in root: String) throws {
   var inodes: [[UInt8]: ino_t] = [:]
   for member in members {
     let entry = member.entry

@@ -21,7 +21,7 @@ struct CheckerTests {
   @Test func aFlippedByteIsCaughtByTheChecksumAndByReadData() throws {
     let fixture = try Fixture()
     try populate(fixture)
-    let result = try fixture.backup()
+    let result = try fixture.backup(StoredForm.plain.options)
     try flipByte(in: result.archivePath, within: Array("upper case".utf8))
     let quick = try fixture.repository.check()
     #expect(quick.problems.count == 1)

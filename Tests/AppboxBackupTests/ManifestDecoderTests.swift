@@ -3,6 +3,7 @@
 // records that were encoded, holds no more than about twice the longest record, and fails on
 // every truncation and every changed byte with one error, leaving nothing in a catalog.
 
+import AppboxArchive
 import AppboxCrypto
 import AppboxStore
 import AppboxTestSupport
@@ -57,6 +58,10 @@ final class WindowWatcher: ManifestConsumer {
     look()
     try collector.chunkList(digest, list)
   }
+  func frames(_ index: FrameIndex) throws {
+    look()
+    try collector.frames(index)
+  }
 }
 
 /// What differs between two manifests, record kind by record kind (the first difference of each).
@@ -71,6 +76,9 @@ func differences(_ a: Manifest, _ b: Manifest) -> [String] {
   compare("blobs", a.blobs, b.blobs, ==)
   compare("chunks", a.chunks, b.chunks, ==)
   compare("chunkLists", a.chunkLists, b.chunkLists) { $0.digest == $1.digest && $0.list == $1.list }
+  if a.frames != b.frames {
+    result.append("frames: \(a.frames?.count ?? -1), expected \(b.frames?.count ?? -1)")
+  }
   return result
 }
 
@@ -97,7 +105,8 @@ struct ManifestDecoderTests {
   /// A manifest of many records of every kind, with paths and trees of varied lengths (some
   /// blobs without a data offset, some trees stored as deltas).
   static func large(
-    blobs: Int = 6000, trees: Int = 300, treeBytes: Int = 3000, chunks: Int = 200, lists: Int = 50
+    blobs: Int = 6000, trees: Int = 300, treeBytes: Int = 3000, chunks: Int = 200, lists: Int = 50,
+    frames: Int? = 3000
   ) -> Manifest {
     var random = SeededRandom(seed: 5)
     var manifest = ManifestTests.sample()
@@ -126,6 +135,7 @@ struct ManifestDecoderTests {
         chunks: (0..<(1 + index)).map { (SHA256.hash(Array("chunk \($0)".utf8)), Int64(1000 + $0)) })
       return (SHA256.hash(Array("list \(index)".utf8)), list)
     }
+    manifest.frames = frames.map { ManifestTests.frames($0) }
     return manifest
   }
 
@@ -146,7 +156,9 @@ struct ManifestDecoderTests {
   func aManifestOfManyRecordsReadsTheSameAndHoldsOnlyAboutTheLongestRecord(piece: Int) throws {
     let manifest = Self.large()
     let bytes = manifest.encoded()
-    let longest = manifest.trees.map { $0.data.count + 80 }.max()!
+    // The frame index is one record too.
+    let longest = max(
+      manifest.trees.map { $0.data.count + 80 }.max()!, (manifest.frames?.encoded().count ?? 0) + 8)
     #expect(bytes.count > 50 * longest)
     for window in [1, 97, 4096, RecordReader.defaultWindow] {
       let watcher = WindowWatcher()
@@ -160,7 +172,7 @@ struct ManifestDecoderTests {
   }
 
   @Test func aRecordLongerThanTheWindowIsReadWholeAndTheWindowShrinksAfterIt() throws {
-    var manifest = Self.large(blobs: 4000, trees: 3)
+    var manifest = Self.large(blobs: 4000, trees: 3, frames: 100)
     let big = patternBytes(300_000, seed: 9)
     manifest.trees.insert(StoredTree(digest: SHA256.hash(big), data: big), at: 1)
     let bytes = manifest.encoded()
@@ -223,7 +235,11 @@ struct ManifestDecoderTests {
   @Test func everyTruncationAndEveryChangedByteIsOneErrorAndLeavesNothingInTheCatalog() throws {
     try Self.expectEveryDamageRefused(ManifestTests.sample().encoded(), name: "sample")
     try Self.expectEveryDamageRefused(
-      Self.large(blobs: 30, trees: 4, treeBytes: 120, chunks: 5, lists: 3).encoded(), name: "larger")
+      Self.large(blobs: 30, trees: 4, treeBytes: 120, chunks: 5, lists: 3, frames: nil).encoded(),
+      name: "larger")
+    try Self.expectEveryDamageRefused(
+      Self.large(blobs: 10, trees: 3, treeBytes: 80, chunks: 2, lists: 2, frames: 5).encoded(), name: "framed"
+    )
   }
 
   @Test func versionOneManifestsReadInPiecesToo() throws {

@@ -1,3 +1,4 @@
+import AppboxArchive
 import AppboxCrypto
 import Foundation
 import Testing
@@ -39,6 +40,58 @@ struct ManifestTests {
       chunkLists: [
         (SHA256.hash([4]), ChunkList(chunks: [(SHA256.hash([3]), 300_000), (SHA256.hash([5]), 12)]))
       ])
+  }
+
+  /// A frame index of `count` compressed frames (lengths only: what a manifest checks).
+  static func frames(_ count: Int) -> FrameIndex {
+    var out = ByteWriter()
+    out.varint(UInt64(count))
+    for index in 0..<count {
+      out.varint(UInt64(524_288 + index))
+      out.varint(UInt64(100_000 + index * 7) << 1)
+    }
+    return try! FrameIndex.decode(out.bytes)
+  }
+
+  @Test func framedArchivesManifestsAreVersionThreeWithTheirFrameIndex() throws {
+    var manifest = Self.sample()
+    #expect(manifest.encoded()[8] == 2)
+    manifest.frames = Self.frames(40)
+    let encoded = manifest.encoded()
+    #expect(encoded[8] == 3)
+    #expect(encoded.count == manifest.encodedSize)
+    let decoded = try Manifest.decode(encoded, archive: "0a1b2c3d.tar")
+    #expect(decoded.frames == manifest.frames)
+    #expect(decoded.blobs == manifest.blobs && decoded.chunks == manifest.chunks)
+    // An empty index is still an index (a repack holding only trees).
+    manifest.frames = FrameIndex()
+    #expect(try Manifest.decode(manifest.encoded(), archive: "x.tar.zst").frames == FrameIndex())
+  }
+
+  /// A frame index that does not decode is the manifest's damage, even under a valid checksum.
+  @Test func aBadFrameIndexIsRefusedEvenWithAValidChecksum() throws {
+    var manifest = Self.sample()
+    manifest.frames = Self.frames(2)
+    var encoded = manifest.encoded()
+    // The index is the last record before the checksum: 1 length byte, then count 2, then the
+    // frames; make the first frame's stored length impossible (1 byte), and re-sum.
+    let end = encoded.count - 32
+    let index = Self.frames(2).encoded()
+    let start = end - index.count
+    #expect(Array(encoded[start..<end]) == index)
+    var bad = ByteWriter()
+    bad.varint(2)
+    bad.varint(524_288)
+    bad.varint(1 << 1)
+    bad.varint(524_289)
+    bad.varint(100_007 << 1)
+    encoded = Array(encoded[..<(start - 1)]) + [UInt8(bad.bytes.count)] + bad.bytes
+    encoded += SHA256.hash(encoded).bytes
+    #expect {
+      try Manifest.decode(encoded, archive: "x.tar.zst")
+    } throws: {
+      "\($0)".contains("frame index is damaged")
+    }
   }
 
   @Test func roundTrips() throws {

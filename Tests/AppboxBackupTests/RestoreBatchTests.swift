@@ -17,7 +17,7 @@ import Testing
 struct RestoreBatchTests {
   /// A home touching every kind of entry, spread over several directories, backed up twice
   /// (the second time incrementally, with a large file edited in place so it is chunked).
-  static func populatedFixture(compression: ArchiveCompression) throws -> (Fixture, Snapshot) {
+  static func populatedFixture(_ form: StoredForm) throws -> (Fixture, Snapshot) {
     let fixture = try Fixture()
     for folder in 0..<4 {
       for index in 0..<5 {
@@ -37,8 +37,7 @@ struct RestoreBatchTests {
     let large = (0..<(3 << 20)).map { UInt8(truncatingIfNeeded: ($0 &* 2_654_435_761) >> 13) }
     try fixture.write("Documents/f1/large.bin", bytes: large)
     #expect(chmod(fixture.path("Documents/f3"), 0o750) == 0)
-    var options = BackupOptions()
-    options.compression = compression
+    var options = form.options
     _ = try fixture.backup(options)
     try fixture.trustSnapshots()
     var edited = large
@@ -64,9 +63,9 @@ struct RestoreBatchTests {
     return (try captureTree(target), report)
   }
 
-  @Test(arguments: [ArchiveCompression.none, .zstd])
-  func everyBatchSizeRestoresTheSameTree(_ compression: ArchiveCompression) throws {
-    let (fixture, snapshot) = try Self.populatedFixture(compression: compression)
+  @Test(arguments: [StoredForm.plain, .framed, .zstdStream])
+  func everyBatchSizeRestoresTheSameTree(_ form: StoredForm) throws {
+    let (fixture, snapshot) = try Self.populatedFixture(form)
     let (whole, wholeReport) = try restored(fixture, snapshot, batchFiles: Int.max)
     #expect(whole == (try fixture.captureData()))
     #expect(whole[Array("Documents/f3/link-to-n0".utf8)]?.hardLinks.count == 2)
@@ -86,7 +85,7 @@ struct RestoreBatchTests {
   }
 
   @Test func theBatchesCoverEveryEntryOnceAndKeepTheirSize() throws {
-    let (fixture, snapshot) = try Self.populatedFixture(compression: .none)
+    let (fixture, snapshot) = try Self.populatedFixture(.plain)
     let whole = try RestorePlan(catalog: fixture.repository.catalog, root: snapshot.rootTree)
     let planner = RestorePlanner(catalog: fixture.repository.catalog, root: snapshot.rootTree, batchFiles: 4)
     var paths: [[UInt8]] = []
@@ -117,7 +116,7 @@ struct RestoreBatchTests {
   /// A damaged member found in a later batch still fails the restore (exit 65), after earlier
   /// batches were written: the caller's staging directory is discarded, nothing else changes.
   @Test func aDamagedArchiveFailsInAnyBatch() throws {
-    let (fixture, snapshot) = try Self.populatedFixture(compression: .none)
+    let (fixture, snapshot) = try Self.populatedFixture(.plain)
     // Flip a byte of the last file content of the first archive (f3's files come last).
     let first = try fixture.repository.catalog.snapshots().first { $0.kind == .full }!
     let path = fixture.repository.archivePath(first.archive)

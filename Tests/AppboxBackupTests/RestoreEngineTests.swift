@@ -46,13 +46,13 @@ struct RestoreEngineTests {
       ])
   }
 
-  @Test(arguments: [ArchiveCompressionCase.gzip, .zstd])
-  func restoresFromCompressedArchives(_ compression: ArchiveCompressionCase) throws {
+  @Test(arguments: [StoredForm.gzip, .framed, .zstdStream])
+  func restoresFromCompressedArchives(_ form: StoredForm) throws {
     let fixture = try Fixture()
     try populate(fixture)
     let before = try fixture.captureData()
-    let result = try fixture.backup(BackupOptions(compression: compression.value))
-    #expect(result.archivePath.hasSuffix(compression.value.fileSuffix))
+    let result = try fixture.backup(form.options)
+    #expect(result.archivePath.hasSuffix(form.options.compression.fileSuffix))
     try fixture.write("Documents/a.txt", "changed")
     _ = try fixture.repository.restore(fixture.app.bundleIdentifier, in: fixture.session)
     expectSame(before, try fixture.captureData())
@@ -62,7 +62,7 @@ struct RestoreEngineTests {
   @Test func aDamagedArchiveIsRefusedBeforeTheHomeIsTouched() throws {
     let fixture = try Fixture()
     try populate(fixture)
-    let result = try fixture.backup()
+    let result = try fixture.backup(StoredForm.plain.options)
     try fixture.write("Documents/a.txt", "newer")
     let live = try fixture.captureData()
     // Flip one byte of a file's content inside the archive (the catalog still has the old checksum).
@@ -122,10 +122,4 @@ struct RestoreEngineTests {
       try fixture.repository.restore(fixture.app.bundleIdentifier, snapshot: "0badf00d", in: fixture.session)
     } throws: { ($0 as? BackupError)?.kind == .notFound }
   }
-}
-
-/// Swift Testing arguments must be Sendable and CustomStringConvertible-friendly.
-enum ArchiveCompressionCase: String, CaseIterable, Sendable {
-  case gzip, zstd
-  var value: ArchiveCompression { self == .gzip ? .gzip : .zstd }
 }

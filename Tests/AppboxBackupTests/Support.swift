@@ -113,3 +113,23 @@ func expectSame(
   let lines = differences(expected, actual)
   #expect(lines.isEmpty, "\(lines.joined(separator: "\n"))", sourceLocation: sourceLocation)
 }
+
+/// The forms a backup's archive takes: uncompressed, framed zstd (`--compress zstd`), one zstd
+/// stream (as appbox wrote `--compress zstd` before frames: such archives are still read),
+/// gzip.
+enum StoredForm: String, CaseIterable, Sendable {
+  case plain, framed, zstdStream, gzip
+
+  var options: BackupOptions {
+    var options = BackupOptions()
+    switch self {
+    case .plain: options.compression = .none
+    case .framed: options.compression = .zstd
+    case .zstdStream:
+      options.compression = .zstd
+      options.framing = nil
+    case .gzip: options.compression = .gzip
+    }
+    return options
+  }
+}

@@ -49,7 +49,7 @@ struct BackupEndToEndTests {
     #expect(snapshot["app"] as? String == "com.example.notes")
     let id = try #require(snapshot["snapshot"] as? String)
     #expect(id.count == 8 && id.allSatisfy(\.isHexDigit))
-    #expect(snapshot["archive"] as? String == device.repository + "/archives/\(id).tar")
+    #expect(snapshot["archive"] as? String == device.repository + "/archives/\(id).tar.zst")
     let listed = try #require(try device.json("snapshots") as? [[String: Any]])
     #expect(listed.count == 1)
     #expect(
@@ -162,7 +162,7 @@ struct BackupEndToEndTests {
     let first = try #require(try device.backup()["archive"] as? String)
     let second = try #require(try device.backup()["archive"] as? String)
     #expect(try device.run("check", "--read-data").status == 0)
-    try flipOneByte(in: first, inside: "lower case")
+    try flipContentByte(device, archive: first, of: "Documents/a.txt")
     let flipped = try device.run("check")
     #expect(flipped.status == 65)
     #expect(flipped.out.contains("problem:") && flipped.out.contains("CRC-32C does not match"))
@@ -181,7 +181,7 @@ struct BackupEndToEndTests {
     let archive = try #require(try device.backup()["archive"] as? String)
     try Data("newer".utf8).write(to: URL(fileURLWithPath: device.home + "/Documents/a.txt"))
     let live = try captureTree(device.home)
-    try flipOneByte(in: archive, inside: "upper case")
+    try flipContentByte(device, archive: archive, of: "Documents/A.txt")
     let result = try device.run("restore", "com.example.notes")
     #expect(result.status == 65)
     #expect(result.err.split(separator: "\n").count == 1 && result.err.hasPrefix("Error: "))
@@ -204,7 +204,7 @@ struct BackupEndToEndTests {
     #expect((forget?["removed"] as? [String])?.count == 2)
     let archivesAfter = device.archiveNames()
     #expect(!archivesAfter.contains(archivesBefore[0]) || archivesBefore.count - archivesAfter.count >= 1)
-    #expect(archivesAfter.contains("\(last).tar"))
+    #expect(archivesAfter.contains("\(last).tar.zst"))
     #expect(try device.run("check", "--read-data").status == 0)
     try FileManager.default.removeItem(atPath: device.home + "/Documents/a.txt")
     #expect(try device.run("restore", "com.example.notes").status == 0)
@@ -320,7 +320,7 @@ struct BackupEndToEndTests {
     #expect(listed.first?["unreadablePaths"] as? [String] == ["Documents/locked.txt"])
     let id = try #require(listed.first?["snapshot"] as? String)
     // The snapshot holds everything else, and the catalog remembers it is incomplete.
-    let tar = try runProcess("/usr/bin/tar", ["-tf", device.root + "/Backups/archives/\(id).tar"])
+    let tar = try runProcess("/usr/bin/tar", ["-tf", device.root + "/Backups/archives/\(id).tar.zst"])
     #expect(tar.out.contains("Documents/fine.txt") && !tar.out.contains("locked.txt"))
     let snapshots = try #require(
       try JSONSerialization.jsonObject(with: Data(try device.run("--json", "snapshots").stdout))
@@ -360,12 +360,22 @@ final class ProcessStatuses: @unchecked Sendable {
   var all: [Int32] { lock.withLock { statuses } }
 }
 
-/// Flips one bit in the middle of the first occurrence of `text` in the file at `path`.
-func flipOneByte(in path: String, inside text: String) throws {
-  var bytes = Array(try Data(contentsOf: URL(fileURLWithPath: path)))
-  let needle = Array(text.utf8)
-  let start = try #require(
-    (0...(bytes.count - needle.count)).first { bytes[$0..<($0 + needle.count)].elementsEqual(needle) })
-  bytes[start + needle.count / 2] ^= 0x01
-  try Data(bytes).write(to: URL(fileURLWithPath: path))
+/// Changes one stored byte of the content of `path` in `archive` (a framed one by default):
+/// in the middle of the frame that holds the member's data, or of its bytes in a plain tar.
+func flipContentByte(_ device: Device, archive: String, of path: String) throws {
+  let catalog = try Catalog(path: device.repository + "/catalog.db")
+  let name = (archive as NSString).lastPathComponent
+  let offset = try #require(
+    try catalog.blobs(inArchive: name).first { $0.path == Array(path.utf8) }?.dataOffset)
+  guard let frames = try catalog.frameIndex(of: name) else {
+    var bytes = Array(try Data(contentsOf: URL(fileURLWithPath: archive)))
+    bytes[Int(offset)] ^= 0x01
+    try Data(bytes).write(to: URL(fileURLWithPath: archive))
+    return
+  }
+  let frame = frames.frames[try #require(frames.frame(containing: offset))]
+  var bytes = Array(try Data(contentsOf: URL(fileURLWithPath: archive)))
+  bytes[Int(frame.storedOffset) + frame.storedLength / 2] ^= 0x01
+  try Data(bytes).write(to: URL(fileURLWithPath: archive))
 }
+

@@ -64,11 +64,11 @@ struct DamagedObjectTests {
   @Test func aLocalRepositoryWithADamagedManifestOrSnapshotObjectIsNamedAndRebuiltWhole() throws {
     let device = Device()
     let made = try Self.threeSnapshots(device) { try #require($0.backup()["snapshot"] as? String) }
-    try flipByte(device.repository + "/manifests/\(made[1].id).tar")
+    try flipByte(device.repository + "/manifests/\(made[1].id).tar.zst")
     try flipByte(device.repository + "/snapshots/\(made[2].id)")
     let check = try device.run("check", "--read-data")
     #expect(check.status == 65)
-    #expect(check.out.contains("Object 'manifests/\(made[1].id).tar' is damaged"), "\(check.out)")
+    #expect(check.out.contains("Object 'manifests/\(made[1].id).tar.zst' is damaged"), "\(check.out)")
     #expect(check.out.contains("Object 'snapshots/\(made[2].id)' is damaged"), "\(check.out)")
     // The rebuild reads each archive's own manifest for the damaged object, and the damaged
     // snapshot object's row from its archive's manifest: nothing is lost.
@@ -99,12 +99,12 @@ struct DamagedObjectTests {
       let array = try JSONSerialization.jsonObject(with: Data(result.stdout)) as? [[String: Any]]
       return try #require(array?.first?["snapshot"] as? String)
     }
-    try flipByte(repository + "/manifests/\(made[1].id).tar")
+    try flipByte(repository + "/manifests/\(made[1].id).tar.zst")
     // This device keeps its own copies of the objects: check reads the repository's.
     let check = try device.run("check", "--read-data", "--repo", repository, environment: environment)
     #expect(check.status == 65)
-    #expect(check.out.contains("Object 'manifests/\(made[1].id).tar' is damaged"), "\(check.out)")
-    let line = check.out.split(separator: "\n").first { $0.contains("manifests/\(made[1].id).tar") } ?? ""
+    #expect(check.out.contains("Object 'manifests/\(made[1].id).tar.zst' is damaged"), "\(check.out)")
+    let line = check.out.split(separator: "\n").first { $0.contains("manifests/\(made[1].id).tar.zst") } ?? ""
     #expect(line.contains("snapshots needing it: ") && line.contains(made[1].id), "\(check.out)")
 
     // A new device lists the others, marks the damaged one, and restores the others.
@@ -156,11 +156,11 @@ struct DamagedObjectTests {
       return try #require(array?.first?["snapshot"] as? String)
     }
     let client = try s3Client(bucket.cluster)
-    let key = "fleet/manifests/\(made[1].id).tar"
+    let key = "fleet/manifests/\(made[1].id).tar.zst"
     try client.put(bucket.name, key, flipped(try client.get(bucket.name, key)))
     let check = try device.s3(bucket, "check")
     #expect(check.status == 65)
-    #expect(check.out.contains("Object 'manifests/\(made[1].id).tar' is damaged"), "\(check.out)")
+    #expect(check.out.contains("Object 'manifests/\(made[1].id).tar.zst' is damaged"), "\(check.out)")
 
     let fresh = Device()
     #expect(try fresh.run("device", "init").status == 0)

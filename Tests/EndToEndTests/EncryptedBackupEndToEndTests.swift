@@ -72,12 +72,13 @@ struct EncryptedBackupEndToEndTests {
     let tar = try device.run(
       "archive", "decrypt", snapshot, "--repo", repository, "--password-file", password)
     #expect(tar.status == 0, "\(tar.err)")
-    let listing = try runProcess("/usr/bin/tar", ["--warning=no-unknown-keyword", "-t"], input: tar.stdout)
+    let listing = try runProcess(
+      "/usr/bin/tar", ["--warning=no-unknown-keyword", "--zstd", "-t"], input: tar.stdout)
     #expect(listing.status == 0, "\(listing.err)")
     #expect(listing.out.contains("Documents/QuarterlyPlanZebra.txt"))
     let target = TemporaryDirectory("decrypted")
     let extract = try runProcess(
-      "/usr/bin/tar", ["--warning=no-unknown-keyword", "-x", "-C", target.path], input: tar.stdout)
+      "/usr/bin/tar", ["--warning=no-unknown-keyword", "--zstd", "-x", "-C", target.path], input: tar.stdout)
     #expect(extract.status == 0, "\(extract.err)")
     #expect(
       Array(try Data(contentsOf: URL(fileURLWithPath: target.url("Documents/QuarterlyPlanZebra.txt"))))

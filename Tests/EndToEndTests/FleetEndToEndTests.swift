@@ -20,7 +20,7 @@ struct FleetEndToEndTests {
     #expect(full["kind"] as? String == "full")
     let first = try #require(full["snapshot"] as? String)
     #expect(
-      (full["archive"] as? String)?.hasPrefix("s3://\(bucket.name)/fleet/archives/\(first).tar") == true)
+      (full["archive"] as? String)?.hasPrefix("s3://\(bucket.name)/fleet/archives/\(first).tar.zst") == true)
     try Data("changed on the device".utf8).write(to: URL(fileURLWithPath: device.home + "/Documents/a.txt"))
     try Data("new".utf8).write(to: URL(fileURLWithPath: device.home + "/Library/new.txt"))
     let after = try captureHomeData(device.home)
@@ -49,11 +49,11 @@ struct FleetEndToEndTests {
     let forget = try #require(
       try device.s3JSON(bucket, "forget", "com.example.notes", "--keep-last", "1") as? [String: Any])
     #expect(forget["removed"] as? [String] == [first])
-    #expect(forget["markedArchives"] as? [String] == ["\(first).tar"])
-    #expect(forget["deletedArchives"] as? [String] == ["\(first).tar"])
+    #expect(forget["markedArchives"] as? [String] == ["\(first).tar.zst"])
+    #expect(forget["deletedArchives"] as? [String] == ["\(first).tar.zst"])
     let objectsAfter = try allObjects(bucket).map(\.key)
     #expect(!objectsAfter.contains { $0.contains(first) }, "\(objectsAfter)")
-    #expect(objectsBefore.contains("fleet/archives/\(first).tar"))
+    #expect(objectsBefore.contains("fleet/archives/\(first).tar.zst"))
     #expect(try device.s3(bucket, "check", "--read-data").status == 0)
     try FileManager.default.removeItem(atPath: device.home + "/Documents/a.txt")
     #expect(try device.s3(bucket, "restore", "com.example.notes").status == 0)
@@ -237,10 +237,10 @@ struct FleetEndToEndTests {
     try device.install("Notes-1.0/Notes.app")
     #expect(try device.s3(bucket, "repo", "init").status == 0)
     try writeSampleData(home: device.home)
+    // Random bytes: zstd cannot shrink them, so the archive takes several multipart parts.
     var big = [UInt8](repeating: 0, count: 40 << 20)
-    for index in stride(from: 0, to: big.count, by: 4096) {
-      big[index] = UInt8(truncatingIfNeeded: index >> 12)
-    }
+    var random = SeededRandom(seed: 40)
+    big.withUnsafeMutableBytes { random.fill($0) }
     try Data(big).write(to: URL(fileURLWithPath: device.home + "/Documents/big.bin"))
     let first = try #require(try device.backup(to: bucket)["snapshot"] as? String)
 

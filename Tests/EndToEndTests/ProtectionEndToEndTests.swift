@@ -348,7 +348,12 @@ struct ProtectionEndToEndTests {
     // A full backup stores every file again, so its archive stands alone and shows the records
     // (an incremental one keeps them in the snapshot's trees when the content is not new).
     let after = try backup(full: true)
-    let archive = try Data(contentsOf: URL(fileURLWithPath: repo.path + "/archives/\(after).tar"))
+    // The default archive is framed zstd: its pax stream is what zstd decompresses.
+    let unpacked = repo.path + "/after.tar"
+    let decompressed = try runProcess(
+      "/usr/bin/zstd", ["-q", "-d", repo.path + "/archives/\(after).tar.zst", "-o", unpacked])
+    #expect(decompressed.status == 0, "\(decompressed.err)")
+    let archive = try Data(contentsOf: URL(fileURLWithPath: unpacked))
     let exported = repo.path + "/export.tar"
     try expectSuccess(device.run("export", Self.app, exported))
     for data in [archive, try Data(contentsOf: URL(fileURLWithPath: exported))] {

@@ -55,6 +55,12 @@ struct Bench {
   var partialPath: String?
   /// Files the churn tree holds (set when it is first made).
   var churnFiles = "?"
+  /// What the generated files hold (`--content`): random bytes but for a quarter of the files,
+  /// or text, records and media that compress as an app's data does.
+  var profile = ContentProfile.random
+  /// The compression appbox's rows use besides its default (`--compress`): the other of
+  /// `none` and `zstd`, found from `appbox help backup`.
+  var alternative = "zstd"
 
   init(size: BenchSize, appbox: String) {
     self.size = size
@@ -78,8 +84,15 @@ struct Bench {
     try shell.run("\(ab) path \(app)").trimmingCharacters(in: .whitespacesAndNewlines)
   }
 
+  /// The other of `none` and `zstd`, whichever `backup` does not use by default.
+  func alternativeCompression() -> String {
+    let help = (try? shell.run("\(appbox) help backup")) ?? ""
+    return help.contains("(default: zstd)") ? "none" : "zstd"
+  }
+
   mutating func runAll() throws -> String {
     let shape = size.shape
+    alternative = alternativeCompression()
     // appbox marks its ApplicationRoot "top of unrelated hierarchies" (chattr +T) so new
     // homes do not crawl through freshly deleted inodes; the peers' targets get the same
     // flag, or the benchmark's own churn would slow only them.
@@ -92,8 +105,8 @@ struct Bench {
     try generateBundle(at: work + "/Bench.app", seed: 7)
     try shell.run("\(ab) install \(work)/Bench.app")
     var home = try self.home()
-    try generateData(home: home, shape: shape)
-    try generateInPlaceFiles(home: home, seed: shape.seed)
+    try generateData(home: home, shape: shape, profile: profile)
+    try generateInPlaceFiles(home: home, seed: shape.seed, profile: profile)
     let backedUp = try shell.run(
       "cd \(home) && find . -path ./Bench.app -prune -o -path ./Library/Caches -prune -o -path ./tmp -prune -o -type f -print | wc -l"
     ).trimmingCharacters(in: .whitespacesAndNewlines)
@@ -102,6 +115,10 @@ struct Bench {
       .trimmingCharacters(in: .whitespacesAndNewlines)
     let notes = [
       "tree: \(shape.files) files / \(shape.bytes / 1_000_000) MB generated (seed \(shape.seed)), plus a 64 MB database and six media files of 1–64 MB (the in-place workload's); backed up: \(backedUp) files, \(Int64(bytes).map { $0 / 1_000_000 } ?? 0) MB (the bundle, Library/Caches and tmp are excluded by every tool)",
+      profile == .mixed
+        ? "content: mixed (`--content mixed`): a quarter of the files text, the rest records and media (3 in 8), the database records; changed files keep their kind (Sources/AppboxTestSupport/MixedContent.swift)"
+        : "content: random bytes, but for a quarter of the files, which repeat one line of text (the changes write random bytes)",
+      "appbox rows: `appbox` is the default compression; `appbox --compress \(alternative)` the other",
       "machine: \(ProcessInfo.processInfo.activeProcessorCount) cores, \(ProcessInfo.processInfo.physicalMemory >> 30) GiB; warm page cache; medians of \(runs) runs, with min–max; every ratio is taken run by run (both tools in the same run), then its median and min–max given",
       "machine state at the start: \(machineState()) (each scenario notes its own)",
       "tools: \(toolVersions())",
@@ -277,10 +294,10 @@ struct Bench {
     // peers exclude it. So each timed `backup --full` (which re-reads and stores all the
     // data) goes to a repository that already holds the bundle: the same bytes as the peers.
     // The bytes stored are what each run added to its repository or archive.
-    for repository in ["full-appbox", "full-zstd"] {
+    for (repository, flags) in [("full-appbox", ""), ("full-alt", " --compress \(alternative)")] {
       try shell.run(
         "rm -rf \(work)/\(repository) && \(ab) --quiet repo init --repo \(work)/\(repository)"
-          + " && \(ab) --quiet backup \(app) --repo \(work)/\(repository)")
+          + " && \(ab) --quiet backup \(app)\(flags) --repo \(work)/\(repository)")
     }
     for run in 0..<runs {
       try shell.run("rm -rf \(work)/full && mkdir -p \(work)/full && restic -q -r \(work)/full/restic init")
@@ -291,9 +308,9 @@ struct Bench {
           true
         ),
         (
-          "appbox --compress zstd",
-          "\(ab) --quiet backup \(app) --full --compress zstd --repo \(work)/full-zstd",
-          "\(work)/full-zstd", false
+          "appbox --compress \(alternative)",
+          "\(ab) --quiet backup \(app) --full --compress \(alternative) --repo \(work)/full-alt",
+          "\(work)/full-alt", false
         ),
         (
           "GNU tar level 0",
@@ -324,15 +341,17 @@ struct Bench {
         rows[tool, default: []].append(sample)
       }
       // Keep one full backup in each repository (disk space): the next run's is measured the same.
-      for repository in ["full-appbox", "full-zstd"] {
+      for repository in ["full-appbox", "full-alt"] {
         try shell.run("\(ab) --quiet forget \(app) --keep-last 1 --repo \(work)/\(repository)")
       }
       progress("full backup (\(state.rawValue)) run \(run + 1)/\(runs)")
     }
-    try shell.run("rm -rf \(work)/full \(work)/full-appbox" + (size == .large ? " \(work)/full-zstd" : ""))
+    try shell.run("rm -rf \(work)/full \(work)/full-appbox \(work)/full-alt")
     scenario.rows = [
-      "appbox", "appbox --compress zstd", "GNU tar level 0", "bsdtar (pax)", "bsdtar + fsync", "restic",
+      "appbox", "appbox --compress \(alternative)", "GNU tar level 0", "bsdtar (pax)", "bsdtar + fsync",
+      "restic",
     ].map { ($0, rows[$0] ?? []) }
+    scenario.byteReferences = ["restic"]
     scenario.targets = [("appbox", "bsdtar (pax)", 1.1)]
     return scenario
   }
@@ -361,6 +380,10 @@ struct Bench {
     try shell.run("rm -rf \(base) && mkdir -p \(base) && restic -q -r \(base)/restic init")
     try shell.run(
       "\(ab) --quiet repo init --repo \(base)/appbox && \(ab) --quiet backup \(app) --repo \(base)/appbox")
+    // The same chain in the other compression, backed up in the same runs.
+    try shell.run(
+      "\(ab) --quiet repo init --repo \(base)/appbox-alt && \(ab) --quiet backup \(app) --compress \(alternative) --repo \(base)/appbox-alt"
+    )
     try shell.run("tar -C \(home) \(tarExcludes) --listed-incremental=\(base)/snar -cf \(base)/l0.tar .")
     try shell.run("restic -q -r \(base)/restic backup \(resticExcludes(home)) \(home)")
     let prune = "-path ./Bench.app -prune -o -path ./Library/Caches -prune -o -path ./tmp -prune -o"
@@ -380,9 +403,9 @@ struct Bench {
         seed += 1
         let change: String
         if workload == .inPlace {
-          change = try mutateInPlace(home: home, percent: 1, seed: seed).description
+          change = try mutateInPlace(home: home, percent: 1, seed: seed, profile: profile).description
         } else {
-          let m = try mutate(home: home, percent: 1, seed: seed)
+          let m = try mutate(home: home, percent: 1, seed: seed, profile: profile)
           change = "modified \(m.modified), deleted \(m.deleted), added \(m.added)"
         }
         if run == 0 { incremental.notes.append("each run's change: \(change)") }
@@ -398,6 +421,11 @@ struct Bench {
             "appbox", "\(ab) --json backup \(app) --repo \(base)/appbox > \(base)/appbox.json",
             "\(base)/appbox",
             true
+          ),
+          (
+            "appbox --compress \(alternative)",
+            "\(ab) --quiet backup \(app) --compress \(alternative) --repo \(base)/appbox-alt",
+            "\(base)/appbox-alt", false
           ),
           (
             "GNU tar level 1",
@@ -426,6 +454,10 @@ struct Bench {
           let unchanged: [(String, String, Bool)] = [
             ("appbox", "\(ab) --quiet backup \(app) --repo \(base)/appbox", true),
             (
+              "appbox --compress \(alternative)",
+              "\(ab) --quiet backup \(app) --compress \(alternative) --repo \(base)/appbox-alt", false
+            ),
+            (
               "GNU tar level 1",
               "tar -C \(home) \(tarExcludes) --listed-incremental=\(base)/snar.nc -cf \(base)/nc.tar .", false
             ),
@@ -441,9 +473,14 @@ struct Bench {
         }
         progress("\(workload.rawValue) incremental (\(state.rawValue)) run \(run + 1)/\(runs)")
       }
-      incremental.rows = ["appbox", "GNU tar level 1", "restic"].map { ($0, inc[$0] ?? []) }
+      incremental.rows = ["appbox", "appbox --compress \(alternative)", "GNU tar level 1", "restic"].map {
+        ($0, inc[$0] ?? [])
+      }
       incremental.targets = [("appbox", "GNU tar level 1", 0.7), ("appbox", "restic", 0.05)]
-      incremental.byteTargets = [("appbox", "restic", 2.0)]
+      incremental.byteTargets = [
+        ("appbox", "restic", 1.5), ("appbox --compress \(alternative)", "restic", 1.5),
+      ]
+      incremental.byteReferences = ["restic"]
       let growth = catalogGrowth.map { Double($0.catalog) }
       let share = catalogGrowth.map { $0.added > 0 ? Double($0.catalog) / Double($0.added) : .nan }
       incremental.extra = [
@@ -471,9 +508,10 @@ struct Bench {
       }
       result.append(incremental)
       if workload == .atomicSaves {
-        noChange.rows = ["appbox", "GNU tar level 1", "restic", "stat walk (find -printf)"].map {
-          ($0, same[$0] ?? [])
-        }
+        noChange.rows = [
+          "appbox", "appbox --compress \(alternative)", "GNU tar level 1", "restic",
+          "stat walk (find -printf)",
+        ].map { ($0, same[$0] ?? []) }
         noChange.targets = [("appbox", "stat walk (find -printf)", 1.5)]
         noChanges.append(noChange)
       }
@@ -488,7 +526,7 @@ struct Bench {
       reference: "tar -x + syncfs")
     scenario.notes = scenarioNotes(state)
     scenario.notes.append(
-      "appbox verifies every byte's SHA-256 and makes the restored tree durable (syncfs) before swapping it in; as root it also gives every restored entry to the app's uid (tar -x as root sets the archive's owners); the zstd row restores the last full backup of the zstd-compressed repository"
+      "appbox verifies every byte's SHA-256 and makes the restored tree durable (syncfs) before swapping it in; as root it also gives every restored entry to the app's uid (tar -x as root sets the archive's owners); the `--compress \(alternative)` row restores the latest snapshot of the same chain in the other compression"
     )
     var rows: [String: [Sample]] = [:]
     // The worst run is held to a bound of its own, over at least five runs.
@@ -504,24 +542,19 @@ struct Bench {
         try makeChurnTree(home)
       }
       try shell.run(
-        "mkdir -p \(target)/tar \(target)/tar2 \(target)/restic && \(appbox) --quiet --root \(target)/device install \(work)/Bench.app && \(appbox) --quiet --root \(target)/zdevice install \(work)/Bench.app"
+        "mkdir -p \(target)/tar \(target)/tar2 \(target)/restic && \(appbox) --quiet --root \(target)/device install \(work)/Bench.app && \(appbox) --quiet --root \(target)/altdevice install \(work)/Bench.app"
       )
       if state == .churned { try churn() }
       var steps: [(String, String)] = [
         (
           "appbox",
           "\(appbox) --quiet --root \(target)/device restore \(app) --snapshot latest --repo \(base)/appbox"
-        )
+        ),
+        (
+          "appbox --compress \(alternative)",
+          "\(appbox) --quiet --root \(target)/altdevice restore \(app) --snapshot latest --repo \(base)/appbox-alt"
+        ),
       ]
-      if size == .small && FileManager.default.fileExists(atPath: work + "/full-zstd") {
-        // The cost of decompressing (and of reading members through libarchive): small tree only,
-        // for disk space.
-        steps.append(
-          (
-            "appbox (zstd repository)",
-            "\(appbox) --quiet --root \(target)/zdevice restore \(app) --snapshot latest --repo \(work)/full-zstd"
-          ))
-      }
       steps += [
         ("tar -x (level 0)", "tar -xf \(base)/l0.tar -C \(target)/tar"),
         ("tar -x + syncfs", "tar -xf \(base)/l0.tar -C \(target)/tar2 && sync -f \(target)/tar2"),
@@ -533,7 +566,7 @@ struct Bench {
       progress("restore (\(state.rawValue)) run \(run + 1)/\(restoreRuns)")
     }
     scenario.rows = [
-      "appbox", "appbox (zstd repository)", "tar -x (level 0)", "tar -x + syncfs", "restic restore",
+      "appbox", "appbox --compress \(alternative)", "tar -x (level 0)", "tar -x + syncfs", "restic restore",
     ]
     .map { ($0, rows[$0] ?? []) }
     scenario.targets = [("appbox", "tar -x + syncfs", 1.2)]

@@ -83,6 +83,9 @@ struct Scenario {
   var targets: [(String, String, Double)] = []
   /// Ratio targets on bytes stored: (numerator tool, denominator tool, bound).
   var byteTargets: [(String, String, Double)] = []
+  /// Tools whose bytes every row is also compared with, in a column each (beside the
+  /// reference's).
+  var byteReferences: [String] = []
   /// Targets on a tool's own median, in seconds.
   var absoluteTargets: [(String, Double)] = []
   /// Lines printed under the scenario's heading.
@@ -138,9 +141,13 @@ func report(_ scenarios: [Scenario], title: String, notes: [String]) -> String {
     let hasBytes = scenario.rows.contains { $0.samples.contains { $0.bytes != nil } }
     lines += [
       "| tool | median | min–max | runs | ratio vs \(scenario.reference): median (min–max) |"
-        + (hasBytes ? " bytes stored (median) | bytes vs \(scenario.reference) |" : "")
+        + (hasBytes
+          ? " bytes stored (median) | bytes vs \(scenario.reference) |"
+            + scenario.byteReferences.map { " bytes vs \($0) |" }.joined() : "")
         + " peak RSS |",
-      "|---|---:|---:|---:|---:|" + (hasBytes ? "---:|---:|" : "") + "---:|",
+      "|---|---:|---:|---:|---:|"
+        + (hasBytes ? "---:|---:|" + String(repeating: "---:|", count: scenario.byteReferences.count) : "")
+        + "---:|",
     ]
     // A tool this run did not measure (the large run's zstd restore) gets no row.
     for row in scenario.rows where !row.samples.isEmpty {
@@ -154,6 +161,9 @@ func report(_ scenarios: [Scenario], title: String, notes: [String]) -> String {
         let stored = row.samples.compactMap(\.bytes).map(Double.init)
         line +=
           " \(stored.isEmpty ? "" : formatBytes(median(stored))) | \(spread(scenario.ratios(row.tool, scenario.reference, bytes: true))) |"
+        for other in scenario.byteReferences {
+          line += " \(spread(scenario.ratios(row.tool, other, bytes: true))) |"
+        }
       }
       lines.append(line + " \(peak) |")
     }

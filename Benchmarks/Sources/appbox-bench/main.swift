@@ -3,11 +3,12 @@
 // single absolute time, as Markdown (stdout and Benchmarks/results/).
 //
 //   appbox-bench bundle DIR [--seed S]
-//   appbox-bench generate HOME --files N --bytes B [--seed S]
-//   appbox-bench mutate HOME --percent P [--seed S] [--in-place]
-//   appbox-bench in-place-files HOME [--seed S]
-//   appbox-bench run small|large|huge --appbox PATH [--runs N] [--work DIR] [--results DIR] [--only history|browse|repository|backup|restore] [--keep]
+//   appbox-bench generate HOME --files N --bytes B [--seed S] [--content random|mixed]
+//   appbox-bench mutate HOME --percent P [--seed S] [--in-place] [--content random|mixed]
+//   appbox-bench in-place-files HOME [--seed S] [--content random|mixed]
+//   appbox-bench run small|large|huge --appbox PATH [--runs N] [--work DIR] [--results DIR] [--only history|browse|repository|backup|restore] [--keep] [--content random|mixed]
 //   appbox-bench archive-throughput [--results DIR]
+//   appbox-bench frame-choices [--results DIR]
 //   appbox-bench device-backup --appbox PATH [--files N] [--runs N] [--work DIR] [--results DIR]
 import AppboxTestSupport
 import Foundation
@@ -27,6 +28,9 @@ func progress(_ message: String) { FileHandle.standardError.write(Data("bench: \
 
 let arguments = Array(CommandLine.arguments.dropFirst())
 let seed = option("seed", in: arguments).flatMap(UInt64.init) ?? 42
+guard let profile = ContentProfile(rawValue: option("content", in: arguments) ?? "random") else {
+  fail("--content takes random or mixed")
+}
 
 do {
   switch arguments.first {
@@ -37,20 +41,21 @@ do {
     guard arguments.count > 1, let files = option("files", in: arguments).flatMap(Int.init),
       let bytes = option("bytes", in: arguments).flatMap(Int64.init)
     else { fail("usage: generate HOME --files N --bytes B [--seed S]") }
-    try generateData(home: arguments[1], shape: HomeShape(files: files, bytes: bytes, seed: seed))
+    try generateData(
+      home: arguments[1], shape: HomeShape(files: files, bytes: bytes, seed: seed), profile: profile)
   case "mutate":
     guard arguments.count > 1, let percent = option("percent", in: arguments).flatMap(Double.init) else {
       fail("usage: mutate HOME --percent P [--seed S]")
     }
     if arguments.contains("--in-place") {
-      print(try mutateInPlace(home: arguments[1], percent: percent, seed: seed))
+      print(try mutateInPlace(home: arguments[1], percent: percent, seed: seed, profile: profile))
     } else {
-      let result = try mutate(home: arguments[1], percent: percent, seed: seed)
+      let result = try mutate(home: arguments[1], percent: percent, seed: seed, profile: profile)
       print("modified \(result.modified), deleted \(result.deleted), added \(result.added)")
     }
   case "in-place-files":
     guard arguments.count > 1 else { fail("usage: in-place-files HOME [--seed S]") }
-    try generateInPlaceFiles(home: arguments[1], seed: seed)
+    try generateInPlaceFiles(home: arguments[1], seed: seed, profile: profile)
   case "run":
     guard arguments.count > 1, let size = BenchSize(rawValue: arguments[1]),
       let appbox = option("appbox", in: arguments)
@@ -60,8 +65,9 @@ do {
     if let work = option("work", in: arguments) { bench.work = work }
     bench.only = option("only", in: arguments)
     bench.keep = arguments.contains("--keep")
+    bench.profile = profile
     let results = option("results", in: arguments) ?? "Benchmarks/results"
-    let name = size.rawValue + (bench.only.map { "-" + $0 } ?? "")
+    let name = size.rawValue + (bench.only.map { "-" + $0 } ?? "") + (profile == .mixed ? "-mixed" : "")
     try makeDirectories(results)
     bench.partialPath = results + "/\(name).partial.md"
     let text = try bench.runAll()
@@ -74,6 +80,12 @@ do {
     print(text, terminator: "")
     try makeDirectories(results)
     try text.write(toFile: results + "/archive-throughput.md", atomically: true, encoding: .utf8)
+  case "frame-choices":
+    let results = option("results", in: arguments) ?? "Benchmarks/results"
+    let text = try frameChoices()
+    print(text, terminator: "")
+    try makeDirectories(results)
+    try text.write(toFile: results + "/frame-choices.md", atomically: true, encoding: .utf8)
   case "device-backup":
     guard let appbox = option("appbox", in: arguments) else {
       fail("usage: device-backup --appbox PATH [--files N] [--runs N] [--work DIR] [--results DIR]")

@@ -153,7 +153,7 @@ final class Archiver {
             try writer.writeHeader(member(path(of: item), file: file))
             if file.dataRegions == nil { dataOffset = writer.uncompressedOffset }
           }
-          if mode == .chunks { chunkWriter?.begin() }
+          if mode == .chunks { chunkWriter?.begin(content: ContentKind.of(path: path(of: item))) }
           current = (item, offset, dataOffset, file, archiverHashes, mode)
         case .chunk(let buffer, let count, let cut):
           defer { pool.give(buffer) }

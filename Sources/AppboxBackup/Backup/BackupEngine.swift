@@ -40,7 +40,12 @@ public struct BackupOptions: Sendable {
   /// Re-read and store all the data instead of only what changed (the bundle still follows
   /// its own rule: stored again only when its seal changed).
   public var full: Bool
+  /// `.zstd` writes a framed archive (compressed per content, read in place like an
+  /// uncompressed one); `.gzip` compresses it as one stream (read from its start).
   public var compression: ArchiveCompression
+  /// How a framed archive is cut and compressed (measuring other choices); nil with `.zstd`
+  /// writes one zstd stream, as appbox did before frames (tests of such archives).
+  package var framing: FrameOptions? = .standard
   /// A label recorded with the snapshot ("pre-update").
   public var tag: String?
   /// Exports the app's keychain items into the snapshot, when given.
@@ -53,8 +58,12 @@ public struct BackupOptions: Sendable {
   /// (a repository written then, to read back).
   var plainSparseIdentity = false
 
+  /// What `backup` writes unless told otherwise (docs/performance.md, "Bytes per incremental").
+  public static let defaultCompression = ArchiveCompression.zstd
+
   public init(
-    full: Bool = false, compression: ArchiveCompression = .none, tag: String? = nil,
+    full: Bool = false, compression: ArchiveCompression = BackupOptions.defaultCompression,
+    tag: String? = nil,
     keychain: (any KeychainSnapshotting)? = nil
   ) {
     self.full = full
@@ -238,7 +247,8 @@ private struct BackupRun {
     bundleEntry: TreeEntry?, start: Date, sealed: [[UInt8]: Digest]
   ) throws -> Written {
     let writer = try ArchiveWriter(
-      output: output, compression: options.compression, name: repository.archivePath(name))
+      output: output, compression: options.compression, name: repository.archivePath(name),
+      framing: options.compression == .zstd ? options.framing : nil)
     let kind: SnapshotKind = parent == nil ? .full : .incremental
     let content = try archiveContent(
       writer: writer, home: home, scanner: scanner, name: name, kind: kind, bundleEntry: bundleEntry,
@@ -267,6 +277,11 @@ private struct BackupRun {
     observer.engine(.stage("manifest"))
     let manifest = content.manifest
     manifest.snapshot = snapshot
+    if writer.isFramed {
+      // The manifest starts a frame: everything before it is in the index it carries.
+      try writer.endFrame()
+      manifest.frames = writer.frameIndex
+    }
     try writer.writeHeader(metadataMember(Manifest.memberPath, size: manifest.encodedSize, time: start))
     try manifest.encode { try writer.writeData($0) }
     try writer.finishEntry()
@@ -316,10 +331,13 @@ private struct BackupRun {
         hook?(path, attempt)
         CrashPoint.hit("backup.file-read")
       } : hook
+    // Chunks are read where they lie: only archives read in place (uncompressed, or framed) hold them.
+    let readsInPlace =
+      options.compression == .none || (options.compression == .zstd && options.framing != nil)
     let reader = ContentReader(
       scanner: scanner, queue: queue, pool: pool, afterRead: afterRead,
       hashOnReader: options.hashOnReader, protectionClasses: try session.protectionClassesByKey(),
-      chunking: (options.compression == .none && repository.readsDirectly, kind == .incremental),
+      chunking: (readsInPlace && repository.readsDirectly, kind == .incremental),
       sealed: sealed, plainSparseIdentity: options.plainSparseIdentity)
     let readerThread = WorkerThread(name: "appbox-read") { try reader.run() }
     do {

@@ -32,6 +32,10 @@ final class ChunkWriter {
 
   /// The current chunk's bytes so far.
   private var length = 0
+  /// What the file's data is (its name, else its first bytes), for every chunk of it: a chunk
+  /// of a video compresses no better than the video.
+  private var content = ContentKind.unknown
+  private var atFileStart = true
   private var list: [(digest: Digest, size: Int64)] = []
 
   /// Chunks first stored in this archive, in archive order.
@@ -49,10 +53,12 @@ final class ChunkWriter {
 
   deinit { staging.deallocate() }
 
-  /// Starts a file.
-  func begin() {
+  /// Starts a file; `content` is what its name tells.
+  func begin(content: ContentKind) {
     length = 0
     list = []
+    self.content = content
+    atFileStart = true
     _ = hasher.finalize()
   }
 
@@ -69,6 +75,10 @@ final class ChunkWriter {
 
   private func append(_ piece: UnsafeRawBufferPointer) {
     guard !piece.isEmpty else { return }
+    if atFileStart {
+      atFileStart = false
+      if content == .unknown { content = ContentKind.of(leadingBytes: piece) }
+    }
     precondition(length + piece.count <= staging.count, "a chunk is longer than the longest")
     hasher.update(piece)
     (staging.baseAddress! + length).copyMemory(from: piece.baseAddress!, byteCount: piece.count)
@@ -87,7 +97,9 @@ final class ChunkWriter {
     list.append((digest, size))
     if !storedHere.contains(digest), !(try catalog.hasChunk(digest)) {
       let offset = writer.uncompressedOffset
-      try writer.writeHeader(metadataMember(ChunkList.memberPath(digest), size: length, time: time))
+      try writer.writeHeader(
+        metadataMember(ChunkList.memberPath(digest), size: length, time: time),
+        content: content == .incompressible ? .incompressible : .compressible)
       let dataOffset = writer.uncompressedOffset
       try writer.writeData(UnsafeRawBufferPointer(rebasing: staging[0..<length]))
       try writer.finishEntry()

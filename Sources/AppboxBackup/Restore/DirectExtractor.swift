@@ -1,6 +1,8 @@
-// Restore, the fast data path: content read straight from uncompressed archives at the data
-// offsets the catalog recorded, by two workers, each creating, writing, hashing and finishing
-// its own files.
+// Restore, the fast data path: content read in place from uncompressed and framed archives at
+// the data offsets the catalog recorded, by two workers, each creating, writing, hashing and
+// finishing its own files. A framed archive's ranges are read through its frame index, each
+// worker decoding the frames its units cover with its own decoder (which keeps the frame it
+// decoded last).
 //
 // Why: tar -x is one thread doing open/write/chmod/utimens/close per file, nearly all of it
 // kernel time. A restore must also hash every byte (SHA-256, ~1.4 GB/s on one core) and used
@@ -10,8 +12,10 @@
 //
 // Algorithm: the work is cut into units in archive order: runs of consecutive small members
 // (at most `batchBytes` from the first byte of the first to the last byte of the last,
-// headers in between included) read with one pread each, a large member alone (read in
-// pieces), and each file stored as chunks (its chunks read one by one, in file order). A
+// headers in between included) read with one pread each (in a framed archive a unit also takes
+// every member that starts in a frame it already covers, so no frame is decoded by both
+// workers), a large member alone (read in pieces), and each file stored as chunks (its chunks
+// read one by one, in file order). A
 // worker takes the next unit, reads it into its own buffer, and for each content creates the
 // first planned file with it (O_CREAT | O_EXCL | O_NOFOLLOW beneath its directory, through the
 // worker's own descriptors), writes it, hashes it, and only when the digest matches the one
@@ -25,6 +29,7 @@
 // the staging directory); each file is created by exactly one unit; nothing is written outside
 // the target (directories are opened beneath it, never following a symlink).
 
+import AppboxArchive
 import AppboxContainer
 import AppboxCore
 import AppboxPipeline
@@ -33,8 +38,15 @@ import AppboxRepository
 import Glibc
 import Synchronization
 
-/// What the fast path restores: contents whose bytes sit at known offsets of uncompressed archives.
+/// What the fast path restores: contents whose bytes sit at known offsets of uncompressed or
+/// framed archives.
 struct DirectWork {
+  /// An archive read in place: its path, and its frame index when framed.
+  struct Archive {
+    var path: String
+    var record: ArchiveRecord
+    var frames: FrameIndex?
+  }
   /// A content stored whole: `size` bytes at `dataOffset` of archive `archive`.
   struct Blob {
     var digest: Digest
@@ -49,8 +61,8 @@ struct DirectWork {
     var chunks: [(archive: Int32, dataOffset: Int64, size: Int64)]
   }
 
-  /// Archive paths; `Blob.archive` and chunks index into it.
-  var archives: [String] = []
+  /// The archives; `Blob.archive` and chunks index into it.
+  var archives: [Archive] = []
   var blobs: [Blob] = []
   var chunked: [Chunked] = []
   var isEmpty: Bool { blobs.isEmpty && chunked.isEmpty }
@@ -73,7 +85,7 @@ final class DirectExtractor: Sendable {
   /// archives open. The protected-file writer is no part of it: it is not shared between
   /// threads, so only the calling thread gets it (and works alone when there is one).
   private let units: [Unit]
-  private let archives: [FileDescriptor]
+  private let archives: [ArchiveRangeReader]
   private let nextUnit = Atomic<Int>(0)
   private let stopped = Atomic<Bool>(false)
   private let firstError = Mutex<(any Error)?>(nil)
@@ -90,31 +102,19 @@ final class DirectExtractor: Sendable {
     self.target = target
     self.owner = owner
     written = WrittenFiles(count: plan.files.count)
-    var opened: [FileDescriptor] = []
-    if !work.isEmpty {
-      do {
-        for path in work.archives {
-          let fd = try FileDescriptor.open(path, O_RDONLY)
-          opened.append(fd)
-          _ = posix_fadvise(fd.rawValue, 0, 0, POSIX_FADV_SEQUENTIAL)
-        }
-      } catch {
-        for fd in opened { fd.close() }
-        throw error
-      }
-    }
-    archives = opened
+    archives =
+      work.isEmpty
+      ? []
+      : try work.archives.map { try ArchiveRangeReader(path: $0.path, record: $0.record, frames: $0.frames) }
     units = work.isEmpty ? [] : Self.makeUnits(work)
-  }
-
-  deinit {
-    for fd in archives { fd.close() }
   }
 
   /// Runs the workers (this thread is one of them); `progress` is called on this thread.
   /// Protected files are created one at a time (the writer is not shared between threads):
   /// with `protectedFiles`, this thread works alone.
-  func run(workers requested: Int, protectedFiles: ProtectedFileWriter?, progress: (Int, Int64) -> Void) throws {
+  func run(workers requested: Int, protectedFiles: ProtectedFileWriter?, progress: (Int, Int64) -> Void)
+    throws
+  {
     if work.isEmpty { return }
     let count = protectedFiles == nil ? max(1, requested) : 1
     let helpers = (1..<count).map { number in
@@ -128,18 +128,31 @@ final class DirectExtractor: Sendable {
     progress(filesDone.load(ordering: .relaxed), Int64(bytesDone.load(ordering: .relaxed)))
   }
 
+  /// The bytes a worker's buffer holds: the longest unit, or a chunk.
+  static let bufferBytes = max(4 * batchBytes, ChunkingParameters.maximum)
+
   private static func makeUnits(_ work: DirectWork) -> [Unit] {
     var units: [Unit] = []
     var start = 0
     while start < work.blobs.count {
       var end = start + 1
       let first = work.blobs[start]
+      let frames = work.archives[Int(first.archive)].frames
       if first.size < Int64(Self.batchBytes) {
         while end < work.blobs.count {
           let next = work.blobs[end]
-          guard next.archive == first.archive, next.dataOffset >= work.blobs[end - 1].dataOffset,
-            next.dataOffset + next.size - first.dataOffset <= Int64(Self.batchBytes)
-          else { break }
+          let previous = work.blobs[end - 1]
+          guard next.archive == first.archive, next.dataOffset >= previous.dataOffset else { break }
+          let span = next.dataOffset + next.size - first.dataOffset
+          // A member starting in a frame this unit decodes anyway comes along.
+          if let frames, span <= Int64(Self.bufferBytes),
+            let covered = frames.frame(containing: previous.dataOffset + max(previous.size, 1) - 1),
+            next.dataOffset < frames.frames[covered].uncompressedEnd
+          {
+            end += 1
+            continue
+          }
+          guard span <= Int64(Self.batchBytes) else { break }
           end += 1
         }
       }
@@ -184,8 +197,10 @@ final class DirectExtractor: Sendable {
     let extractor: DirectExtractor
     let protectedFiles: ProtectedFileWriter?
     let buffer = UnsafeMutableRawBufferPointer.allocate(
-      byteCount: max(DirectExtractor.batchBytes, ChunkingParameters.maximum), alignment: 4096)
+      byteCount: DirectExtractor.bufferBytes, alignment: 4096)
     let hasher = SHA256Hasher()
+    /// Decodes the frames of framed archives (this worker's own; it keeps the last one).
+    let decoder = FrameDecoder()
     /// The worker's own way to its files' directories: from one to the next by name.
     let cursor: PlanCursor
 
@@ -275,13 +290,7 @@ final class DirectExtractor: Sendable {
 
     private func read(_ archive: Int32, at offset: Int64, count: Int) throws -> UnsafeRawBufferPointer {
       let slice = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<count])
-      let n = try extractor.archives[Int(archive)].readAll(into: slice, at: offset)
-      guard n == count else {
-        throw BackupError(
-          .corruptArchive,
-          "Archive '\(extractor.work.archives[Int(archive)])' is damaged: it ends inside a member it should hold"
-        )
-      }
+      try extractor.archives[Int(archive)].read(into: slice, at: offset, decoder: decoder)
       return UnsafeRawBufferPointer(slice)
     }
 

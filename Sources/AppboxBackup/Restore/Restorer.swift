@@ -221,8 +221,9 @@ extension Repository {
     return report
   }
 
-  /// Where the contents a plan needs are stored: read directly (uncompressed archives with
-  /// recorded data offsets, and chunks), or streamed member by member through libarchive.
+  /// Where the contents a plan needs are stored: read in place (uncompressed and framed
+  /// archives with recorded data offsets, and chunks), or streamed member by member through
+  /// libarchive.
   private struct ContentSources {
     var direct = DirectWork()
     var streamed: [String: [BlobLocation]] = [:]
@@ -237,11 +238,27 @@ extension Repository {
     let records = Dictionary(ordered.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
     let rank = Dictionary(ordered.enumerated().map { ($1.name, $0) }, uniquingKeysWith: { first, _ in first })
     var archiveIndex: [String: Int32] = [:]
-    func index(_ name: String) -> Int32 {
+    /// Whether each archive (by name) can be read in place, with its frame index when framed.
+    var inPlace: [String: FrameIndex??] = [:]
+    func layout(_ name: String) throws -> FrameIndex?? {
+      if let known = inPlace[name] { return known }
+      var found: FrameIndex?? = nil
+      if readsDirectly, let record = records[name] {
+        let frames = try frameIndex(of: record)
+        if record.compression == .none || frames != nil { found = .some(frames) }
+      }
+      inPlace[name] = found
+      return found
+    }
+    func index(_ name: String) throws -> Int32 {
       if let known = archiveIndex[name] { return known }
       let next = Int32(sources.direct.archives.count)
       archiveIndex[name] = next
-      sources.direct.archives.append(archivePath(name))
+      guard let record = records[name], case .some(let frames) = try layout(name) else {
+        throw BackupError(.corruptCatalog, "The catalog does not know archive '\(name)'")
+      }
+      sources.direct.archives.append(
+        DirectWork.Archive(path: archivePath(name), record: record, frames: frames))
       return next
     }
     // Where each content's copy is. Restoring most of what the repository holds, one pass over
@@ -254,11 +271,9 @@ extension Repository {
       found[Int(first)] = true
       sources.archives.insert(archive)
       // A sparse identity is verified from the member's map (its holes are not hashed).
-      if readsDirectly, let dataOffset, !plan.hasSparseIdentity(digest),
-        records[archive]?.compression == ArchiveCompression.none
-      {
+      if let dataOffset, !plan.hasSparseIdentity(digest), try layout(archive) != nil {
         sources.direct.blobs.append(
-          DirectWork.Blob(digest: digest, archive: index(archive), dataOffset: dataOffset, size: size))
+          DirectWork.Blob(digest: digest, archive: try index(archive), dataOffset: dataOffset, size: size))
       } else if let location = try catalog.blob(digest) {
         sources.streamed[location.archive, default: []].append(location)
       }
@@ -293,19 +308,19 @@ extension Repository {
       var chunks: [(archive: Int32, dataOffset: Int64, size: Int64)] = []
       for chunk in list.chunks {
         guard let location = try catalog.chunk(chunk.digest), location.size == chunk.size,
-          records[location.archive]?.compression == ArchiveCompression.none
+          try layout(location.archive) != nil
         else {
           throw BackupError(
             .corruptCatalog,
             "The catalog has no archive holding chunk \(chunk.digest.hex.prefix(16)) of '\(display(path))'")
         }
         sources.archives.insert(location.archive)
-        chunks.append((index(location.archive), location.dataOffset, location.size))
+        chunks.append((try index(location.archive), location.dataOffset, location.size))
       }
       sources.direct.chunked.append(DirectWork.Chunked(digest: digest, size: size, chunks: chunks))
     }
     // Oldest archive first, each from start to end (one integer key each: rank, then offset).
-    let archiveRank = sources.direct.archives.map { path in Int64(rank[splitPath(path).name] ?? 0) << 48 }
+    let archiveRank = sources.direct.archives.map { Int64(rank[$0.record.name] ?? 0) << 48 }
     sources.direct.blobs.sort {
       archiveRank[Int($0.archive)] | $0.dataOffset < archiveRank[Int($1.archive)] | $1.dataOffset
     }

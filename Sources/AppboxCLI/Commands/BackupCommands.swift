@@ -39,7 +39,10 @@ struct BackupCommand: ParsableCommand {
           "Re-read and store all the data, not only what changed (the bundle is still stored only when it changed)."
       ),
       .init(
-        "compress", value: "METHOD", help: "Compress the archive (default: none).",
+        "compress", value: "METHOD",
+        help:
+          "zstd: compress what compresses, store the rest as it is, in frames restore reads in place; "
+          + "none: a plain tar; gzip: one gzip stream (default: \(BackupOptions.defaultCompression.rawValue)).",
         choices: ["none", "gzip", "zstd"]),
       .init(
         "strict",
@@ -85,7 +88,9 @@ struct BackupCommand: ParsableCommand {
     strict = arguments.flag("strict")
     if all && !apps.isEmpty { throw arguments.usage("give apps or --all, not both") }
     if !all && apps.isEmpty { throw arguments.usage("name an app to back up, or use --all") }
-    let compression = ArchiveCompression(rawValue: arguments.value("compress") ?? "none") ?? .none
+    let compression =
+      arguments.value("compress").flatMap(ArchiveCompression.init(rawValue:))
+      ?? BackupOptions.defaultCompression
     options = BackupOptions(
       full: arguments.flag("full"), compression: compression, tag: try arguments.value("tag").map(validTag))
     self.arguments = arguments
@@ -107,6 +112,7 @@ struct BackupCommand: ParsableCommand {
     let repository = try context.repository(arguments, create: arguments.value("repo") == nil)
     var options = self.options
     options.keychain = context.keychainSnapshotter
+    if let framing = context.environment["APPBOX_FRAMES"] { options.framing = try frameOptions(framing) }
     let progress = ProgressBar(context)
     var outcomes: [Outcome] = []
     var firstFailure: Int32?
@@ -332,4 +338,26 @@ func validTag(_ text: String) throws -> String {
       "--tag takes 1 to 64 characters without controls, ',' or '/', not '\(text)'", commandPath: "backup")
   }
   return text
+}
+
+/// `APPBOX_FRAMES` (a test hook, for measuring): how framed archives are cut and compressed,
+/// as `level=N,frame=BYTES,stored=BYTES,stored-minimum=BYTES` (any of them; the others keep
+/// their standard values).
+func frameOptions(_ text: String) throws -> FrameOptions {
+  var options = FrameOptions.standard
+  for item in text.split(separator: ",") {
+    let parts = item.split(separator: "=", maxSplits: 1).map(String.init)
+    guard parts.count == 2, let value = Int(parts[1]) else {
+      throw UsageError("APPBOX_FRAMES: '\(item)' is not KEY=NUMBER")
+    }
+    switch parts[0] {
+    case "level": options.level = value
+    case "frame": options.frameSize = value
+    case "stored": options.storedFrameSize = value
+    case "stored-minimum": options.storedMinimum = value
+    default:
+      throw UsageError("APPBOX_FRAMES: unknown key '\(parts[0])' (level, frame, stored, stored-minimum)")
+    }
+  }
+  return options
 }

@@ -188,10 +188,11 @@ struct ArchiveDecrypt: ParsableCommand {
     name: "decrypt",
     abstract: "Write an archive's plain pax tar (decrypted when the repository is encrypted) to stdout.",
     discussion: """
-      ARCHIVE is an archive's name (1a2b3c4d.tar), its path in the repository, or a snapshot id. The
-      output is the archive as stored, opened: GNU tar lists and extracts it
-      (appbox archive decrypt ID | tar -tv). An archive backed up with --compress stays compressed
-      (tar --zstd or -z then). With --json the tar goes to --output FILE and stdout gets a summary.
+      ARCHIVE is an archive's name (1a2b3c4d.tar.zst), its path in the repository, or a snapshot id.
+      The output is the archive as stored, opened: GNU tar lists and extracts it. Backups are
+      zstd-compressed unless made with --compress none (appbox archive decrypt ID | tar --zstd -tv;
+      tar -tv for a plain one, -z for gzip). With --json the tar goes to --output FILE and stdout
+      gets a summary.
       """,
     positionals: [.init("ARCHIVE", help: "An archive's name or path, or a snapshot id.")],
     options: [
@@ -201,8 +202,8 @@ struct ArchiveDecrypt: ParsableCommand {
     examples: [
       .init(
         "List a snapshot's archive with GNU tar, then write it to a file:",
-        "appbox archive decrypt 1a2b3c4d --repo /srv/vault | tar -tv",
-        "appbox archive decrypt 1a2b3c4d --repo /srv/vault --output snapshot.tar")
+        "appbox archive decrypt 1a2b3c4d --repo /srv/vault | tar --zstd -tv",
+        "appbox archive decrypt 1a2b3c4d --repo /srv/vault --output snapshot.tar.zst")
     ],
     exitStatuses: [
       .usage("Malformed, or --json without --output (stdout carries the JSON)."),

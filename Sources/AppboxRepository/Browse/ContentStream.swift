@@ -2,12 +2,13 @@
 // anything else that serves a single file without building a tree.
 //
 // Algorithm: the content's location comes from the catalog:
-// - a blob in an uncompressed archive of a local unencrypted repository, whose data offset is
-//   recorded and whose digest is the plain kind: `pread` of exactly its bytes, in pieces;
+// - a blob in an uncompressed or framed archive of a local unencrypted repository, whose data
+//   offset is recorded and whose digest is the plain kind: its bytes read in place, in pieces
+//   (`pread`, through the frames it lies in when framed: ArchiveRangeReader);
 // - any other blob (compressed, encrypted or S3 archives, sparse members): the archive is read
-//   through libarchive from the member's header (entered directly when uncompressed, from the
-//   start otherwise), the member checked to be the recorded path and size, and its data passed
-//   on with the offsets the reader reports (a sparse member's holes are gaps);
+//   through libarchive from the member's header (entered directly when uncompressed or framed,
+//   from the start otherwise), the member checked to be the recorded path and size, and its data
+//   passed on with the offsets the reader reports (a sparse member's holes are gaps);
 // - a content stored as chunks (local unencrypted repositories only): each chunk read at its
 //   location, in order.
 // Every byte passed on is hashed with the kind of identity the tree recorded
@@ -40,6 +41,7 @@ extension Repository {
     let hasher = ContentHasher(sparse: entry.hasSparseIdentity, size: entry.size)
     let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 4096)
     defer { buffer.deallocate() }
+    let decoder = FrameDecoder()
     func give(_ data: UnsafeRawBufferPointer, at offset: Int64) throws {
       guard offset >= 0, offset + Int64(data.count) <= entry.size else {
         throw RepositoryError(
@@ -50,11 +52,10 @@ extension Repository {
     }
     if let location = try catalog.blob(digest) {
       let record = try archiveRecord(location.archive)
-      if readsDirectly, let dataOffset = location.dataOffset, !entry.hasSparseIdentity,
-        record.compression == .none
+      if let dataOffset = location.dataOffset, !entry.hasSparseIdentity, let ranges = try rangeReader(record)
       {
-        try readRange(archive: record, at: dataOffset, size: location.size, buffer: buffer) { data, offset in
-          try give(data, at: offset)
+        try readRange(ranges, at: dataOffset, size: location.size, buffer: buffer, decoder: decoder) {
+          data, offset in try give(data, at: offset)
         }
       } else {
         try readMember(location, record: record, buffer: buffer, give)
@@ -66,16 +67,25 @@ extension Repository {
           "'\(display(path))' is stored as chunks, which only a local unencrypted repository holds")
       }
       var position: Int64 = 0
+      var readers: [String: ArchiveRangeReader] = [:]
       for chunk in list.chunks {
         guard let location = try catalog.chunk(chunk.digest), location.size == chunk.size else {
           throw RepositoryError(
             .corruptCatalog,
             "The catalog has no archive holding chunk \(chunk.digest.hex.prefix(16)) of '\(display(path))'")
         }
+        if readers[location.archive] == nil {
+          guard let reader = try rangeReader(try archiveRecord(location.archive)) else {
+            throw RepositoryError(
+              .corruptCatalog,
+              "Archive '\(location.archive)' holds chunks of '\(display(path))' but cannot be read in place")
+          }
+          readers[location.archive] = reader
+        }
         let start = position
         try readRange(
-          archive: try archiveRecord(location.archive), at: location.dataOffset, size: chunk.size,
-          buffer: buffer
+          readers[location.archive]!, at: location.dataOffset, size: chunk.size, buffer: buffer,
+          decoder: decoder
         ) { data, offset in try give(data, at: start + offset) }
         position += chunk.size
       }
@@ -90,30 +100,19 @@ extension Repository {
     }
   }
 
-  /// The bytes `at ..< at + size` of an uncompressed local archive, in buffer-sized pieces
-  /// (offsets from `at`).
+  /// The uncompressed bytes `at ..< at + size` of a local archive, read in place in
+  /// buffer-sized pieces (offsets from `at`).
   private func readRange(
-    archive record: ArchiveRecord, at start: Int64, size: Int64, buffer: UnsafeMutableRawBufferPointer,
-    _ body: (UnsafeRawBufferPointer, Int64) throws -> Void
+    _ archive: ArchiveRangeReader, at start: Int64, size: Int64, buffer: UnsafeMutableRawBufferPointer,
+    decoder: FrameDecoder, _ body: (UnsafeRawBufferPointer, Int64) throws -> Void
   ) throws {
-    let file = archivePath(record.name)
-    let fd: FileDescriptor
-    do {
-      fd = try FileDescriptor.open(file, O_RDONLY | O_CLOEXEC)
-    } catch let error as SystemError where error.errno == .noEntry {
-      throw RepositoryError(.corruptArchive, "Archive '\(file)' is missing")
-    }
-    defer { fd.close() }
     var done: Int64 = 0
     while done < size {
       let want = Int(min(Int64(buffer.count), size - done))
       let piece = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want])
-      let count = try fd.read(into: piece, at: start + done)
-      guard count > 0 else {
-        throw RepositoryError(.corruptArchive, "Archive '\(file)' ends inside a member it should hold")
-      }
-      try body(UnsafeRawBufferPointer(rebasing: buffer[0..<count]), done)
-      done += Int64(count)
+      try archive.read(into: piece, at: start + done, decoder: decoder)
+      try body(UnsafeRawBufferPointer(piece), done)
+      done += Int64(want)
     }
   }
 

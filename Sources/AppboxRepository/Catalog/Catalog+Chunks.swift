@@ -222,6 +222,10 @@ final class CatalogIngest: ManifestConsumer {
     try catalog.insertChunkList(digest, list, archive: archive)
   }
 
+  func frames(_ index: FrameIndex) throws {
+    try catalog.insertFrames(index, archive: archive)
+  }
+
   /// Inserts what is still batched.
   func finish() throws {
     try flushBlobs()

@@ -13,6 +13,8 @@
 //   chunks, chunk_lists                                 content-defined chunks of large files, and
 //                                                       which chunks make up each chunked content
 //                                                       (Catalog+Chunks.swift)
+//   archive_frames(archive, frames)                     a framed archive's frame index, as its
+//                                                       manifest carries it (FrameIndex.swift)
 // Invariants: every snapshot's archive and every blob's archive has an `archives` row; every
 // tree reachable from a snapshot's root is in `trees` (whole, or as a delta whose chain is
 // there too); every non-empty file content reachable from a snapshot is in `blobs`, or in
@@ -289,6 +291,13 @@ public final class Catalog {
     ALTER TABLE snapshots ADD COLUMN torn INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE snapshots ADD COLUMN torn_paths BLOB;
     """,
+    // 7: framed zstd archives, read in place through their frame index.
+    """
+    CREATE TABLE archive_frames(
+      archive TEXT PRIMARY KEY NOT NULL,
+      frames BLOB NOT NULL
+    ) WITHOUT ROWID;
+    """,
   ]
 
   /// Opens (creating and migrating when writable) the catalog at `path`. `walMode: false`
@@ -441,6 +450,31 @@ public final class Catalog {
 
   public func deleteArchive(named name: String) throws {
     try database.execute("DELETE FROM archives WHERE name = ?1", .text(name))
+    try database.execute("DELETE FROM archive_frames WHERE archive = ?1", .text(name))
+  }
+
+  // MARK: Frames
+
+  /// Records the frame index of framed archive `archive` (kept if it has one).
+  public func insertFrames(_ index: FrameIndex, archive: String) throws {
+    try database.execute(
+      "INSERT OR IGNORE INTO archive_frames(archive, frames) VALUES (?1, ?2)", .text(archive),
+      .blob(index.encoded()))
+  }
+
+  /// The frame index of archive `archive`: nil when it is not framed (or its index was never
+  /// recorded). A row that does not decode is the catalog's damage.
+  public func frameIndex(of archive: String) throws -> FrameIndex? {
+    let statement = try database.cachedStatement("SELECT frames FROM archive_frames WHERE archive = ?1")
+    try statement.bind(archive, at: 1)
+    return try statement.first { row in
+      do {
+        return try FrameIndex.decode(row.blob(0))
+      } catch {
+        throw RepositoryError(
+          .corruptCatalog, "The catalog's frame index of archive '\(archive)' is damaged: \(error)")
+      }
+    }
   }
 
   // MARK: Blobs
@@ -565,7 +599,8 @@ public final class Catalog {
 
   /// Row counts, for tests and `check`.
   public func count(_ table: String) throws -> Int {
-    precondition(["archives", "snapshots", "trees", "blobs", "chunks", "chunk_lists"].contains(table))
+    precondition(
+      ["archives", "snapshots", "trees", "blobs", "chunks", "chunk_lists", "archive_frames"].contains(table))
     guard case .integer(let value)? = try database.scalar("SELECT count(*) FROM \(table)") else { return 0 }
     return Int(value)
   }

@@ -55,7 +55,7 @@ extension Catalog {
         try database.execute(
           "INSERT OR IGNORE INTO archives SELECT * FROM previous.archives WHERE name = ?1", .text(name))
         guard database.changes > 0 else { continue }
-        for table in ["trees", "blobs", "chunks", "chunk_lists"] {
+        for table in ["trees", "blobs", "chunks", "chunk_lists", "archive_frames"] {
           try database.execute(
             "INSERT OR IGNORE INTO \(table) SELECT * FROM previous.\(table) WHERE archive = ?1", .text(name))
         }

@@ -4,9 +4,9 @@
 // It holds the snapshot's catalog row (absent in an archive `forget` wrote to keep content
 // alive), the trees first stored with this archive (whole, or as deltas against an earlier
 // tree), the locations of the blobs whose content this archive holds, the chunks first stored
-// in it and the chunk lists of contents stored as chunks. Format (version 2), integers as
-// LEB128 varints:
-//   "APPBOXMF" 0x02
+// in it, the chunk lists of contents stored as chunks, and for a framed archive the index of
+// its frames. Format (version 3 for a framed archive, else 2), integers as LEB128 varints:
+//   "APPBOXMF" 0x03 (or 0x02)
 //   fieldCount (key value)*                  snapshot fields: UTF-8 strings, except the
 //                                            unreadable and torn paths (raw bytes joined
 //                                            by NUL)
@@ -14,9 +14,13 @@
 //   blobCount (digest[32] offset size pathLen path dataOffset+1)*   0: no direct data offset
 //   chunkCount (digest[32] offset dataOffset size)*
 //   listCount (digest[32] listLen list)*
+//   [framesLen frames]                       version 3: the frame index (FrameIndex.swift) of
+//                                            everything before this member, which starts a
+//                                            frame of its own
 //   sha256[32] of everything before it
 // Version 1 (before deltas, data offsets and chunks) had only whole trees and blobs without
-// data offsets; it is still read. Decoding (ManifestDecoder.swift, the one parser, record by
+// data offsets; version 2 has no frame index. Both are still read, and an archive that is not
+// framed still gets version 2. Decoding (ManifestDecoder.swift, the one parser, record by
 // record as the bytes are read) treats the bytes as untrusted: every length is bounded, every
 // whole tree must hash to its digest (a delta is checked when it is resolved, against its
 // base), every chunk list must parse, and the trailing checksum must match.
@@ -38,6 +42,11 @@ package struct Manifest {
   var blobs: [BlobLocation]
   package var chunks: [ChunkLocation] = []
   package var chunkLists: [(digest: Digest, list: ChunkList)] = []
+  /// The frames before the manifest member, for a framed archive.
+  package var frames: FrameIndex? = nil
+
+  /// The longest frame index a manifest may carry (some 2 million frames: a terabyte).
+  static let maximumFramesLength = 16 << 20
 
   func encoded() -> [UInt8] {
     var result: [UInt8] = []
@@ -57,7 +66,7 @@ package struct Manifest {
     for blob in blobs { blobBytes += Self.encodedSize(of: blob) }
     return Self.encodedSize(
       snapshot: snapshot, treeCount: trees.count, treeBytes: treeBytes, blobCount: blobs.count,
-      blobBytes: blobBytes, chunks: chunks, chunkLists: chunkLists)
+      blobBytes: blobBytes, chunks: chunks, chunkLists: chunkLists, frames: frames)
   }
 
   /// Hands the encoding to `sink` in pieces of about 64 KiB, so a manifest of a large
@@ -87,7 +96,7 @@ package struct Manifest {
           }
         }
         try out.bytes.withUnsafeBytes { try piece($0) }
-      }, chunks: chunks, chunkLists: chunkLists, sink)
+      }, chunks: chunks, chunkLists: chunkLists, frames: frames, sink)
   }
 
   private static func dataSize(_ count: Int) -> Int { ByteWriter.varintSize(UInt64(count)) + count }
@@ -100,7 +109,7 @@ package struct Manifest {
   /// The length of an encoding whose trees and blobs take `treeBytes` and `blobBytes`.
   static func encodedSize(
     snapshot: Snapshot?, treeCount: Int, treeBytes: Int, blobCount: Int, blobBytes: Int,
-    chunks: [ChunkLocation], chunkLists: [(digest: Digest, list: ChunkList)]
+    chunks: [ChunkLocation], chunkLists: [(digest: Digest, list: ChunkList)], frames: FrameIndex?
   ) -> Int {
     var size = magic.count + 1
     let fields = snapshot.map(Manifest.fields) ?? []
@@ -116,6 +125,7 @@ package struct Manifest {
     }
     size += ByteWriter.varintSize(UInt64(chunkLists.count))
     for list in chunkLists { size += Digest.byteCount + dataSize(list.list.encoded().count) }
+    if let frames { size += dataSize(frames.encoded().count) }
     return size + Digest.byteCount
   }
 
@@ -146,12 +156,13 @@ package struct Manifest {
     snapshot: Snapshot?, treeCount: Int,
     trees: ((UnsafeRawBufferPointer) throws -> Void) throws -> Void, blobCount: Int,
     blobs: ((UnsafeRawBufferPointer) throws -> Void) throws -> Void, chunks: [ChunkLocation],
-    chunkLists: [(digest: Digest, list: ChunkList)], _ sink: (UnsafeRawBufferPointer) throws -> Void
+    chunkLists: [(digest: Digest, list: ChunkList)], frames: FrameIndex?,
+    _ sink: (UnsafeRawBufferPointer) throws -> Void
   ) rethrows {
     try withoutActuallyEscaping(sink) { sink in
       try encode(
         snapshot: snapshot, treeCount: treeCount, trees: trees, blobCount: blobCount, blobs: blobs,
-        chunks: chunks, chunkLists: chunkLists, escaping: sink)
+        chunks: chunks, chunkLists: chunkLists, frames: frames, escaping: sink)
     }
   }
 
@@ -159,7 +170,7 @@ package struct Manifest {
     snapshot: Snapshot?, treeCount: Int,
     trees: ((UnsafeRawBufferPointer) throws -> Void) throws -> Void, blobCount: Int,
     blobs: ((UnsafeRawBufferPointer) throws -> Void) throws -> Void, chunks: [ChunkLocation],
-    chunkLists: [(digest: Digest, list: ChunkList)],
+    chunkLists: [(digest: Digest, list: ChunkList)], frames: FrameIndex?,
     escaping sink: @escaping (UnsafeRawBufferPointer) throws -> Void
   ) throws {
     let hasher = SHA256Hasher()
@@ -174,7 +185,7 @@ package struct Manifest {
       out.bytes.removeAll(keepingCapacity: true)
     }
     out.bytes.append(contentsOf: Manifest.magic)
-    out.byte(2)
+    out.byte(frames == nil ? 2 : 3)
     let fields = snapshot.map(Manifest.fields) ?? []
     out.varint(UInt64(fields.count))
     for (key, value) in fields {
@@ -201,6 +212,7 @@ package struct Manifest {
       out.data(list.list.encoded())
       try flush()
     }
+    if let frames { out.data(frames.encoded()) }
     try flush(force: true)
     try hasher.finalize().withUnsafeBytes { try sink($0) }
   }
@@ -245,6 +257,7 @@ package struct Manifest {
     for blob in blobs { try consumer.blob(blob) }
     for chunk in chunks { try consumer.chunk(chunk) }
     for (digest, list) in chunkLists { try consumer.chunkList(digest, list) }
+    if let frames { try consumer.frames(frames) }
   }
 
   /// One tree record (a whole tree is checked against its digest; a delta when resolved).
@@ -350,6 +363,7 @@ final class ManifestCollector: ManifestConsumer {
   func blob(_ blob: BlobLocation) throws { manifest.blobs.append(blob) }
   func chunk(_ chunk: ChunkLocation) throws { manifest.chunks.append(chunk) }
   func chunkList(_ digest: Digest, _ list: ChunkList) throws { manifest.chunkLists.append((digest, list)) }
+  func frames(_ index: FrameIndex) throws { manifest.frames = index }
 }
 
 /// A member for appbox's own data (`.appbox/...`), private to the owner.

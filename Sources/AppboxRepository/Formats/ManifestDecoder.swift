@@ -3,17 +3,18 @@
 // whole. The bytes come through a `RecordReader` (a local file, an object store's reader, an
 // opened sealed object, an archive member), and each record goes to a `ManifestConsumer` as
 // soon as it is parsed: the snapshot's row first, then each tree, blob location, chunk
-// location and chunk list, in the order they are encoded.
+// location and chunk list, and the frame index, in the order they are encoded.
 //
 // Invariants: the bytes are untrusted. Every length is bounded (a field 4 KiB, a tree
 // `TreeDelta.maximumLength`, a blob's path 64 KiB, a chunk list `ChunkList.maximumEncodedSize`,
-// counts by the bytes left), every whole tree must hash to its digest, every chunk list must
-// parse, and the SHA-256 of everything before the trailing checksum is computed as the bytes
+// a frame index `Manifest.maximumFramesLength`, counts by the bytes left), every whole tree
+// must hash to its digest, every chunk list and the frame index must decode, and the SHA-256 of everything before the trailing checksum is computed as the bytes
 // are consumed and must match it. The first problem throws one `.corruptArchive` error and
 // nothing more is read. The consumer has then seen the records before it: whatever it stores
 // must wait for `decode` to return (the catalog ingests inside a transaction that a failure
 // rolls back). Memory: the reader's window (256 KiB, or the longest record) and one record.
 
+import AppboxArchive
 import AppboxCrypto
 import Foundation
 
@@ -26,6 +27,8 @@ package protocol ManifestConsumer: AnyObject {
   func blob(_ blob: BlobLocation) throws
   func chunk(_ chunk: ChunkLocation) throws
   func chunkList(_ digest: Digest, _ list: ChunkList) throws
+  /// The frame index of a framed archive (manifest version 3), after the chunk lists.
+  func frames(_ index: FrameIndex) throws
 }
 
 extension ManifestConsumer {
@@ -34,6 +37,7 @@ extension ManifestConsumer {
   package func blob(_ blob: BlobLocation) throws {}
   package func chunk(_ chunk: ChunkLocation) throws {}
   package func chunkList(_ digest: Digest, _ list: ChunkList) throws {}
+  package func frames(_ index: FrameIndex) throws {}
 }
 
 /// Reads a manifest to check it, keeping only its snapshot and how many records it holds.
@@ -43,6 +47,7 @@ package final class ManifestSummary: ManifestConsumer {
   package private(set) var blobs = 0
   package private(set) var chunks = 0
   package private(set) var chunkLists = 0
+  package private(set) var frames: Int?
 
   package init() {}
 
@@ -51,6 +56,7 @@ package final class ManifestSummary: ManifestConsumer {
   package func blob(_ blob: BlobLocation) throws { blobs += 1 }
   package func chunk(_ chunk: ChunkLocation) throws { chunks += 1 }
   package func chunkList(_ digest: Digest, _ list: ChunkList) throws { chunkLists += 1 }
+  package func frames(_ index: FrameIndex) throws { frames = index.count }
 }
 
 enum ManifestDecoder {
@@ -82,6 +88,17 @@ enum ManifestDecoder {
         try consumer.chunkList(digest, list)
       }
     }
+    if version >= 3 {
+      let frames = try parse { reader in
+        let bytes = try reader.data(limit: Manifest.maximumFramesLength)
+        do {
+          return try FrameIndex.decode(bytes)
+        } catch {
+          throw parse.bad("its frame index is damaged: \(error)")
+        }
+      }
+      try consumer.frames(frames)
+    }
     input.hasher = nil
     let expected = hasher.finalize()
     let stored = try parse { Digest(bytes: try $0.raw(Digest.byteCount)) }
@@ -97,7 +114,7 @@ enum ManifestDecoder {
     let (head, version) = try parse { reader in
       (Array(try reader.raw(Manifest.magic.count)), try reader.byte())
     }
-    guard head == Manifest.magic, version == 1 || version == 2 else {
+    guard head == Manifest.magic, (1...3).contains(version) else {
       throw parse.bad("not an appbox manifest")
     }
     var fields: [String: [UInt8]] = [:]

@@ -136,6 +136,8 @@ package final class ManifestSpool: TreeSink, BlobSink, ManifestContent {
   package var snapshot: Snapshot?
   package var chunks: [ChunkLocation] = []
   package var chunkLists: [(digest: Digest, list: ChunkList)] = []
+  /// The frames before the manifest member, for a framed archive (set before encoding).
+  package var frames: FrameIndex?
 
   /// A spool for the manifest of archive `archive`, in `directory` (beside the catalog).
   package init(directory: String, archive: String) throws {
@@ -157,14 +159,15 @@ package final class ManifestSpool: TreeSink, BlobSink, ManifestContent {
   package var encodedSize: Int {
     Manifest.encodedSize(
       snapshot: snapshot, treeCount: treeCount, treeBytes: trees.size, blobCount: blobCount,
-      blobBytes: blobs.size, chunks: chunks, chunkLists: chunkLists)
+      blobBytes: blobs.size, chunks: chunks, chunkLists: chunkLists, frames: frames)
   }
 
   package func encode(_ sink: (UnsafeRawBufferPointer) throws -> Void) throws {
     try Manifest.encode(
       snapshot: snapshot, treeCount: treeCount, trees: { try self.trees.forEachPiece($0) },
       blobCount: blobCount,
-      blobs: { try self.blobs.forEachPiece($0) }, chunks: chunks, chunkLists: chunkLists, sink)
+      blobs: { try self.blobs.forEachPiece($0) }, chunks: chunks, chunkLists: chunkLists, frames: frames, sink
+    )
   }
 
   package func forEachTree(_ body: (StoredTree) throws -> Void) throws {
@@ -186,5 +189,6 @@ package final class ManifestSpool: TreeSink, BlobSink, ManifestContent {
     try forEachBlob { try consumer.blob($0) }
     for chunk in chunks { try consumer.chunk(chunk) }
     for (digest, list) in chunkLists { try consumer.chunkList(digest, list) }
+    if let frames { try consumer.frames(frames) }
   }
 }

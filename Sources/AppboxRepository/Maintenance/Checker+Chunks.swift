@@ -39,7 +39,8 @@ struct SortedDigests {
 }
 
 extension Repository {
-  /// Problems with chunk locations: outside their archive, in a compressed archive, or (with
+  /// Problems with chunk locations: outside their archive (or its frames), in an archive
+  /// compressed as one stream, or (with
   /// `readData`) not hashing to their digest. Adds the bytes hashed to `verified`.
   func checkChunks(_ chunks: [ChunkLocation], records: [ArchiveRecord], readData: Bool, verified: inout Int64)
     -> [String]
@@ -53,19 +54,29 @@ extension Repository {
           "\(locations.count) chunk locations name archive '\(archive)', which the catalog lacks")
         continue
       }
-      guard record.compression == .none else {
-        problems.append(
-          "Archive '\(archive)' is compressed, but \(locations.count) chunk locations point into it")
+      let frames: FrameIndex?
+      do {
+        frames = try frameIndex(of: record)
+      } catch {
+        problems.append("\(error)")
         continue
       }
-      let source: FileDescriptor
-      // A missing archive is reported by the presence check.
-      do { source = try FileDescriptor.open(archivePath(archive), O_RDONLY) } catch { continue }
-      defer { source.close() }
+      guard record.compression == .none || frames != nil else {
+        problems.append(
+          "Archive '\(archive)' is compressed as one stream, but \(locations.count) chunk locations point into it"
+        )
+        continue
+      }
+      // What the chunks may lie in: the file, or the frames before the manifest.
+      let limit = frames?.uncompressedEnd ?? record.size
+      // A missing archive is reported by the presence check (and only local unencrypted
+      // repositories hold chunks: reading them needs the file).
+      guard readsDirectly, let source = try? rangeReader(record) else { continue }
+      let decoder = FrameDecoder()
       for location in locations {
         let end = location.dataOffset.addingReportingOverflow(location.size)
         guard location.size > 0, location.size <= Int64(buffer.count), location.offset < location.dataOffset,
-          !end.overflow, end.partialValue <= record.size
+          !end.overflow, end.partialValue <= limit
         else {
           problems.append(
             "Archive '\(archive)': chunk \(location.digest.hex.prefix(16)) lies outside the archive")
@@ -75,7 +86,9 @@ extension Repository {
         let count = Int(location.size)
         let matches = buffer.withUnsafeMutableBytes { raw -> Bool in
           let slice = UnsafeMutableRawBufferPointer(rebasing: raw[0..<count])
-          guard (try? source.readAll(into: slice, at: location.dataOffset)) == count else { return false }
+          guard (try? source.read(into: slice, at: location.dataOffset, decoder: decoder)) != nil else {
+            return false
+          }
           return SHA256.hash(UnsafeRawBufferPointer(slice)) == location.digest
         }
         if matches {

@@ -12,8 +12,11 @@
 //    recorded path and size, and with `readData` its content identity must be the digest (a
 //    sparse identity, which the trees of step 2 name, is computed from the member's data map
 //    and data, its holes never read; ContentIdentity.swift);
-// 4. every chunk location must lie inside its (uncompressed) archive, and with `readData` its
-//    bytes must hash to the chunk's digest (Checker+Chunks.swift);
+//    A framed archive is read whole (no data is skipped unread): every frame must be one whole
+//    zstd frame decoding to its recorded length, the frames tile the stream from its start to
+//    where the manifest member begins, and the frames after them decode;
+// 4. every chunk location must lie inside its (uncompressed or framed) archive, and with
+//    `readData` its bytes must hash to the chunk's digest (Checker+Chunks.swift);
 // 5. every manifest and snapshot object is read as the store holds it (never this device's
 //    cached copy) and decoded; each damaged one is named with the snapshots that need it
 //    (Repository/RepositoryDamage.swift).
@@ -163,12 +166,16 @@ extension Repository {
           dataOffset: rows.isNull(4) ? nil : rows.int64(4))
       }
       var expected = try nextRow()
-      let reader = try openArchive(record).reader()
+      let frames = try frameIndex(of: record)
+      let reader = try openArchive(record).reader(verifyingFrames: true)
       let hasher = SHA256Hasher()
       let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
       defer { buffer.deallocate() }
-      while expected != nil, let entry = try reader.nextEntry() {
+      var manifestOffset: Int64?
+      // A framed archive is read to its end: every frame is checked on the way.
+      while expected != nil || frames != nil, let entry = try reader.nextEntry() {
         guard let offset = reader.headerOffset else { continue }
+        if entry.path == Manifest.memberPath { manifestOffset = offset }
         while let location = expected, location.offset < offset {
           missing.append(
             "Archive '\(record.name)' has no member '\(display(location.path))' at offset \(location.offset)")
@@ -208,6 +215,11 @@ extension Repository {
         }
       }
       for warning in reader.warnings { problems.append("Archive '\(record.name)' is damaged: \(warning)") }
+      if let frames, manifestOffset != frames.uncompressedEnd {
+        problems.append(
+          "Archive '\(record.name)' is damaged: its frame index ends at offset \(frames.uncompressedEnd), "
+            + "not where its manifest begins (\(manifestOffset.map(String.init) ?? "none found"))")
+      }
       while let location = expected {
         missing.append(
           "Archive '\(record.name)' has no member '\(display(location.path))' at offset \(location.offset)")

@@ -3,8 +3,8 @@
 //
 // A chunk is live when a live content stored as chunks lists it; a chunk list is live when its
 // content is. Live chunks in an archive to delete are copied into the repack archive as chunk
-// members (`.appbox/chunks/<hex>`), read directly at their data offset (chunks live only in
-// uncompressed archives) and verified against their digest; the others in such an archive are
+// members (`.appbox/chunks/<hex>`), read in place at their data offset (chunks live only in
+// uncompressed and framed archives) and verified against their digest; the others in such an archive are
 // dropped with it. Chunk rows pointing into archives that stay are kept: those bytes stay too,
 // and the next edit of a file may reuse them.
 
@@ -49,9 +49,12 @@ extension Repository {
     guard !chunks.isEmpty else { return [] }
     var copied: [ChunkLocation] = []
     var buffer = [UInt8](repeating: 0, count: ChunkingParameters.maximum)
+    let decoder = FrameDecoder()
     for (archive, locations) in Dictionary(grouping: chunks, by: \.archive) {
-      let source = try FileDescriptor.open(archivePath(archive), O_RDONLY)
-      defer { source.close() }
+      guard let source = try rangeReader(try archiveRecord(archive)) else {
+        throw RepositoryError(
+          .corruptCatalog, "Archive '\(archive)' holds chunks but cannot be read in place")
+      }
       for location in locations.sorted(by: { $0.dataOffset < $1.dataOffset }) {
         guard location.size > 0, location.size <= Int64(buffer.count) else {
           throw RepositoryError(.corruptCatalog, "A chunk of archive '\(archive)' has a bad size")
@@ -59,10 +62,7 @@ extension Repository {
         let count = Int(location.size)
         let data = try buffer.withUnsafeMutableBytes { raw -> UnsafeRawBufferPointer in
           let slice = UnsafeMutableRawBufferPointer(rebasing: raw[0..<count])
-          guard try source.readAll(into: slice, at: location.dataOffset) == count else {
-            throw RepositoryError(
-              .corruptArchive, "Archive '\(archive)' ends inside chunk \(location.digest.hex.prefix(16))")
-          }
+          try source.read(into: slice, at: location.dataOffset, decoder: decoder)
           return UnsafeRawBufferPointer(slice)
         }
         guard SHA256.hash(data) == location.digest else {

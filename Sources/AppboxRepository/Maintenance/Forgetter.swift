@@ -12,8 +12,9 @@
 //    contents stored as chunks, local unencrypted repositories only) in an archive that goes
 //    are copied the same way, as chunk members, and their chunk lists go into the new
 //    manifest. Live trees stored as deltas against a tree that is not live are written whole
-//    there too. The new archive and its manifest object are committed before anything else
-//    changes.
+//    there too. The new archive is framed zstd (compressed per content, read in place like
+//    the archives it replaces: an uncompressed repack would undo the compression of what it
+//    copies), and it and its manifest object are committed before anything else changes.
 // 3. The dropped snapshots' objects are deleted (from now on they are gone everywhere).
 // 4. Local repository (no other writer can run: they hold the repository lock shared): the
 //    manifest objects of the archives that go are deleted, one catalog transaction drops the
@@ -130,9 +131,11 @@ extension Repository {
     let live = try liveBytes(
       blobs: liveByArchive, chunks: try liveChunks(of: liveBlobs, doomed: []).digests, trees: liveTrees)
     let dropped = Set(report.removed.map(\.archive))
-    let doomed = records.filter { record in
-      !owned.contains(record.name)
-        && (dropped.contains(record.name) || Self.isMostlyDead(record, liveBytes: live[record.name] ?? 0))
+    let doomed = try records.filter { record in
+      guard !owned.contains(record.name) else { return false }
+      if dropped.contains(record.name) { return true }
+      let content = try frameIndex(of: record)?.uncompressedEnd ?? record.size
+      return Self.isMostlyDead(liveBytes: live[record.name] ?? 0, of: content)
     }
     let doomedNames = Set(doomed.map(\.name))
     let moving = doomed.flatMap { liveByArchive[$0.name] ?? [] }
@@ -282,9 +285,10 @@ extension Repository {
   /// worth it: a quarter or more of its bytes are dead. (An archive every byte of which stays
   /// live, a repack's, is kept as it is; one left by a killed `forget`, or one whose content
   /// later snapshots dropped, goes once its dead part grows. So the space held by dead content
-  /// stays below a third of the live content's.)
-  static func isMostlyDead(_ record: ArchiveRecord, liveBytes: Int64) -> Bool {
-    liveBytes * 4 <= record.size * 3
+  /// stays below a third of the live content's.) Live bytes are uncompressed, so they are
+  /// weighed against the archive's uncompressed content: a framed archive's frames.
+  static func isMostlyDead(liveBytes: Int64, of size: Int64) -> Bool {
+    liveBytes * 4 <= size * 3
   }
 
   /// Bytes of live content each archive holds: its live blobs, the live chunks outside those
@@ -362,9 +366,10 @@ extension Repository {
     moving: [BlobLocation], trees: [Digest], chunks: [ChunkLocation],
     lists: [(digest: Digest, list: ChunkList)]
   ) throws -> (record: ArchiveRecord, blobs: [BlobLocation], chunks: [ChunkLocation]) {
-    let name = try newSnapshotID() + ArchiveCompression.none.fileSuffix
+    let name = try newSnapshotID() + ArchiveCompression.zstd.fileSuffix
     let staged = try stageArchive(name)
-    let writer = try ArchiveWriter(output: staged.output, compression: .none, name: archivePath(name))
+    let writer = try ArchiveWriter(
+      output: staged.output, compression: .zstd, name: archivePath(name), framing: .standard)
     var copied: [BlobLocation] = []
     let hasher = SHA256Hasher()
     let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
@@ -422,8 +427,11 @@ extension Repository {
       }
       return StoredTree(digest: digest, data: data)
     }
+    // The manifest starts a frame: the index it carries covers everything before it.
+    try writer.endFrame()
+    let frames = writer.frameIndex ?? FrameIndex()
     let manifest = Manifest(
-      snapshot: nil, trees: treeData, blobs: copied, chunks: copiedChunks, chunkLists: lists)
+      snapshot: nil, trees: treeData, blobs: copied, chunks: copiedChunks, chunkLists: lists, frames: frames)
     let encoded = manifest.encoded()
     try writer.writeHeader(metadataMember(Manifest.memberPath, size: encoded.count, time: Date()))
     try writer.writeData(encoded)
@@ -431,12 +439,13 @@ extension Repository {
     try writer.finish()
     let stored = try staged.commit()
     let record = ArchiveRecord(
-      name: name, size: stored.size, checksum: stored.checksum, compression: .none, created: Date())
+      name: name, size: stored.size, checksum: stored.checksum, compression: .zstd, created: Date())
     // The new archive is committed before anything refers to it: its manifest object, and the
     // catalog row (the locations move in forget's own transaction).
     try putObject("manifests/" + name, ManifestObject(record: record, manifestBytes: encoded).encoded())
     try catalog.database.inTransaction {
       try catalog.insert(record, ignoringExisting: true)
+      try catalog.insertFrames(frames, archive: name)
       for tree in treeData { try catalog.insertTree(tree, archive: name) }
     }
     return (record, copied, copiedChunks)

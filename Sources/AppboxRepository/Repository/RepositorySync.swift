@@ -243,7 +243,7 @@ extension Repository {
     defer { if !damage.objects.isEmpty { try? findAffectedSnapshots() } }
     try cacheManifestObjects(ordered)
     try catalog.database.inTransaction {
-      for table in ["snapshots", "blobs", "trees", "chunks", "chunk_lists", "archives"] {
+      for table in ["snapshots", "blobs", "trees", "chunks", "chunk_lists", "archive_frames", "archives"] {
         try catalog.database.execute("DELETE FROM \(table)")
       }
       var carried: [String: Snapshot?] = [:]
@@ -313,7 +313,8 @@ extension Repository {
       let manifest = Manifest(
         snapshot: owners[record.name], trees: try catalog.storedTrees(inArchive: record.name),
         blobs: try catalog.blobs(inArchive: record.name), chunks: try catalog.chunks(inArchive: record.name),
-        chunkLists: (listsByArchive[record.name] ?? []).map { ($0.digest, $0.list) })
+        chunkLists: (listsByArchive[record.name] ?? []).map { ($0.digest, $0.list) },
+        frames: try catalog.frameIndex(of: record.name))
       try putObject(
         "manifests/" + record.name,
         ManifestObject(record: record, manifestBytes: manifest.encoded()).encoded())

@@ -60,13 +60,15 @@ extension CatalogContents {
 struct CatalogRebuildUnitTests {
   /// Two snapshots of a home with small files, a large one (edited in place between them: chunked
   /// in the second) and a change between them.
-  func twoSnapshots() throws -> (Fixture, [BackupResult], [[[UInt8]: CapturedEntry]]) {
+  func twoSnapshots(_ form: StoredForm = .framed) throws -> (
+    Fixture, [BackupResult], [[[UInt8]: CapturedEntry]]
+  ) {
     let fixture = try Fixture()
     try fixture.write("Documents/a.txt", "first version")
     try fixture.write("Documents/same.txt", "unchanged")
     try fixture.write("Library/Application Support/big.db", bytes: patternBytes(3 << 20, seed: 77))
     var captures = [try fixture.captureData()]
-    var results = [try fixture.backup()]
+    var results = [try fixture.backup(form.options)]
     try fixture.trustSnapshots()
     try fixture.write("Documents/a.txt", "second version, longer")
     try fixture.write("Documents/new.txt", "new")
@@ -76,7 +78,7 @@ struct CatalogRebuildUnitTests {
       try [UInt8](repeating: 9, count: 64).withUnsafeBytes { try fd.writeAll($0, at: 1 << 20) }
     }
     captures.append(try fixture.captureData())
-    results.append(try fixture.backup())
+    results.append(try fixture.backup(form.options))
     // Undo what trustSnapshots did to the first row: the objects hold its real time.
     try fixture.repository.catalog.database.execute(
       "UPDATE snapshots SET time = time - 3600 WHERE id = ?1", .text(results[0].snapshot.id))

@@ -30,7 +30,8 @@ struct ManifestReadingUnitTests {
       blobs: try catalog.blobs(inArchive: name).sorted { $0.digest < $1.digest },
       chunks: try catalog.chunks(inArchive: name).sorted { $0.digest < $1.digest },
       chunkLists: try catalog.chunkLists().filter { $0.archive == name }.map { ($0.digest, $0.list) }
-        .sorted { $0.0 < $1.0 })
+        .sorted { $0.0 < $1.0 },
+      frames: try catalog.frameIndex(of: name))
   }
 
   static func sorted(_ manifest: Manifest) -> Manifest {
@@ -132,7 +133,7 @@ struct ManifestReadingUnitTests {
   /// A local repository whose manifest object and archive member are both cut short of their
   /// checksum: no sync and no rebuild keeps any of that archive's records.
   @Test func aManifestDamagedAtItsChecksumLeavesNothingWhereverItIsReadFrom() throws {
-    let (fixture, results, _) = try CatalogRebuildUnitTests().twoSnapshots()
+    let (fixture, results, _) = try CatalogRebuildUnitTests().twoSnapshots(.plain)
     let path = fixture.repository.path
     let damaged = results[1].snapshot.archive
     let kept = results[0].snapshot.archive

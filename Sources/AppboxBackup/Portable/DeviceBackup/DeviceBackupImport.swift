@@ -177,10 +177,14 @@ extension Repository {
     }
 
     let id = try newSnapshotID()
-    // Named as a backup names its archives (`<id>.tar`): the snapshot object is checked for it.
-    let archiveName = id + ArchiveCompression.none.fileSuffix
+    // Named and written as a backup names and writes its archives (`<id>.tar.zst`, framed, by
+    // default): the snapshot object is checked for the name.
+    let compression = BackupOptions.defaultCompression
+    let archiveName = id + compression.fileSuffix
     let staged = try stageArchive(archiveName)
-    let writer = try ArchiveWriter(output: staged.output, compression: .none, name: archivePath(archiveName))
+    let writer = try ArchiveWriter(
+      output: staged.output, compression: compression, name: archivePath(archiveName),
+      framing: compression == .zstd ? FrameOptions.standard : nil)
     observer.engine(.phase(.archiving))
     let spool = try ManifestSpool(directory: splitPath(catalogPath).directory, archive: archiveName)
     let trees = TreeBuilder(catalog: catalog, bundleEntry: nil, sink: spool)
@@ -234,6 +238,10 @@ extension Repository {
     }
     observer.engine(.stage("manifest"))
     spool.snapshot = snapshot
+    if writer.isFramed {
+      try writer.endFrame()
+      spool.frames = writer.frameIndex
+    }
     try writer.writeHeader(metadataMember(Manifest.memberPath, size: spool.encodedSize, time: start))
     try spool.encode { try writer.writeData($0) }
     try writer.finishEntry()
@@ -241,7 +249,8 @@ extension Repository {
     observer.engine(.stage("sync"))
     let stored = try staged.commit()
     let record = ArchiveRecord(
-      name: archiveName, size: stored.size, checksum: stored.checksum, compression: .none, created: start)
+      name: archiveName, size: stored.size, checksum: stored.checksum, compression: compression,
+      created: start)
     do {
       observer.engine(.stage("commit"))
       try commit(record: record, manifest: spool, snapshot: snapshot)
