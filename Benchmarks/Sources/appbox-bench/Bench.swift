@@ -561,7 +561,7 @@ struct Bench {
         ("restic restore", "restic -q -r \(base)/restic restore latest --target \(target)/restic"),
       ]
       for (tool, command) in rotated(steps, run: run) {
-        rows[tool, default: []].append(try shell.time(command, memory: tool == "appbox"))
+        rows[tool, default: []].append(try shell.time(command, memory: tool == "appbox", disk: work))
       }
       progress("restore (\(state.rawValue)) run \(run + 1)/\(restoreRuns)")
     }
@@ -570,6 +570,7 @@ struct Bench {
     ]
     .map { ($0, rows[$0] ?? []) }
     scenario.targets = [("appbox", "tar -x + syncfs", 1.2)]
+    scenario.extra = diskTable(scenario, tools: ["appbox", "tar -x + syncfs"])
     let ratios = scenario.ratios("appbox", "tar -x + syncfs")
     if let worst = ratios.max() {
       scenario.extraTargets.append(
@@ -579,6 +580,26 @@ struct Bench {
         ))
     }
     return scenario
+  }
+
+  /// Run by run, each tool's time beside what the disk wrote while it ran and the disk's
+  /// service time (write milliseconds per MB): a slow run of every tool at once with a high
+  /// service time is the shared disk, not the tool.
+  func diskTable(_ scenario: Scenario, tools: [String]) -> [String] {
+    guard let count = tools.compactMap({ scenario.samples($0)?.count }).min(), count > 0 else { return [] }
+    var lines = [
+      "| run | " + tools.map { "\($0): time, written, disk ms/MB" }.joined(separator: " | ") + " |",
+      "|---|" + tools.map { _ in "---|" }.joined(),
+    ]
+    for run in 0..<count {
+      let cells = tools.map { tool -> String in
+        let sample = scenario.samples(tool)![run]
+        guard let disk = sample.disk else { return format(sample.seconds) }
+        return "\(format(sample.seconds)), \(formatBytes(Double(disk.bytesWritten))), \(String(format: "%.1f", disk.millisPerMB))"
+      }
+      lines.append("| \(run + 1) | " + cells.joined(separator: " | ") + " |")
+    }
+    return lines
   }
 
   /// `appbox update` to a new bundle version vs copying the data with `cp -a`; the

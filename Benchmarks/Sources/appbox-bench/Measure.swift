@@ -8,6 +8,46 @@ struct Sample {
   var seconds: Double
   var peakKiB: Int?
   var bytes: Int64?
+  /// What the block device under the work directory did while the command ran, when asked.
+  var disk: DiskActivity?
+}
+
+/// The write counters of one block device (/proc/diskstats), and what they did between two
+/// readings: bytes written, and the milliseconds the device spent on write requests (summed
+/// over requests in flight, so it can exceed the wall time). Milliseconds per MB written is
+/// the device's service time: when the shared disk of a VM is slow, every tool's is high.
+struct DiskActivity {
+  var sectorsWritten: Int64
+  var writeMillis: Int64
+
+  var bytesWritten: Int64 { sectorsWritten * 512 }
+  var millisPerMB: Double { bytesWritten > 0 ? Double(writeMillis) / (Double(bytesWritten) / 1e6) : 0 }
+
+  static func - (a: DiskActivity, b: DiskActivity) -> DiskActivity {
+    DiskActivity(sectorsWritten: a.sectorsWritten - b.sectorsWritten, writeMillis: a.writeMillis - b.writeMillis)
+  }
+
+  /// The counters of the device holding `path` (nil when /proc/diskstats does not list it,
+  /// as for a file system on no block device).
+  static func read(deviceOf path: String) -> DiskActivity? {
+    var status = stat()
+    guard stat(path, &status) == 0,
+      let table = try? String(contentsOfFile: "/proc/diskstats", encoding: .utf8)
+    else { return nil }
+    // glibc's encoding of dev_t (makedev).
+    let dev = UInt64(status.st_dev)
+    let major = Int(((dev >> 8) & 0xfff) | ((dev >> 32) & ~UInt64(0xfff)))
+    let minor = Int((dev & 0xff) | ((dev >> 12) & ~UInt64(0xff)))
+    for line in table.split(separator: "\n") {
+      // major minor name reads merged sectors ms writes merged sectors ms ...
+      let fields = line.split(separator: " ")
+      guard fields.count >= 11, Int(fields[0]) == major, Int(fields[1]) == minor,
+        let sectors = Int64(fields[9]), let millis = Int64(fields[10])
+      else { continue }
+      return DiskActivity(sectorsWritten: sectors, writeMillis: millis)
+    }
+    return nil
+  }
 }
 
 /// Runs shell commands and times them.
@@ -28,20 +68,23 @@ struct Shell {
     return result.out
   }
 
-  /// Times `command`; with `memory`, runs it under GNU time to read its peak RSS.
+  /// Times `command`; with `memory`, runs it under GNU time to read its peak RSS; with
+  /// `disk`, records what the block device holding that path wrote meanwhile.
   /// Every timed command starts from a clean page cache state: dirty data a previous
   /// command left is flushed first (untimed), so nobody pays for another's writeback.
-  func time(_ command: String, memory: Bool = false) throws -> Sample {
+  func time(_ command: String, memory: Bool = false, disk: String? = nil) throws -> Sample {
     let wrapped = memory ? "/usr/bin/time -f '%M' -o \(Shell.rssFile) \(command)" : command
     sync()
+    let before = disk.flatMap { DiskActivity.read(deviceOf: $0) }
     let start = DispatchTime.now().uptimeNanoseconds
     try run(wrapped)
     let seconds = Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9
+    let activity = before.flatMap { before in disk.flatMap { DiskActivity.read(deviceOf: $0) }.map { $0 - before } }
     var peak: Int?
     if memory, let text = try? String(contentsOfFile: Shell.rssFile, encoding: .utf8) {
       peak = text.split(separator: "\n").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) }.last
     }
-    return Sample(seconds: seconds, peakKiB: peak)
+    return Sample(seconds: seconds, peakKiB: peak, disk: activity)
   }
 
   /// The apparent size in bytes of everything under `path` (a shell pattern; 0 when nothing
