@@ -570,7 +570,7 @@ struct Bench {
     ]
     .map { ($0, rows[$0] ?? []) }
     scenario.targets = [("appbox", "tar -x + syncfs", 1.2)]
-    scenario.extra = diskTable(scenario, tools: ["appbox", "tar -x + syncfs"])
+    scenario.extra = diskTable(scenario, tools: ["appbox", "appbox --compress \(alternative)", "tar -x + syncfs"])
     let ratios = scenario.ratios("appbox", "tar -x + syncfs")
     if let worst = ratios.max() {
       scenario.extraTargets.append(

@@ -80,7 +80,6 @@ extension Bench {
     s3.environment["APPBOX_S3_CA_FILE"] = ca
     s3.environment["AWS_ACCESS_KEY_ID"] = key
     s3.environment["AWS_SECRET_ACCESS_KEY"] = secret
-    s3.environment["APPBOX_PASSWORD_FILE"] = passwordFile
     let bytes =
       Double(
         try shell.run("du -sb --exclude=Bench.app --exclude=Caches --exclude=tmp \(home) | cut -f1")
@@ -102,7 +101,10 @@ extension Bench {
       let backups: [(String, String)] = [
         ("appbox backup to a directory", "\(ab) --quiet backup \(app) --repo \(local)"),
         ("appbox backup to S3", "\(ab) --quiet backup \(app) --repo s3://\(bucket)/r"),
-        ("appbox backup to S3, encrypted", "\(ab) --quiet backup \(app) --repo s3://\(bucket)-enc/r"),
+        (
+          "appbox backup to S3, encrypted",
+          "\(ab) --quiet backup \(app) --repo s3://\(bucket)-enc/r --password-file \(passwordFile)"
+        ),
         (
           "appbox backup to S3 over https",
           "\(ab) --quiet backup \(app) --repo s3://\(bucket)-tls/r --endpoint \(tls)"
@@ -131,7 +133,7 @@ extension Bench {
         ),
         (
           "appbox restore from S3, encrypted",
-          "\(appbox) --quiet --root \(target)/enc restore \(app) --repo s3://\(bucket)-enc/r"
+          "\(appbox) --quiet --root \(target)/enc restore \(app) --repo s3://\(bucket)-enc/r --password-file \(passwordFile)"
         ),
         (
           "appbox restore from S3 over https",
