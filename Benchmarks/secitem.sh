@@ -2,7 +2,7 @@
 # make bench (and make bench-secitem): the keychain from inside the sandbox.
 #
 # A confined C client (appbox-secitem-probe, installed as an app) fills the device's keychain
-# with COUNT items (default 10,000) through the broker of its `appbox launch`, then times
+# with COUNT items (default 1,000: an app's keychain quota) through the broker of its `appbox launch`, then times
 # SecItemCopyMatching round trips (one random item, its data, kSecMatchLimitOne) for SECONDS
 # (default 10). Beside it, the per-call cost of the ways without a resident client: the
 # host's `appbox keychain APP get` (a process start each: the Swift runtime, the device, the
@@ -11,7 +11,7 @@
 # Benchmarks/results/secitem.md).
 set -euo pipefail
 BIN_DIR=${1:?usage: secitem.sh BIN_DIR}
-COUNT=${COUNT:-10000}
+COUNT=${COUNT:-1000}
 SECONDS_TIMED=${SECONDS_TIMED:-10}
 HOST_RUNS=${HOST_RUNS:-30}
 SHELL_RUNS=${SHELL_RUNS:-300}

@@ -12,24 +12,47 @@ struct Sample {
   var disk: DiskActivity?
 }
 
-/// The write counters of one block device (/proc/diskstats), and what they did between two
-/// readings: bytes written, and the milliseconds the device spent on write requests (summed
-/// over requests in flight, so it can exceed the wall time). Milliseconds per MB written is
-/// the device's service time: when the shared disk of a VM is slow, every tool's is high.
+/// The write and discard counters of one block device (/proc/diskstats), and what they did
+/// between two readings: bytes written, the milliseconds the device spent on write requests
+/// (summed over requests in flight, so it can exceed the wall time), and the bytes discarded
+/// and the milliseconds discarding. Milliseconds per MB written is the device's service time:
+/// when the shared disk of a VM is slow, every tool's is high. Discards come from a file
+/// system mounted with `discard` (ext4 sends them as it commits the transaction that freed
+/// the blocks): a command that commits right after a large deletion waits for them.
 struct DiskActivity {
   var sectorsWritten: Int64
   var writeMillis: Int64
+  var sectorsDiscarded: Int64 = 0
+  var discardMillis: Int64 = 0
 
   var bytesWritten: Int64 { sectorsWritten * 512 }
+  var bytesDiscarded: Int64 { sectorsDiscarded * 512 }
   var millisPerMB: Double { bytesWritten > 0 ? Double(writeMillis) / (Double(bytesWritten) / 1e6) : 0 }
 
   static func - (a: DiskActivity, b: DiskActivity) -> DiskActivity {
-    DiskActivity(sectorsWritten: a.sectorsWritten - b.sectorsWritten, writeMillis: a.writeMillis - b.writeMillis)
+    DiskActivity(
+      sectorsWritten: a.sectorsWritten - b.sectorsWritten, writeMillis: a.writeMillis - b.writeMillis,
+      sectorsDiscarded: a.sectorsDiscarded - b.sectorsDiscarded,
+      discardMillis: a.discardMillis - b.discardMillis)
   }
 
   /// The counters of the device holding `path` (nil when /proc/diskstats does not list it,
   /// as for a file system on no block device).
   static func read(deviceOf path: String) -> DiskActivity? {
+    guard let fields = fields(deviceOf: path), let sectors = Int64(fields[9]), let millis = Int64(fields[10])
+    else { return nil }
+    var activity = DiskActivity(sectorsWritten: sectors, writeMillis: millis)
+    if fields.count >= 18, let discarded = Int64(fields[16]), let discarding = Int64(fields[17]) {
+      activity.sectorsDiscarded = discarded
+      activity.discardMillis = discarding
+    }
+    return activity
+  }
+
+  /// The /proc/diskstats line of the device holding `path`, split into fields: major minor
+  /// name; reads: completed merged sectors ms; writes: the same; in flight, io ms, weighted
+  /// io ms; discards: completed merged sectors ms (kernel 4.18 and later).
+  private static func fields(deviceOf path: String) -> [Substring]? {
     var status = stat()
     guard stat(path, &status) == 0,
       let table = try? String(contentsOfFile: "/proc/diskstats", encoding: .utf8)
@@ -39,12 +62,8 @@ struct DiskActivity {
     let major = Int(((dev >> 8) & 0xfff) | ((dev >> 32) & ~UInt64(0xfff)))
     let minor = Int((dev & 0xff) | ((dev >> 12) & ~UInt64(0xff)))
     for line in table.split(separator: "\n") {
-      // major minor name reads merged sectors ms writes merged sectors ms ...
       let fields = line.split(separator: " ")
-      guard fields.count >= 11, Int(fields[0]) == major, Int(fields[1]) == minor,
-        let sectors = Int64(fields[9]), let millis = Int64(fields[10])
-      else { continue }
-      return DiskActivity(sectorsWritten: sectors, writeMillis: millis)
+      if fields.count >= 11, Int(fields[0]) == major, Int(fields[1]) == minor { return fields }
     }
     return nil
   }
@@ -69,7 +88,7 @@ struct Shell {
   }
 
   /// Times `command`; with `memory`, runs it under GNU time to read its peak RSS; with
-  /// `disk`, records what the block device holding that path wrote meanwhile.
+  /// `disk`, records what the block device holding that path wrote and discarded meanwhile.
   /// Every timed command starts from a clean page cache state: dirty data a previous
   /// command left is flushed first (untimed), so nobody pays for another's writeback.
   func time(_ command: String, memory: Bool = false, disk: String? = nil) throws -> Sample {
@@ -79,7 +98,9 @@ struct Shell {
     let start = DispatchTime.now().uptimeNanoseconds
     try run(wrapped)
     let seconds = Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9
-    let activity = before.flatMap { before in disk.flatMap { DiskActivity.read(deviceOf: $0) }.map { $0 - before } }
+    let activity = before.flatMap { before in
+      disk.flatMap { DiskActivity.read(deviceOf: $0) }.map { $0 - before }
+    }
     var peak: Int?
     if memory, let text = try? String(contentsOfFile: Shell.rssFile, encoding: .utf8) {
       peak = text.split(separator: "\n").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) }.last
