@@ -240,8 +240,8 @@ dd if=/dev/urandom of="$NOTES_HOME/Documents/recording.mov" bs=64K seek=60 count
 FOURTH=$(capture backup com.example.notes)
 echo "$FOURTH"
 step snapshots com.example.notes
-printf '%s$ tar -tvf Backups/archives/%s.tar%s\n' "$dim" "$FOURTH" "$reset"
-tar --warning=no-unknown-keyword -tvf "$APPBOX_ROOT/Backups/archives/$FOURTH.tar"
+printf '%s$ tar --zstd -tvf Backups/archives/%s.tar.zst%s\n' "$dim" "$FOURTH" "$reset"
+tar --zstd --warning=no-unknown-keyword -tvf "$APPBOX_ROOT/Backups/archives/$FOURTH.tar.zst"
 RECORDING_SUM=$(sha256sum < "$NOTES_HOME/Documents/recording.mov")
 rm "$NOTES_HOME/Documents/recording.mov"
 step restore com.example.notes --snapshot "$FOURTH"
@@ -394,12 +394,12 @@ step --root "$NEWDEVICE" restore com.example.notes --snapshot "$VAULT_SNAPSHOT" 
   --password-file "$DEMO_FILES/password"
 step --root "$NEWDEVICE" keychain com.example.notes get --service sync --account ada
 printf '\n'
-printf '%s(the plain pax tar of the encrypted archive, for GNU tar:)%s\n' "$dim" "$reset"
-show appbox archive decrypt "$VAULT_SNAPSHOT" --repo "$VAULT" --password-file password '>' notes.tar
+printf '%s(the pax tar of the encrypted archive, framed zstd as stored, for GNU tar:)%s\n' "$dim" "$reset"
+show appbox archive decrypt "$VAULT_SNAPSHOT" --repo "$VAULT" --password-file password '>' notes.tar.zst
 "$APPBOX" archive decrypt "$VAULT_SNAPSHOT" --repo "$VAULT" --password-file "$DEMO_FILES/password" \
-  >"$DEMO_FILES/notes.tar"
-show tar -tvf notes.tar '|' sed -n 1,5p
-tar --warning=no-unknown-keyword -tvf "$DEMO_FILES/notes.tar" | sed -n 1,5p
+  >"$DEMO_FILES/notes.tar.zst"
+show tar --zstd -tvf notes.tar.zst '|' sed -n 1,5p
+tar --zstd --warning=no-unknown-keyword -tvf "$DEMO_FILES/notes.tar.zst" | sed -n 1,5p
 section "Why and advise: each backup decision explained, and what makes backups big and slow"
 JOURNAL_HOME=$("$APPBOX" path com.example.journal)
 mkdir -p "$JOURNAL_HOME/Documents/Exports" "$JOURNAL_HOME/Documents/Thumbnails" "$JOURNAL_HOME/Documents/Offline" \
