@@ -40,18 +40,10 @@ private func textBytes(count: Int, seed: UInt64) -> [UInt8] {
 private func framedMembers() -> [Member] {
   let time = ArchiveTimestamp(seconds: 1_700_000_000, nanoseconds: 5)
   return sampleMembers() + [
-    Member(
-      entry: .file(b("Extra/notes.txt"), size: 200_000, modificationTime: time),
-      data: textBytes(count: 200_000, seed: 2)),
-    Member(
-      entry: .file(b("Extra/photo.jpg"), size: 700_000, modificationTime: time),
-      data: jpegBytes(count: 700_000, seed: 3)),
-    Member(
-      entry: .file(b("Extra/raw.dat"), size: 300_000, modificationTime: time),
-      data: jpegBytes(count: 300_000, seed: 4)),
-    Member(
-      entry: .file(b("Extra/big.log"), size: 2_500_000, modificationTime: time),
-      data: textBytes(count: 2_500_000, seed: 5)),
+    Member.file("Extra/notes.txt", textBytes(count: 200_000, seed: 2), modified: time),
+    Member.file("Extra/photo.jpg", jpegBytes(count: 700_000, seed: 3), modified: time),
+    Member.file("Extra/raw.dat", jpegBytes(count: 300_000, seed: 4), modified: time),
+    Member.file("Extra/big.log", textBytes(count: 2_500_000, seed: 5), modified: time),
     Member(entry: .file(b("Extra/small.txt"), size: 10, modificationTime: time), data: b("0123456789")),
   ]
 }
@@ -71,23 +63,10 @@ private func writeFramed(
   guard fd >= 0 else { throw POSIXFailure(call: "open", code: errno) }
   defer { close(fd) }
   let writer = try ArchiveWriter(fileDescriptor: fd, compression: .zstd, name: path, framing: options)
-  var offsets: [Int64] = []
-  var dataOffsets: [Int64] = []
-  for member in members {
-    offsets.append(writer.uncompressedOffset)
-    try writer.writeHeader(member.entry)
-    dataOffsets.append(writer.uncompressedOffset)
-    var start = 0
-    while start < member.data.count {
-      let end = min(start + chunkSize, member.data.count)
-      try member.data[start..<end].withUnsafeBytes { try writer.writeData($0) }
-      start = end
-    }
-    try writer.finishEntry()
-  }
+  let offsets = try write(members, with: writer, chunkSize: chunkSize)
   try writer.finish()
   return Written(
-    offsets: offsets, dataOffsets: dataOffsets, index: try #require(writer.frameIndex),
+    offsets: offsets.headers, dataOffsets: offsets.data, index: try #require(writer.frameIndex),
     size: Int64(try lstatOf(b(path)).st_size))
 }
 
@@ -381,18 +360,10 @@ private final class FailingOutput: ArchiveOutput, @unchecked Sendable {
     try withTemporaryDirectory { dir in
       let time = ArchiveTimestamp(seconds: 1_700_000_000, nanoseconds: 0)
       let members = [
-        Member(
-          entry: .file(b("a.txt"), size: 100_000, modificationTime: time),
-          data: textBytes(count: 100_000, seed: 1)),
-        Member(
-          entry: .file(b("photo.jpg"), size: 700_000, modificationTime: time),
-          data: jpegBytes(count: 700_000, seed: 2)),
-        Member(
-          entry: .file(b("b.txt"), size: 50_000, modificationTime: time),
-          data: textBytes(count: 50_000, seed: 3)),
-        Member(
-          entry: .file(b("big.txt"), size: 900_000, modificationTime: time),
-          data: textBytes(count: 900_000, seed: 4)),
+        Member.file("a.txt", textBytes(count: 100_000, seed: 1), modified: time),
+        Member.file("photo.jpg", jpegBytes(count: 700_000, seed: 2), modified: time),
+        Member.file("b.txt", textBytes(count: 50_000, seed: 3), modified: time),
+        Member.file("big.txt", textBytes(count: 900_000, seed: 4), modified: time),
       ]
       let written = try writeFramed(members, to: dir + "/cut.tar.zst")
       let frames = written.index.frames

@@ -149,6 +149,33 @@ func runTool(_ executable: String, _ arguments: [String], locale: String = "C.UT
 struct Member {
   var entry: ArchiveEntry
   var data: [UInt8] = []
+
+  /// A regular file named `name` holding `data`.
+  static func file(_ name: String, _ data: [UInt8], modified time: ArchiveTimestamp) -> Member {
+    Member(entry: .file(Array(name.utf8), size: Int64(data.count), modificationTime: time), data: data)
+  }
+}
+
+/// Writes each of `members` through `writer` (its data `chunkSize` bytes at a time); returns
+/// the uncompressed offsets of each header and of each member's data.
+func write(_ members: [Member], with writer: ArchiveWriter, chunkSize: Int) throws -> (
+  headers: [Int64], data: [Int64]
+) {
+  var headers: [Int64] = []
+  var data: [Int64] = []
+  for member in members {
+    headers.append(writer.uncompressedOffset)
+    try writer.writeHeader(member.entry)
+    data.append(writer.uncompressedOffset)
+    var start = 0
+    while start < member.data.count {
+      let end = min(start + chunkSize, member.data.count)
+      try member.data[start..<end].withUnsafeBytes { try writer.writeData($0) }
+      start = end
+    }
+    try writer.finishEntry()
+  }
+  return (headers, data)
 }
 
 /// Writes `members` to a new file at `path`; returns the uncompressed offset of each header.
@@ -160,20 +187,9 @@ func writeArchive(
   guard fd >= 0 else { throw POSIXFailure(call: "open", code: errno) }
   defer { close(fd) }
   let writer = try ArchiveWriter(fileDescriptor: fd, compression: compression, name: path)
-  var offsets: [Int64] = []
-  for member in members {
-    offsets.append(writer.uncompressedOffset)
-    try writer.writeHeader(member.entry)
-    var start = 0
-    while start < member.data.count {
-      let end = min(start + chunkSize, member.data.count)
-      try member.data[start..<end].withUnsafeBytes { try writer.writeData($0) }
-      start = end
-    }
-    try writer.finishEntry()
-  }
+  let offsets = try write(members, with: writer, chunkSize: chunkSize)
   try writer.finish()
-  return offsets
+  return offsets.headers
 }
 
 /// Reads every member of the archive at `path`, with its data.

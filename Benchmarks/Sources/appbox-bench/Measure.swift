@@ -17,8 +17,8 @@ struct Sample {
 /// (summed over requests in flight, so it can exceed the wall time), and the bytes discarded
 /// and the milliseconds discarding. Milliseconds per MB written is the device's service time:
 /// when the shared disk of a VM is slow, every tool's is high. Discards come from a file
-/// system mounted with `discard` (ext4 sends them as it commits the transaction that freed
-/// the blocks): a command that commits right after a large deletion waits for them.
+/// system mounted with `discard` (ext4 sends them once the transaction that freed the blocks
+/// has committed): a command right after a large deletion may share the disk with them.
 struct DiskActivity {
   var sectorsWritten: Int64
   var writeMillis: Int64
