@@ -128,7 +128,7 @@ struct ManifestDecoderTests {
     manifest.chunks = (0..<chunks).map { index in
       ChunkLocation(
         digest: SHA256.hash(Array("chunk \(index)".utf8)), archive: archive, offset: Int64(index) << 22,
-        dataOffset: Int64(index) << 22 + 1024, size: Int64(1 + random.below(ChunkingParameters.maximum)))
+        dataOffset: Int64(index) << 22 + 1024, size: Int64(1 + random.below(ChunkingParameters.largestStored)))
     }
     manifest.chunkLists = (0..<lists).map { index in
       let list = ChunkList(

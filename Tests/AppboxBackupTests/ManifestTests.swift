@@ -137,7 +137,7 @@ struct ManifestTests {
   /// Chunk lists and chunk locations come back from archives: bad ones are refused.
   @Test func malformedChunkRecordsAreRefused() throws {
     var manifest = Self.sample()
-    manifest.chunks[0].size = Int64(ChunkingParameters.maximum) + 1
+    manifest.chunks[0].size = Int64(ChunkingParameters.largestStored) + 1
     #expect(throws: BackupError.self) { try Manifest.decode(manifest.encoded(), archive: "x.tar") }
     manifest = Self.sample()
     manifest.chunks[0].dataOffset = manifest.chunks[0].offset
@@ -145,6 +145,19 @@ struct ManifestTests {
     manifest = Self.sample()
     manifest.chunkLists[0].list = ChunkList(chunks: [(SHA256.hash([3]), 0)])
     #expect(throws: BackupError.self) { try Manifest.decode(manifest.encoded(), archive: "x.tar") }
+  }
+
+  /// A chunk as long as earlier versions cut (4 MiB, twice what this one cuts) is still a valid
+  /// record: repositories written before the cuts shrank keep their chunks.
+  @Test func chunksOfEarlierCutsAreAccepted() throws {
+    #expect(ChunkingParameters.maximum < ChunkingParameters.largestStored)
+    var manifest = Self.sample()
+    let largest = Int64(ChunkingParameters.largestStored)
+    manifest.chunks[0].size = largest
+    manifest.chunkLists[0].list = ChunkList(chunks: [(SHA256.hash([3]), largest), (SHA256.hash([5]), 12)])
+    let decoded = try Manifest.decode(manifest.encoded(), archive: "x.tar")
+    #expect(decoded.chunks.first?.size == largest)
+    #expect(decoded.chunkLists.first?.list.chunks.first?.size == largest)
   }
 
   /// An incomplete snapshot keeps its count and its (raw, shortened) paths through the

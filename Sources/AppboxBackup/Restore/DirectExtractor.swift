@@ -129,7 +129,7 @@ final class DirectExtractor: Sendable {
   }
 
   /// The bytes a worker's buffer holds: the longest unit, or a chunk.
-  static let bufferBytes = max(4 * batchBytes, ChunkingParameters.maximum)
+  static let bufferBytes = max(4 * batchBytes, ChunkingParameters.largestStored)
 
   private static func makeUnits(_ work: DirectWork) -> [Unit] {
     var units: [Unit] = []

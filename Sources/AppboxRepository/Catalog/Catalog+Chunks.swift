@@ -75,7 +75,7 @@ public struct ChunkList: Sendable, Equatable {
       for _ in 0..<count {
         let digest = try input.digest()
         let chunkSize = try input.varint()
-        guard chunkSize > 0, chunkSize <= UInt64(ChunkingParameters.maximum) else {
+        guard chunkSize > 0, chunkSize <= UInt64(ChunkingParameters.largestStored) else {
           throw ByteReader.malformed("a chunk size is out of range")
         }
         total += Int64(chunkSize)

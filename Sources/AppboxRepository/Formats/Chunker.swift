@@ -13,17 +13,27 @@
 // Invariants: the cut points are a pure function of the bytes (the gear table is derived from a
 // fixed seed and must never change, or chunks stop matching those already stored); feeding the
 // bytes in any split gives the same cuts; every chunk but the last is at least `minimum` long.
+//
+// The cut parameters may change between versions (a repository written with others stays
+// valid: chunks are named by their SHA-256, and a file's chunk list is whatever its archive
+// recorded); what changes is only which chunks a new cut finds already stored. Until
+// 2026-12-06 the cuts were 256 KiB to 4 MiB around 1 MiB (masks of 22 and 18 bits), so
+// readers accept chunks up to `largestStored`.
 
 package enum ChunkingParameters {
   /// Files at least this large are chunked (smaller ones are stored whole).
   package static let threshold: Int64 = 1 << 20
   static let minimum = 256 << 10
-  static let average = 1 << 20
-  package static let maximum = 4 << 20
+  static let average = 512 << 10
+  /// The longest chunk this version cuts.
+  package static let maximum = 2 << 20
+  /// The longest chunk a repository may hold (what earlier versions cut): the bound readers
+  /// and validators use.
+  package static let largestStored = 4 << 20
   /// Bits the hash must have zero below the average (harder) and above it (easier): the
-  /// average is 2^20, and normalization level 2 moves each mask two bits away from it.
-  static let smallMask: UInt64 = topBits(22)
-  static let largeMask: UInt64 = topBits(18)
+  /// average is 2^19, and normalization level 2 moves each mask two bits away from it.
+  static let smallMask: UInt64 = topBits(21)
+  static let largeMask: UInt64 = topBits(17)
 
   static func topBits(_ count: Int) -> UInt64 { ~UInt64(0) << UInt64(64 - count) }
 

@@ -312,7 +312,7 @@ package struct Manifest {
     let dataOffset = try input.varint()
     let size = try input.varint()
     guard dataOffset > offset, dataOffset <= UInt64(Int64.max) - size, size > 0,
-      size <= UInt64(ChunkingParameters.maximum)
+      size <= UInt64(ChunkingParameters.largestStored)
     else { throw bad("a chunk location is out of range") }
     return ChunkLocation(
       digest: digest, archive: archive, offset: Int64(offset), dataOffset: Int64(dataOffset),

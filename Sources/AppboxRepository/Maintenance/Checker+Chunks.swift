@@ -47,7 +47,7 @@ extension Repository {
   {
     var problems: [String] = []
     let byName = Dictionary(records.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
-    var buffer = [UInt8](repeating: 0, count: ChunkingParameters.maximum)
+    var buffer = [UInt8](repeating: 0, count: ChunkingParameters.largestStored)
     for (archive, locations) in Dictionary(grouping: chunks, by: \.archive) {
       guard let record = byName[archive] else {
         problems.append(

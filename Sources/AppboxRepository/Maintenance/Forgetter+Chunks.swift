@@ -48,7 +48,7 @@ extension Repository {
   {
     guard !chunks.isEmpty else { return [] }
     var copied: [ChunkLocation] = []
-    var buffer = [UInt8](repeating: 0, count: ChunkingParameters.maximum)
+    var buffer = [UInt8](repeating: 0, count: ChunkingParameters.largestStored)
     let decoder = FrameDecoder()
     for (archive, locations) in Dictionary(grouping: chunks, by: \.archive) {
       guard let source = try rangeReader(try archiveRecord(archive)) else {
