@@ -13,7 +13,8 @@ import Testing
 /// chunks they changed, restored whole.
 struct ChunkedBackupTests {
   static let size = 6 << 20
-  static let store = "Library/Application Support/Store.sqlite"
+  /// A large file that is not a database (databases are indexed when first read: below).
+  static let store = "Library/Application Support/Assets.pack"
 
   /// Overwrites 16 KiB of `path` at `offset` in place (same inode) with bytes of `seed`.
   func edit(_ path: String, at offset: Int, seed: UInt64) throws -> [UInt8] {
@@ -306,5 +307,73 @@ struct ChunkedBackupTests {
     try FileManager.default.removeItem(atPath: fixture.path("Documents"))
     _ = try fixture.repository.restore(fixture.app.bundleIdentifier, in: fixture.session)
     expectSame(expected, try fixture.captureData())
+  }
+
+  /// The digests of `content`'s chunks, as this version cuts them.
+  func chunkDigests(_ content: [UInt8]) -> [Digest] {
+    var position = 0
+    return chunkLengths(content).map { length in
+      defer { position += length }
+      return SHA256.hash(Array(content[position..<(position + length)]))
+    }
+  }
+
+  /// Databases (by name, or by SQLite's header under any name) get their chunks indexed inside
+  /// their member the first time a backup reads them, so their first edit in place stores only
+  /// the chunks it touched; other large files stay lazy. The index survives a catalog rebuilt
+  /// from the archives, and restores and checks read through it.
+  @Test func databasesAreIndexedWhenFirstReadSoTheirFirstEditStoresOnlyItsChunks() throws {
+    let fixture = try Fixture()
+    let catalog = fixture.repository.catalog
+    let database = randomBytes(Self.size, seed: 41)
+    let headed = DatabaseFiles.sqliteHeader + randomBytes(3 << 20, seed: 42)
+    let other = randomBytes(3 << 20, seed: 43)
+    let path = try fixture.write("Library/Application Support/Model.sqlite", bytes: database)
+    try fixture.write("Documents/cache.bin", bytes: headed)
+    try fixture.write("Documents/other.bin", bytes: other)
+    let first = try fixture.backup()
+    let members = try members(first.archivePath)
+    #expect(
+      members.contains("Library/Application Support/Model.sqlite") && members.contains("Documents/cache.bin"))
+    #expect(!members.contains { $0.hasPrefix(".appbox/chunks/") }, "indexed in place: no chunk members")
+    for digest in chunkDigests(database) + chunkDigests(headed) {
+      let location = try #require(try catalog.chunk(digest))
+      #expect(location.archive == first.snapshot.archive)
+    }
+    #expect(try chunkDigests(other).allSatisfy { try catalog.chunk($0) == nil })
+    #expect(try catalog.count("chunk_lists") == 0)
+
+    _ = try edit(path, at: 3 << 20, seed: 44)
+    try fixture.trustSnapshots()
+    let expected = try fixture.captureData()
+    let second = try fixture.backup()
+    let chunks = try self.members(second.archivePath).filter { $0.hasPrefix(".appbox/chunks/") }
+    #expect((1...2).contains(chunks.count), "\(chunks)")
+    #expect(second.snapshot.bytesAdded > 0 && second.snapshot.bytesAdded < Int64(Self.size) / 4)
+
+    let rebuilt = try Repository.rebuildCatalog(at: fixture.repository.path, environment: [:])
+    #expect(rebuilt.skipped.isEmpty && rebuilt.snapshots == 2)
+    let reopened = try Repository(path: fixture.repository.path, environment: [:])
+    #expect(try chunkDigests(headed).allSatisfy { try reopened.catalog.chunk($0) != nil })
+    try FileManager.default.removeItem(atPath: fixture.path("Library/Application Support"))
+    _ = try reopened.restore(fixture.app.bundleIdentifier, in: fixture.session)
+    expectSame(expected, try fixture.captureData())
+    let check = try reopened.check(readData: true)
+    #expect(check.isClean, "\(check.problems)")
+  }
+
+  /// What counts as a database: the names of SQLite and Realm files, and their headers.
+  @Test func databasesAreToldByNameAndHeader() {
+    for name in ["Store.sqlite", "a/b/Cache.DB", "x.sqlite3", "default.realm", "y.db3"] {
+      #expect(DatabaseFiles.hasDatabaseExtension(Array(name.utf8)), "\(name)")
+    }
+    for name in ["Store.sqlite-wal", "db", ".db", "movie.mov", "dir.db/file", "notes.txt"] {
+      #expect(!DatabaseFiles.hasDatabaseExtension(Array(name.utf8)), "\(name)")
+    }
+    #expect(DatabaseFiles.isDatabase(leadingBytes: (DatabaseFiles.sqliteHeader + [1, 2, 3, 4])[...]))
+    #expect(!DatabaseFiles.isDatabase(leadingBytes: DatabaseFiles.sqliteHeader.dropLast()))
+    let realm = [UInt8](repeating: 0, count: 16) + Array("T-DB".utf8)
+    #expect(DatabaseFiles.isDatabase(leadingBytes: realm[...]))
+    #expect(!DatabaseFiles.isDatabase(leadingBytes: realm.dropLast()))
   }
 }

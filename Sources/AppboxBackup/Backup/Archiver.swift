@@ -11,7 +11,8 @@
 // locations go to the manifest's spool as they are made.
 //
 // Large files seen changing stream through a ChunkWriter instead (see StreamMode): only their
-// new chunks are written, as `.appbox/chunks/<hex>` members.
+// new chunks are written, as `.appbox/chunks/<hex>` members. A database seen for the first
+// time is written whole and streams through it too, to have its chunks indexed in its member.
 //
 // Invariants: a blob location is recorded only for a member whose data is exactly the bytes
 // that were hashed, and for the last attempt of a file read more than once; a file stored as
@@ -154,14 +155,19 @@ final class Archiver {
             if file.dataRegions == nil { dataOffset = writer.uncompressedOffset }
           }
           if mode == .chunks { chunkWriter?.begin(content: ContentKind.of(path: path(of: item))) }
+          if mode == .indexed, let dataOffset {
+            chunkWriter?.begin(content: .unknown, indexed: (offset, dataOffset))
+          }
           current = (item, offset, dataOffset, file, archiverHashes, mode)
         case .chunk(let buffer, let count, let cut):
           defer { pool.give(buffer) }
           let data = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
-          if current?.mode == .chunks {
-            try chunkWriter?.feed(data, cut: Int(cut))
-          } else {
+          switch current?.mode {
+          case .chunks: try chunkWriter?.feed(data, cut: Int(cut))
+          case .indexed:
             try writer.writeData(data)
+            try chunkWriter?.feed(data, cut: Int(cut))
+          default: try writer.writeData(data)
           }
           if current?.hashing == true { hasher.update(data) }
           bytesDone += Int64(count)
@@ -175,7 +181,7 @@ final class Archiver {
             if short > 0 { try writer.finishEntryPaddingWithZeros() } else { try writer.finishEntry() }
           }
           var list: ChunkList?
-          if mode == .chunks, let chunkWriter {
+          if mode != .whole, let chunkWriter {
             // The reader sends a chunked file's missing bytes as zeros: it is never short here.
             precondition(short == 0, "a chunked file ended short")
             list = try chunkWriter.end()

@@ -3,13 +3,14 @@
 // The reader finds the cuts (the gear hash, `Chunker`) and hashes the whole file meanwhile, on
 // the other core.
 //
-// Used for `StreamMode.chunks` only: the file is not written as a member. Each chunk the
-// repository lacks (and this archive has not stored yet) becomes a member
-// `.appbox/chunks/<hex digest>` holding exactly its bytes; the others cost nothing. The file's
-// chunk list goes into the catalog and the manifest, keyed by its whole-file digest, which its
-// tree entry keeps. (Older appbox also indexed the chunks of large files stored whole, at their
-// place in the file's member: those rows are still read. Chunking is lazy now, so a file that
-// never changes is hashed once: docs/performance.md.)
+// Two uses, by the file's `StreamMode`:
+// - `.chunks`: the file is not written as a member. Each chunk the repository lacks (and this
+//   archive has not stored yet) becomes a member `.appbox/chunks/<hex digest>` holding exactly
+//   its bytes; the others cost nothing. The file's chunk list goes into the catalog and the
+//   manifest, keyed by its whole-file digest, which its tree entry keeps.
+// - `.indexed` (a database seen for the first time): the file is written as a member of its
+//   own, as any; its chunks are only indexed, each at its place in that member's data, so the
+//   file's first edit finds them (chunking is otherwise lazy: docs/performance.md).
 //
 // Invariants: a chunk location is recorded only for bytes written to this archive that hash
 // to its digest; chunk bytes are staged (at most `ChunkingParameters.maximum`) until the cut
@@ -32,6 +33,10 @@ final class ChunkWriter {
 
   /// The current chunk's bytes so far.
   private var length = 0
+  /// `.indexed`: where the file's member and its data start in the archive, and the current
+  /// chunk in the file.
+  private var indexed: (member: Int64, data: Int64)?
+  private var position: Int64 = 0
   /// What the file's data is (its name, else its first bytes), for every chunk of it: a chunk
   /// of a video compresses no better than the video.
   private var content = ContentKind.unknown
@@ -53,8 +58,12 @@ final class ChunkWriter {
 
   deinit { staging.deallocate() }
 
-  /// Starts a file; `content` is what its name tells.
-  func begin(content: ContentKind) {
+  /// Starts a file; `content` is what its name tells. With `indexed`, the file is being
+  /// written as a member whose header and data start there (`.indexed`): its chunks are only
+  /// indexed.
+  func begin(content: ContentKind, indexed: (member: Int64, data: Int64)? = nil) {
+    self.indexed = indexed
+    position = 0
     length = 0
     list = []
     self.content = content
@@ -81,7 +90,9 @@ final class ChunkWriter {
     }
     precondition(length + piece.count <= staging.count, "a chunk is longer than the longest")
     hasher.update(piece)
-    (staging.baseAddress! + length).copyMemory(from: piece.baseAddress!, byteCount: piece.count)
+    if indexed == nil {
+      (staging.baseAddress! + length).copyMemory(from: piece.baseAddress!, byteCount: piece.count)
+    }
     length += piece.count
   }
 
@@ -95,7 +106,18 @@ final class ChunkWriter {
     let digest = hasher.finalize()
     let size = Int64(length)
     list.append((digest, size))
-    if !storedHere.contains(digest), !(try catalog.hasChunk(digest)) {
+    defer {
+      position += size
+      length = 0
+    }
+    guard !storedHere.contains(digest), !(try catalog.hasChunk(digest)) else { return }
+    if let indexed {
+      // At its place in the member being written.
+      record(
+        ChunkLocation(
+          digest: digest, archive: archiveName, offset: indexed.member, dataOffset: indexed.data + position,
+          size: size))
+    } else {
       let offset = writer.uncompressedOffset
       try writer.writeHeader(
         metadataMember(ChunkList.memberPath(digest), size: length, time: time),
@@ -108,7 +130,6 @@ final class ChunkWriter {
         ChunkLocation(
           digest: digest, archive: archiveName, offset: offset, dataOffset: dataOffset, size: size))
     }
-    length = 0
   }
 
   private func record(_ location: ChunkLocation) {

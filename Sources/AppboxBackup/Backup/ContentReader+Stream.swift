@@ -40,7 +40,7 @@ extension ContentReader {
     if before.mayBeSparse { opened.dataRegions = (try? fd.dataRegions(size: before.size)) ?? nil }
     let sparse = opened.dataRegions != nil
     opened.hasSparseIdentity = sparse && !plainSparseIdentity
-    let mode = streamMode(item, size: before.size, sparse: sparse)
+    let mode = streamMode(item, path: path, fd: fd, size: before.size, sparse: sparse)
     // A chunked file is hashed twice, whole and chunk by chunk, and cut (the gear hash):
     // this thread reads and cuts, a third hashes it whole, the archiver hashes the chunks. A
     // sparse file is hashed here (its identity needs the offsets).

@@ -96,6 +96,12 @@ enum StreamMode {
   /// (its earlier content was stored whole, unindexed), each later one about the chunks it
   /// touched (docs/performance.md).
   case chunks
+  /// A member of its own, as `.whole`, with its chunks indexed at their place in the member's
+  /// data: a large database (by its name or its header: `DatabaseFiles`) not seen before, in a
+  /// full backup or new at its path. Databases are what apps edit in place, so their first
+  /// edit stores only the chunks it touched, at the cost of cutting and hashing their chunks
+  /// once more when they are first read.
+  case indexed
 }
 
 /// Reads the changed files of an archive plan and feeds the archiver.
@@ -361,14 +367,16 @@ final class ContentReader {
     return Int32(count)
   }
 
-  /// How the archiver will store item `item`, a file of `size` bytes being streamed: as chunks
-  /// only once it has been seen changing (it was a file at this path in the parent snapshot
-  /// and is read again), so a file that never changes is hashed once, whole.
-  func streamMode(_ item: ItemReference, size: Int64, sparse: Bool) -> StreamMode {
-    guard chunking.enabled, chunking.incremental, !sparse, size >= ChunkingParameters.threshold,
-      item.entry.previous?.type == .file
-    else { return .whole }
-    return .chunks
+  /// How the archiver will store item `item` (at `path`, open as `fd`), a file of `size` bytes
+  /// being streamed: as chunks only once it has been seen changing (it was a file at this path
+  /// in the parent snapshot and is read again), so a file that never changes is hashed once,
+  /// whole; a database is indexed the first time (`.indexed`).
+  func streamMode(_ item: ItemReference, path: [UInt8], fd: FileDescriptor, size: Int64, sparse: Bool)
+    -> StreamMode
+  {
+    guard chunking.enabled, !sparse, size >= ChunkingParameters.threshold else { return .whole }
+    if chunking.incremental, item.entry.previous?.type == .file { return .chunks }
+    return DatabaseFiles.isDatabase(path: path, fd: fd) ? .indexed : .whole
   }
 
   /// Whether two stats of one open file say it did not change in between.
