@@ -586,13 +586,20 @@ struct Bench {
 
   /// Run by run, each tool's time beside what the disk wrote while it ran, the disk's
   /// service time (write milliseconds per MB) and what it discarded meanwhile (with the
-  /// milliseconds discarding): a slow run of every tool at once with a high service time is
-  /// the shared disk, not the tool; a slow run with many discards waited for the blocks a
-  /// deletion just before it freed.
+  /// milliseconds discarding), then the command's CPU time and the machine's stalls (`Stalls`:
+  /// I/O stall, waiting for a CPU, time stolen by the host, in ms): a slow run of every tool at
+  /// once with a high service time is the shared disk, not the tool; a slow run with many
+  /// discards waited for the blocks a deletion just before it freed; a slow run at its usual
+  /// CPU time and service time waited on something the other columns name, or none does.
   func diskTable(_ scenario: Scenario, tools: [String]) -> [String] {
     guard let count = tools.compactMap({ scenario.samples($0)?.count }).min(), count > 0 else { return [] }
     var lines = [
-      "| run | " + tools.map { "\($0): time, written, disk ms/MB, discarded (ms)" }.joined(separator: " | ")
+      "| run | "
+        + tools.map {
+          "\($0): time, written, disk ms/MB, discarded (ms); CPU user + system, I/O stall, CPU wait, steal"
+        }
+        .joined(
+          separator: " | ")
         + " |",
       "|---|" + tools.map { _ in "---|" }.joined(),
     ]
@@ -600,8 +607,14 @@ struct Bench {
       let cells = tools.map { tool -> String in
         let sample = scenario.samples(tool)![run]
         guard let disk = sample.disk else { return format(sample.seconds) }
-        return "\(format(sample.seconds)), \(formatBytes(Double(disk.bytesWritten))), "
+        var cell =
+          "\(format(sample.seconds)), \(formatBytes(Double(disk.bytesWritten))), "
           + "\(String(format: "%.1f", disk.millisPerMB)), \(formatBytes(Double(disk.bytesDiscarded))) (\(disk.discardMillis))"
+        if let stalls = sample.stalls {
+          cell +=
+            "; \(format(stalls.userSeconds)) + \(format(stalls.systemSeconds)), \(stalls.ioStallMicros / 1000), \(stalls.cpuWaitMicros / 1000), \(stalls.stealMillis)"
+        }
+        return cell
       }
       lines.append("| \(run + 1) | " + cells.joined(separator: " | ") + " |")
     }

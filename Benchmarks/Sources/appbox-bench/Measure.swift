@@ -10,6 +10,52 @@ struct Sample {
   var bytes: Int64?
   /// What the block device under the work directory did while the command ran, when asked.
   var disk: DiskActivity?
+  /// Where the command's wall time went besides the disk, recorded along with `disk`.
+  var stalls: Stalls?
+}
+
+/// The CPU time of a timed command (its process tree: user and system) and what the machine
+/// spent stalled meanwhile, from the kernel's pressure counters (/proc/pressure: microseconds
+/// during which at least one task waited for I/O, or for a CPU) and the CPU time the
+/// hypervisor took from this VM (steal, /proc/stat). A slow run whose CPU time is its usual
+/// one waited: on the disk (I/O stall), for a CPU (another process or the host), or on
+/// something else (a lock, a sleep); a slow run with more CPU time did more work.
+struct Stalls {
+  var userSeconds: Double
+  var systemSeconds: Double
+  var ioStallMicros: Int64
+  var cpuWaitMicros: Int64
+  var stealMillis: Int64
+
+  static func - (a: Stalls, b: Stalls) -> Stalls {
+    Stalls(
+      userSeconds: a.userSeconds - b.userSeconds, systemSeconds: a.systemSeconds - b.systemSeconds,
+      ioStallMicros: a.ioStallMicros - b.ioStallMicros,
+      cpuWaitMicros: a.cpuWaitMicros - b.cpuWaitMicros, stealMillis: a.stealMillis - b.stealMillis)
+  }
+
+  /// The counters now (children's CPU time: of the processes waited for so far).
+  static func read() -> Stalls {
+    var usage = rusage()
+    getrusage(__rusage_who_t(RUSAGE_CHILDREN.rawValue), &usage)
+    func seconds(_ time: timeval) -> Double { Double(time.tv_sec) + Double(time.tv_usec) / 1e6 }
+    /// The `some ... total=N` microseconds of a pressure file.
+    func someTotal(_ file: String) -> Int64 {
+      guard let text = try? String(contentsOfFile: "/proc/pressure/" + file, encoding: .utf8),
+        let line = text.split(separator: "\n").first(where: { $0.hasPrefix("some") }),
+        let field = line.split(separator: " ").first(where: { $0.hasPrefix("total=") })
+      else { return 0 }
+      return Int64(field.dropFirst(6)) ?? 0
+    }
+    // cpu user nice system idle iowait irq softirq steal ...: clock ticks (100 a second).
+    let steal =
+      (try? String(contentsOfFile: "/proc/stat", encoding: .utf8))?.split(separator: "\n").first?
+      .split(separator: " ").dropFirst(8).first.flatMap { Int64($0) } ?? 0
+    return Stalls(
+      userSeconds: seconds(usage.ru_utime), systemSeconds: seconds(usage.ru_stime),
+      ioStallMicros: someTotal("io"),
+      cpuWaitMicros: someTotal("cpu"), stealMillis: steal * 10)
+  }
 }
 
 /// The write and discard counters of one block device (/proc/diskstats), and what they did
@@ -95,9 +141,11 @@ struct Shell {
     let wrapped = memory ? "/usr/bin/time -f '%M' -o \(Shell.rssFile) \(command)" : command
     sync()
     let before = disk.flatMap { DiskActivity.read(deviceOf: $0) }
+    let stallsBefore = disk.map { _ in Stalls.read() }
     let start = DispatchTime.now().uptimeNanoseconds
     try run(wrapped)
     let seconds = Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9
+    let stalls = stallsBefore.map { Stalls.read() - $0 }
     let activity = before.flatMap { before in
       disk.flatMap { DiskActivity.read(deviceOf: $0) }.map { $0 - before }
     }
@@ -105,7 +153,7 @@ struct Shell {
     if memory, let text = try? String(contentsOfFile: Shell.rssFile, encoding: .utf8) {
       peak = text.split(separator: "\n").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) }.last
     }
-    return Sample(seconds: seconds, peakKiB: peak, disk: activity)
+    return Sample(seconds: seconds, peakKiB: peak, disk: activity, stalls: stalls)
   }
 
   /// The apparent size in bytes of everything under `path` (a shell pattern; 0 when nothing
