@@ -93,15 +93,22 @@ extension Keychain {
     try HKDF.derive(key: bytes, salt: [], info: Array("appbox keychain class secret id v1".utf8), length: 16)
   }
 
-  /// Opens (creating, 0700) the class secrets directory. Uses `mkdirat(2)` and `openat(2)`
-  /// with `O_NOFOLLOW`.
+  /// Opens (creating, 0700, when it is missing) the class secrets directory, with `O_NOFOLLOW`.
+  /// Opened first and created only on ENOENT: the broker opens it for every request.
   func openClassSecretsDirectory() throws -> FileDescriptor {
     let path = directory + "/" + Self.classSecretsDirectoryName
-    if Glibc.mkdir(path, 0o700) != 0, Errno.current != .exists {
-      throw SystemError("create directory", path: path)
+    func open() throws -> FileDescriptor {
+      try FileDescriptor.open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
     }
     do {
-      return try FileDescriptor.open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+      do {
+        return try open()
+      } catch let error as SystemError where error.errno == .noEntry {
+        if Glibc.mkdir(path, 0o700) != 0, Errno.current != .exists {
+          throw SystemError("create directory", path: path)
+        }
+        return try open()
+      }
     } catch let error as SystemError where error.errno == .tooManyLinks || error.errno == .notDirectory {
       throw KeychainError(.corrupt, "The keychain's class secrets directory is not a directory", path: path)
     }
