@@ -147,7 +147,9 @@ final class Archiver {
           try writeWhole(item, file: file, data: data, digest: digest ?? digestOf(data))
           if !stable { warnUnstable(item) }
         case .begin(let item, let file, let archiverHashes, let requested):
-          let mode = chunkWriter == nil ? .whole : requested
+          // Chunks are indexed only in a member whose data is contiguous (not sparse).
+          let mode: StreamMode =
+            chunkWriter == nil || (requested == .indexed && file.dataRegions != nil) ? .whole : requested
           let offset = writer.uncompressedOffset
           var dataOffset: Int64?
           if mode != .chunks {
@@ -155,9 +157,7 @@ final class Archiver {
             if file.dataRegions == nil { dataOffset = writer.uncompressedOffset }
           }
           if mode == .chunks { chunkWriter?.begin(content: ContentKind.of(path: path(of: item))) }
-          if mode == .indexed, let dataOffset {
-            chunkWriter?.begin(content: .unknown, indexed: (offset, dataOffset))
-          }
+          if mode == .indexed { chunkWriter?.begin(content: .unknown, indexed: (offset, dataOffset!)) }
           current = (item, offset, dataOffset, file, archiverHashes, mode)
         case .chunk(let buffer, let count, let cut):
           defer { pool.give(buffer) }
