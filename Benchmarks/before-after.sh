@@ -42,10 +42,10 @@ for ((run = 0; run < RUNS; run++)); do
       --repo "$work/repo-$build" --full
   done
 done
-builds=(before after)
 export RESTIC_PASSWORD=before-after
+with_restic=false
 if command -v restic >/dev/null; then
-  builds+=(restic)
+  with_restic=true
   excludes=(--exclude "$home/Notes.app" --exclude "$home/Library/Caches" --exclude "$home/tmp")
   restic -q -r "$work/repo-restic" init
   restic -q -r "$work/repo-restic" backup "${excludes[@]}" "$home" >/dev/null
@@ -53,7 +53,7 @@ fi
 for ((round = 1; round <= ROUNDS; round++)); do
   "$AFTER/appbox-bench" mutate "$home" --percent 1 --seed $((500 + round)) --in-place --content "$CONTENT" >/dev/null
   sleep 0.3  # past the racy window: the backups trust what they stat
-  if [ "${builds[2]:-}" = restic ]; then
+  if $with_restic; then
     size=$(du -sb "$work/repo-restic" | cut -f1)
     restic -q -r "$work/repo-restic" backup "${excludes[@]}" "$home" >/dev/null
     echo "restic in-place-$round $(($(du -sb "$work/repo-restic" | cut -f1) - size))" >>"$work/bytes"
@@ -77,12 +77,12 @@ for build in before after; do
   walls=$(awk -v b="$build" '$1 == b && $2 ~ /^in-place/ { printf "%s s ", $3 }' "$work/times")
   bytes=$(awk -v b="$build" '$1 == b { printf "%.1f MB ", $3 / 1e6 }' "$work/bytes")
   echo "| $build | $medians s | $users s | $systems s | $walls| $bytes|"
-  if [ "${builds[2]:-}" = restic ]; then
+  if $with_restic; then
     ratios=$(awk -v b="$build" '$1 == "restic" { r[$2] = $3 } $1 == b { s[$2] = $3; o[++n] = $2 }
       END { for (i = 1; i <= n; i++) printf "%.2fx ", s[o[i]] / r[o[i]] }' "$work/bytes")
     echo "| $build / restic | | | | | $ratios|"
   fi
 done
-if [ "${builds[2]:-}" = restic ]; then
+if $with_restic; then
   echo "| restic | | | | | $(awk '$1 == "restic" { printf "%.1f MB ", $3 / 1e6 }' "$work/bytes")|"
 fi

@@ -147,9 +147,9 @@ final class Archiver {
           try writeWhole(item, file: file, data: data, digest: digest ?? digestOf(data))
           if !stable { warnUnstable(item) }
         case .begin(let item, let file, let archiverHashes, let requested):
-          // Chunks are indexed only in a member whose data is contiguous (not sparse).
-          let mode: StreamMode =
-            chunkWriter == nil || (requested == .indexed && file.dataRegions != nil) ? .whole : requested
+          let mode = chunkWriter == nil ? .whole : requested
+          // The reader asks for chunks (either mode) only of a file that is not sparse.
+          precondition(mode == .whole || file.dataRegions == nil, "a sparse file streamed as chunks")
           let offset = writer.uncompressedOffset
           var dataOffset: Int64?
           if mode != .chunks {
