@@ -362,6 +362,43 @@ struct ChunkedBackupTests {
     #expect(check.isClean, "\(check.problems)")
   }
 
+  /// A database the app rewrites while the backup reads it (an adversary racing the reader):
+  /// the backup reads it again, and every chunk location indexed from either reading points at
+  /// bytes of the archive that hash to it, so check reads them clean, the next edit reuses
+  /// them, and both snapshots restore byte for byte.
+  @Test func aDatabaseChangingWhileIndexedLeavesOnlyTrueChunkLocations() throws {
+    let fixture = try Fixture()
+    let name = "Library/Application Support/Race.sqlite"
+    let path = try fixture.write(name, bytes: randomBytes(Self.size, seed: 51))
+    var options = BackupOptions()
+    options.afterRead = { file, attempt in
+      guard String(decoding: file, as: UTF8.self) == name, attempt == 1 else { return }
+      _ = try? self.edit(path, at: 2 << 20, seed: 52)
+    }
+    let first = try fixture.backup(options)
+    #expect(first.snapshot.warnings == 0)
+    #expect(try members(first.archivePath).filter { $0 == name }.count == 2, "read, changed, read again")
+    let firstCapture = try fixture.captureData()
+    #expect(try fixture.repository.catalog.count("chunks") >= 3)
+    var check = try fixture.repository.check(readData: true)
+    #expect(check.isClean, "\(check.problems)")
+
+    _ = try edit(path, at: 4 << 20, seed: 53)
+    try fixture.trustSnapshots()
+    let secondCapture = try fixture.captureData()
+    let second = try fixture.backup()
+    let chunks = try members(second.archivePath).filter { $0.hasPrefix(".appbox/chunks/") }
+    #expect((1...2).contains(chunks.count), "\(chunks)")
+    for (result, capture) in [(first, firstCapture), (second, secondCapture)] {
+      try fixture.write(name, "overwritten")
+      _ = try fixture.repository.restore(
+        fixture.app.bundleIdentifier, snapshot: result.snapshot.id, in: fixture.session)
+      expectSame(capture, try fixture.captureData())
+    }
+    check = try fixture.repository.check(readData: true)
+    #expect(check.isClean, "\(check.problems)")
+  }
+
   /// What counts as a database: the names of SQLite and Realm files, and their headers.
   @Test func databasesAreToldByNameAndHeader() {
     for name in ["Store.sqlite", "a/b/Cache.DB", "x.sqlite3", "default.realm", "y.db3"] {
