@@ -11,6 +11,10 @@ public struct LockBusyError: AppboxFailure {
 }
 
 /// An advisory `flock(2)` lock on a file, released when the object is released.
+///
+/// Released explicitly (`LOCK_UN`) before the descriptor is closed: a child forked by another
+/// thread and not yet exec'd shares the open file description (O_CLOEXEC only closes it at the
+/// exec), and a close alone would leave the lock held by that child for as long as it lingers.
 public final class FileLock: @unchecked Sendable {
   public let descriptor: FileDescriptor
   public let path: String
@@ -20,7 +24,10 @@ public final class FileLock: @unchecked Sendable {
     self.path = path
   }
 
-  deinit { descriptor.close() }
+  deinit {
+    _ = appbox_flock(descriptor.rawValue, LOCK_UN)
+    descriptor.close()
+  }
 
   /// Takes the lock at `path` (creating the file), waiting up to `timeout`; throws
   /// `LockBusyError` naming `what` when it stays taken. Uses `flock(2)`.

@@ -79,6 +79,20 @@ struct FileLockTests {
     _ = consume first
     #expect(try FileLock.attempt(dir.url("lock")) != nil)
   }
+
+  /// A forked child that has not exec'd yet shares the lock's open file description; a
+  /// duplicate descriptor stands in for it. Releasing the lock must free it all the same.
+  @Test func releasingALockFreesItWhileADuplicateOfItsDescriptorLingers() throws {
+    let dir = TemporaryDirectory("lock")
+    var first: FileLock? = try FileLock.acquire(dir.url("lock"), what: "The root")
+    let lingering = dup(first!.descriptor.rawValue)
+    #expect(lingering >= 0)
+    defer { close(lingering) }
+    #expect(try FileLock.attempt(dir.url("lock")) == nil)
+    first = nil
+    #expect(first == nil)
+    #expect(try FileLock.attempt(dir.url("lock")) != nil)
+  }
 }
 
 struct ExtendedAttributeTests {
