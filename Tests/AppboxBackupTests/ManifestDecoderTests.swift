@@ -240,6 +240,11 @@ struct ManifestDecoderTests {
     try Self.expectEveryDamageRefused(
       Self.large(blobs: 10, trees: 3, treeBytes: 80, chunks: 2, lists: 2, frames: 5).encoded(), name: "framed"
     )
+    var foreign = Self.large(blobs: 6, trees: 2, treeBytes: 60, chunks: 2, lists: 1, frames: 2)
+    foreign.foreignChunks = [
+      ChunkLocation(digest: SHA256.hash([9]), archive: "00ff00ff.tar", offset: 0, dataOffset: 512, size: 300_000)
+    ]
+    try Self.expectEveryDamageRefused(foreign.encoded(), name: "foreign")
   }
 
   @Test func versionOneManifestsReadInPiecesToo() throws {

@@ -68,6 +68,32 @@ struct ManifestTests {
     #expect(try Manifest.decode(manifest.encoded(), archive: "x.tar.zst").frames == FrameIndex())
   }
 
+  /// Chunks recorded inside earlier archives make a manifest version 4, framed or not; each
+  /// names its archive, which must be a plain name other than the manifest's own.
+  @Test func foreignChunksMakeVersionFourWithOrWithoutFrames() throws {
+    var manifest = Self.sample()
+    manifest.foreignChunks = [
+      ChunkLocation(
+        digest: SHA256.hash([6]), archive: "00ff00ff.tar.zst", offset: 512, dataOffset: 1024, size: 262_144),
+      ChunkLocation(
+        digest: SHA256.hash([7]), archive: "11ee11ee.tar", offset: 4096, dataOffset: 5120, size: 1 << 20),
+    ]
+    for frames in [nil, Self.frames(3)] {
+      manifest.frames = frames
+      let encoded = manifest.encoded()
+      #expect(encoded[8] == 4)
+      #expect(encoded.count == manifest.encodedSize)
+      let decoded = try Manifest.decode(encoded, archive: "0a1b2c3d.tar")
+      #expect(decoded.foreignChunks == manifest.foreignChunks)
+      #expect(decoded.chunks == manifest.chunks && decoded.frames == frames)
+      #expect(decoded.blobs == manifest.blobs && decoded.trees == manifest.trees)
+    }
+    for name in ["", "0a1b2c3d.tar", "../catalog.db", ".hidden", "a/b"] {
+      manifest.foreignChunks[0].archive = name
+      #expect(throws: BackupError.self) { try Manifest.decode(manifest.encoded(), archive: "0a1b2c3d.tar") }
+    }
+  }
+
   /// A frame index that does not decode is the manifest's damage, even under a valid checksum.
   @Test func aBadFrameIndexIsRefusedEvenWithAValidChecksum() throws {
     var manifest = Self.sample()

@@ -87,11 +87,13 @@ final class Archiver {
   init(
     writer: ArchiveWriter, catalog: Catalog?, archiveName: String, deduplicate: Bool, full: Bool,
     pool: BufferPool, observer: EngineObserver, time: Date = Date(), blobs: BlobSink? = nil,
-    trees: TreeBuilder? = nil, phaseAfterScan: Phase = .archiving
+    trees: TreeBuilder? = nil, phaseAfterScan: Phase = .archiving,
+    earlierVersion: ((Digest, Int64) throws -> [Digest: ChunkLocation])? = nil
   ) {
     self.phaseAfterScan = phaseAfterScan
     chunkWriter = catalog.map {
-      ChunkWriter(writer: writer, catalog: $0, archiveName: archiveName, time: time)
+      ChunkWriter(
+        writer: writer, catalog: $0, archiveName: archiveName, time: time, earlierVersion: earlierVersion)
     }
     self.pool = pool
     self.writer = writer
@@ -117,8 +119,24 @@ final class Archiver {
 
   /// The chunks first stored in this archive.
   var chunkLocations: [ChunkLocation] { chunkWriter?.locations ?? [] }
+  /// The chunks of earlier archives first recorded by this one.
+  var foreignChunkLocations: [ChunkLocation] { chunkWriter?.foreignLocations ?? [] }
 
   private func path(of item: ItemReference) -> [UInt8] { path.path(of: item.name) }
+
+  /// The previous snapshot's content and size of a file edited in place (the same inode at the
+  /// same path, stored with a plain digest): what its chunks may be found in.
+  private func earlierVersion(of item: ItemReference, file: OpenedFile) -> (digest: Digest, size: Int64)? {
+    guard let previous = item.entry.previous, previous.type == .file, !previous.hasSparseIdentity else {
+      return nil
+    }
+    return item.directory.previousData.withUnsafeBytes { old in
+      guard let entry = try? TreeCursor.entry(at: previous.range, in: old),
+        entry.inode == file.status.inode, let digest = entry.digest(in: old)
+      else { return nil }
+      return (digest, entry.size)
+    }
+  }
 
   /// Consumes the queue until the reader closes it. On error, cancels the queue (freeing
   /// what is pending) and rethrows.
@@ -156,7 +174,10 @@ final class Archiver {
             try writer.writeHeader(member(path(of: item), file: file))
             if file.dataRegions == nil { dataOffset = writer.uncompressedOffset }
           }
-          if mode == .chunks { chunkWriter?.begin(content: ContentKind.of(path: path(of: item))) }
+          if mode == .chunks {
+            chunkWriter?.begin(
+              content: ContentKind.of(path: path(of: item)), earlier: earlierVersion(of: item, file: file))
+          }
           if mode == .indexed { chunkWriter?.begin(content: .unknown, indexed: (offset, dataOffset!)) }
           current = (item, offset, dataOffset, file, archiverHashes, mode)
         case .chunk(let buffer, let count, let cut):

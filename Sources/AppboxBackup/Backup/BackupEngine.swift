@@ -320,7 +320,8 @@ private struct BackupRun {
     let pool = BufferPool(count: 16, bufferSize: ContentReader.wholeReadLimit)
     let archiver = Archiver(
       writer: writer, catalog: repository.catalog, archiveName: name, deduplicate: kind == .incremental,
-      full: kind == .full, pool: pool, observer: observer, time: start, blobs: spool, trees: trees)
+      full: kind == .full, pool: pool, observer: observer, time: start, blobs: spool, trees: trees,
+      earlierVersion: { [repository] in try repository.chunkIndex(ofContent: $0, size: $1) })
     let queue = HandoffQueue<ContentMessage>(capacity: 16 << 20)
     // Tests: `APPBOX_PAUSE_AT=backup.file-read` stops the process after each reading of a
     // file, before it is checked for changes (a test rewrites it there: a torn file).
@@ -352,6 +353,7 @@ private struct BackupRun {
     observer.engine(.phase(.committing))
     guard let root = trees.root else { throw BackupError(.corruptCatalog, "The home itself was not scanned") }
     spool.chunks = archiver.chunkLocations
+    spool.foreignChunks = archiver.foreignChunkLocations
     spool.chunkLists = archiver.chunkLists.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
     return ArchivedContent(
       root: root, files: trees.files, bytes: trees.bytes, manifest: spool, bytesAdded: archiver.bytesAdded,

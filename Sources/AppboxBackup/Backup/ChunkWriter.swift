@@ -12,6 +12,11 @@
 //   own, as any; its chunks are only indexed, each at its place in that member's data, so the
 //   file's first edit finds them (chunking is otherwise lazy: docs/performance.md).
 //
+// A file edited in place (same inode) whose earlier version an earlier archive holds whole and
+// uncut has that version cut first, where it lies (`Repository.chunkIndex(ofContent:size:)`):
+// the chunks the new version shares with it are not written but recorded as foreign chunks,
+// locations inside the earlier archive (Manifest.swift, version 4).
+//
 // Invariants: a chunk location is recorded only for bytes written to this archive that hash
 // to its digest; chunk bytes are staged (at most `ChunkingParameters.maximum`) until the cut
 // is known, so a known chunk is never written; a file's list covers every byte the archive's
@@ -45,11 +50,22 @@ final class ChunkWriter {
 
   /// Chunks first stored in this archive, in archive order.
   private(set) var locations: [ChunkLocation] = []
+  /// Chunks of earlier archives this archive's files use, first recorded here.
+  private(set) var foreignLocations: [ChunkLocation] = []
+  /// Digests stored or recorded by this archive.
   private var storedHere: Set<Digest> = []
+  /// Cuts an earlier version of a file where an earlier archive holds it (nil: not done).
+  private let earlierVersion: ((Digest, Int64) throws -> [Digest: ChunkLocation])?
+  /// The current file's earlier version's chunks, where they lie.
+  private var earlier: [Digest: ChunkLocation] = [:]
   /// Bytes of chunk members written.
   private(set) var bytesWritten: Int64 = 0
 
-  init(writer: ArchiveWriter, catalog: Catalog, archiveName: String, time: Date) {
+  init(
+    writer: ArchiveWriter, catalog: Catalog, archiveName: String, time: Date,
+    earlierVersion: ((Digest, Int64) throws -> [Digest: ChunkLocation])? = nil
+  ) {
+    self.earlierVersion = earlierVersion
     self.writer = writer
     self.catalog = catalog
     self.archiveName = archiveName
@@ -60,8 +76,17 @@ final class ChunkWriter {
 
   /// Starts a file; `content` is what its name tells. With `indexed`, the file is being
   /// written as a member whose header and data start there (`.indexed`): its chunks are only
-  /// indexed.
-  func begin(content: ContentKind, indexed: (member: Int64, data: Int64)? = nil) {
+  /// indexed. With `earlier` (`.chunks`, a file edited in place), its previous version's
+  /// content and size: cut where it lies if no archive has it cut yet. (A version that cannot
+  /// be read there is only not reused: the file's chunks are then stored.)
+  func begin(
+    content: ContentKind, indexed: (member: Int64, data: Int64)? = nil,
+    earlier: (digest: Digest, size: Int64)? = nil
+  ) {
+    self.earlier = [:]
+    if let earlier, let earlierVersion {
+      self.earlier = (try? earlierVersion(earlier.digest, earlier.size)) ?? [:]
+    }
     self.indexed = indexed
     position = 0
     length = 0
@@ -111,6 +136,11 @@ final class ChunkWriter {
       length = 0
     }
     guard !storedHere.contains(digest), !(try catalog.hasChunk(digest)) else { return }
+    if let location = earlier.removeValue(forKey: digest) {
+      storedHere.insert(digest)
+      foreignLocations.append(location)
+      return
+    }
     if let indexed {
       // At its place in the member being written.
       record(

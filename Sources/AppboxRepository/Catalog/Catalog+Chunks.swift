@@ -106,18 +106,64 @@ extension Catalog {
     return try statement.first { _ in true } ?? false
   }
 
-  /// Adds chunk locations (those whose digest has none).
-  public func insertChunks(_ chunks: [ChunkLocation]) throws {
+  /// Adds chunk locations (those whose digest has none); `declaredBy`: the archive whose
+  /// manifest records them, when it is not the one holding them.
+  public func insertChunks(_ chunks: [ChunkLocation], declaredBy: String? = nil) throws {
     guard !chunks.isEmpty else { return }
     let statement = try database.cachedStatement(
-      "INSERT OR IGNORE INTO chunks(digest, archive, offset, data_offset, size) VALUES (?1, ?2, ?3, ?4, ?5)")
+      "INSERT OR IGNORE INTO chunks(digest, archive, offset, data_offset, size, declared) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+    )
     for chunk in chunks {
       try chunk.digest.withUnsafeBytes { try statement.bind($0, at: 1) }
       try statement.bind(chunk.archive, at: 2)
       try statement.bind(chunk.offset, at: 3)
       try statement.bind(chunk.dataOffset, at: 4)
       try statement.bind(chunk.size, at: 5)
+      if let declaredBy { try statement.bind(declaredBy, at: 6) } else { try statement.bindNull(at: 6) }
       try statement.execute()
+    }
+  }
+
+  /// Whether some chunk location lies in the member whose header is at `offset` of `archive`
+  /// (a whole file whose chunks are indexed).
+  public func hasChunks(inMemberAt offset: Int64, of archive: String) throws -> Bool {
+    let statement = try database.cachedStatement(
+      "SELECT 1 FROM chunks WHERE archive = ?1 AND offset = ?2 LIMIT 1")
+    try statement.bind(archive, at: 1)
+    try statement.bind(offset, at: 2)
+    return try statement.first { _ in true } ?? false
+  }
+
+  /// The chunk locations the manifests of `archives` record in other archives.
+  public func chunks(declaredBy archives: Set<String>) throws -> [ChunkLocation] {
+    var result: [ChunkLocation] = []
+    for name in archives.sorted() {
+      result += try database.all(
+        "SELECT digest, archive, offset, data_offset, size FROM chunks WHERE declared = ?1", .text(name)
+      ) { row in
+        ChunkLocation(
+          digest: Digest(validating: row.blob(0)) ?? Digest(bytes: [UInt8](repeating: 0, count: 32)),
+          archive: row.text(1) ?? "", offset: row.int64(2), dataOffset: row.int64(3), size: row.int64(4))
+      }
+    }
+    return result
+  }
+
+  /// Inserts the foreign chunk locations set aside while their archives were unknown (manifests
+  /// read out of order) whose archives the catalog now has; drops the others (their archives
+  /// are gone: `forget` moved what stayed live).
+  public func settleForeignChunks() throws {
+    let waiting = pendingForeignChunks
+    pendingForeignChunks = []
+    for (declarer, chunks) in Dictionary(grouping: waiting, by: \.declarer) {
+      var known: [String: Bool] = [:]
+      let present = try chunks.map(\.chunk).filter { chunk in
+        if let answer = known[chunk.archive] { return answer }
+        let answer = try archive(named: chunk.archive) != nil
+        known[chunk.archive] = answer
+        return answer
+      }
+      try insertChunks(present, declaredBy: declarer)
     }
   }
 
@@ -192,6 +238,8 @@ final class CatalogIngest: ManifestConsumer {
   private let archive: String
   private var blobs: [BlobLocation] = []
   private var chunks: [ChunkLocation] = []
+  /// Chunks the manifest records in other archives.
+  private var foreign: [ChunkLocation] = []
   /// Trees this ingest added (not already in the catalog).
   private(set) var newTrees = 0
   /// The snapshot row the manifest carries (its snapshot object is the one inserted).
@@ -222,14 +270,29 @@ final class CatalogIngest: ManifestConsumer {
     try catalog.insertChunkList(digest, list, archive: archive)
   }
 
+  func foreignChunk(_ chunk: ChunkLocation) throws { foreign.append(chunk) }
+
   func frames(_ index: FrameIndex) throws {
     try catalog.insertFrames(index, archive: archive)
   }
 
-  /// Inserts what is still batched.
+  /// Inserts what is still batched. Foreign chunks go last (a chunk the archive holds itself
+  /// keeps that location), and only into archives the catalog has; the others wait for
+  /// `Catalog.settleForeignChunks` (a rebuild may read a manifest before an older one).
   func finish() throws {
     try flushBlobs()
     try flushChunks()
+    var known: [String: Bool] = [:]
+    for chunk in foreign {
+      let present = try known[chunk.archive] ?? (catalog.archive(named: chunk.archive) != nil)
+      known[chunk.archive] = present
+      if present {
+        try catalog.insertChunks([chunk], declaredBy: archive)
+      } else {
+        catalog.pendingForeignChunks.append((chunk, archive))
+      }
+    }
+    foreign = []
   }
 
   private func flushBlobs() throws {
@@ -251,6 +314,11 @@ extension Catalog {
       for name in try database.all("SELECT DISTINCT archive FROM \(table)", map: { $0.text(0) ?? "" }) {
         names.insert(name)
       }
+    }
+    for name in try database.all(
+      "SELECT DISTINCT declared FROM chunks WHERE declared IS NOT NULL", map: { $0.text(0) ?? "" })
+    {
+      names.insert(name)
     }
     return names
   }

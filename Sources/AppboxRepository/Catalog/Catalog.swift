@@ -205,6 +205,9 @@ public struct BlobLocation: Sendable, Equatable {
 /// The catalog database. Not thread-safe: one per thread.
 public final class Catalog {
   public let database: Database
+  /// Foreign chunk locations read before the catalog had their archives, and which archive's
+  /// manifest recorded each (CatalogIngest; `settleForeignChunks`).
+  var pendingForeignChunks: [(chunk: ChunkLocation, declarer: String)] = []
 
   static let migrations = [
     """
@@ -297,6 +300,12 @@ public final class Catalog {
       archive TEXT PRIMARY KEY NOT NULL,
       frames BLOB NOT NULL
     ) WITHOUT ROWID;
+    """,
+    // 8: chunks that a later archive's manifest records (inside an earlier archive's whole
+    // member): which archive declared them (NULL: the archive holding them).
+    """
+    ALTER TABLE chunks ADD COLUMN declared TEXT;
+    CREATE INDEX chunks_by_declarer ON chunks(declared) WHERE declared IS NOT NULL;
     """,
   ]
 

@@ -59,6 +59,7 @@ extension Catalog {
           try database.execute(
             "INSERT OR IGNORE INTO \(table) SELECT * FROM previous.\(table) WHERE archive = ?1", .text(name))
         }
+
         let ids = try database.all(
           "SELECT id FROM previous.snapshots WHERE archive = ?1 ORDER BY rowid", .text(name),
           map: { $0.text(0) ?? "" })
@@ -67,6 +68,14 @@ extension Catalog {
             "INSERT OR IGNORE INTO snapshots SELECT * FROM previous.snapshots WHERE id = ?1", .text(id))
           kept += database.changes
         }
+      }
+      // The chunks their manifests recorded in other archives, where the catalog has those.
+      for name in names.sorted() {
+        try database.execute(
+          """
+          INSERT OR IGNORE INTO chunks SELECT * FROM previous.chunks
+          WHERE declared = ?1 AND archive IN (SELECT name FROM archives)
+          """, .text(name))
       }
       // Rows stay in commit order (the order `latest` follows).
       if kept > 0 {
@@ -221,6 +230,7 @@ extension Repository {
             unreadable.insert(name)
           }
         }
+        try catalog.settleForeignChunks()
       }
       // What the catalog found here knew of archives that could not be read is kept.
       if !unreadable.isEmpty, let old = try? Catalog(path: path + "/catalog.db", readOnly: true) {

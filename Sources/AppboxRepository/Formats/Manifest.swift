@@ -5,8 +5,9 @@
 // alive), the trees first stored with this archive (whole, or as deltas against an earlier
 // tree), the locations of the blobs whose content this archive holds, the chunks first stored
 // in it, the chunk lists of contents stored as chunks, and for a framed archive the index of
-// its frames. Format (version 3 for a framed archive, else 2), integers as LEB128 varints:
-//   "APPBOXMF" 0x03 (or 0x02)
+// its frames. Format (version 4 when it names chunks in earlier archives, else 3 for a framed
+// archive and 2 for any other), integers as LEB128 varints:
+//   "APPBOXMF" 0x04 (or 0x03, 0x02)
 //   fieldCount (key value)*                  snapshot fields: UTF-8 strings, except the
 //                                            unreadable and torn paths (raw bytes joined
 //                                            by NUL)
@@ -14,9 +15,15 @@
 //   blobCount (digest[32] offset size pathLen path dataOffset+1)*   0: no direct data offset
 //   chunkCount (digest[32] offset dataOffset size)*
 //   listCount (digest[32] listLen list)*
+//   [foreignCount (archiveLen archive digest[32] offset dataOffset size)*]
+//                                            version 4: chunks that lie in earlier archives,
+//                                            inside whole members, indexed by this backup (a
+//                                            large file's first edit in place cuts the version
+//                                            its parent stored whole: the edit then stores only
+//                                            the chunks it changed)
 //   [framesLen frames]                       version 3: the frame index (FrameIndex.swift) of
 //                                            everything before this member, which starts a
-//                                            frame of its own
+//                                            frame of its own; version 4: 0|1, then 1: it
 //   sha256[32] of everything before it
 // Version 1 (before deltas, data offsets and chunks) had only whole trees and blobs without
 // data offsets; version 2 has no frame index. Both are still read, and an archive that is not
@@ -42,8 +49,13 @@ package struct Manifest {
   var blobs: [BlobLocation]
   package var chunks: [ChunkLocation] = []
   package var chunkLists: [(digest: Digest, list: ChunkList)] = []
+  /// Chunks this archive's backup indexed inside earlier archives (version 4).
+  package var foreignChunks: [ChunkLocation] = []
   /// The frames before the manifest member, for a framed archive.
   package var frames: FrameIndex? = nil
+
+  /// The longest archive name a foreign chunk record may carry.
+  static let maximumArchiveNameLength = 255
 
   /// The longest frame index a manifest may carry (some 2 million frames: a terabyte).
   static let maximumFramesLength = 16 << 20
@@ -66,7 +78,8 @@ package struct Manifest {
     for blob in blobs { blobBytes += Self.encodedSize(of: blob) }
     return Self.encodedSize(
       snapshot: snapshot, treeCount: trees.count, treeBytes: treeBytes, blobCount: blobs.count,
-      blobBytes: blobBytes, chunks: chunks, chunkLists: chunkLists, frames: frames)
+      blobBytes: blobBytes, chunks: chunks, chunkLists: chunkLists, foreignChunks: foreignChunks,
+      frames: frames)
   }
 
   /// Hands the encoding to `sink` in pieces of about 64 KiB, so a manifest of a large
@@ -96,7 +109,7 @@ package struct Manifest {
           }
         }
         try out.bytes.withUnsafeBytes { try piece($0) }
-      }, chunks: chunks, chunkLists: chunkLists, frames: frames, sink)
+      }, chunks: chunks, chunkLists: chunkLists, foreignChunks: foreignChunks, frames: frames, sink)
   }
 
   private static func dataSize(_ count: Int) -> Int { ByteWriter.varintSize(UInt64(count)) + count }
@@ -109,7 +122,8 @@ package struct Manifest {
   /// The length of an encoding whose trees and blobs take `treeBytes` and `blobBytes`.
   static func encodedSize(
     snapshot: Snapshot?, treeCount: Int, treeBytes: Int, blobCount: Int, blobBytes: Int,
-    chunks: [ChunkLocation], chunkLists: [(digest: Digest, list: ChunkList)], frames: FrameIndex?
+    chunks: [ChunkLocation], chunkLists: [(digest: Digest, list: ChunkList)], foreignChunks: [ChunkLocation],
+    frames: FrameIndex?
   ) -> Int {
     var size = magic.count + 1
     let fields = snapshot.map(Manifest.fields) ?? []
@@ -118,13 +132,17 @@ package struct Manifest {
     size += ByteWriter.varintSize(UInt64(treeCount)) + treeBytes
     size += ByteWriter.varintSize(UInt64(blobCount)) + blobBytes
     size += ByteWriter.varintSize(UInt64(chunks.count))
-    for chunk in chunks {
-      size +=
-        Digest.byteCount + ByteWriter.varintSize(UInt64(chunk.offset))
+    func located(_ chunk: ChunkLocation) -> Int {
+      Digest.byteCount + ByteWriter.varintSize(UInt64(chunk.offset))
         + ByteWriter.varintSize(UInt64(chunk.dataOffset)) + ByteWriter.varintSize(UInt64(chunk.size))
     }
+    for chunk in chunks { size += located(chunk) }
     size += ByteWriter.varintSize(UInt64(chunkLists.count))
     for list in chunkLists { size += Digest.byteCount + dataSize(list.list.encoded().count) }
+    if !foreignChunks.isEmpty {
+      size += ByteWriter.varintSize(UInt64(foreignChunks.count)) + 1
+      for chunk in foreignChunks { size += dataSize(chunk.archive.utf8.count) + located(chunk) }
+    }
     if let frames { size += dataSize(frames.encoded().count) }
     return size + Digest.byteCount
   }
@@ -156,13 +174,13 @@ package struct Manifest {
     snapshot: Snapshot?, treeCount: Int,
     trees: ((UnsafeRawBufferPointer) throws -> Void) throws -> Void, blobCount: Int,
     blobs: ((UnsafeRawBufferPointer) throws -> Void) throws -> Void, chunks: [ChunkLocation],
-    chunkLists: [(digest: Digest, list: ChunkList)], frames: FrameIndex?,
+    chunkLists: [(digest: Digest, list: ChunkList)], foreignChunks: [ChunkLocation], frames: FrameIndex?,
     _ sink: (UnsafeRawBufferPointer) throws -> Void
   ) rethrows {
     try withoutActuallyEscaping(sink) { sink in
       try encode(
         snapshot: snapshot, treeCount: treeCount, trees: trees, blobCount: blobCount, blobs: blobs,
-        chunks: chunks, chunkLists: chunkLists, frames: frames, escaping: sink)
+        chunks: chunks, chunkLists: chunkLists, foreignChunks: foreignChunks, frames: frames, escaping: sink)
     }
   }
 
@@ -170,7 +188,7 @@ package struct Manifest {
     snapshot: Snapshot?, treeCount: Int,
     trees: ((UnsafeRawBufferPointer) throws -> Void) throws -> Void, blobCount: Int,
     blobs: ((UnsafeRawBufferPointer) throws -> Void) throws -> Void, chunks: [ChunkLocation],
-    chunkLists: [(digest: Digest, list: ChunkList)], frames: FrameIndex?,
+    chunkLists: [(digest: Digest, list: ChunkList)], foreignChunks: [ChunkLocation], frames: FrameIndex?,
     escaping sink: @escaping (UnsafeRawBufferPointer) throws -> Void
   ) throws {
     let hasher = SHA256Hasher()
@@ -185,7 +203,7 @@ package struct Manifest {
       out.bytes.removeAll(keepingCapacity: true)
     }
     out.bytes.append(contentsOf: Manifest.magic)
-    out.byte(frames == nil ? 2 : 3)
+    out.byte(foreignChunks.isEmpty ? (frames == nil ? 2 : 3) : 4)
     let fields = snapshot.map(Manifest.fields) ?? []
     out.varint(UInt64(fields.count))
     for (key, value) in fields {
@@ -199,11 +217,14 @@ package struct Manifest {
     try flush(force: true)
     try blobs(pass)
     out.varint(UInt64(chunks.count))
-    for chunk in chunks {
+    func located(_ chunk: ChunkLocation) {
       out.digest(chunk.digest)
       out.varint(UInt64(chunk.offset))
       out.varint(UInt64(chunk.dataOffset))
       out.varint(UInt64(chunk.size))
+    }
+    for chunk in chunks {
+      located(chunk)
       try flush()
     }
     out.varint(UInt64(chunkLists.count))
@@ -211,6 +232,15 @@ package struct Manifest {
       out.digest(list.digest)
       out.data(list.list.encoded())
       try flush()
+    }
+    if !foreignChunks.isEmpty {
+      out.varint(UInt64(foreignChunks.count))
+      for chunk in foreignChunks {
+        out.data(Array(chunk.archive.utf8))
+        located(chunk)
+        try flush()
+      }
+      out.byte(frames == nil ? 0 : 1)
     }
     if let frames { out.data(frames.encoded()) }
     try flush(force: true)
@@ -257,6 +287,7 @@ package struct Manifest {
     for blob in blobs { try consumer.blob(blob) }
     for chunk in chunks { try consumer.chunk(chunk) }
     for (digest, list) in chunkLists { try consumer.chunkList(digest, list) }
+    for chunk in foreignChunks { try consumer.foreignChunk(chunk) }
     if let frames { try consumer.frames(frames) }
   }
 
@@ -319,6 +350,17 @@ package struct Manifest {
       size: Int64(size))
   }
 
+  /// One foreign chunk record (version 4): a chunk in another archive, named by the record.
+  static func decodeForeignChunk(_ input: inout ByteReader, archive: String, bad: (String) -> RepositoryError)
+    throws -> ChunkLocation
+  {
+    let name = String(decoding: try input.data(limit: maximumArchiveNameLength), as: UTF8.self)
+    guard !name.isEmpty, name != archive, !name.contains("/"), !name.hasPrefix(".") else {
+      throw bad("a foreign chunk names a bad archive")
+    }
+    return try decodeChunk(&input, archive: name, bad: bad)
+  }
+
   /// The snapshot row the fields (raw values by key) describe.
   static func snapshot(_ rawFields: [String: [UInt8]], archive: String, bad: (String) -> RepositoryError)
     throws -> Snapshot
@@ -363,6 +405,7 @@ final class ManifestCollector: ManifestConsumer {
   func blob(_ blob: BlobLocation) throws { manifest.blobs.append(blob) }
   func chunk(_ chunk: ChunkLocation) throws { manifest.chunks.append(chunk) }
   func chunkList(_ digest: Digest, _ list: ChunkList) throws { manifest.chunkLists.append((digest, list)) }
+  func foreignChunk(_ chunk: ChunkLocation) throws { manifest.foreignChunks.append(chunk) }
   func frames(_ index: FrameIndex) throws { manifest.frames = index }
 }
 

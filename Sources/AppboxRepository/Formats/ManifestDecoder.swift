@@ -27,7 +27,10 @@ package protocol ManifestConsumer: AnyObject {
   func blob(_ blob: BlobLocation) throws
   func chunk(_ chunk: ChunkLocation) throws
   func chunkList(_ digest: Digest, _ list: ChunkList) throws
-  /// The frame index of a framed archive (manifest version 3), after the chunk lists.
+  /// A chunk that lies in another (earlier) archive, which this archive's backup indexed
+  /// (manifest version 4), after the chunk lists.
+  func foreignChunk(_ chunk: ChunkLocation) throws
+  /// The frame index of a framed archive (manifest version 3 or 4), last.
   func frames(_ index: FrameIndex) throws
 }
 
@@ -37,6 +40,7 @@ extension ManifestConsumer {
   package func blob(_ blob: BlobLocation) throws {}
   package func chunk(_ chunk: ChunkLocation) throws {}
   package func chunkList(_ digest: Digest, _ list: ChunkList) throws {}
+  package func foreignChunk(_ chunk: ChunkLocation) throws {}
   package func frames(_ index: FrameIndex) throws {}
 }
 
@@ -47,6 +51,7 @@ package final class ManifestSummary: ManifestConsumer {
   package private(set) var blobs = 0
   package private(set) var chunks = 0
   package private(set) var chunkLists = 0
+  package private(set) var foreignChunks = 0
   package private(set) var frames: Int?
 
   package init() {}
@@ -56,6 +61,7 @@ package final class ManifestSummary: ManifestConsumer {
   package func blob(_ blob: BlobLocation) throws { blobs += 1 }
   package func chunk(_ chunk: ChunkLocation) throws { chunks += 1 }
   package func chunkList(_ digest: Digest, _ list: ChunkList) throws { chunkLists += 1 }
+  package func foreignChunk(_ chunk: ChunkLocation) throws { foreignChunks += 1 }
   package func frames(_ index: FrameIndex) throws { frames = index.count }
 }
 
@@ -88,7 +94,19 @@ enum ManifestDecoder {
         try consumer.chunkList(digest, list)
       }
     }
-    if version >= 3 {
+    var framed = version == 3
+    if version >= 4 {
+      for _ in 0..<(try parse { try $0.count(limit: input.remaining) }) {
+        try consumer.foreignChunk(
+          try parse { try Manifest.decodeForeignChunk(&$0, archive: archive, bad: parse.bad) })
+      }
+      switch try parse({ try $0.byte() }) {
+      case 0: framed = false
+      case 1: framed = true
+      default: throw parse.bad("its frame index flag is bad")
+      }
+    }
+    if framed {
       let frames = try parse { reader in
         let bytes = try reader.data(limit: Manifest.maximumFramesLength)
         do {
@@ -114,7 +132,7 @@ enum ManifestDecoder {
     let (head, version) = try parse { reader in
       (Array(try reader.raw(Manifest.magic.count)), try reader.byte())
     }
-    guard head == Manifest.magic, (1...3).contains(version) else {
+    guard head == Manifest.magic, (1...4).contains(version) else {
       throw parse.bad("not an appbox manifest")
     }
     var fields: [String: [UInt8]] = [:]

@@ -136,6 +136,8 @@ package final class ManifestSpool: TreeSink, BlobSink, ManifestContent {
   package var snapshot: Snapshot?
   package var chunks: [ChunkLocation] = []
   package var chunkLists: [(digest: Digest, list: ChunkList)] = []
+  /// Chunks indexed inside earlier archives' whole members.
+  package var foreignChunks: [ChunkLocation] = []
   /// The frames before the manifest member, for a framed archive (set before encoding).
   package var frames: FrameIndex?
 
@@ -159,15 +161,16 @@ package final class ManifestSpool: TreeSink, BlobSink, ManifestContent {
   package var encodedSize: Int {
     Manifest.encodedSize(
       snapshot: snapshot, treeCount: treeCount, treeBytes: trees.size, blobCount: blobCount,
-      blobBytes: blobs.size, chunks: chunks, chunkLists: chunkLists, frames: frames)
+      blobBytes: blobs.size, chunks: chunks, chunkLists: chunkLists, foreignChunks: foreignChunks,
+      frames: frames)
   }
 
   package func encode(_ sink: (UnsafeRawBufferPointer) throws -> Void) throws {
     try Manifest.encode(
       snapshot: snapshot, treeCount: treeCount, trees: { try self.trees.forEachPiece($0) },
       blobCount: blobCount,
-      blobs: { try self.blobs.forEachPiece($0) }, chunks: chunks, chunkLists: chunkLists, frames: frames, sink
-    )
+      blobs: { try self.blobs.forEachPiece($0) }, chunks: chunks, chunkLists: chunkLists,
+      foreignChunks: foreignChunks, frames: frames, sink)
   }
 
   package func forEachTree(_ body: (StoredTree) throws -> Void) throws {
@@ -189,6 +192,7 @@ package final class ManifestSpool: TreeSink, BlobSink, ManifestContent {
     try forEachBlob { try consumer.blob($0) }
     for chunk in chunks { try consumer.chunk(chunk) }
     for (digest, list) in chunkLists { try consumer.chunkList(digest, list) }
+    for chunk in foreignChunks { try consumer.foreignChunk(chunk) }
     if let frames { try consumer.frames(frames) }
   }
 }

@@ -6,7 +6,10 @@
 // members (`.appbox/chunks/<hex>`), read in place at their data offset (chunks live only in
 // uncompressed and framed archives) and verified against their digest; the others in such an archive are
 // dropped with it. Chunk rows pointing into archives that stay are kept: those bytes stay too,
-// and the next edit of a file may reuse them.
+// and the next edit of a file may reuse them. A live chunk that a doomed archive's manifest
+// recorded inside an archive that stays (a foreign chunk: Manifest.swift, version 4) is not
+// copied: the repack archive's manifest records it instead, so that a catalog rebuilt from
+// the manifests still finds it.
 
 import AppboxArchive
 import AppboxCore
@@ -23,6 +26,8 @@ struct LiveChunks {
   var moving: [ChunkLocation] = []
   /// Live chunk lists carried by the manifests of archives about to be deleted.
   var movingLists: [(digest: Digest, list: ChunkList)] = []
+  /// Live chunks in archives that stay, recorded by manifests of archives about to be deleted.
+  var redeclared: [ChunkLocation] = []
 }
 
 extension Repository {
@@ -37,6 +42,9 @@ extension Repository {
     if live.digests.isEmpty { return live }
     live.moving = try catalog.chunks().filter {
       doomed.contains($0.archive) && live.digests.contains($0.digest)
+    }
+    live.redeclared = try catalog.chunks(declaredBy: doomed).filter {
+      !doomed.contains($0.archive) && live.digests.contains($0.digest)
     }
     return live
   }
@@ -86,8 +94,9 @@ extension Repository {
     return copied
   }
 
-  /// In forget's transaction: moves the copied chunks and the carried chunk lists to archive
-  /// `name`, and drops the chunk rows of the deleted archives and the lists no live content has.
+  /// In forget's transaction: moves the copied chunks, the carried chunk lists and the
+  /// records of the redeclared chunks to archive `name`, and drops the chunk rows of the
+  /// deleted archives (held or recorded by them) and the lists no live content has.
   func moveChunks(
     _ moved: [ChunkLocation], lists: [(digest: Digest, list: ChunkList)], into name: String?,
     live: LiveChunks,
@@ -95,18 +104,23 @@ extension Repository {
   ) throws {
     for chunk in moved {
       try catalog.database.execute(
-        "UPDATE chunks SET archive = ?1, offset = ?2, data_offset = ?3 WHERE digest = ?4",
+        "UPDATE chunks SET archive = ?1, offset = ?2, data_offset = ?3, declared = NULL WHERE digest = ?4",
         .text(chunk.archive),
         .integer(chunk.offset), .integer(chunk.dataOffset), .blob(chunk.digest.bytes))
     }
     if let name {
+      for chunk in live.redeclared {
+        try catalog.database.execute(
+          "UPDATE chunks SET declared = ?1 WHERE digest = ?2", .text(name), .blob(chunk.digest.bytes))
+      }
       for list in lists {
         try catalog.database.execute(
           "UPDATE chunk_lists SET archive = ?1 WHERE digest = ?2", .text(name), .blob(list.digest.bytes))
       }
     }
     for record in doomed {
-      try catalog.database.execute("DELETE FROM chunks WHERE archive = ?1", .text(record.name))
+      try catalog.database.execute(
+        "DELETE FROM chunks WHERE archive = ?1 OR declared = ?1", .text(record.name))
     }
     for (digest, _, _) in try catalog.chunkLists() where !live.lists.contains(digest) {
       try catalog.database.execute("DELETE FROM chunk_lists WHERE digest = ?1", .blob(digest.bytes))

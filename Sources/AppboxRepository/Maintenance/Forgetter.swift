@@ -149,10 +149,13 @@ extension Repository {
     var newRecord: ArchiveRecord?
     var moved: [BlobLocation] = []
     var movedChunks: [ChunkLocation] = []
-    if !moving.isEmpty || !movingTrees.isEmpty || !chunking.moving.isEmpty || !chunking.movingLists.isEmpty {
+    if !moving.isEmpty || !movingTrees.isEmpty || !chunking.moving.isEmpty || !chunking.movingLists.isEmpty
+      || !chunking.redeclared.isEmpty
+    {
       try pruneLock?.verify()
       let written = try writeRepack(
-        moving: moving, trees: Array(movingTrees), chunks: chunking.moving, lists: chunking.movingLists)
+        moving: moving, trees: Array(movingTrees), chunks: chunking.moving, lists: chunking.movingLists,
+        redeclared: chunking.redeclared)
       newRecord = written.record
       moved = written.blobs
       movedChunks = written.chunks
@@ -361,10 +364,11 @@ extension Repository {
 
   /// Copies `moving` and `chunks` (and the trees' data and the chunk lists) into a new
   /// archive, verifying each blob's and chunk's digest, and commits it (archive, then manifest
-  /// object). Trees are written whole.
+  /// object). Trees are written whole. Its manifest records `redeclared` (live chunks in
+  /// archives that stay, recorded by manifests that go) as foreign chunks.
   private func writeRepack(
     moving: [BlobLocation], trees: [Digest], chunks: [ChunkLocation],
-    lists: [(digest: Digest, list: ChunkList)]
+    lists: [(digest: Digest, list: ChunkList)], redeclared: [ChunkLocation]
   ) throws -> (record: ArchiveRecord, blobs: [BlobLocation], chunks: [ChunkLocation]) {
     let name = try newSnapshotID() + ArchiveCompression.zstd.fileSuffix
     let staged = try stageArchive(name)
@@ -431,7 +435,8 @@ extension Repository {
     try writer.endFrame()
     let frames = writer.frameIndex ?? FrameIndex()
     let manifest = Manifest(
-      snapshot: nil, trees: treeData, blobs: copied, chunks: copiedChunks, chunkLists: lists, frames: frames)
+      snapshot: nil, trees: treeData, blobs: copied, chunks: copiedChunks, chunkLists: lists,
+      foreignChunks: redeclared, frames: frames)
     let encoded = manifest.encoded()
     try writer.writeHeader(metadataMember(Manifest.memberPath, size: encoded.count, time: Date()))
     try writer.writeData(encoded)

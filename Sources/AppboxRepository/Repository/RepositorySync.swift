@@ -143,6 +143,7 @@ extension Repository {
         readable.insert(record.name)
         carried[record.name] = snapshot
       }
+      try catalog.settleForeignChunks()
       for id in gone { try catalog.deleteSnapshot(id: id) }
       var newSnapshots: [(snapshot: Snapshot, committed: Date)] = []
       for object in newSnapshotObjects {
@@ -251,6 +252,7 @@ extension Repository {
         guard let (record, snapshot) = try ingestManifestForSync(object) else { continue }
         carried[record.name] = snapshot
       }
+      try catalog.settleForeignChunks()
       var snapshots: [(snapshot: Snapshot, committed: Date)] = []
       for object in snapshotObjects {
         guard let manifest = committedByID[object.name],
