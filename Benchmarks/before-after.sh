@@ -25,8 +25,9 @@ chmod 755 "$work"
 home=$("$AFTER/appbox" --root "$work/device" path com.example.notes)
 "$AFTER/appbox-bench" generate "$home" --files 3000 --bytes 100000000 --seed 1 --content "$CONTENT" >/dev/null
 "$AFTER/appbox-bench" in-place-files "$home" --seed 1 --content "$CONTENT" >/dev/null
-for build in before after; do "$AFTER/appbox" --root "$work/device" --quiet repo init --repo "$work/repo-$build"; done
 binary() { if [ "$1" = before ]; then echo "$BEFORE/appbox"; else echo "$AFTER/appbox"; fi; }
+# Each build makes its own repository (a newer catalog schema is refused by an older build).
+for build in before after; do "$(binary "$build")" --root "$work/device" --quiet repo init --repo "$work/repo-$build"; done
 timed() {  # build label command...: appends "build label wall user system" to $work/times
   local build=$1 label=$2
   shift 2

@@ -103,6 +103,35 @@ struct FaultSweepTests {
     return workspace
   }
 
+  /// A forget killed at any of its durable calls while it drops the archive that recorded
+  /// chunks inside an earlier archive it keeps (a media file's first edit in place: its
+  /// repack archive records them again) leaves every kept snapshot restorable, from the
+  /// catalog as left and from one rebuilt from the manifests.
+  @Test func aKilledForgetKeepsChunksRecordedInsideAnArchiveThatStays() throws {
+    let workspace = FaultWorkspace()
+    try workspace.install("Notes-1.0/Notes.app")
+    try writeSampleData(home: try workspace.home()!)
+    try workspace.writeRandom("Documents/clip.mov", size: 3 << 20, seed: 2)
+    try workspace.backup(["--tag", "first"])
+    for round in 0..<2 {
+      try workspace.editInPlace("Documents/clip.mov", seed: UInt64(20 + round))
+      try workspace.backup()
+    }
+    var sweep = FaultSweep(
+      "forget", workspace: workspace,
+      command: ["forget", workspace.app, "--keep-last", "1", "--keep-tag", "first"], expectation: .unchanged)
+    sweep.finally = { workspace, _ in
+      let rebuilt = try workspace.run("check", "--rebuild-catalog", "--read-data")
+      guard rebuilt.status == 0 else { return ["check --rebuild-catalog: \(rebuilt.status) \(rebuilt.err)"] }
+      return try sweep.verifyRepository()
+    }
+    let problems = try sweep.run { counts in
+      (1...max(1, counts[.fsync] ?? 0)).map { FaultPoint(.fsync, $0, .kill) }
+        + (1...max(1, counts[.rename] ?? 0)).map { FaultPoint(.rename, $0, .kill) }
+    }
+    #expect(problems == [])
+  }
+
   /// Issue 23.1: a forget killed at any of its durable calls leaves every kept snapshot
   /// restorable (the next backup's too), and the next forget reclaims the space.
   @Test func aKilledForgetNeverMakesKeptSnapshotsUnrestorable() throws {

@@ -101,6 +101,7 @@ extension Repository {
   /// Brings the catalog up to date with the objects (see the top of this file).
   package func sync() throws {
     damage = RepositoryDamage()
+    catalog.pendingForeignChunks = []
     if !store.isShared, try catalogIsInStep() { return }
     let manifests = try store.list("manifests")
     let snapshotObjects = try store.list("snapshots")
@@ -233,6 +234,7 @@ extension Repository {
     manifests: [StoredObject], snapshotObjects: [StoredObject], marks: [StoredObject]
   ) throws {
     damage = RepositoryDamage()
+    catalog.pendingForeignChunks = []
     let retired = Dictionary(marks.map { ($0.name, $0.modified) }, uniquingKeysWith: { first, _ in first })
     let ordered = manifests.sorted {
       (retired[$0.name] != nil ? 1 : 0, $0.modified, $0.name) < (

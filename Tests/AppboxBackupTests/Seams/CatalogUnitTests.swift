@@ -191,3 +191,50 @@ struct CatalogUnitTests {
     #expect(lists.count == 1 && lists[0].digest == Self.digest(20) && lists[0].archive == "cccccccc.tar")
   }
 }
+
+/// Foreign chunk records (a manifest's chunks inside another archive): inserted only once their
+/// archive is known, after the manifest's own chunks, whatever order manifests are read in.
+struct ForeignChunkIngestTests {
+  static func location(_ byte: UInt8, in archive: String, at offset: Int64) -> ChunkLocation {
+    ChunkLocation(
+      digest: CatalogUnitTests.digest(byte), archive: archive, offset: offset, dataOffset: offset + 512,
+      size: 300_000)
+  }
+
+  func ingest(_ manifest: Manifest, archive: String, into catalog: Catalog) throws {
+    try catalog.database.inTransaction {
+      try catalog.insert(ArchiveRecord(name: archive, size: 1 << 20, checksum: 1, compression: .none, created: Date()))
+      try catalog.ingest(manifest, archive: archive)
+    }
+  }
+
+  @Test func aRecordReadBeforeItsArchiveWaitsAndOneWhoseArchiveIsGoneIsDropped() throws {
+    let directory = TemporaryDirectory("catalog")
+    let catalog = try Catalog(path: directory.url("catalog.db"))
+    // The later archive's manifest first: its records name an archive the catalog lacks yet,
+    // and one that is gone for good.
+    var later = Manifest(snapshot: nil, trees: [], blobs: [])
+    later.foreignChunks = [Self.location(1, in: "00000001.tar", at: 0), Self.location(2, in: "0000dead.tar", at: 0)]
+    try ingest(later, archive: "00000002.tar", into: catalog)
+    #expect(try catalog.count("chunks") == 0)
+    #expect(catalog.pendingForeignChunks.count == 2)
+    // The earlier archive holds digest 1 itself too, elsewhere: its own location wins.
+    var earlier = Manifest(snapshot: nil, trees: [], blobs: [])
+    earlier.chunks = [Self.location(1, in: "00000001.tar", at: 4096)]
+    earlier.foreignChunks = []
+    try ingest(earlier, archive: "00000001.tar", into: catalog)
+    try catalog.settleForeignChunks()
+    #expect(catalog.pendingForeignChunks.isEmpty)
+    #expect(try catalog.chunk(CatalogUnitTests.digest(1))?.offset == 4096)
+    #expect(try catalog.chunk(CatalogUnitTests.digest(2)) == nil)
+    #expect(try catalog.chunks(declaredBy: ["00000002.tar"]).isEmpty)
+
+    // Read in order, a record is inserted at once, declared by the archive that recorded it.
+    var third = Manifest(snapshot: nil, trees: [], blobs: [])
+    third.foreignChunks = [Self.location(3, in: "00000001.tar", at: 8192)]
+    try ingest(third, archive: "00000003.tar", into: catalog)
+    #expect(catalog.pendingForeignChunks.isEmpty)
+    #expect(try catalog.chunks(declaredBy: ["00000003.tar"]) == [Self.location(3, in: "00000001.tar", at: 8192)])
+    #expect(try catalog.namedArchives().contains("00000003.tar"))
+  }
+}
