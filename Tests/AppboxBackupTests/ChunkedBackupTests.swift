@@ -253,8 +253,65 @@ struct ChunkedBackupTests {
     expectSame(captures[2], try fixture.captureData())
   }
 
-  /// Only an edit in place (the same inode) has its earlier version cut: a file saved anew
-  /// (a new inode renamed over it) stores its chunks, as before.
+  /// The earlier version is compared byte for byte, never trusted: where its archive is
+  /// damaged, the chunk is written again (no location ever points at other bytes), and an edit
+  /// that shifts the bytes after it (an insertion, in place) reuses only the chunks before it.
+  /// Every snapshot restores byte for byte.
+  @Test func theEarlierVersionIsComparedByteForByte() throws {
+    let fixture = try Fixture()
+    let catalog = fixture.repository.catalog
+    var content = randomBytes(Self.size, seed: 11)
+    let path = try fixture.write(Self.store, bytes: content)
+    let first = try fixture.backup()
+    // Damage the earlier version inside its archive, in the third chunk (which the edit below
+    // leaves as it was).
+    let lengths = chunkLengths(content)
+    let third = lengths[0] + lengths[1]
+    try flipByte(in: first.archivePath, within: Array(content[(third + 1000)..<(third + 1064)]))
+    let edit = try edit(path, at: 16, seed: 13)
+    content.replaceSubrange(16..<(16 + edit.count), with: edit)
+    try fixture.trustSnapshots()
+    let edited = try fixture.captureData()
+    let second = try fixture.backup()
+    let foreign = try catalog.chunks(declaredBy: [second.snapshot.archive])
+    // Reused: every chunk but the edited first and the damaged third.
+    #expect(foreign.count == lengths.count - 2, "\(foreign.count) of \(lengths.count)")
+    #expect(!foreign.contains { $0.dataOffset - foreign[0].dataOffset + Int64(lengths[0]) == Int64(third) })
+    let stored = try members(second.archivePath).filter { $0.hasPrefix(".appbox/chunks/") }
+    #expect(stored.count == 2, "\(stored)")
+    try fixture.write(Self.store, "overwritten")
+    _ = try fixture.repository.restore(fixture.app.bundleIdentifier, in: fixture.session)
+    expectSame(edited, try fixture.captureData())
+
+    // An insertion in place, the first edit of another file: rewritten through the same inode
+    // with 100 bytes more at 3 MiB. The chunks before the insertion are the earlier version's;
+    // those after it moved, and are written.
+    let other = randomBytes(Self.size, seed: 21)
+    var longer = other
+    longer.insert(contentsOf: randomBytes(100, seed: 17), at: 3 << 20)
+    let otherPath = try fixture.write("Documents/Other.pack", bytes: other)
+    try fixture.trustSnapshots()
+    _ = try fixture.backup()
+    let fd = try FileDescriptor.open(otherPath, O_WRONLY)
+    try fd.closeAfter { try $0.writeAll(UnsafeRawBufferPointer(start: longer, count: longer.count), at: 0) }
+    try fixture.trustSnapshots()
+    let inserted = try fixture.captureData()
+    let fourth = try fixture.backup()
+    let before = chunkLengths(other).reduce(into: [0]) { $0.append($0.last! + $1) }.filter { $0 < 3 << 20 }
+    let reused = try catalog.chunks(declaredBy: [fourth.snapshot.archive])
+    #expect(reused.count == before.count - 1 && reused.count >= 3, "\(reused.count) reused, \(before)")
+    #expect(fourth.snapshot.bytesAdded > 0 && fourth.snapshot.bytesAdded < Int64(Self.size) - (2 << 20))
+    try fixture.write(Self.store, "overwritten")
+    try fixture.write("Documents/Other.pack", "overwritten")
+    _ = try fixture.repository.restore(fixture.app.bundleIdentifier, in: fixture.session)
+    expectSame(inserted, try fixture.captureData())
+    _ = try fixture.repository.restore(
+      fixture.app.bundleIdentifier, snapshot: second.snapshot.id, in: fixture.session)
+    expectSame(edited, try fixture.captureData())
+  }
+
+  /// Only an edit in place (the same inode) is compared with its earlier version: a file saved
+  /// anew (a new inode renamed over it) stores its chunks, as before.
   @Test func aFileSavedAnewIsNotCutFromItsEarlierVersion() throws {
     let fixture = try Fixture()
     var content = randomBytes(Self.size, seed: 11)

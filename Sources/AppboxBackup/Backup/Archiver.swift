@@ -88,7 +88,7 @@ final class Archiver {
     writer: ArchiveWriter, catalog: Catalog?, archiveName: String, deduplicate: Bool, full: Bool,
     pool: BufferPool, observer: EngineObserver, time: Date = Date(), blobs: BlobSink? = nil,
     trees: TreeBuilder? = nil, phaseAfterScan: Phase = .archiving,
-    earlierVersion: ((Digest, Int64) throws -> [Digest: ChunkLocation])? = nil
+    earlierVersion: ((Digest, Int64) throws -> EarlierVersion?)? = nil
   ) {
     self.phaseAfterScan = phaseAfterScan
     chunkWriter = catalog.map {

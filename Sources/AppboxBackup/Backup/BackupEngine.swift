@@ -321,7 +321,7 @@ private struct BackupRun {
     let archiver = Archiver(
       writer: writer, catalog: repository.catalog, archiveName: name, deduplicate: kind == .incremental,
       full: kind == .full, pool: pool, observer: observer, time: start, blobs: spool, trees: trees,
-      earlierVersion: { [repository] in try repository.chunkIndex(ofContent: $0, size: $1) })
+      earlierVersion: { [repository] in try repository.earlierVersion(ofContent: $0, size: $1) })
     let queue = HandoffQueue<ContentMessage>(capacity: 16 << 20)
     // Tests: `APPBOX_PAUSE_AT=backup.file-read` stops the process after each reading of a
     // file, before it is checked for changes (a test rewrites it there: a torn file).

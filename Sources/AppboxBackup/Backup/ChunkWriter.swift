@@ -13,9 +13,10 @@
 //   file's first edit finds them (chunking is otherwise lazy: docs/performance.md).
 //
 // A file edited in place (same inode) whose earlier version an earlier archive holds whole and
-// uncut has that version cut first, where it lies (`Repository.chunkIndex(ofContent:size:)`):
-// the chunks the new version shares with it are not written but recorded as foreign chunks,
-// locations inside the earlier archive (Manifest.swift, version 4).
+// uncut is compared with it: each chunk the repository lacks is compared with that version's
+// bytes at the same offset, read where they lie (`EarlierVersion`), and when they are the same
+// it is not written but recorded as a foreign chunk, a location inside the earlier archive
+// (Manifest.swift, version 4).
 //
 // Invariants: a chunk location is recorded only for bytes written to this archive that hash
 // to its digest; chunk bytes are staged (at most `ChunkingParameters.maximum`) until the cut
@@ -54,16 +55,16 @@ final class ChunkWriter {
   private(set) var foreignLocations: [ChunkLocation] = []
   /// Digests stored or recorded by this archive.
   private var storedHere: Set<Digest> = []
-  /// Cuts an earlier version of a file where an earlier archive holds it (nil: not done).
-  private let earlierVersion: ((Digest, Int64) throws -> [Digest: ChunkLocation])?
-  /// The current file's earlier version's chunks, where they lie.
-  private var earlier: [Digest: ChunkLocation] = [:]
+  /// Finds a file's earlier version where an earlier archive holds it (nil: not looked for).
+  private let earlierVersion: ((Digest, Int64) throws -> EarlierVersion?)?
+  /// The current file's earlier version, to compare its new chunks with.
+  private var earlier: EarlierVersion?
   /// Bytes of chunk members written.
   private(set) var bytesWritten: Int64 = 0
 
   init(
     writer: ArchiveWriter, catalog: Catalog, archiveName: String, time: Date,
-    earlierVersion: ((Digest, Int64) throws -> [Digest: ChunkLocation])? = nil
+    earlierVersion: ((Digest, Int64) throws -> EarlierVersion?)? = nil
   ) {
     self.earlierVersion = earlierVersion
     self.writer = writer
@@ -77,15 +78,15 @@ final class ChunkWriter {
   /// Starts a file; `content` is what its name tells. With `indexed`, the file is being
   /// written as a member whose header and data start there (`.indexed`): its chunks are only
   /// indexed. With `earlier` (`.chunks`, a file edited in place), its previous version's
-  /// content and size: cut where it lies if no archive has it cut yet. (A version that cannot
-  /// be read there is only not reused: the file's chunks are then stored.)
+  /// content and size: compared with where an archive holds it whole and uncut. (A version that
+  /// cannot be read there is only not reused: the file's chunks are then stored.)
   func begin(
     content: ContentKind, indexed: (member: Int64, data: Int64)? = nil,
     earlier: (digest: Digest, size: Int64)? = nil
   ) {
-    self.earlier = [:]
+    self.earlier = nil
     if let earlier, let earlierVersion {
-      self.earlier = (try? earlierVersion(earlier.digest, earlier.size)) ?? [:]
+      self.earlier = (try? earlierVersion(earlier.digest, earlier.size)) ?? nil
     }
     self.indexed = indexed
     position = 0
@@ -136,7 +137,10 @@ final class ChunkWriter {
       length = 0
     }
     guard !storedHere.contains(digest), !(try catalog.hasChunk(digest)) else { return }
-    if let location = earlier.removeValue(forKey: digest) {
+    if indexed == nil, let earlier,
+      let location = earlier.location(
+        of: UnsafeRawBufferPointer(rebasing: staging[0..<length]), digest: digest, at: position)
+    {
       storedHere.insert(digest)
       foreignLocations.append(location)
       return

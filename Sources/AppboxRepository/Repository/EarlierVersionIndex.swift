@@ -1,62 +1,70 @@
-// Cutting a file's earlier version where it lies: a large file seen changing in place whose
-// previous version an earlier archive holds whole (chunking is lazy: that version was never
-// cut) is cut again from that archive, so the edit stores only the chunks it changed instead
-// of the whole file. The backup reads the earlier version once, in place (an uncompressed or
-// framed archive of a local unencrypted repository), finds the same cuts the new version gets
-// (`Chunker` from the file's first byte) and hashes each chunk. The chunks the new version
-// shares become foreign chunk records of the new archive's manifest (Manifest.swift,
-// version 4): locations inside the earlier archive's member.
+// A file's earlier version, where an earlier archive holds it: a large file seen changing in
+// place whose previous version an archive holds whole and uncut (chunking is lazy: that version
+// was never cut) is compared with it chunk by chunk, so the edit stores only the chunks it
+// changed instead of the whole file. An edit in place leaves the bytes it did not touch at
+// their offsets, so each chunk of the new version the repository lacks is compared with the
+// earlier version's bytes at the same offset, read in place (an uncompressed or framed archive
+// of a local unencrypted repository): when they are the same bytes, the chunk already lies
+// there, and the new archive's manifest records that location as a foreign chunk (Manifest.swift,
+// version 4) instead of writing the bytes again. Nothing of the earlier version is hashed: the
+// new chunk's digest is of the same bytes.
 //
-// Invariants: a location is returned only for bytes read at it that hash to its digest (a
-// damaged archive yields chunks no new version matches, never a false location); nothing is
-// returned for a version already cut (stored as chunks, or a whole member whose chunks are
-// indexed), one the repository cannot read in place, or one below the chunking threshold.
-// Memory: one read buffer and one hash state.
+// Invariants: a location is returned only for a range whose bytes were read there and compared
+// equal to the chunk's, byte for byte (a damaged archive compares unequal, never gives a false
+// location); nothing is offered for a version already cut (stored as chunks, or a whole member
+// whose chunks are indexed), one the repository cannot read in place, or one below the
+// chunking threshold. An edit that shifts bytes (an insertion) reuses only the chunks before it.
+// Memory: one buffer of the longest chunk.
 
 import AppboxArchive
 import AppboxCrypto
 import Foundation
+import Glibc
+
+/// The earlier version of a file, whole in an earlier archive, to compare new chunks with.
+package final class EarlierVersion {
+  private let source: ArchiveRangeReader
+  private let decoder = FrameDecoder()
+  /// The archive, and the member's header and data offsets in it.
+  private let archive: String
+  private let member: Int64
+  private let data: Int64
+  private let size: Int64
+  private let buffer = UnsafeMutableRawBufferPointer.allocate(
+    byteCount: ChunkingParameters.maximum, alignment: 64)
+
+  init(source: ArchiveRangeReader, archive: String, member: Int64, data: Int64, size: Int64) {
+    self.source = source
+    self.archive = archive
+    self.member = member
+    self.data = data
+    self.size = size
+  }
+
+  deinit { buffer.deallocate() }
+
+  /// Where the earlier version holds `bytes` (a chunk of digest `digest` at `position` of the
+  /// new version) at the same position; nil when it does not, or cannot be read there.
+  package func location(of bytes: UnsafeRawBufferPointer, digest: Digest, at position: Int64) -> ChunkLocation? {
+    let count = bytes.count
+    guard count > 0, count <= buffer.count, position >= 0, position + Int64(count) <= size else { return nil }
+    let old = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<count])
+    guard (try? source.read(into: old, at: data + position, decoder: decoder)) != nil,
+      memcmp(old.baseAddress!, bytes.baseAddress!, count) == 0
+    else { return nil }
+    return ChunkLocation(digest: digest, archive: archive, offset: member, dataOffset: data + position, size: Int64(count))
+  }
+}
 
 extension Repository {
-  /// The chunks of content `digest` (`size` bytes, its earlier version) where an earlier
-  /// archive holds it whole and unindexed, by digest; empty when there is nothing to index.
-  package func chunkIndex(ofContent digest: Digest, size: Int64) throws -> [Digest: ChunkLocation] {
+  /// Content `digest` (`size` bytes, a file's earlier version) where an earlier archive holds
+  /// it whole, uncut, and readable in place; nil when there is nothing to compare with.
+  package func earlierVersion(ofContent digest: Digest, size: Int64) throws -> EarlierVersion? {
     guard readsDirectly, size >= ChunkingParameters.threshold, let blob = try catalog.blob(digest),
       blob.size == size, let dataOffset = blob.dataOffset,
       !(try catalog.hasChunks(inMemberAt: blob.offset, of: blob.archive)),
       let record = try catalog.archive(named: blob.archive), let source = try rangeReader(record)
-    else { return [:] }
-    let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 64)
-    defer { buffer.deallocate() }
-    let decoder = FrameDecoder()
-    let hasher = SHA256Hasher()
-    var chunker = Chunker()
-    var found: [Digest: ChunkLocation] = [:]
-    var chunkStart: Int64 = 0
-    var position: Int64 = 0
-    func endChunk() {
-      let chunk = hasher.finalize()
-      if found[chunk] == nil {
-        found[chunk] = ChunkLocation(
-          digest: chunk, archive: blob.archive, offset: blob.offset, dataOffset: dataOffset + chunkStart,
-          size: position - chunkStart)
-      }
-      chunkStart = position
-    }
-    while position < size {
-      let count = Int(min(Int64(buffer.count), size - position))
-      let piece = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<count])
-      try source.read(into: piece, at: dataOffset + position, decoder: decoder)
-      var rest = UnsafeRawBufferPointer(piece)
-      while !rest.isEmpty {
-        let (taken, boundary) = chunker.consume(rest)
-        hasher.update(UnsafeRawBufferPointer(rebasing: rest[0..<taken]))
-        position += Int64(taken)
-        if boundary { endChunk() }
-        rest = UnsafeRawBufferPointer(rebasing: rest[taken...])
-      }
-    }
-    if position > chunkStart { endChunk() }
-    return found
+    else { return nil }
+    return EarlierVersion(source: source, archive: blob.archive, member: blob.offset, data: dataOffset, size: size)
   }
 }
