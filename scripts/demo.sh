@@ -229,9 +229,12 @@ else
 fi
 
 section "A large file edited in place: only its changed chunks are stored"
-# Files of 1 MiB or more are cut into content-defined chunks (about 1 MiB each) as they are
-# read; after a 64 KiB edit in the middle, the next backup stores only the chunk around it, as
-# a member .appbox/chunks/<digest> that any tar lists; restore and export give whole files.
+# A file of 1 MiB or more is stored whole until a backup sees it change; then it is cut into
+# content-defined chunks (about 512 KiB each), and each chunk the repository lacks is compared
+# with the version an earlier archive holds: after a 64 KiB edit in the middle, even this first
+# edit stores only the chunk around it, as a member .appbox/chunks/<digest> that any tar lists
+# (the others are recorded where the earlier archive holds them); restore and export give
+# whole files.
 head -c 8388608 /dev/urandom > "$NOTES_HOME/Documents/recording.mov"
 THIRD=$(capture backup com.example.notes)
 echo "$THIRD"
