@@ -136,44 +136,42 @@ extension Catalog {
 
   /// The chunk locations the manifests of `archives` record in other archives.
   public func chunks(declaredBy archives: Set<String>) throws -> [ChunkLocation] {
-    var result: [ChunkLocation] = []
-    for name in archives.sorted() {
-      result += try database.all(
-        "SELECT digest, archive, offset, data_offset, size FROM chunks WHERE declared = ?1", .text(name)
-      ) { row in
-        ChunkLocation(
-          digest: Digest(validating: row.blob(0)) ?? Digest(bytes: [UInt8](repeating: 0, count: 32)),
-          archive: row.text(1) ?? "", offset: row.int64(2), dataOffset: row.int64(3), size: row.int64(4))
-      }
+    try archives.sorted().flatMap { name in
+      try database.all(
+        "SELECT digest, archive, offset, data_offset, size FROM chunks WHERE declared = ?1", .text(name),
+        map: Self.chunkLocation)
     }
-    return result
   }
 
-  /// Inserts the foreign chunk locations set aside while their archives were unknown (manifests
-  /// read out of order) whose archives the catalog now has; drops the others (their archives
-  /// are gone: `forget` moved what stayed live).
-  public func settleForeignChunks() throws {
-    let waiting = pendingForeignChunks
-    pendingForeignChunks = []
-    for (declarer, chunks) in Dictionary(grouping: waiting, by: \.declarer) {
-      var known: [String: Bool] = [:]
-      let present = try chunks.map(\.chunk).filter { chunk in
-        if let answer = known[chunk.archive] { return answer }
-        let answer = try archive(named: chunk.archive) != nil
-        known[chunk.archive] = answer
-        return answer
+  /// A row of `digest, archive, offset, data_offset, size`.
+  private static func chunkLocation(_ row: Statement) -> ChunkLocation {
+    ChunkLocation(
+      digest: Digest(validating: row.blob(0)) ?? Digest(bytes: [UInt8](repeating: 0, count: 32)),
+      archive: row.text(1) ?? "", offset: row.int64(2), dataOffset: row.int64(3), size: row.int64(4))
+  }
+
+  /// Inserts the foreign chunk locations waiting for their archives (manifests read out of
+  /// order) whose archives the catalog now has. The others keep waiting with `keepingUnknown`
+  /// (more manifests are to come), else are dropped (their archives are gone: `forget` moved
+  /// what stayed live).
+  public func settleForeignChunks(keepingUnknown: Bool = false) throws {
+    var known: [String: Bool] = [:]
+    var waiting: [(chunk: ChunkLocation, declarer: String)] = []
+    for (chunk, declarer) in pendingForeignChunks {
+      let present = try known[chunk.archive] ?? (archive(named: chunk.archive) != nil)
+      known[chunk.archive] = present
+      if present {
+        try insertChunks([chunk], declaredBy: declarer)
+      } else if keepingUnknown {
+        waiting.append((chunk, declarer))
       }
-      try insertChunks(present, declaredBy: declarer)
     }
+    pendingForeignChunks = waiting
   }
 
   /// Every chunk location, optionally only those in `archive`, by offset.
   public func chunks(inArchive archive: String? = nil) throws -> [ChunkLocation] {
-    let map = { (row: Statement) -> ChunkLocation in
-      ChunkLocation(
-        digest: Digest(validating: row.blob(0)) ?? Digest(bytes: [UInt8](repeating: 0, count: 32)),
-        archive: row.text(1) ?? "", offset: row.int64(2), dataOffset: row.int64(3), size: row.int64(4))
-    }
+    let map = Self.chunkLocation
     if let archive {
       return try database.all(
         "SELECT digest, archive, offset, data_offset, size FROM chunks WHERE archive = ?1 ORDER BY data_offset",
@@ -277,22 +275,14 @@ final class CatalogIngest: ManifestConsumer {
   }
 
   /// Inserts what is still batched. Foreign chunks go last (a chunk the archive holds itself
-  /// keeps that location), and only into archives the catalog has; the others wait for
-  /// `Catalog.settleForeignChunks` (a rebuild may read a manifest before an older one).
+  /// keeps that location), and only into archives the catalog has; the others wait for the
+  /// final `Catalog.settleForeignChunks` (a rebuild may read a manifest before an older one).
   func finish() throws {
     try flushBlobs()
     try flushChunks()
-    var known: [String: Bool] = [:]
-    for chunk in foreign {
-      let present = try known[chunk.archive] ?? (catalog.archive(named: chunk.archive) != nil)
-      known[chunk.archive] = present
-      if present {
-        try catalog.insertChunks([chunk], declaredBy: archive)
-      } else {
-        catalog.pendingForeignChunks.append((chunk, archive))
-      }
-    }
+    catalog.pendingForeignChunks += foreign.map { ($0, archive) }
     foreign = []
+    try catalog.settleForeignChunks(keepingUnknown: true)
   }
 
   private func flushBlobs() throws {
