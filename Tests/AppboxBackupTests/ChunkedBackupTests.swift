@@ -52,6 +52,11 @@ struct ChunkedBackupTests {
     return result.out.split(separator: "\n").map(String.init)
   }
 
+  /// The chunk members (`.appbox/chunks/<hex digest>`) of an archive, through GNU tar.
+  func chunkMembers(_ archive: String) throws -> [String] {
+    try members(archive).filter { $0.hasPrefix(".appbox/chunks/") }
+  }
+
   /// The catalog's chunk lists, by content digest.
   func chunkListDigests(_ fixture: Fixture) throws -> Set<Digest> {
     Set(try fixture.repository.catalog.chunkLists().map(\.digest))
@@ -114,7 +119,7 @@ struct ChunkedBackupTests {
     try fixture.trustSnapshots()
     let expected = try fixture.captureData()
     let fourth = try fixture.backup()
-    let chunks = try members(fourth.archivePath).filter { $0.hasPrefix(".appbox/chunks/") }
+    let chunks = try chunkMembers(fourth.archivePath)
     #expect((1...2).contains(chunks.count), "\(chunks)")
     #expect(fourth.snapshot.bytesAdded > 0 && fourth.snapshot.bytesAdded < Int64(Self.size) / 2)
     try fixture.write(Self.store, "overwritten")
@@ -151,7 +156,7 @@ struct ChunkedBackupTests {
     try fixture.trustSnapshots()
     let expected = try fixture.captureData()
     let second = try fixture.backup()
-    let chunks = try members(second.archivePath).filter { $0.hasPrefix(".appbox/chunks/") }
+    let chunks = try chunkMembers(second.archivePath)
     #expect((1...2).contains(chunks.count), "\(chunks)")
     #expect(second.snapshot.bytesAdded > 0 && second.snapshot.bytesAdded < Int64(Self.size) / 2)
     try fixture.write(Self.store, "overwritten")
@@ -224,7 +229,7 @@ struct ChunkedBackupTests {
     let redeclared = try fixture.repository.catalog.chunks(declaredBy: [repack])
     #expect(!redeclared.isEmpty && redeclared.allSatisfy { $0.archive == results[0].snapshot.archive })
     let copied = Set(
-      try members(fixture.repository.archivePath(repack)).filter { $0.hasPrefix(".appbox/chunks/") }
+      try chunkMembers(fixture.repository.archivePath(repack))
         .map { String($0.dropFirst(".appbox/chunks/".count)) })
     #expect(!copied.isEmpty && copied.isDisjoint(with: redeclared.map(\.digest.hex)), "\(copied)")
     var check = try fixture.repository.check(readData: true)
@@ -277,7 +282,7 @@ struct ChunkedBackupTests {
     // Reused: every chunk but the edited first and the damaged third.
     #expect(foreign.count == lengths.count - 2, "\(foreign.count) of \(lengths.count)")
     #expect(!foreign.contains { $0.dataOffset - foreign[0].dataOffset + Int64(lengths[0]) == Int64(third) })
-    let stored = try members(second.archivePath).filter { $0.hasPrefix(".appbox/chunks/") }
+    let stored = try chunkMembers(second.archivePath)
     #expect(stored.count == 2, "\(stored)")
     try fixture.write(Self.store, "overwritten")
     _ = try fixture.repository.restore(fixture.app.bundleIdentifier, in: fixture.session)
@@ -323,7 +328,7 @@ struct ChunkedBackupTests {
     try fixture.trustSnapshots()
     let expected = try fixture.captureData()
     let second = try fixture.backup()
-    #expect(try members(second.archivePath).filter { $0.hasPrefix(".appbox/chunks/") }.count >= 3)
+    #expect(try chunkMembers(second.archivePath).count >= 3)
     #expect(try fixture.repository.catalog.chunks(declaredBy: [second.snapshot.archive]).isEmpty)
     try fixture.write(Self.store, "overwritten")
     _ = try fixture.repository.restore(fixture.app.bundleIdentifier, in: fixture.session)
@@ -488,7 +493,7 @@ struct ChunkedBackupTests {
     try fixture.trustSnapshots()
     let expected = try fixture.captureData()
     let second = try fixture.backup()
-    let chunks = try self.members(second.archivePath).filter { $0.hasPrefix(".appbox/chunks/") }
+    let chunks = try chunkMembers(second.archivePath)
     #expect((1...2).contains(chunks.count), "\(chunks)")
     #expect(second.snapshot.bytesAdded > 0 && second.snapshot.bytesAdded < Int64(Self.size) / 4)
 
@@ -528,7 +533,7 @@ struct ChunkedBackupTests {
     try fixture.trustSnapshots()
     let secondCapture = try fixture.captureData()
     let second = try fixture.backup()
-    let chunks = try members(second.archivePath).filter { $0.hasPrefix(".appbox/chunks/") }
+    let chunks = try chunkMembers(second.archivePath)
     #expect((1...2).contains(chunks.count), "\(chunks)")
     for (result, capture) in [(first, firstCapture), (second, secondCapture)] {
       try fixture.write(name, "overwritten")

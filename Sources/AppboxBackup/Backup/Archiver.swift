@@ -127,15 +127,10 @@ final class Archiver {
   /// The previous snapshot's content and size of a file edited in place (the same inode at the
   /// same path, stored with a plain digest): what its chunks may be found in.
   private func earlierVersion(of item: ItemReference, file: OpenedFile) -> (digest: Digest, size: Int64)? {
-    guard let previous = item.entry.previous, previous.type == .file, !previous.hasSparseIdentity else {
-      return nil
-    }
-    return item.directory.previousData.withUnsafeBytes { old in
-      guard let entry = try? TreeCursor.entry(at: previous.range, in: old),
-        entry.inode == file.status.inode, let digest = entry.digest(in: old)
-      else { return nil }
-      return (digest, entry.size)
-    }
+    guard let previous = item.entry.previous, previous.type == .file, !previous.hasSparseIdentity,
+      let content = item.directory.previousContent(of: item.entry), content.inode == file.status.inode
+    else { return nil }
+    return (content.digest, content.size)
   }
 
   /// Consumes the queue until the reader closes it. On error, cancels the queue (freeing

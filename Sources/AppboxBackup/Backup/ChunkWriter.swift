@@ -86,7 +86,7 @@ final class ChunkWriter {
   ) {
     self.earlier = nil
     if let earlier, let earlierVersion {
-      self.earlier = (try? earlierVersion(earlier.digest, earlier.size)) ?? nil
+      self.earlier = try? earlierVersion(earlier.digest, earlier.size)
     }
     self.indexed = indexed
     position = 0

@@ -228,10 +228,7 @@ final class ContentReader {
   /// For a file whose stat matched the previous snapshot but was too recent to trust: the
   /// content digest recorded then.
   private func probableDigest(of entry: ScannedEntry, in directory: ScannedDirectory) -> Digest? {
-    guard entry.isRacy, let previous = entry.previous else { return nil }
-    return directory.previousData.withUnsafeBytes { old in
-      (try? TreeCursor.entry(at: previous.range, in: old))?.digest(in: old)
-    }
+    entry.isRacy ? directory.previousContent(of: entry)?.digest : nil
   }
 
   /// Whether to leave hashing to the archiver: it keeps up (most buffers are back).

@@ -156,6 +156,19 @@ final class ScannedDirectory: @unchecked Sendable {
   }
 }
 
+extension ScannedDirectory {
+  /// What the previous snapshot recorded for `entry`'s content: its digest, size and inode
+  /// (nil: no previous entry, or one without a digest).
+  func previousContent(of entry: ScannedEntry) -> (digest: Digest, size: Int64, inode: UInt64)? {
+    guard let previous = entry.previous else { return nil }
+    return previousData.withUnsafeBytes { old in
+      guard let decoded = try? TreeCursor.entry(at: previous.range, in: old), let digest = decoded.digest(in: old)
+      else { return nil }
+      return (digest, decoded.size, decoded.inode)
+    }
+  }
+}
+
 /// Something the scan or the archiver could not read; the snapshot records it as incomplete.
 struct UnreadableEntry: Sendable, Equatable {
   var path: [UInt8]

@@ -59,7 +59,6 @@ extension Catalog {
           try database.execute(
             "INSERT OR IGNORE INTO \(table) SELECT * FROM previous.\(table) WHERE archive = ?1", .text(name))
         }
-
         let ids = try database.all(
           "SELECT id FROM previous.snapshots WHERE archive = ?1 ORDER BY rowid", .text(name),
           map: { $0.text(0) ?? "" })

@@ -17,10 +17,10 @@
 //   listCount (digest[32] listLen list)*
 //   [foreignCount (archiveLen archive digest[32] offset dataOffset size)*]
 //                                            version 4: chunks that lie in earlier archives,
-//                                            inside whole members, indexed by this backup (a
-//                                            large file's first edit in place cuts the version
-//                                            its parent stored whole: the edit then stores only
-//                                            the chunks it changed)
+//                                            inside whole members, found by this backup (a large
+//                                            file's first edit in place is compared with the
+//                                            version an earlier archive holds whole: the edit
+//                                            then stores only the chunks it changed)
 //   [framesLen frames]                       version 3: the frame index (FrameIndex.swift) of
 //                                            everything before this member, which starts a
 //                                            frame of its own; version 4: 0|1, then 1: it

@@ -25,20 +25,16 @@ import Glibc
 package final class EarlierVersion {
   private let source: ArchiveRangeReader
   private let decoder = FrameDecoder()
-  /// The archive, and the member's header and data offsets in it.
-  private let archive: String
-  private let member: Int64
+  /// Where the version lies: its member, whose data starts at `data`.
+  private let blob: BlobLocation
   private let data: Int64
-  private let size: Int64
   private let buffer = UnsafeMutableRawBufferPointer.allocate(
     byteCount: ChunkingParameters.maximum, alignment: 64)
 
-  init(source: ArchiveRangeReader, archive: String, member: Int64, data: Int64, size: Int64) {
+  init(source: ArchiveRangeReader, blob: BlobLocation, data: Int64) {
     self.source = source
-    self.archive = archive
-    self.member = member
+    self.blob = blob
     self.data = data
-    self.size = size
   }
 
   deinit { buffer.deallocate() }
@@ -47,12 +43,15 @@ package final class EarlierVersion {
   /// new version) at the same position; nil when it does not, or cannot be read there.
   package func location(of bytes: UnsafeRawBufferPointer, digest: Digest, at position: Int64) -> ChunkLocation? {
     let count = bytes.count
-    guard count > 0, count <= buffer.count, position >= 0, position + Int64(count) <= size else { return nil }
+    guard count > 0, count <= buffer.count, position >= 0, position + Int64(count) <= blob.size else {
+      return nil
+    }
     let old = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<count])
     guard (try? source.read(into: old, at: data + position, decoder: decoder)) != nil,
       memcmp(old.baseAddress!, bytes.baseAddress!, count) == 0
     else { return nil }
-    return ChunkLocation(digest: digest, archive: archive, offset: member, dataOffset: data + position, size: Int64(count))
+    return ChunkLocation(
+      digest: digest, archive: blob.archive, offset: blob.offset, dataOffset: data + position, size: Int64(count))
   }
 }
 
@@ -65,6 +64,6 @@ extension Repository {
       !(try catalog.hasChunks(inMemberAt: blob.offset, of: blob.archive)),
       let record = try catalog.archive(named: blob.archive), let source = try rangeReader(record)
     else { return nil }
-    return EarlierVersion(source: source, archive: blob.archive, member: blob.offset, data: dataOffset, size: size)
+    return EarlierVersion(source: source, blob: blob, data: dataOffset)
   }
 }
