@@ -130,9 +130,10 @@ struct BackupCrashTests {
     #expect(try device.run("inspect", "com.example.notes").out.contains("seal          valid"))
   }
 
-  /// A large file edited in place is stored as chunks; a backup killed at each step, or at
-  /// random moments, and restores killed at random moments, leave a repository that checks
-  /// clean and restores every snapshot byte for byte.
+  /// Large files edited in place are stored as chunks (a database's indexed when first read, a
+  /// media file's compared with the whole copy an earlier archive holds); a backup killed at
+  /// each step, or at random moments, and restores killed at random moments, leave a
+  /// repository that checks clean and restores every snapshot byte for byte.
   @Test func killsAroundChunkedFilesNeverBreakTheRepository() throws {
     let device = Device()
     try device.install("Notes-1.0/Notes.app")
@@ -142,6 +143,12 @@ struct BackupCrashTests {
     var content = [UInt8](repeating: 0, count: 5 << 20)
     content.withUnsafeMutableBytes { random.fill($0) }
     try Data(content).write(to: URL(fileURLWithPath: path))
+    // A media file too, stored whole: its first edit in place (under the kills below, until a
+    // backup commits it) is compared with that copy and recorded inside the first archive.
+    let clip = device.home + "/Documents/clip.mov"
+    var clipContent = [UInt8](repeating: 0, count: 3 << 20)
+    clipContent.withUnsafeMutableBytes { random.fill($0) }
+    try Data(clipContent).write(to: URL(fileURLWithPath: clip))
     let first = try #require(try device.backup()["snapshot"] as? String)
     let firstData = try captureHomeData(device.home)
     var generator = SystemRandomNumberGenerator()
@@ -151,6 +158,9 @@ struct BackupCrashTests {
       page.withUnsafeMutableBytes { random.fill($0) }
       _ = page.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, off_t(random.below(5 << 20 - 4096))) }
       close(fd)
+      let clipFD = open(clip, O_WRONLY)
+      _ = page.withUnsafeBytes { pwrite(clipFD, $0.baseAddress, $0.count, off_t(random.below(3 << 20 - 4096))) }
+      close(clipFD)
       if round < 3 {
         let point = ["backup.archive-synced", "backup.archive-renamed", "backup.committed"][round]
         let killed = try device.run("backup", "com.example.notes", environment: ["APPBOX_CRASH_AT": point])
