@@ -70,7 +70,7 @@ install-files:
 # Builds everything (the appbox and appbox-sandbox executables too) and runs every test.
 test: deps test-deps
 	$(SWIFT) build --build-tests $(IMPORT_CHECK)
-	$(SWIFT) test --skip-build
+	SWIFT="$(SWIFT)" bash scripts/run-tests.sh
 
 # What only the tests need: the independent readers of iOS device backups (pyiosbackup,
 # iphone_backup_decrypt) from PyPI, in a virtualenv of their own under .build/.

@@ -128,7 +128,7 @@ let package = Package(
       ]),
 
     // Helpers shared by the tests and the benchmark: temp directories, fixtures, running programs.
-    .target(name: "AppboxTestSupport", dependencies: ["AppboxCore", "AppboxPlist"]),
+    .target(name: "AppboxTestSupport", dependencies: ["AppboxCore", "AppboxPlist", "CSystem"]),
     // The benchmark: a seeded home generator and the side-by-side runner (`make bench`).
     .executableTarget(
       name: "appbox-bench", dependencies: ["AppboxArchive", "AppboxTestSupport"],

@@ -1,6 +1,8 @@
 import AppboxCore
+import CSystem
 import Foundation
 import Glibc
+import Synchronization
 
 /// The result of running a program to completion.
 public struct ProcessResult: Sendable {
@@ -41,13 +43,83 @@ public struct SpawnedProcess: Sendable {
   }
 }
 
+/// A child started in the background and watched with `waitpid(2)` (see `startProcess`):
+/// the few members of Foundation's `Process` the tests use, with the same meanings, and no
+/// run loop. `waitUntilExit` and `isRunning` may be called from any thread.
+public final class StartedProcess: Sendable {
+  public enum TerminationReason: Sendable { case exit, uncaughtSignal }
+
+  public let processIdentifier: pid_t
+  /// The raw wait status once the child has been reaped.
+  private let reaped = Mutex<Int32?>(nil)
+
+  init(_ pid: pid_t) { processIdentifier = pid }
+
+  /// Whether the child still runs (reaps it when it has ended).
+  public var isRunning: Bool { poll(blocking: false) == nil }
+
+  /// Waits for the child to end.
+  public func waitUntilExit() { _ = poll(blocking: true) }
+
+  /// Why the child ended (call after it has).
+  public var terminationReason: TerminationReason {
+    (status & 0x7F) == 0 ? .exit : .uncaughtSignal
+  }
+
+  /// The child's exit status, or the number of the signal that ended it (call after it has).
+  public var terminationStatus: Int32 {
+    terminationReason == .exit ? (status >> 8) & 0xFF : status & 0x7F
+  }
+
+  /// Sends SIGTERM.
+  public func terminate() { kill(processIdentifier, SIGTERM) }
+
+  private var status: Int32 {
+    guard let status = reaped.withLock({ $0 }) else { preconditionFailure("the process still runs") }
+    return status
+  }
+
+  private func poll(blocking: Bool) -> Int32? {
+    reaped.withLock { reaped in
+      if let reaped { return reaped }
+      var status: Int32 = 0
+      while true {
+        let result = waitpid(processIdentifier, &status, blocking ? 0 : WNOHANG)
+        if result < 0 && errno == EINTR { continue }
+        if result == processIdentifier { reaped = status }
+        return reaped
+      }
+    }
+  }
+}
+
+/// Starts `executable` in the background with no descriptors but stdin, stdout and stderr,
+/// which are /dev/null unless `output` is true (then the test's own stdout and stderr).
+/// `blocking` lists signals the child starts with blocked.
+public func startProcess(
+  _ executable: String, _ arguments: [String], environment: [String: String]? = nil, output: Bool = false,
+  blocking: [Int32] = []
+) throws -> StartedProcess {
+  let null = try FileDescriptor.open("/dev/null", O_RDWR)
+  defer { try? null.close() }
+  let quiet = output ? nil : null.rawValue
+  let child = try spawnProcess(
+    executable, arguments, environment: environment, stdin: null.rawValue, stdout: quiet, stderr: quiet,
+    blocking: blocking)
+  return StartedProcess(child.pid)
+}
+
 /// Starts `executable` with `posix_spawn(3)` — Foundation's `Process` spends ~50 ms per
-/// start on this machine, which would swamp what the tests and benchmarks measure.
-/// The child gets default signal dispositions; `stdin`/`stdout`/`stderr` replace the
-/// caller's when given.
+/// start on this machine, which would swamp what the tests and benchmarks measure, and its
+/// `waitUntilExit` waits on a run loop for a termination notice that can be missed, which
+/// parks a test thread for good (the CI run that hung until its time ran out).
+/// The child gets default signal dispositions, none blocked but `blocking`;
+/// `stdin`/`stdout`/`stderr` replace the caller's when given. It inherits no other
+/// descriptor: a pipe that another test thread opened without close-on-exec must not stay
+/// open in a long-lived child (an object-store daemon), or that test never sees its end.
 public func spawnProcess(
   _ executable: String, _ arguments: [String], environment: [String: String]? = nil,
-  stdin: Int32? = nil, stdout: Int32? = nil, stderr: Int32? = nil
+  stdin: Int32? = nil, stdout: Int32? = nil, stderr: Int32? = nil, blocking: [Int32] = []
 ) throws -> SpawnedProcess {
   var actions = posix_spawn_file_actions_t()
   posix_spawn_file_actions_init(&actions)
@@ -55,11 +127,13 @@ public func spawnProcess(
   for (source, target) in [(stdin, Int32(0)), (stdout, 1), (stderr, 2)] {
     if let source { posix_spawn_file_actions_adddup2(&actions, source, target) }
   }
+  appbox_spawn_close_from(&actions, 3)
   var attributes = posix_spawnattr_t()
   posix_spawnattr_init(&attributes)
   defer { posix_spawnattr_destroy(&attributes) }
   var none = sigset_t()
   sigemptyset(&none)
+  for signal in blocking { sigaddset(&none, signal) }
   var all = sigset_t()
   sigfillset(&all)
   posix_spawnattr_setsigmask(&attributes, &none)

@@ -61,12 +61,8 @@ extension TemporaryDirectory {
 
 /// Copies a tree with `cp -a` (tests only: fixtures into temp dirs).
 public func copyTree(_ source: String, to destination: String) throws {
-  let process = Process()
-  process.executableURL = URL(fileURLWithPath: "/bin/cp")
-  process.arguments = ["-a", source, destination]
-  try process.run()
-  process.waitUntilExit()
-  guard process.terminationStatus == 0 else { throw SystemError("copy", path: source, errno: .ioError) }
+  let copy = try runProcess("/bin/cp", ["-a", source, destination])
+  guard copy.status == 0 else { throw SystemError("copy (\(copy.err))", path: source, errno: .ioError) }
 }
 
 /// The repository's checkout, found from this source file's location.

@@ -58,6 +58,10 @@ int appbox_pidfd_open(int pid) { return (int)syscall(SYS_pidfd_open, pid, 0); }
 
 int appbox_pipe_cloexec(int fds[2]) { return pipe2(fds, O_CLOEXEC); }
 
+int appbox_spawn_close_from(posix_spawn_file_actions_t *actions, int low) {
+  return posix_spawn_file_actions_addclosefrom_np(actions, low);
+}
+
 int appbox_start_writeback(int fd, int64_t offset, int64_t count) {
   return sync_file_range(fd, (off_t)offset, (off_t)count, SYNC_FILE_RANGE_WRITE);
 }

@@ -2,6 +2,7 @@
 // (names as [UInt8], never String), running GNU tar and bsdtar, and whole-archive write/read.
 
 import AppboxArchive
+import AppboxTestSupport
 import CSystem
 import Foundation
 import Testing
@@ -123,26 +124,9 @@ struct ToolResult {
 
 /// Runs a tool to completion with a fixed locale (never the developer's) and captures its output.
 func runTool(_ executable: String, _ arguments: [String], locale: String = "C.UTF-8") throws -> ToolResult {
-  let process = Process()
-  process.executableURL = URL(fileURLWithPath: executable)
-  process.arguments = arguments
-  process.environment = ["PATH": "/usr/bin:/bin", "LC_ALL": locale]
-  let out = Pipe()
-  let err = Pipe()
-  process.standardOutput = out
-  process.standardError = err
-  process.standardInput = FileHandle.nullDevice
-  try process.run()
-  // Read both pipes before waiting so a chatty tool cannot block on a full pipe.
-  nonisolated(unsafe) var errorBytes = Data()
-  let group = DispatchGroup()
-  DispatchQueue.global().async(group: group) { errorBytes = err.fileHandleForReading.readDataToEndOfFile() }
-  let outputBytes = out.fileHandleForReading.readDataToEndOfFile()
-  group.wait()
-  process.waitUntilExit()
-  return ToolResult(
-    status: process.terminationStatus, stdout: Array(outputBytes),
-    stderr: String(decoding: errorBytes, as: UTF8.self))
+  let result = try runProcess(
+    executable, arguments, environment: ["PATH": "/usr/bin:/bin", "LC_ALL": locale])
+  return ToolResult(status: result.status, stdout: result.stdout, stderr: result.err)
 }
 
 /// A member to write: its header and, for regular files, its data.

@@ -12,12 +12,9 @@ private struct Capture {
   let write: FileDescriptor
 
   init() throws {
-    var fds: [Int32] = [0, 0]
-    guard pipe(&fds) == 0 else { throw SystemError("pipe") }
-    // Close-on-exec, as everything appbox opens: the child gets them only as its stdio.
-    for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
-    read = FileDescriptor(rawValue: fds[0])
-    write = FileDescriptor(rawValue: fds[1])
+    // Close-on-exec from the start, as everything appbox opens: the child gets them only as
+    // its stdio.
+    (read, write) = try FileDescriptor.pipe()
   }
 
   /// Closes the write end and reads everything written.

@@ -7,19 +7,13 @@ import Testing
 
 /// Starts the built `appbox` without waiting for it; output is discarded.
 func startAppbox(_ arguments: [String], root: String, environment extra: [String: String] = [:]) throws
-  -> Process
+  -> StartedProcess
 {
   var environment = ProcessInfo.processInfo.environment
   environment.removeValue(forKey: "APPBOX_ROOT")
   for (key, value) in extra { environment[key] = value }
-  let process = Process()
-  process.executableURL = URL(fileURLWithPath: productsDirectory + "/appbox")
-  process.arguments = ["--root", root] + arguments
-  process.environment = environment
-  process.standardOutput = FileHandle.nullDevice
-  process.standardError = FileHandle.nullDevice
-  try process.run()
-  return process
+  return try startProcess(
+    productsDirectory + "/appbox", ["--root", root] + arguments, environment: environment)
 }
 
 extension Device {
@@ -82,7 +76,8 @@ struct BackupCrashTests {
   /// Before the swap's journal is durable a killed restore leaves the old data; after it,
   /// the next command finishes the restore.
   @Test(arguments: [
-    ("restore.staged", false), ("swap.journaled", true), ("swap.carried", true), ("swap.exchanged", true), ("swap.synced", true),
+    ("restore.staged", false), ("swap.journaled", true), ("swap.carried", true), ("swap.exchanged", true),
+    ("swap.synced", true),
     ("restore.swapped", true),
   ])
   func aKilledRestoreIsFinishedOrRolledBackByTheNextCommand(_ point: String, finished: Bool) throws {
@@ -159,7 +154,9 @@ struct BackupCrashTests {
       _ = page.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, off_t(random.below(5 << 20 - 4096))) }
       close(fd)
       let clipFD = open(clip, O_WRONLY)
-      _ = page.withUnsafeBytes { pwrite(clipFD, $0.baseAddress, $0.count, off_t(random.below(3 << 20 - 4096))) }
+      _ = page.withUnsafeBytes {
+        pwrite(clipFD, $0.baseAddress, $0.count, off_t(random.below(3 << 20 - 4096)))
+      }
       close(clipFD)
       if round < 3 {
         let point = ["backup.archive-synced", "backup.archive-renamed", "backup.committed"][round]

@@ -202,13 +202,12 @@ struct HostileAppTests {
     #expect(hostCanConnect(path: hostPath) && hostCanConnect(abstract: abstractName))
 
     // Another app listens on a socket in its tmp.
-    let listener = try Process.run(
-      URL(fileURLWithPath: device.command([device.appboxPath]).executable),
-      arguments: device.command([
-        device.appboxPath, "--root", device.root, "launch", "com.example.hostile2", "--",
-        "listen",
-        device.jailHome(other) + "/tmp/app.sock", "20",
-      ]).arguments)
+    let listen = device.command([
+      device.appboxPath, "--root", device.root, "launch", "com.example.hostile2", "--",
+      "listen",
+      device.jailHome(other) + "/tmp/app.sock", "20",
+    ])
+    let listener = try startProcess(listen.executable, listen.arguments)
     defer {
       kill(listener.processIdentifier, SIGTERM)
       listener.waitUntilExit()

@@ -33,12 +33,8 @@ struct MountEndToEndTests {
 
     let mountpoint = device.dir.url("mnt")
     try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: false)
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: productsDirectory + "/appbox")
-    process.arguments = ["--root", device.root, "mount", mountpoint]
-    process.standardOutput = FileHandle.nullDevice
-    process.standardError = FileHandle.nullDevice
-    try process.run()
+    let process = try startProcess(
+      productsDirectory + "/appbox", ["--root", device.root, "mount", mountpoint])
     defer {
       if process.isRunning {
         _ = try? runProcess("/bin/umount", ["-l", mountpoint])

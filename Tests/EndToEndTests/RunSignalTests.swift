@@ -28,17 +28,17 @@ struct RunSignalTests {
   }
 
   /// A SIGTERM that reaches appbox while it is still starting the app is not lost: the app
-  /// gets it once it runs, and appbox ends. (appbox started from Foundation's `Process`
-  /// inherits a mask that blocks SIGTERM; the signal waited pending, and the wait used to
+  /// gets it once it runs, and appbox ends. appbox starts here with SIGTERM blocked, as
+  /// Foundation's `Process` used to start it: the signal waited pending, and the wait used to
   /// set it ignored before listening, which discarded it: appbox then waited forever on an
-  /// app that never heard it.)
+  /// app that never heard it.
   @Test(arguments: [0, 30, 120])
   func aSIGTERMDuringStartIsPassedOn(afterMilliseconds delay: Int) throws {
     let device = Device()
     try device.install("Notes-1.0/Notes.app")
     let process = try device.start(
       "run", "com.example.notes", "--", "/bin/sh", "-c",
-      "touch Documents/started; while :; do sleep 0.05; done")
+      "touch Documents/started; while :; do sleep 0.05; done", blocking: [SIGTERM])
     defer { kill(process.processIdentifier, SIGKILL) }
     usleep(useconds_t(delay * 1000))
     kill(process.processIdentifier, SIGTERM)

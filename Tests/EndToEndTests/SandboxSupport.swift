@@ -14,23 +14,17 @@ extension Device {
     try appbox(["run", app, "--", "/bin/sh", "-c", script], root: root, environment: environment)
   }
 
-  /// Starts `appbox ARGS` without waiting; its output is discarded.
-  func start(_ arguments: String...) throws -> Process {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: productsDirectory + "/appbox")
-    process.arguments = ["--root", root] + arguments
-    process.standardOutput = FileHandle.nullDevice
-    process.standardError = FileHandle.nullDevice
-    process.standardInput = FileHandle.nullDevice
-    try process.run()
-    return process
+  /// Starts `appbox ARGS` without waiting, with `blocking` signals blocked; its output is
+  /// discarded.
+  func start(_ arguments: String..., blocking: [Int32] = []) throws -> StartedProcess {
+    try startProcess(productsDirectory + "/appbox", ["--root", root] + arguments, blocking: blocking)
   }
 }
 
 /// An app kept running under `appbox run`: the appbox process, which holds the running
 /// lock and whose death takes the whole jail with it.
 struct RunningApp {
-  let appbox: Process
+  let appbox: StartedProcess
 
   /// Kills appbox, and with it (bubblewrap's --die-with-parent) the app; waits for appbox.
   func stop() {

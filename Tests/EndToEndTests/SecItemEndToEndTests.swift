@@ -242,12 +242,9 @@ struct SecItemEndToEndTests {
         mv tmp/part tmp/out$round
       done
       """
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: productsDirectory + "/appbox")
-    process.arguments = ["--root", device.root, "run", SecItemApps.notes, "--", "/bin/sh", "-c", script]
-    process.standardOutput = FileHandle.nullDevice
-    process.standardError = FileHandle.nullDevice
-    try process.run()
+    let process = try startProcess(
+      productsDirectory + "/appbox",
+      ["--root", device.root, "run", SecItemApps.notes, "--", "/bin/sh", "-c", script])
     defer {
       if process.isRunning { kill(process.processIdentifier, SIGKILL) }
       process.waitUntilExit()

@@ -5,6 +5,7 @@
 #define APPBOX_CSYSTEM_H
 
 #include <dirent.h>
+#include <spawn.h>
 #include <stdint.h>
 #include <sys/types.h>
 #include <sys/file.h>
@@ -54,6 +55,10 @@ uint32_t appbox_crc32c_software(uint32_t crc, const void *data, size_t length);
 /* pipe2(2) with O_CLOEXEC: both ends close-on-exec from the start, so a child spawned by
  * another thread meanwhile cannot inherit them. */
 int appbox_pipe_cloexec(int fds[2]);
+
+/* posix_spawn_file_actions_addclosefrom_np(3) (glibc 2.34), which <spawn.h> declares for
+ * _GNU_SOURCE only: the child closes every descriptor from `low` up. */
+int appbox_spawn_close_from(posix_spawn_file_actions_t *actions, int low);
 
 /* Marks a directory as the top of unrelated hierarchies (FS_TOPDIR_FL, `chattr +T`): ext4
  * then spreads its subdirectories over block groups like top-level directories, so a new
