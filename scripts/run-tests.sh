@@ -55,8 +55,9 @@ disown "$watchdog"  # no "Terminated" notice when it is stopped
 
 wait "$runner"
 status=$?
-pkill -P "$watchdog" 2>/dev/null  # its sleep
-kill "$watchdog" 2>/dev/null
+sleeper=$(pgrep -P "$watchdog")
+kill "$watchdog" 2>/dev/null  # before its sleep, or it reports the sleep "Terminated"
+[ -z "$sleeper" ] || kill $sleeper 2>/dev/null
 wait "$watchdog" 2>/dev/null
 if [ -s "$report" ]; then
   cat "$report" >&2
