@@ -9,8 +9,12 @@
 // 3. `check --read-data` finds no problem;
 // 4. every snapshot restores, into a device that never saw the app, to exactly the data
 //    recorded when it was made (the SnapshotLedger).
-// The starting state is built once (`prepare`) and copied (`cp -a`) for every run; the
-// command runs once unfaulted first, to count its durable calls and to learn the state after.
+// The starting state is built once (`prepare`) and copied (`cp -a`) for every run, but for the
+// app's home under a sweep that leaves it as it is (`keepsHome`: backup): that home is kept, so
+// its files keep their inodes as on a device between two commands, and a backup sees an edit
+// made in place before the template as one (the first-edit comparison with the earlier
+// archive), where a copy would make every file look saved anew. The command runs once
+// unfaulted first, to count its durable calls and to learn the state after.
 // Which faults: every call of every kind, killed and failed with EIO and with ENOSPC, when
 // `APPBOX_FAULTS_FULL=1` (`make test-faults`); otherwise the few a test names, so that
 // `make test` stays within its budget.
@@ -77,6 +81,8 @@ public final class FaultWorkspace: @unchecked Sendable {
   public let app: String
   public var ledger = SnapshotLedger()
   private var templateLedger = SnapshotLedger()
+  /// The app's home when the template was saved (nil: not installed).
+  private var templateHome: String?
 
   public init(app: String = "com.example.notes") {
     self.app = app
@@ -151,12 +157,22 @@ public final class FaultWorkspace: @unchecked Sendable {
     try? FileTree.remove(atPath: template)
     try copyTree(work, to: template)
     templateLedger = ledger.copy()
+    templateHome = try home()
   }
 
-  /// Back to the saved starting state.
-  public func reset() throws {
+  /// Back to the saved starting state. `keepingHome`: the app's home is not copied but kept
+  /// as it is (renamed aside and back), for a command that must leave it unchanged (checked
+  /// after each run), so that its files keep their inodes.
+  public func reset(keepingHome: Bool = false) throws {
+    let home = keepingHome ? templateHome : nil
+    let kept = directory.url("kept-home")
+    if let home { guard rename(home, kept) == 0 else { throw SystemError("keep the home", path: home) } }
     try FileTree.remove(atPath: work)
     try copyTree(directory.url("template"), to: work)
+    if let home {
+      try FileTree.remove(atPath: home)
+      guard rename(kept, home) == 0 else { throw SystemError("put the kept home back", path: home) }
+    }
     ledger = templateLedger.copy()
   }
 
@@ -187,6 +203,10 @@ public struct FaultSweep {
   }
   /// Extra checks after the verification (space reclaimed...).
   public var finally: (FaultWorkspace, ProcessResult) throws -> [String] = { _, _ in [] }
+  /// Keep the app's home between runs instead of copying it (`FaultWorkspace.reset`): for a
+  /// command, and a `next`, that leave the home as it is (a backup); the check of each run
+  /// still compares the home with the state before.
+  public var keepsHome = false
 
   public init(_ name: String, workspace: FaultWorkspace, command: [String], expectation: StateExpectation) {
     self.name = name
@@ -242,7 +262,7 @@ public struct FaultSweep {
     if points.isEmpty { problems.append("\(name): no fault points (counts \(counts)): \(reference.err)") }
     var reached = 0
     for point in points {
-      try workspace.reset()
+      try workspace.reset(keepingHome: keepsHome)
       let line = workspace.commandLine(command)
       let (result, injected, file) = try Strace.runReporting(
         line.executable, line.arguments, injecting: point, environment: line.environment, input: input)

@@ -26,6 +26,7 @@ extension FaultWorkspace {
     let path = try home()! + "/" + relative
     var random = SeededRandom(seed: seed)
     let fd = open(path, O_WRONLY)
+    guard fd >= 0 else { throw SystemError("open", path: path) }
     defer { close(fd) }
     var st = stat()
     fstat(fd, &st)
@@ -48,12 +49,14 @@ extension FaultWorkspace {
 
 /// The starting states of the sweeps.
 enum FaultScenarios {
-  /// The sample home (every kind of entry) and a large file stored as chunks, backed up once.
+  /// The sample home (every kind of entry), a database indexed as chunks and a media file
+  /// stored whole (lazy chunking), backed up once.
   static func sampleDevice() throws -> FaultWorkspace {
     let workspace = FaultWorkspace()
     try workspace.install("Notes-1.0/Notes.app")
     try writeSampleData(home: try workspace.home()!)
     try workspace.writeRandom("Documents/store.db", size: 3 << 20, seed: 1)
+    try workspace.writeRandom("Documents/clip.mov", size: 3 << 20, seed: 3)
     try workspace.backup()
     return workspace
   }
@@ -61,7 +64,15 @@ enum FaultScenarios {
   /// Changes the sample home so that it differs from its snapshot.
   static func change(_ workspace: FaultWorkspace, seed: UInt64) throws {
     let home = try workspace.home()!
-    try workspace.editInPlace("Documents/store.db", seed: seed)
+    if FileManager.default.fileExists(atPath: home + "/Documents/store.db") {
+      try workspace.editInPlace("Documents/store.db", seed: seed)
+    }
+    // The media file's first edit in place: a backup compares the chunks it lacks with the
+    // earlier archive's copy (foreign chunks), at each of the sweep's faults too, since the
+    // sweep resets the workspace without changing inodes.
+    if FileManager.default.fileExists(atPath: home + "/Documents/clip.mov") {
+      try workspace.editInPlace("Documents/clip.mov", seed: seed + 100)
+    }
     try Data("changed \(seed)".utf8).write(to: URL(fileURLWithPath: home + "/Documents/a.txt"))
     try FileTree.remove(atPath: home + "/Documents/Nested")
     try Data("new".utf8).write(to: URL(fileURLWithPath: home + "/Library/new-\(seed).txt"))
@@ -187,6 +198,7 @@ struct CommandFaultTests {
     var sweep = FaultSweep(
       "backup", workspace: workspace, command: ["backup", workspace.app], expectation: .unchanged)
     sweep.next = Self.backupNext
+    sweep.keepsHome = true  // so the media file's edit in place stays one (its inode)
     let problems = try sweep.run(bounded: Self.representative)
     #expect(problems == [])
   }
