@@ -4,7 +4,7 @@
 SWIFT ?= swift
 APT_PACKAGES := libarchive-dev libzstd-dev libsqlite3-dev libssl-dev pkg-config libarchive-tools tar bubblewrap \
   libseccomp-dev util-linux e2fsprogs python3 python3-venv gzip bzip2 xz-utils lzip lz4 zstd ncompress lzop lrzip \
-  libcurl4-openssl-dev passt iproute2 strace libfuse3-dev fuse3 xfsprogs btrfs-progs time
+  libcurl4-openssl-dev passt iproute2 strace libfuse3-dev fuse3 xfsprogs btrfs-progs time procps
 # The object store the S3 tests, the demo and the benchmark run against: OpenStack Swift with its
 # s3api middleware, started on loopback by scripts/swift-cluster.sh. Installed without
 # recommends (74 packages, about 70 s and 53 MB installed here; with recommends it pulls 159, a desktop

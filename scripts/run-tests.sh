@@ -49,7 +49,7 @@ trap 'rm -f "$events" "$report"' EXIT
   pkill -TERM -f "$tests"
   sleep 5
   pkill -KILL -f "$tests"
-) &
+) >/dev/null 2>&1 &  # not on the run's output: a stray sleep must not hold CI's pipe open
 watchdog=$!
 disown "$watchdog"  # no "Terminated" notice when it is stopped
 
