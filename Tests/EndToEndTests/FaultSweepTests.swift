@@ -131,10 +131,13 @@ struct FaultSweepTests {
     var sweep = FaultSweep(
       "forget", workspace: workspace,
       command: ["forget", workspace.app, "--keep-last", "1", "--keep-tag", "first"], expectation: .unchanged)
+    // A copy: a closure that captured `sweep`, which holds the closure, kept the workspace
+    // (and its directory in /tmp) alive past the test.
+    let verifier = sweep
     sweep.finally = { workspace, _ in
       let rebuilt = try workspace.run("check", "--rebuild-catalog", "--read-data")
       guard rebuilt.status == 0 else { return ["check --rebuild-catalog: \(rebuilt.status) \(rebuilt.err)"] }
-      return try sweep.verifyRepository()
+      return try verifier.verifyRepository()
     }
     let problems = try sweep.run { counts in
       (1...max(1, counts[.fsync] ?? 0)).map { FaultPoint(.fsync, $0, .kill) }

@@ -27,7 +27,9 @@ struct ObjectStoreConformanceTests {
 
   @Test(arguments: StoreKind.allCases)
   func putGetSizeListAndDelete(_ kind: StoreKind) throws {
-    let store = try StoreUnderTest(kind).store
+    let subject = try StoreUnderTest(kind)
+    defer { withExtendedLifetime(subject) {} }  // its directory lives as long as the test
+    let store = subject.store
     let bytes = Array("a snapshot object".utf8)
     try store.put("snapshots/0a1b2c3d", bytes)
     try store.put("config", Array("{}\n".utf8))
@@ -48,7 +50,9 @@ struct ObjectStoreConformanceTests {
 
   @Test(arguments: StoreKind.allCases)
   func aPutReplacesTheWholeObject(_ kind: StoreKind) throws {
-    let store = try StoreUnderTest(kind).store
+    let subject = try StoreUnderTest(kind)
+    defer { withExtendedLifetime(subject) {} }  // its directory lives as long as the test
+    let store = subject.store
     try store.put("locks/holder", patternBytes(70_000, seed: 1))
     try store.put("locks/holder", Array("short".utf8))
     #expect(try store.get("locks/holder") == Array("short".utf8))
@@ -60,7 +64,9 @@ struct ObjectStoreConformanceTests {
 
   @Test(arguments: StoreKind.allCases)
   func missingObjectsAreNilAndDeletingThemIsNoError(_ kind: StoreKind) throws {
-    let store = try StoreUnderTest(kind).store
+    let subject = try StoreUnderTest(kind)
+    defer { withExtendedLifetime(subject) {} }  // its directory lives as long as the test
+    let store = subject.store
     #expect(try store.get("manifests/00000000.tar") == nil)
     #expect(try store.size(of: "manifests/00000000.tar") == nil)
     #expect(try store.list("manifests").isEmpty)
@@ -92,7 +98,9 @@ struct ObjectStoreConformanceTests {
 
   @Test(arguments: StoreKind.allCases)
   func listingsHoldOnlyTheDirectoryItselfInNameOrder(_ kind: StoreKind) throws {
-    let store = try StoreUnderTest(kind).store
+    let subject = try StoreUnderTest(kind)
+    defer { withExtendedLifetime(subject) {} }  // its directory lives as long as the test
+    let store = subject.store
     for name in ["archives/b.tar", "archives/a.tar", "archives/c.tar.zst", "archives-old/x.tar", "archivesq"]
     {
       try store.put(name, Array(name.utf8))
@@ -136,7 +144,9 @@ struct ObjectStoreConformanceTests {
 
   @Test(arguments: StoreKind.allCases)
   func namesWithOddBytesRoundTrip(_ kind: StoreKind) throws {
-    let store = try StoreUnderTest(kind).store
+    let subject = try StoreUnderTest(kind)
+    defer { withExtendedLifetime(subject) {} }  // its directory lives as long as the test
+    let store = subject.store
     for name in Self.oddNames { try store.put("keys/" + name, Array(name.utf8)) }
     for name in Self.oddNames {
       #expect(try store.get("keys/" + name) == Array(name.utf8), "\(name)")
@@ -156,7 +166,9 @@ struct ObjectStoreConformanceTests {
 
   @Test(arguments: StoreKind.allCases)
   func emptyObjectsExistAndAreEmpty(_ kind: StoreKind) throws {
-    let store = try StoreUnderTest(kind).store
+    let subject = try StoreUnderTest(kind)
+    defer { withExtendedLifetime(subject) {} }  // its directory lives as long as the test
+    let store = subject.store
     try store.put("garbage/1a2b3c4d.tar", [])
     #expect(try store.get("garbage/1a2b3c4d.tar") == [])
     #expect(try store.size(of: "garbage/1a2b3c4d.tar") == 0)
@@ -169,7 +181,9 @@ struct ObjectStoreConformanceTests {
 
   @Test(arguments: StoreKind.allCases)
   func putAllWritesEveryObject(_ kind: StoreKind) throws {
-    let store = try StoreUnderTest(kind).store
+    let subject = try StoreUnderTest(kind)
+    defer { withExtendedLifetime(subject) {} }  // its directory lives as long as the test
+    let store = subject.store
     let objects = (0..<5).map { index in
       (
         name: (index < 3 ? "snapshots/" : "manifests/") + "object\(index)",

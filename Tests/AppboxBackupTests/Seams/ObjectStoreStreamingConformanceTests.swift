@@ -14,7 +14,9 @@ import Testing
 struct ObjectStoreStreamingConformanceTests {
   @Test(arguments: StoreKind.allCases)
   func largeObjectsStreamUpAndReadBackExactly(_ kind: StoreKind) throws {
-    let store = try StoreUnderTest(kind).store
+    let subject = try StoreUnderTest(kind)
+    defer { withExtendedLifetime(subject) {} }  // its directory lives as long as the test
+    let store = subject.store
     // More than one S3 part, written in pieces that do not divide it.
     let bytes = patternBytes((17 << 20) + 4321, seed: 42)
     let size = try uploadInPieces(try store.upload("archives/big.tar"), bytes, piece: (1 << 20) + 7)
@@ -32,7 +34,9 @@ struct ObjectStoreStreamingConformanceTests {
 
   @Test(arguments: StoreKind.allCases)
   func positionalReadsReturnTheBytesAtAnyOffsetInAnyOrder(_ kind: StoreKind) throws {
-    let store = try StoreUnderTest(kind).store
+    let subject = try StoreUnderTest(kind)
+    defer { withExtendedLifetime(subject) {} }  // its directory lives as long as the test
+    let store = subject.store
     let bytes = patternBytes(10 << 20, seed: 5)
     try store.put("archives/ranged.tar", bytes)
     let reader = try store.reader("archives/ranged.tar", size: Int64(bytes.count))
@@ -96,7 +100,9 @@ struct ObjectStoreStreamingConformanceTests {
 
   @Test(arguments: StoreKind.allCases)
   func aCommitOverAnExistingObjectLeavesOneWholeVersion(_ kind: StoreKind) throws {
-    let store = try StoreUnderTest(kind).store
+    let subject = try StoreUnderTest(kind)
+    defer { withExtendedLifetime(subject) {} }  // its directory lives as long as the test
+    let store = subject.store
     let old = patternBytes(200_000, seed: 1)
     let new = patternBytes(150_000, seed: 2)
     try store.put("manifests/same.tar", old)
@@ -108,7 +114,9 @@ struct ObjectStoreStreamingConformanceTests {
 
   @Test(arguments: StoreKind.allCases)
   func concurrentPutsAllLand(_ kind: StoreKind) throws {
-    let store = try StoreUnderTest(kind).store
+    let subject = try StoreUnderTest(kind)
+    defer { withExtendedLifetime(subject) {} }  // its directory lives as long as the test
+    let store = subject.store
     nonisolated(unsafe) let shared = store
     let failures = Mutex<[String]>([])
     // Distinct names from eight threads at once.
@@ -147,7 +155,9 @@ struct ObjectStoreStreamingConformanceTests {
 
   @Test(arguments: StoreKind.allCases)
   func aReaderSeesAPutWholeOrNotAtAll(_ kind: StoreKind) throws {
-    let store = try StoreUnderTest(kind).store
+    let subject = try StoreUnderTest(kind)
+    defer { withExtendedLifetime(subject) {} }  // its directory lives as long as the test
+    let store = subject.store
     nonisolated(unsafe) let shared = store
     let versions = [patternBytes(1 << 20, seed: 11), patternBytes((1 << 20) + 4096, seed: 12)]
     let fingerprints = Set(versions.map(fingerprint))
