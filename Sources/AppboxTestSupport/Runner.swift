@@ -56,10 +56,16 @@ public final class StartedProcess: Sendable {
   init(_ pid: pid_t) { processIdentifier = pid }
 
   /// Whether the child still runs (reaps it when it has ended).
-  public var isRunning: Bool { poll(blocking: false) == nil }
+  public var isRunning: Bool { reap() == nil }
 
-  /// Waits for the child to end.
-  public func waitUntilExit() { _ = poll(blocking: true) }
+  /// Waits for the child to end. The wait itself leaves the child unreaped (`WNOWAIT`) and
+  /// holds no lock, so `isRunning` from another thread answers meanwhile.
+  public func waitUntilExit() {
+    while reap() == nil {
+      var info = siginfo_t()
+      if waitid(P_PID, id_t(processIdentifier), &info, WEXITED | WNOWAIT) < 0 && errno != EINTR { return }
+    }
+  }
 
   /// Why the child ended (call after it has).
   public var terminationReason: TerminationReason {
@@ -79,16 +85,15 @@ public final class StartedProcess: Sendable {
     return status
   }
 
-  private func poll(blocking: Bool) -> Int32? {
+  /// The raw wait status, reaping the child if it has ended; nil while it runs.
+  private func reap() -> Int32? {
     reaped.withLock { reaped in
       if let reaped { return reaped }
       var status: Int32 = 0
-      while true {
-        let result = waitpid(processIdentifier, &status, blocking ? 0 : WNOHANG)
-        if result < 0 && errno == EINTR { continue }
-        if result == processIdentifier { reaped = status }
-        return reaped
-      }
+      var result: pid_t
+      repeat { result = waitpid(processIdentifier, &status, WNOHANG) } while result < 0 && errno == EINTR
+      if result == processIdentifier { reaped = status }
+      return reaped
     }
   }
 }

@@ -62,7 +62,10 @@ extension TemporaryDirectory {
 /// Copies a tree with `cp -a` (tests only: fixtures into temp dirs).
 public func copyTree(_ source: String, to destination: String) throws {
   let copy = try runProcess("/bin/cp", ["-a", source, destination])
-  guard copy.status == 0 else { throw SystemError("copy (\(copy.err))", path: source, errno: .ioError) }
+  guard copy.status == 0 else {
+    let reason = copy.err.trimmingCharacters(in: .whitespacesAndNewlines)
+    throw SystemError("copy (\(reason))", path: source, errno: .ioError)
+  }
 }
 
 /// The repository's checkout, found from this source file's location.

@@ -5,15 +5,16 @@ import Foundation
 import Glibc
 import Testing
 
-/// Starts the built `appbox` without waiting for it; output is discarded.
-func startAppbox(_ arguments: [String], root: String, environment extra: [String: String] = [:]) throws
-  -> StartedProcess
-{
+/// Starts the built `appbox` without waiting for it, with `blocking` signals blocked; output
+/// is discarded.
+func startAppbox(
+  _ arguments: [String], root: String, environment extra: [String: String] = [:], blocking: [Int32] = []
+) throws -> StartedProcess {
   var environment = ProcessInfo.processInfo.environment
   environment.removeValue(forKey: "APPBOX_ROOT")
   for (key, value) in extra { environment[key] = value }
   return try startProcess(
-    productsDirectory + "/appbox", ["--root", root] + arguments, environment: environment)
+    productsDirectory + "/appbox", ["--root", root] + arguments, environment: environment, blocking: blocking)
 }
 
 extension Device {

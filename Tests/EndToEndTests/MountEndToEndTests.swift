@@ -33,8 +33,7 @@ struct MountEndToEndTests {
 
     let mountpoint = device.dir.url("mnt")
     try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: false)
-    let process = try startProcess(
-      productsDirectory + "/appbox", ["--root", device.root, "mount", mountpoint])
+    let process = try device.start("mount", mountpoint)
     defer {
       if process.isRunning {
         _ = try? runProcess("/bin/umount", ["-l", mountpoint])

@@ -17,7 +17,7 @@ extension Device {
   /// Starts `appbox ARGS` without waiting, with `blocking` signals blocked; its output is
   /// discarded.
   func start(_ arguments: String..., blocking: [Int32] = []) throws -> StartedProcess {
-    try startProcess(productsDirectory + "/appbox", ["--root", root] + arguments, blocking: blocking)
+    try startAppbox(arguments, root: root, blocking: blocking)
   }
 }
 

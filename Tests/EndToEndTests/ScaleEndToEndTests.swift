@@ -41,15 +41,13 @@ extension Device {
     let child = try spawnProcess(
       "/usr/bin/time", ["-f", "%M", "-o", report, productsDirectory + "/appbox", "--root", root] + arguments,
       environment: environment, stdin: null, stdout: null, stderr: null)
-    var status: Int32 = 0
-    while waitpid(child.pid, &status, 0) < 0 && errno == EINTR {}
-    let signal = status & 0x7F
+    let status = child.wait()
     // GNU time writes "Command exited with non-zero status N" before the figure when it fails.
     let lines = (try? String(contentsOfFile: report, encoding: .utf8))?.split(separator: "\n") ?? []
     guard let kilobytes = lines.last.flatMap({ Int($0) }) else {
       throw SystemError("no peak memory from /usr/bin/time", path: report, errno: .ioError)
     }
-    return (signal == 0 ? (status >> 8) & 0xFF : 128 + signal, kilobytes)
+    return (status, kilobytes)
   }
 }
 

@@ -242,9 +242,8 @@ struct SecItemEndToEndTests {
         mv tmp/part tmp/out$round
       done
       """
-    let process = try startProcess(
-      productsDirectory + "/appbox",
-      ["--root", device.root, "run", SecItemApps.notes, "--", "/bin/sh", "-c", script])
+    let process = try startAppbox(
+      ["run", SecItemApps.notes, "--", "/bin/sh", "-c", script], root: device.root)
     defer {
       if process.isRunning { kill(process.processIdentifier, SIGKILL) }
       process.waitUntilExit()

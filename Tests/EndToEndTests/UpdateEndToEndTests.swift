@@ -136,12 +136,8 @@ struct UpdateEndToEndTests {
     var generator = SystemRandomNumberGenerator()
     for run in 0..<50 {
       let (device, _, before) = try installedNotes()
-      let process = try startProcess(
-        productsDirectory + "/appbox",
-        [
-          "--root", device.root, "--quiet", "update", "com.example.notes",
-          fixturePath("bundles/Notes-2.0/Notes.app"),
-        ])
+      let process = try device.start(
+        "--quiet", "update", "com.example.notes", fixturePath("bundles/Notes-2.0/Notes.app"))
       usleep(UInt32.random(in: 0...60_000, using: &generator))
       kill(process.processIdentifier, SIGKILL)
       process.waitUntilExit()
