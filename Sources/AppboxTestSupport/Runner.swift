@@ -169,13 +169,15 @@ public func runProcess(
       "/bin/sh", ["-c", "cd \"$0\" && exec \"$@\"", currentDirectory, executable] + arguments,
       environment: environment, input: input)
   }
-  func makePipe() throws -> (read: Int32, write: Int32) {
+  // The test's ends live until the child ends: out of the low numbers that every open reuses.
+  func makePipe(testReads: Bool) throws -> (read: Int32, write: Int32) {
     let pipe = try FileDescriptor.pipe()
-    return (pipe.read.rawValue, pipe.write.rawValue)
+    return testReads
+      ? (parkHigh(pipe.read.rawValue), pipe.write.rawValue) : (pipe.read.rawValue, parkHigh(pipe.write.rawValue))
   }
-  let inputPipe = try makePipe()
-  let outputPipe = try makePipe()
-  let errorPipe = try makePipe()
+  let inputPipe = try makePipe(testReads: false)
+  let outputPipe = try makePipe(testReads: true)
+  let errorPipe = try makePipe(testReads: true)
   let child: SpawnedProcess
   do {
     child = try spawnProcess(
@@ -192,30 +194,58 @@ public func runProcess(
   close(inputPipe.read)
   close(outputPipe.write)
   close(errorPipe.write)
-  let group = DispatchGroup()
-  nonisolated(unsafe) var errorBytes: [UInt8] = []
-  DispatchQueue.global().async(group: group) { errorBytes = drain(errorPipe.read) }
   let writer = inputPipe.write
+  let output = outputPipe.read
+  let errors = errorPipe.read
+  let group = DispatchGroup()
+  nonisolated(unsafe) var errorDrain = Drained()
+  DispatchQueue.global().async(group: group) { errorDrain = drain(errors) }
   DispatchQueue.global().async(group: group) {
     signal(SIGPIPE, SIG_IGN)  // a child that does not read its input must not kill the tests
     _ = try? FileDescriptor(rawValue: writer).writeAll(input)
     close(writer)
   }
-  let outputBytes = drain(outputPipe.read)
+  let outputDrain = drain(output)
   group.wait()
-  return ProcessResult(status: child.wait(), stdout: outputBytes, stderr: errorBytes)
+  let status = child.wait()
+  for (drained, stream) in [(outputDrain, "stdout"), (errorDrain, "stderr")] {
+    if let failure = drained.failure {
+      throw SystemError("read \(splitPath(executable).name)'s \(stream) (exit \(status))", errno: failure)
+    }
+  }
+  return ProcessResult(status: status, stdout: outputDrain.bytes, stderr: errorDrain.bytes)
 }
 
-/// Reads `fd` to its end, then closes it.
-private func drain(_ fd: Int32) -> [UInt8] {
-  defer { close(fd) }
-  var result: [UInt8] = []
+/// Moves `fd` to a number of 700 or more (close-on-exec), where no other thread's stale
+/// `close` of a recently freed low number can take it: the pipe a test reads a child's
+/// output from must stay open until the child ends (a CI run saw a child die of SIGPIPE,
+/// its reader gone). Keeps `fd` when the descriptor limit leaves no such number.
+private func parkHigh(_ fd: Int32) -> Int32 {
+  let high = fcntl(fd, F_DUPFD_CLOEXEC, 700)
+  guard high >= 0 else { return fd }
+  close(fd)
+  return high
+}
+
+/// What `drain` read, and the error that ended it early, if one did.
+struct Drained {
+  var bytes: [UInt8] = []
+  var failure: Errno?
+}
+
+/// Reads `fd` to its end, then closes it. A read error is kept, not taken for the end:
+/// EBADF here means another thread closed this descriptor (whose number is then not ours
+/// to close again).
+func drain(_ fd: Int32) -> Drained {
+  var result = Drained()
+  defer { if result.failure != .badDescriptor { close(fd) } }
   var chunk = [UInt8](repeating: 0, count: 65536)
   while true {
     let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
     if n < 0 && errno == EINTR { continue }
+    if n < 0 { result.failure = Errno(rawValue: errno) }
     if n <= 0 { return result }
-    result += chunk[0..<n]
+    result.bytes += chunk[0..<n]
   }
 }
 

@@ -1,5 +1,5 @@
 import AppboxCore
-import AppboxTestSupport
+@testable import AppboxTestSupport
 import Foundation
 import Glibc
 import Testing
@@ -44,5 +44,31 @@ struct TestRunnerTests {
       "/bin/grep", ["-q", "^SigBlk:.*4000$", "/proc/self/status"], blocking: [SIGTERM])
     result.waitUntilExit()
     #expect(result.terminationStatus == 0, "SIGTERM (bit 15, 0x4000) is not blocked in the child")
+  }
+
+  /// A CI run saw a child die of SIGPIPE while the test read its output: the reading end was
+  /// gone, closed by another thread's stale `close` of a reused number. The test's end of the
+  /// child's stdout is kept at a high number, out of that reuse.
+  @Test func theOutputIsReadFromAHighDescriptor() throws {
+    // The child finds which of its parent's (this process's) descriptors is its stdout's pipe.
+    let script = """
+      me=$(readlink /proc/$$/fd/1)
+      for f in /proc/$PPID/fd/*; do if [ "$(readlink "$f")" = "$me" ]; then echo "${f##*/}"; fi; done
+      """
+    let result = try runProcess("/bin/sh", ["-c", script])
+    #expect(result.status == 0, "\(result.err)")
+    let numbers = result.out.split(separator: "\n").compactMap { Int32($0) }
+    #expect(numbers.count == 1 && numbers.allSatisfy { $0 >= 700 }, "\(result.out) \(result.err)")
+  }
+
+  /// A read error ends the drain as an error, not as the output's end.
+  @Test func aReadErrorIsReportedNotTakenForTheEnd() throws {
+    var ends: [Int32] = [0, 0]
+    try #require(pipe(&ends) == 0)
+    let number = ends[0]
+    close(ends[1])
+    close(number)
+    let drained = drain(number)
+    #expect(drained.failure == .badDescriptor && drained.bytes.isEmpty)
   }
 }
