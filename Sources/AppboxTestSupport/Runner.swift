@@ -172,8 +172,8 @@ public func runProcess(
   // The test's ends live until the child ends: out of the low numbers that every open reuses.
   func makePipe(testReads: Bool) throws -> (read: Int32, write: Int32) {
     let pipe = try FileDescriptor.pipe()
-    return testReads
-      ? (parkHigh(pipe.read.rawValue), pipe.write.rawValue) : (pipe.read.rawValue, parkHigh(pipe.write.rawValue))
+    let (read, write) = (pipe.read.rawValue, pipe.write.rawValue)
+    return testReads ? (parkHigh(read), write) : (read, parkHigh(write))
   }
   let inputPipe = try makePipe(testReads: false)
   let outputPipe = try makePipe(testReads: true)
