@@ -16,6 +16,8 @@ let package = Package(
       ]),
     // For Swift apps inside the sandbox: the SecItem-like keychain client.
     .library(name: "AppboxSecItem", targets: ["AppboxSecItem"]),
+    // For the tests: preloaded into appbox, it finds double closes (Tests/FdQuarantine).
+    .library(name: "appbox-fd-quarantine", type: .dynamic, targets: ["FdQuarantine"]),
   ],
   targets: [
     // C libraries, one door each: only the module named in the comment imports it.
@@ -126,6 +128,9 @@ let package = Package(
       linkerSettings: [
         .unsafeFlags(["-static-executable", "-Xlinker", "--gc-sections"])
       ]),
+
+    // Finds double closes in appbox (LD_PRELOAD; the descriptor hygiene tests).
+    .target(name: "FdQuarantine", path: "Tests/FdQuarantine"),
 
     // Helpers shared by the tests and the benchmark: temp directories, fixtures, running programs.
     .target(name: "AppboxTestSupport", dependencies: ["AppboxCore", "AppboxPlist", "CSystem"]),

@@ -112,7 +112,8 @@ public enum DetachedLaunch {
       throw ContainerError(.unavailable, "Cannot find appbox's own executable (/proc/self/exe) to detach")
     }
     let requestPipe = try FileDescriptor.pipe()
-    defer { requestPipe.write.close() }
+    var requestWrite: FileDescriptor? = requestPipe.write
+    defer { requestWrite?.close() }
     let reply = try FileDescriptor.pipe()
     defer { reply.read.close() }
     let null = try FileDescriptor.open("/dev/null", O_RDWR)
@@ -134,7 +135,8 @@ public enum DetachedLaunch {
     reply.write.close()
     signal(SIGPIPE, SIG_IGN)
     try? requestPipe.write.writeAll(Array(request.propertyList.binaryData()))
-    requestPipe.write.close()
+    requestPipe.write.close()  // the supervisor reads the request to its end
+    requestWrite = nil
     let bytes = try reply.read.readAll(limit: 1 << 20)
     guard let plist = try? PropertyList.decode(Data(bytes)) else {
       throw DetachedLaunchFailure(
