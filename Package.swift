@@ -16,8 +16,9 @@ let package = Package(
       ]),
     // For Swift apps inside the sandbox: the SecItem-like keychain client.
     .library(name: "AppboxSecItem", targets: ["AppboxSecItem"]),
-    // For the tests: preloaded into appbox, it finds double closes (Tests/FdQuarantine).
-    .library(name: "appbox-fd-quarantine", type: .dynamic, targets: ["FdQuarantine"]),
+    // For the tests: preloaded into appbox, it finds double closes and sees exit handlers
+    // (Tests/PreloadProbes).
+    .library(name: "appbox-preload-probes", type: .dynamic, targets: ["PreloadProbes"]),
   ],
   targets: [
     // C libraries, one door each: only the module named in the comment imports it.
@@ -108,9 +109,8 @@ let package = Package(
     .target(
       name: "AppboxCLI",
       dependencies: [
-        "AppboxCore", "AppboxPlist", "AppboxStore", "AppboxKeychain", "AppboxRepository", "AppboxContainer",
-        "AppboxBackup",
-        "AppboxMount",
+        "AppboxCore", "AppboxPlist", "AppboxStore", "AppboxCrypto", "AppboxKeychain", "AppboxRepository",
+        "AppboxContainer", "AppboxBackup", "AppboxMount",
       ]),
     // The executable: a few lines that hand over to AppboxCLI.
     .executableTarget(name: "appbox", dependencies: ["AppboxCLI"]),
@@ -129,8 +129,8 @@ let package = Package(
         .unsafeFlags(["-static-executable", "-Xlinker", "--gc-sections"])
       ]),
 
-    // Finds double closes in appbox (LD_PRELOAD; the descriptor hygiene tests).
-    .target(name: "FdQuarantine", path: "Tests/FdQuarantine"),
+    // Probes preloaded into appbox by the tests: double closes, exit handlers.
+    .target(name: "PreloadProbes", path: "Tests/PreloadProbes"),
 
     // Helpers shared by the tests and the benchmark: temp directories, fixtures, running programs.
     .target(name: "AppboxTestSupport", dependencies: ["AppboxCore", "AppboxPlist", "CSystem"]),

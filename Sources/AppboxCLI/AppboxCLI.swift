@@ -1,6 +1,7 @@
 import AppboxBackup
 import AppboxContainer
 import AppboxCore
+import AppboxCrypto
 import AppboxRepository
 import Foundation
 import Glibc
@@ -43,6 +44,7 @@ public enum AppboxCLI {
 
   /// Runs the process's command line and exits with its status.
   public static func main() -> Never {
+    OpenSSLExitCleanup.disable()  // threads may still be ending as appbox exits
     if CommandLine.arguments.dropFirst().first == DetachedLaunch.supervisorArgument {
       exit(superviseDetachedLaunch(environment: ProcessInfo.processInfo.environment))
     }

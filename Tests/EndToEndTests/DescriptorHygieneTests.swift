@@ -6,29 +6,34 @@ import Testing
 
 /// appbox never closes a descriptor twice. A double close that lands on a number another
 /// open has taken meanwhile closes somebody else's file (a catalog, a pipe another thread
-/// reads) and shows only when threads race; `libappbox-fd-quarantine.so` (Tests/FdQuarantine),
+/// reads) and shows only when threads race; `libappbox-preload-probes.so` (Tests/PreloadProbes),
 /// preloaded, keeps freed numbers occupied for a while so that a second close is caught every
 /// time, with the stacks of both closes in its log.
 struct DescriptorHygieneTests {
-  let library = productsDirectory + "/libappbox-fd-quarantine.so"
+  let library = productsDirectory + "/libappbox-preload-probes.so"
 
   /// The environment that preloads the quarantine into programs named `executable`.
   func quarantine(_ log: String, executable: String = "appbox") -> [String: String] {
     ["LD_PRELOAD": library, "APPBOX_FD_QUARANTINE_LOG": log, "APPBOX_FD_QUARANTINE_EXE": executable]
   }
 
-  /// The quarantine finds a double close: the shell closes descriptor 3 twice.
-  @Test func theQuarantineCatchesADoubleClose() throws {
+  /// The quarantine finds a double close: the shell closes descriptor 3 twice. Also under a
+  /// descriptor limit of 256, where it holds fewer numbers.
+  @Test(arguments: [nil, 256])
+  func theQuarantineCatchesADoubleClose(descriptorLimit: Int?) throws {
     let directory = TemporaryDirectory("fd-quarantine")
     let log = directory.url("log")
     var environment = ProcessInfo.processInfo.environment
     environment.merge(quarantine(log, executable: "dash")) { $1 }
-    let once = try runProcess(
-      "/usr/bin/dash", ["-c", "exec 3</dev/null; exec 3<&-; echo ok"], environment: environment)
+    let limit = descriptorLimit.map { "ulimit -n \($0) && " } ?? ""
+    func dash(_ script: String) throws -> ProcessResult {
+      try runProcess(
+        "/usr/bin/dash", ["-c", limit + "exec /usr/bin/dash -c '\(script)'"], environment: environment)
+    }
+    let once = try dash("exec 3</dev/null; exec 3<&-; echo ok")
     #expect(once.status == 0 && once.out == "ok\n", "\(once.err)")
     #expect(contents(log) ?? [] == [])
-    let twice = try runProcess(
-      "/usr/bin/dash", ["-c", "exec 3</dev/null; exec 3<&-; exec 3<&-; echo ok"], environment: environment)
+    let twice = try dash("exec 3</dev/null; exec 3<&-; exec 3<&-; echo ok")
     #expect(twice.status == 0, "\(twice.err)")
     let text = String(decoding: contents(log) ?? [], as: UTF8.self)
     #expect(text.contains("double close of descriptor 3") && text.contains("first closed by"), "\(text)")

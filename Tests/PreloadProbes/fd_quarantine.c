@@ -1,10 +1,10 @@
 /*
- * appbox-fd-quarantine: finds double closes. A test preloads it (LD_PRELOAD) into the
+ * The descriptor quarantine (appbox-preload-probes): finds double closes. A test preloads it (LD_PRELOAD) into the
  * programs it runs; in a process whose executable's name is APPBOX_FD_QUARANTINE_EXE
  * ("appbox" by default) it keeps every descriptor number that close(2) frees occupied for a
  * while: close(N) replaces N with a placeholder (dup3 of a memfd of its own, close-on-exec),
  * which only leaves N, really closed, after 1,024 further closes. So a second close of N in
- * that window meets the placeholder instead of whatever file an open took N for next, and is
+ * that window (a quarter of the descriptor limit when that is lower) meets the placeholder instead of whatever file an open took N for next, and is
  * written to APPBOX_FD_QUARANTINE_LOG with the stacks of both closes. A double close that
  * lands on a reused number closes somebody else's file (a catalog, a pipe another thread
  * reads): the bug this finds, which otherwise shows only when two threads race.
@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -44,6 +45,7 @@ static dev_t placeholder_device;
 static ino_t placeholder_inode;
 static struct closed ring[QUARANTINE];
 static int first, count;
+static int capacity = QUARANTINE;
 
 /* Decides once whether this process is watched, and opens the log and the placeholder. */
 static void set_up(void) {
@@ -63,8 +65,15 @@ static void set_up(void) {
   log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   int memory = memfd_create("appbox-fd-quarantine", MFD_CLOEXEC);
   if (log_fd < 0 || memory < 0) return;
-  /* Far above the numbers in use, so that it never takes a number a program expects. */
-  placeholder = fcntl(memory, F_DUPFD_CLOEXEC, 4000);
+  /* Far above the numbers in use, so that it never takes a number a program expects; under a
+     low descriptor limit, the quarantine holds at most a quarter of it. */
+  struct rlimit limit;
+  int top = 4000;
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur <= 4000) {
+    top = (int)limit.rlim_cur - 1;
+    capacity = (int)limit.rlim_cur / 4 < QUARANTINE ? (int)limit.rlim_cur / 4 : QUARANTINE;
+  }
+  placeholder = fcntl(memory, F_DUPFD_CLOEXEC, top);
   real_close(memory);
   struct stat status;
   if (placeholder < 0 || fstat(placeholder, &status) != 0) return;
@@ -117,7 +126,7 @@ int close(int fd) {
     errno = EBADF;
     return -1;
   }
-  if (count == QUARANTINE) {
+  if (count >= capacity) {
     int oldest = ring[first].fd;
     if (is_placeholder(oldest)) real_close(oldest);
     first = (first + 1) % QUARANTINE;
