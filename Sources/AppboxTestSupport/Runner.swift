@@ -106,7 +106,7 @@ public func startProcess(
   blocking: [Int32] = []
 ) throws -> StartedProcess {
   let null = try FileDescriptor.open("/dev/null", O_RDWR)
-  defer { try? null.close() }
+  defer { null.close() }
   let quiet = output ? nil : null.rawValue
   let child = try spawnProcess(
     executable, arguments, environment: environment, stdin: null.rawValue, stdout: quiet, stderr: quiet,

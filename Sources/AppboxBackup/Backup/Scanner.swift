@@ -160,7 +160,8 @@ final class Scanner: @unchecked Sendable {
         if consumerBuffer == nil {
           consumerBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
         }
-        scan(job, catalog: &consumerCatalog, buffer: consumerBuffer!)
+        // A failure is recorded: the next step throws it.
+        _ = scan(job, catalog: &consumerCatalog, buffer: consumerBuffer!)
       }
     }
   }

@@ -161,16 +161,19 @@ package final class PruneLock: Sendable {
     guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any],
       let host = object["host"] as? String, let pid = object["pid"] as? Int
     else { return false }
+    return host == localHostName() && kill(pid_t(pid), 0) != 0 && errno == ESRCH
+  }
+
+  /// This machine's name. Uses `gethostname(2)`.
+  private static func localHostName() -> String {
     var name = [CChar](repeating: 0, count: 256)
-    gethostname(&name, name.count)
-    return host == String(cString: name) && kill(pid_t(pid), 0) != 0 && errno == ESRCH
+    gethostname(&name, name.count - 1)
+    return String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
   }
 
   private static func ownerRecord(purpose: String) throws -> [UInt8] {
-    var host = [CChar](repeating: 0, count: 256)
-    gethostname(&host, host.count)
     let object: [String: Any] = [
-      "host": String(cString: host), "pid": Int(getpid()), "purpose": purpose,
+      "host": localHostName(), "pid": Int(getpid()), "purpose": purpose,
       "created": ISO8601DateFormatter().string(from: Date()),
     ]
     return Array(try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]))

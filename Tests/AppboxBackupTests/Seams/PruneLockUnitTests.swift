@@ -36,8 +36,8 @@ struct PruneLockUnitTests {
 
   static func hostName() -> String {
     var name = [CChar](repeating: 0, count: 256)
-    gethostname(&name, name.count)
-    return String(cString: name)
+    gethostname(&name, name.count - 1)
+    return String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
   }
 
   @Test func takingWritesOneLockObjectAndASecondTakerIsBusyNamingTheHolder() throws {
