@@ -38,9 +38,15 @@ public struct SpawnedProcess: Sendable {
   public func wait() -> Int32 {
     var status: Int32 = 0
     while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-    let signal = status & 0x7F
-    return signal == 0 ? (status >> 8) & 0xFF : 128 + signal
+    return exitStatus(ofWaitStatus: status)
   }
+}
+
+/// A child's exit status from `waitpid(2)`'s raw status, as a shell gives it: 128 + N when
+/// signal N ended it.
+public func exitStatus(ofWaitStatus status: Int32) -> Int32 {
+  let signal = status & 0x7F
+  return signal == 0 ? (status >> 8) & 0xFF : 128 + signal
 }
 
 /// A child started in the background and watched with `waitpid(2)` (see `startProcess`):
@@ -195,17 +201,15 @@ public func runProcess(
   close(outputPipe.write)
   close(errorPipe.write)
   let writer = inputPipe.write
-  let output = outputPipe.read
-  let errors = errorPipe.read
   let group = DispatchGroup()
   nonisolated(unsafe) var errorDrain = Drained()
-  DispatchQueue.global().async(group: group) { errorDrain = drain(errors) }
+  DispatchQueue.global().async(group: group) { errorDrain = drain(errorPipe.read) }
   DispatchQueue.global().async(group: group) {
     signal(SIGPIPE, SIG_IGN)  // a child that does not read its input must not kill the tests
     _ = try? FileDescriptor(rawValue: writer).writeAll(input)
     close(writer)
   }
-  let outputDrain = drain(output)
+  let outputDrain = drain(outputPipe.read)
   group.wait()
   let status = child.wait()
   for (drained, stream) in [(outputDrain, "stdout"), (errorDrain, "stderr")] {

@@ -9,12 +9,14 @@ import Testing
 /// reads) and shows only when threads race; `libappbox-preload-probes.so` (Tests/PreloadProbes),
 /// preloaded, keeps freed numbers occupied for a while so that a second close is caught every
 /// time, with the stacks of both closes in its log.
-struct DescriptorHygieneTests {
-  let library = productsDirectory + "/libappbox-preload-probes.so"
+/// The probes the tests preload (Tests/PreloadProbes): the descriptor quarantine here, the exit
+/// handlers' log in ExitHandlerTests.
+let preloadProbes = productsDirectory + "/libappbox-preload-probes.so"
 
+struct DescriptorHygieneTests {
   /// The environment that preloads the quarantine into programs named `executable`.
   func quarantine(_ log: String, executable: String = "appbox") -> [String: String] {
-    ["LD_PRELOAD": library, "APPBOX_FD_QUARANTINE_LOG": log, "APPBOX_FD_QUARANTINE_EXE": executable]
+    ["LD_PRELOAD": preloadProbes, "APPBOX_FD_QUARANTINE_LOG": log, "APPBOX_FD_QUARANTINE_EXE": executable]
   }
 
   /// The quarantine finds a double close: the shell closes descriptor 3 twice. Also under a
@@ -42,7 +44,7 @@ struct DescriptorHygieneTests {
   /// The commands of an app's life, each run with the quarantine: none closes a descriptor
   /// twice (`launch --detach` did: the request pipe's end it had closed, once more on return).
   @Test func noCommandClosesADescriptorTwice() throws {
-    try #require(FileManager.default.fileExists(atPath: library), "the quarantine is not built")
+    try #require(FileManager.default.fileExists(atPath: preloadProbes), "the quarantine is not built")
     let device = Device()
     let log = device.dir.url("quarantine.log")
     let app = "com.example.notes"

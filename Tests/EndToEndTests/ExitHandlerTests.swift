@@ -10,15 +10,13 @@ import Testing
 /// `libappbox-preload-probes.so` (Tests/PreloadProbes/exit_handlers.c), which logs every exit
 /// handler a program registers.
 struct ExitHandlerTests {
-  let library = productsDirectory + "/libappbox-preload-probes.so"
-
   /// The exit handlers `executable arguments` registered, one "object symbol" line each.
   func handlers(_ executable: String, _ arguments: [String], in directory: TemporaryDirectory) throws
     -> String
   {
     let log = directory.url("handlers-\(UUID().uuidString)")
     var environment = ProcessInfo.processInfo.environment
-    environment["LD_PRELOAD"] = library
+    environment["LD_PRELOAD"] = preloadProbes
     environment["APPBOX_EXIT_HANDLER_LOG"] = log
     let result = try runProcess(executable, arguments, environment: environment)
     #expect(result.status == 0, "\(arguments): \(result.err)")
@@ -26,7 +24,7 @@ struct ExitHandlerTests {
   }
 
   @Test func noCommandLeavesOpenSSLsCleanUpToExit() throws {
-    try #require(FileManager.default.fileExists(atPath: library), "the probes are not built")
+    try #require(FileManager.default.fileExists(atPath: preloadProbes), "the probes are not built")
     let device = Device()
     // The probe sees the handler where a program leaves it: Python's hashlib initialises
     // OpenSSL with its defaults.

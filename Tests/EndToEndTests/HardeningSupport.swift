@@ -81,8 +81,7 @@ final class PausingProcess {
     var status: Int32 = 0
     while waitpid(child.pid, &status, WUNTRACED) < 0 && errno == EINTR {}
     if status & 0xFF == 0x7F { return true }  // WIFSTOPPED
-    let signal = status & 0x7F
-    exitStatus = signal == 0 ? (status >> 8) & 0xFF : 128 + signal
+    exitStatus = AppboxTestSupport.exitStatus(ofWaitStatus: status)
     return false
   }
 

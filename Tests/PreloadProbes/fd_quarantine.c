@@ -1,13 +1,15 @@
 /*
- * The descriptor quarantine (appbox-preload-probes): finds double closes. A test preloads it (LD_PRELOAD) into the
- * programs it runs; in a process whose executable's name is APPBOX_FD_QUARANTINE_EXE
- * ("appbox" by default) it keeps every descriptor number that close(2) frees occupied for a
- * while: close(N) replaces N with a placeholder (dup3 of a memfd of its own, close-on-exec),
- * which only leaves N, really closed, after 1,024 further closes. So a second close of N in
- * that window (a quarter of the descriptor limit when that is lower) meets the placeholder instead of whatever file an open took N for next, and is
- * written to APPBOX_FD_QUARANTINE_LOG with the stacks of both closes. A double close that
- * lands on a reused number closes somebody else's file (a catalog, a pipe another thread
- * reads): the bug this finds, which otherwise shows only when two threads race.
+ * The descriptor quarantine (appbox-preload-probes): finds double closes. A test preloads it
+ * (LD_PRELOAD) into the programs it runs; in a process whose executable's name is
+ * APPBOX_FD_QUARANTINE_EXE ("appbox" by default) it keeps every descriptor number that
+ * close(2) frees occupied for a while: close(N) replaces N with a placeholder (dup3 of a memfd
+ * of its own, close-on-exec), which only leaves N, really closed, after 1,024 further closes
+ * (a quarter of the descriptor limit when that is lower). So a second close of N in that
+ * window meets the placeholder instead of whatever file an open took N for next, and is
+ * written to APPBOX_FD_QUARANTINE_LOG with the stacks of both closes; a close of a number
+ * that is not open is written there too. A double close that lands on a reused number closes
+ * somebody else's file (a catalog, a pipe another thread reads): the bug this finds, which
+ * otherwise shows only when two threads race.
  *
  * Only close(2) called through the dynamic linker is seen (not glibc's own closes, as in
  * fclose or closedir, which never double close). Not part of appbox: built for the tests.
@@ -69,7 +71,8 @@ static void set_up(void) {
      low descriptor limit, the quarantine holds at most a quarter of it. */
   struct rlimit limit;
   int top = 4000;
-  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur <= 4000) {
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY &&
+      limit.rlim_cur <= 4000) {
     top = (int)limit.rlim_cur - 1;
     capacity = (int)limit.rlim_cur / 4 < QUARANTINE ? (int)limit.rlim_cur / 4 : QUARANTINE;
   }
@@ -84,13 +87,16 @@ static void set_up(void) {
 
 static int is_placeholder(int fd) {
   struct stat status;
-  return fstat(fd, &status) == 0 && status.st_dev == placeholder_device && status.st_ino == placeholder_inode;
+  return fstat(fd, &status) == 0 && status.st_dev == placeholder_device &&
+         status.st_ino == placeholder_inode;
 }
 
-static void report(int fd) {
+/* Writes `what` and this thread's stack to the log, then the stacks of the earlier closes of
+   `fd` the quarantine remembers. */
+static void report(int fd, const char *what) {
   char line[200];
-  int length = snprintf(
-    line, sizeof line, "double close of descriptor %d in pid %d, thread %d, here:\n", fd, getpid(), gettid());
+  const char *format = "%s of descriptor %d in pid %d, thread %d, here:\n";
+  int length = snprintf(line, sizeof line, format, what, fd, getpid(), gettid());
   write(log_fd, line, (size_t)length);
   void *frames[FRAMES];
   backtrace_symbols_fd(frames, backtrace(frames, FRAMES), log_fd);
@@ -110,18 +116,11 @@ int close(int fd) {
     pthread_mutex_unlock(&lock);
     return real_close ? real_close(fd) : (errno = ENOSYS, -1);
   }
-  if (is_placeholder(fd)) {
-    report(fd);
-    pthread_mutex_unlock(&lock);
-    errno = EBADF;
-    return -1;
-  }
-  if (fcntl(fd, F_GETFD) < 0) { /* not open: a double close past the window, or a bad number */
-    char line[120];
-    int length = snprintf(line, sizeof line, "close of descriptor %d, which is not open, in pid %d, here:\n", fd, getpid());
-    write(log_fd, line, (size_t)length);
-    void *frames[FRAMES];
-    backtrace_symbols_fd(frames, backtrace(frames, FRAMES), log_fd);
+  /* Closed already within the window, or not open at all (a double close past the window, or
+     a bad number). */
+  int closed_twice = is_placeholder(fd);
+  if (closed_twice || fcntl(fd, F_GETFD) < 0) {
+    report(fd, closed_twice ? "double close" : "close (not open)");
     pthread_mutex_unlock(&lock);
     errno = EBADF;
     return -1;
@@ -137,7 +136,8 @@ int close(int fd) {
   entry->thread = gettid();
   entry->depth = backtrace(entry->frames, FRAMES);
   count++;
-  /* Closes the file as close(2) would (the last reference: EOF for a pipe's reader), keeps the number. */
+  /* Closes the file as close(2) would (the last reference: EOF for a pipe's reader), keeps the
+     number. */
   int result = dup3(placeholder, fd, O_CLOEXEC);
   pthread_mutex_unlock(&lock);
   return result < 0 ? -1 : 0;
