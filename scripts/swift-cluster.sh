@@ -56,7 +56,7 @@ stop-proxy)
   exit 0
   ;;
 start-proxy)
-  TMPDIR="$dir/tmp" setsid swift-proxy-server "$dir/etc/proxy.conf" -v >>"$dir/log/proxy.log" 2>&1 </dev/null &
+  setsid swift-proxy-server "$dir/etc/proxy.conf" -v >>"$dir/log/proxy.log" 2>&1 </dev/null &
   pid=$!
   sed -i '$d' "$dir/pids"
   echo $pid >>"$dir/pids"
@@ -88,7 +88,7 @@ done
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 etc=$dir/etc
-mkdir -p "$etc" "$dir/log" "$dir/run" "$dir/tmp"
+mkdir -p "$etc" "$dir/log" "$dir/run"
 user=$(id -un)
 
 # Free ports: bind port 0 on loopback and read what the kernel chose (released right away;
@@ -230,10 +230,8 @@ servers+=("swift-proxy-server $etc/proxy.conf")
 for server in "${servers[@]}"; do
   name=$(basename "${server##* }" .conf)
   # setsid: the servers get their own session, so a terminal's signals do not reach them.
-  # TMPDIR: the account and container servers' temporary SQLite files stay under DIR (in /tmp,
-  # each run left two or three behind).
   # shellcheck disable=SC2086
-  TMPDIR="$dir/tmp" setsid $server -v >"$dir/log/$name.log" 2>&1 </dev/null &
+  setsid $server -v >"$dir/log/$name.log" 2>&1 </dev/null &
   echo $! >>"$dir/pids"
 done
 

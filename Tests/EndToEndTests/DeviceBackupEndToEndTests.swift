@@ -24,8 +24,14 @@ private let readersPython: Result<String, Error> = Result {
 /// What the readers found in a backup folder.
 private func readBackup(_ folder: String, password: String? = nil) throws -> [String: Any] {
   let python = try readersPython.get()
+  // pyiosbackup copies the manifest database to a temporary file it never removes: into a
+  // directory of this read's, not /tmp.
+  let scratch = TemporaryDirectory("backup-reader")
+  var environment = ProcessInfo.processInfo.environment
+  environment["TMPDIR"] = scratch.path
   let result = try runProcess(
-    python, [repositoryRoot + "/scripts/read-device-backup.py", folder] + (password.map { [$0] } ?? []))
+    python, [repositoryRoot + "/scripts/read-device-backup.py", folder] + (password.map { [$0] } ?? []),
+    environment: environment)
   #expect(result.status == 0, "\(result.err)")
   return try JSONSerialization.jsonObject(with: Data(result.stdout)) as? [String: Any] ?? [:]
 }
